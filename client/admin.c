@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Administrative calls.  Results point into the unpacked response, which is
+ * kept alive behind the public struct and freed with it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client-private.h"
+
+struct status_priv {
+	struct kvc_status pub;
+	Kvc__Response *resp;
+	struct kvc_tier_status tiers[];
+};
+
+int kvc_status_get(struct kvc_client *c, struct kvc_status **ret)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__Response *resp;
+	Kvc__StatusResp *s;
+	struct status_priv *p;
+	int r;
+
+	if (!c || !ret)
+		return -EINVAL;
+	q.op = KVC__OP__OP_STATUS;
+	r = client_rpc(c, &q, &resp);
+	if (r < 0)
+		return r;
+	if (resp->body_case != KVC__RESPONSE__BODY_STATUS) {
+		kvc__response__free_unpacked(resp, NULL);
+		return -EPROTO;
+	}
+	s = resp->status;
+	p = calloc(1, sizeof(*p) + s->n_tiers * sizeof(p->tiers[0]));
+	if (!p) {
+		kvc__response__free_unpacked(resp, NULL);
+		return -ENOMEM;
+	}
+	p->resp = resp;
+	p->pub = (struct kvc_status) {
+		.version = s->version,
+		.socket = s->socket,
+		.uptime_s = s->uptime_s,
+		.objects = s->objects,
+		.pid = s->pid,
+		.clients = s->clients,
+		.hugepages = s->hugepages,
+		.protocol_major = s->protocol_major,
+		.protocol_minor = s->protocol_minor,
+		.layout_version = s->layout_version,
+		.n_tiers = s->n_tiers,
+		.tiers = p->tiers,
+	};
+	for (size_t i = 0; i < s->n_tiers; i++)
+		p->tiers[i] = (struct kvc_tier_status) {
+			.name = s->tiers[i]->name,
+			.capacity = s->tiers[i]->capacity,
+			.used = s->tiers[i]->used,
+			.objects = s->tiers[i]->objects,
+		};
+	*ret = &p->pub;
+	return 0;
+}
+
+void kvc_status_free(struct kvc_status *s)
+{
+	struct status_priv *p = (struct status_priv *) s;
+
+	if (!s)
+		return;
+	kvc__response__free_unpacked(p->resp, NULL);
+	free(p);
+}
+
+/* Arrays handed out by stats and list carry their response in a hidden
+ * header just before element 0. */
+struct array_priv {
+	Kvc__Response *resp;
+	max_align_t items[];
+};
+
+static void *array_new(Kvc__Response *resp, size_t n, size_t size)
+{
+	struct array_priv *p = calloc(1, sizeof(*p) + (n ? n : 1) * size);
+
+	if (!p)
+		return NULL;
+	p->resp = resp;
+	return p->items;
+}
+
+static void array_free(void *items)
+{
+	struct array_priv *p;
+
+	if (!items)
+		return;
+	p = (struct array_priv *) ((char *) items - offsetof(struct array_priv, items));
+	kvc__response__free_unpacked(p->resp, NULL);
+	free(p);
+}
+
+int kvc_stats_get(struct kvc_client *c, struct kvc_counter **ret, size_t *ret_n)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__Response *resp;
+	struct kvc_counter *v;
+	int r;
+
+	if (!c || !ret || !ret_n)
+		return -EINVAL;
+	q.op = KVC__OP__OP_STATS;
+	r = client_rpc(c, &q, &resp);
+	if (r < 0)
+		return r;
+	if (resp->body_case != KVC__RESPONSE__BODY_STATS) {
+		kvc__response__free_unpacked(resp, NULL);
+		return -EPROTO;
+	}
+	v = array_new(resp, resp->stats->n_counters, sizeof(*v));
+	if (!v) {
+		kvc__response__free_unpacked(resp, NULL);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < resp->stats->n_counters; i++)
+		v[i] = (struct kvc_counter) {
+			.name = resp->stats->counters[i]->name,
+			.value = resp->stats->counters[i]->value,
+		};
+	*ret_n = resp->stats->n_counters;
+	*ret = v;
+	return 0;
+}
+
+void kvc_stats_free(struct kvc_counter *v)
+{
+	array_free(v);
+}
+
+int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,
+	     struct kvc_key_info **ret, size_t *ret_n, uint64_t *ret_total)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__ListReq lq = KVC__LIST_REQ__INIT;
+	Kvc__Response *resp;
+	struct kvc_key_info *v;
+	Kvc__ListResp *l;
+	int r;
+
+	if (!c || !ret || !ret_n || (prefix && strlen(prefix) > KVC_KEY_MAX) || limit > UINT32_MAX)
+		return -EINVAL;
+	if (prefix)
+		lq.prefix = (ProtobufCBinaryData) { .len = strlen(prefix), .data = (uint8_t *) prefix };
+	lq.limit = (uint32_t) limit;
+	q.op = KVC__OP__OP_LIST;
+	q.body_case = KVC__REQUEST__BODY_LIST;
+	q.list = &lq;
+	r = client_rpc(c, &q, &resp);
+	if (r < 0)
+		return r;
+	if (resp->body_case != KVC__RESPONSE__BODY_LIST) {
+		kvc__response__free_unpacked(resp, NULL);
+		return -EPROTO;
+	}
+	l = resp->list;
+	/* Keys arrive as bytes; give each a NUL.  Room for all of them is
+	 * allocated after the array itself. */
+	{
+		size_t text = 0;
+		char *t;
+
+		for (size_t i = 0; i < l->n_keys; i++)
+			text += l->keys[i]->key.len + 1;
+		v = array_new(resp, l->n_keys + (text + sizeof(*v) - 1) / sizeof(*v), sizeof(*v));
+		if (!v) {
+			kvc__response__free_unpacked(resp, NULL);
+			return -ENOMEM;
+		}
+		t = (char *) (v + l->n_keys);
+		for (size_t i = 0; i < l->n_keys; i++) {
+			memcpy(t, l->keys[i]->key.data, l->keys[i]->key.len);
+			t[l->keys[i]->key.len] = '\0';
+			v[i] = (struct kvc_key_info) {
+				.key = t,
+				.size = l->keys[i]->size,
+				.state = (int) l->keys[i]->state,
+				.tier = (int) l->keys[i]->tier,
+			};
+			t += l->keys[i]->key.len + 1;
+		}
+	}
+	*ret_n = l->n_keys;
+	if (ret_total)
+		*ret_total = l->total;
+	*ret = v;
+	return 0;
+}
+
+void kvc_list_free(struct kvc_key_info *v)
+{
+	array_free(v);
+}
+
+int kvc_evict(struct kvc_client *c, int tier, uint64_t bytes, uint32_t flags,
+	      uint64_t *ret_bytes, uint64_t *ret_objects)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__EvictReq eq = KVC__EVICT_REQ__INIT;
+	Kvc__Response *resp;
+	int r;
+
+	if (!c || tier < KVC_TIER_DEFAULT || tier > KVC_TIER_DISK || (flags & ~KVC_EVICT_ALL))
+		return -EINVAL;
+	eq.tier = tier;
+	eq.bytes = bytes;
+	eq.all = flags & KVC_EVICT_ALL;
+	q.op = KVC__OP__OP_EVICT;
+	q.body_case = KVC__REQUEST__BODY_EVICT;
+	q.evict = &eq;
+	r = client_rpc(c, &q, &resp);
+	if (r < 0)
+		return r;
+	if (resp->body_case != KVC__RESPONSE__BODY_EVICT)
+		r = -EPROTO;
+	else {
+		if (ret_bytes)
+			*ret_bytes = resp->evict->bytes;
+		if (ret_objects)
+			*ret_objects = resp->evict->objects;
+	}
+	kvc__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+const char *kvc_strerror(int err)
+{
+	switch (err < 0 ? -err : err) {
+	case 0: return "Success";
+	case ENOENT: return "No such object";
+	case EEXIST: return "Object already exists";
+	case ENOSPC: return "Pool is full: everything left is in use";
+	case EBUSY: return "Object is in use";
+	case ENOBUFS: return "Buffer too small for the object";
+	case E2BIG: return "Value larger than the pool can hold";
+	case EAGAIN: return "Try again";
+	case ESTALE: return "Stale handle";
+	case EPROTO: return "Protocol error";
+	case EPROTONOSUPPORT: return "Daemon speaks an incompatible protocol version";
+	case ECONNRESET: return "Connection to the daemon lost";
+	case ECONNREFUSED: return "No daemon listening on the socket";
+	case ETIMEDOUT: return "Timed out";
+	case EINVAL: return "Invalid argument";
+	case EACCES: return "Permission denied by the daemon";
+	case EBADMSG: return "Checksum mismatch: stored bytes are damaged";
+	case ENOMEM: return "Out of memory";
+	case EMSGSIZE: return "Message too long";
+	case EOPNOTSUPP: return "Operation not supported";
+	case ENAMETOOLONG: return "Socket path too long";
+	default: return strerror(err < 0 ? -err : err);
+	}
+}

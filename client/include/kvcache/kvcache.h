@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libkvcache — attach an inference engine to the node's kvcached.
+ *
+ * Objects are immutable byte strings (1 B .. 1 GiB) under keys of 1..511
+ * bytes.  Values live in shared memory owned by the daemon; this library maps
+ * it once at kvc_connect() and moves bytes with plain memory copies.
+ *
+ * Every function that can fail returns >= 0 on success and a negative errno
+ * on failure; kvc_strerror() explains the codes.  Common to every call:
+ *   -EINVAL       bad argument (NULL, key of 0 or > 511 bytes, length 0)
+ *   -ECONNRESET   the daemon went away; the client must be reconnected
+ *   -EPROTO       the daemon sent something this library does not understand
+ * A struct kvc_client may be used from several threads at once.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVC_KEY_MAX 511u
+#define KVC_VALUE_MAX (UINT64_C(1) << 30)
+
+struct kvc_client;
+
+enum kvc_put_flags {
+	KVC_PUT_REPLACE = 1u << 0,  /* replace a committed object of the same key */
+	KVC_PUT_SOFT_PIN = 1u << 1, /* evicted only after unpinned objects */
+	KVC_PUT_HARD_PIN = 1u << 2, /* never evicted */
+};
+
+enum kvc_tier {
+	KVC_TIER_DEFAULT = 0,
+	KVC_TIER_DEVICE = 1,
+	KVC_TIER_DRAM = 2,
+	KVC_TIER_DISK = 3,
+};
+
+/* A zeroed struct means defaults. */
+struct kvc_put_opts {
+	uint32_t flags;         /* enum kvc_put_flags */
+	const char *parent_key; /* previous block of the same prompt, or NULL */
+	uint32_t pin_ttl_ms;    /* with KVC_PUT_SOFT_PIN; 0 = until unpinned */
+	int tier;               /* enum kvc_tier */
+};
+
+/* Space reserved for a put; fill data[0..len) then commit or abort. */
+struct kvc_buf {
+	void *data;
+	size_t len;
+	uint64_t handle; /* private */
+};
+
+/* A pinned, read-only view of a committed object. */
+struct kvc_view {
+	const void *data;
+	size_t len;
+	uint64_t handle; /* private */
+};
+
+/* Connect to the daemon at socket_path (NULL: $KVCACHE_SOCKET, then
+ * $XDG_RUNTIME_DIR/kvcached.sock, then /tmp/kvcached-<uid>.sock) and map its
+ * segments.  -ENOENT / -ECONNREFUSED: no daemon there; -EACCES: not allowed;
+ * -EPROTONOSUPPORT: the daemon speaks another protocol major. */
+int kvc_connect(const char *socket_path, struct kvc_client **ret);
+void kvc_disconnect(struct kvc_client *c);
+
+/* Copy val into a new object.  -EEXIST: key committed already (and no
+ * KVC_PUT_REPLACE); -E2BIG: larger than the pool could ever hold; -ENOSPC:
+ * no room even after eviction; -EBUSY (with REPLACE): the old object is in
+ * use. */
+int kvc_put(struct kvc_client *c, const char *key, const void *val, size_t len,
+	    const struct kvc_put_opts *opts);
+
+/* Copy an object into buf.  Returns its length; -ENOENT: miss; -ENOBUFS: cap
+ * is smaller than the object (nothing copied). */
+ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap);
+
+/* 1 present, 0 absent, or -errno. */
+int kvc_exists(struct kvc_client *c, const char *key);
+
+/* 0, -ENOENT, or -EBUSY while a view pins the object. */
+int kvc_remove(struct kvc_client *c, const char *key);
+
+/* Zero-copy write: the object becomes visible at commit.  Same errors as
+ * kvc_put at reserve; commit fails with -EEXIST if another client committed
+ * the key meanwhile (the space is released either way). */
+int kvc_reserve(struct kvc_client *c, const char *key, size_t len,
+		const struct kvc_put_opts *opts, struct kvc_buf *ret);
+int kvc_commit(struct kvc_client *c, struct kvc_buf *b);
+int kvc_abort(struct kvc_client *c, struct kvc_buf *b);
+
+/* Zero-copy read: the view pins the object until kvc_release().  -ENOENT on
+ * a miss. */
+int kvc_acquire(struct kvc_client *c, const char *key, struct kvc_view *ret);
+int kvc_release(struct kvc_client *c, struct kvc_view *v);
+
+/* ret_present[i] = 1 if keys[i] is present; returns how many are. */
+int kvc_batch_exists(struct kvc_client *c, const char *const *keys, size_t n,
+		     uint8_t *ret_present);
+
+/* How many of keys[0..n) are present before the first miss. */
+int kvc_prefix_lookup(struct kvc_client *c, const char *const *keys, size_t n);
+
+const char *kvc_strerror(int err);
+
+/* The daemon's explanation of the last error this thread got from it, or
+ * "" when it gave none. */
+const char *kvc_last_error_msg(void);
+
+/* ---- administration (kvcachectl is written against these) ---- */
+
+struct kvc_tier_status {
+	const char *name; /* "device", "dram", "disk" */
+	uint64_t capacity, used, objects;
+};
+
+struct kvc_status {
+	const char *version;
+	const char *socket;
+	uint64_t uptime_s;
+	uint64_t objects;
+	uint32_t pid;
+	uint32_t clients;
+	bool hugepages;
+	uint32_t protocol_major, protocol_minor, layout_version;
+	size_t n_tiers;
+	struct kvc_tier_status *tiers;
+};
+
+int kvc_status_get(struct kvc_client *c, struct kvc_status **ret);
+void kvc_status_free(struct kvc_status *s);
+
+struct kvc_counter {
+	const char *name;
+	uint64_t value;
+};
+
+/* Counters by name ("puts", "gets", "hits", "misses", "bytes_in", ...). */
+int kvc_stats_get(struct kvc_client *c, struct kvc_counter **ret, size_t *ret_n);
+void kvc_stats_free(struct kvc_counter *v);
+
+enum kvc_key_state {
+	KVC_STATE_RESERVED = 1,
+	KVC_STATE_COMMITTED = 2,
+};
+
+struct kvc_key_info {
+	const char *key;
+	uint64_t size;
+	int state; /* enum kvc_key_state */
+	int tier;  /* enum kvc_tier */
+};
+
+/* Keys starting with prefix (NULL or "" = all), at most limit (0 = 1000) of
+ * them; *ret_total says how many matched in all. */
+int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,
+	     struct kvc_key_info **ret, size_t *ret_n, uint64_t *ret_total);
+void kvc_list_free(struct kvc_key_info *v);
+
+enum kvc_evict_flags {
+	KVC_EVICT_ALL = 1u << 0,
+};
+
+/* Drop up to `bytes` of unused objects (least recently used first) from
+ * `tier` (KVC_TIER_DEFAULT = all), or every unused one with KVC_EVICT_ALL.
+ * Objects held by a view are never evicted. */
+int kvc_evict(struct kvc_client *c, int tier, uint64_t bytes, uint32_t flags,
+	      uint64_t *ret_bytes, uint64_t *ret_objects);
+
+/* The socket path kvc_connect() would use for socket_path. */
+int kvc_socket_path(const char *socket_path, char *buf, size_t len);
+
+/* Parse "4096", "512MB", "1GiB", "1.5 GB" (powers of 1024). */
+int kvc_parse_size(const char *s, uint64_t *ret);
+
+#ifdef __cplusplus
+}
+#endif

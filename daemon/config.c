@@ -1,0 +1,409 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "kvc-config.h"
+#include "log.h"
+#include "wire.h"
+
+#define CONFIG_MAX_FILE (1u << 20)
+#define LOG_TOPIC "config"
+
+static void warn_unknown(const char *key)
+{
+	log_warn("ignoring unknown config key \"%s\"", key);
+}
+
+void config_init(struct config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->dram_size = CONFIG_DEFAULT_DRAM_SIZE;
+	c->hugepages = SHM_HUGEPAGES_AUTO;
+	strcpy(c->log_level, "notice");
+	strcpy(c->protocol, "tcp");
+}
+
+int config_parse_hugepages(const char *s, enum shm_hugepages *ret)
+{
+	if (strcmp(s, "auto") == 0)
+		*ret = SHM_HUGEPAGES_AUTO;
+	else if (strcmp(s, "on") == 0 || strcmp(s, "true") == 0 || strcmp(s, "yes") == 0)
+		*ret = SHM_HUGEPAGES_ON;
+	else if (strcmp(s, "off") == 0 || strcmp(s, "false") == 0 || strcmp(s, "no") == 0)
+		*ret = SHM_HUGEPAGES_OFF;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int set_dram_size(struct config *c, const char *what, const char *v, char *err)
+{
+	uint64_t n;
+	int r = shm_parse_size(v, &n);
+
+	if (r < 0) {
+		snprintf(err, CONFIG_ERR_MAX,
+			 "invalid value '%s' for %s: expected a size like 4096, 512MB or 1GiB", v, what);
+		return -EINVAL;
+	}
+	if (n < CONFIG_MIN_DRAM_SIZE) {
+		snprintf(err, CONFIG_ERR_MAX, "%s must be at least 1MiB (got '%s')", what, v);
+		return -EINVAL;
+	}
+	c->dram_size = n;
+	return 0;
+}
+
+static int set_string(char *dst, size_t cap, const char *what, const char *v, char *err)
+{
+	if (strlen(v) >= cap) {
+		snprintf(err, CONFIG_ERR_MAX, "%s is too long (at most %zu bytes)", what, cap - 1);
+		return -EINVAL;
+	}
+	strcpy(dst, v);
+	return 0;
+}
+
+static int set_socket(struct config *c, const char *what, const char *v, char *err)
+{
+	if (!*v) {
+		snprintf(err, CONFIG_ERR_MAX, "%s must not be empty", what);
+		return -EINVAL;
+	}
+	return set_string(c->socket, sizeof(c->socket), what, v, err);
+}
+
+static int set_log_level(struct config *c, const char *what, const char *v, char *err)
+{
+	if (log_level_parse(v) < 0) {
+		snprintf(err, CONFIG_ERR_MAX,
+			 "invalid value '%s' for %s: expected error, warn, notice, info, debug or trace",
+			 v, what);
+		return -EINVAL;
+	}
+	return set_string(c->log_level, sizeof(c->log_level), what, v, err);
+}
+
+static int set_hugepages(struct config *c, const char *what, const char *v, char *err)
+{
+	if (config_parse_hugepages(v, &c->hugepages) < 0) {
+		snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected auto, on or off", v,
+			 what);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int set_protocol(struct config *c, const char *what, const char *v, char *err)
+{
+	if (strcmp(v, "tcp") != 0 && strcmp(v, "rdma") != 0) {
+		snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected tcp or rdma", v,
+			 what);
+		return -EINVAL;
+	}
+	return set_string(c->protocol, sizeof(c->protocol), what, v, err);
+}
+
+/* A JSON value as text: strings as they are, integers printed.  Sizes may be
+ * given either way in mooncake.json. */
+static int json_text(struct json_object *o, const char *key, char *buf, size_t cap, bool allow_int,
+		     char *err)
+{
+	switch (json_object_get_type(o)) {
+	case json_type_string:
+		if (json_object_get_string_len(o) >= (int) cap ||
+		    strlen(json_object_get_string(o)) != (size_t) json_object_get_string_len(o)) {
+			snprintf(err, CONFIG_ERR_MAX, "config key \"%s\": string too long or has NUL", key);
+			return -EINVAL;
+		}
+		strcpy(buf, json_object_get_string(o));
+		return 0;
+	case json_type_int:
+		if (allow_int) {
+			int64_t v = json_object_get_int64(o);
+
+			if (v < 0 || (v == INT64_MAX && errno == ERANGE)) {
+				snprintf(err, CONFIG_ERR_MAX, "config key \"%s\": out of range", key);
+				return -EINVAL;
+			}
+			snprintf(buf, cap, "%lld", (long long) v);
+			return 0;
+		}
+		break;
+	case json_type_double:
+		if (allow_int) {
+			double d = json_object_get_double(o);
+
+			if (d >= 0 && d < 1.8e19 && d == (double) (uint64_t) d) {
+				snprintf(buf, cap, "%llu", (unsigned long long) (uint64_t) d);
+				return 0;
+			}
+			snprintf(err, CONFIG_ERR_MAX, "config key \"%s\": not a whole number of bytes", key);
+			return -EINVAL;
+		}
+		break;
+	default:
+		break;
+	}
+	snprintf(err, CONFIG_ERR_MAX, "config key \"%s\": expected a %s", key,
+		 allow_int ? "number or a string" : "string");
+	return -EINVAL;
+}
+
+int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
+		      void (*warn)(const char *key))
+{
+	struct json_tokener *tok;
+	struct json_object *root;
+	struct config tmp = *c;
+	int r = 0;
+
+	if (len > CONFIG_MAX_FILE) {
+		snprintf(err, CONFIG_ERR_MAX, "config is larger than 1MiB");
+		return -EINVAL;
+	}
+	tok = json_tokener_new_ex(32);
+	if (!tok)
+		return -ENOMEM;
+	root = json_tokener_parse_ex(tok, buf, (int) len);
+	if (!root || json_tokener_get_error(tok) != json_tokener_success ||
+	    (size_t) json_tokener_get_parse_end(tok) != len) {
+		/* trailing whitespace is fine, anything else is not */
+		size_t end = root ? json_tokener_get_parse_end(tok) : 0;
+		bool only_space = root != NULL;
+
+		for (size_t i = end; only_space && i < len; i++)
+			if (!strchr(" \t\r\n", buf[i]))
+				only_space = false;
+		if (!only_space) {
+			snprintf(err, CONFIG_ERR_MAX, "config is not valid JSON: %s",
+				 root ? "trailing data after the object"
+				      : json_tokener_error_desc(json_tokener_get_error(tok)));
+			r = -EINVAL;
+			goto out;
+		}
+	}
+	if (!json_object_is_type(root, json_type_object)) {
+		snprintf(err, CONFIG_ERR_MAX, "config must be a JSON object");
+		r = -EINVAL;
+		goto out;
+	}
+
+	json_object_object_foreach(root, key, val) {
+		char text[4096];
+		const char *k = key;
+		bool sized = strcmp(k, "global_segment_size") == 0 || strcmp(k, "dram_size") == 0 ||
+			     strcmp(k, "dram-size") == 0;
+
+		r = json_text(val, k, text, sizeof(text), sized, err);
+		if (r < 0)
+			goto out;
+		if (sized)
+			r = set_dram_size(&tmp, k, text, err);
+		else if (strcmp(k, "socket") == 0)
+			r = set_socket(&tmp, k, text, err);
+		else if (strcmp(k, "hugepages") == 0)
+			r = set_hugepages(&tmp, k, text, err);
+		else if (strcmp(k, "log_level") == 0 || strcmp(k, "log-level") == 0)
+			r = set_log_level(&tmp, k, text, err);
+		else if (strcmp(k, "local_hostname") == 0)
+			r = set_string(tmp.local_hostname, sizeof(tmp.local_hostname), k, text, err);
+		else if (strcmp(k, "metadata_server") == 0)
+			r = set_string(tmp.metadata_server, sizeof(tmp.metadata_server), k, text, err);
+		else if (strcmp(k, "protocol") == 0)
+			r = set_protocol(&tmp, k, text, err);
+		else if (strcmp(k, "device_name") == 0)
+			r = set_string(tmp.device_name, sizeof(tmp.device_name), k, text, err);
+		else if (strcmp(k, "master_server_address") == 0)
+			r = set_string(tmp.master_server_address, sizeof(tmp.master_server_address), k,
+				       text, err);
+		else if (warn)
+			warn(k);
+		if (r < 0)
+			goto out;
+	}
+	*c = tmp;
+out:
+	if (root)
+		json_object_put(root);
+	json_tokener_free(tok);
+	return r;
+}
+
+int config_load_file(struct config *c, const char *path, char *err, void (*warn)(const char *key))
+{
+	struct stat st;
+	char *buf = NULL;
+	size_t got = 0;
+	int fd, r;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, CONFIG_ERR_MAX, "cannot read config file %s: %s", path, strerror(-r));
+		return r;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CONFIG_MAX_FILE) {
+		snprintf(err, CONFIG_ERR_MAX, "config file %s is not a regular file of at most 1MiB",
+			 path);
+		r = -EINVAL;
+		goto out;
+	}
+	buf = malloc((size_t) st.st_size + 1);
+	if (!buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	while (got < (size_t) st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t) st.st_size - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n < 0 ? -errno : -EIO;
+			snprintf(err, CONFIG_ERR_MAX, "cannot read config file %s: %s", path,
+				 strerror(-r));
+			goto out;
+		}
+		got += (size_t) n;
+	}
+	buf[got] = '\0';
+	r = config_parse_json(c, buf, got, err, warn);
+	if (r < 0) {
+		char inner[CONFIG_ERR_MAX];
+
+		snprintf(inner, sizeof(inner), "%s", err);
+		snprintf(err, CONFIG_ERR_MAX, "%.96s: %.150s", path, inner);
+	}
+out:
+	free(buf);
+	close(fd);
+	return r;
+}
+
+enum {
+	OPT_SOCKET = 's',
+	OPT_HELP = 'h',
+	OPT_VERSION = 'V',
+	OPT_DRAM_SIZE = 0x100,
+	OPT_HUGEPAGES,
+	OPT_CONFIG,
+	OPT_LOG_LEVEL,
+};
+
+static const struct option options[] = {
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "dram-size", required_argument, NULL, OPT_DRAM_SIZE },
+	{ "dram_size", required_argument, NULL, OPT_DRAM_SIZE },
+	{ "global-segment-size", required_argument, NULL, OPT_DRAM_SIZE },
+	{ "global_segment_size", required_argument, NULL, OPT_DRAM_SIZE },
+	{ "hugepages", required_argument, NULL, OPT_HUGEPAGES },
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "log_level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "help", no_argument, NULL, OPT_HELP },
+	{ "version", no_argument, NULL, OPT_VERSION },
+	{ 0 },
+};
+
+void config_usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kvcached [OPTIONS]\n"
+		"\n"
+		"The node-local KV-cache daemon.\n"
+		"\n"
+		"  -s, --socket PATH          control socket (default: $KVCACHE_SOCKET,\n"
+		"                             $XDG_RUNTIME_DIR/kvcached.sock, /tmp/kvcached-<uid>.sock)\n"
+		"      --dram-size SIZE       DRAM tier capacity, e.g. 512MB, 4GiB (default 1GiB);\n"
+		"                             also --global-segment-size, --global_segment_size\n"
+		"      --hugepages MODE       auto|on|off: 2 MiB pages for shared segments (default auto)\n"
+		"      --config FILE          JSON config; mooncake.json keys are understood\n"
+		"                             (default: $MOONCAKE_CONFIG_PATH if set)\n"
+		"      --log-level LEVEL      error|warn|notice|info|debug|trace (default notice);\n"
+		"                             $KVCACHE_LOG=\"info,session:debug\" sets it per topic\n"
+		"  -h, --help                 show this help\n"
+		"  -V, --version              print daemon, protocol and shm layout versions\n"
+		"\n"
+		"Command-line flags override the config file.\n");
+}
+
+static void print_version(void)
+{
+	printf("kvcached %s\nprotocol %u.%u\nshm-layout %u\n", KVC_VERSION, KVC_PROTO_MAJOR,
+	       KVC_PROTO_MINOR, SHM_LAYOUT_VERSION);
+}
+
+int config_parse_args(struct config *c, int argc, char **argv, char *err)
+{
+	const char *config_path = NULL;
+	int opt, r;
+
+	/* First pass: only find --config, so the file can be applied before
+	 * the flags that override it. */
+	opterr = 0;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "s:hV", options, NULL)) != -1)
+		if (opt == OPT_CONFIG)
+			config_path = optarg;
+	if (!config_path) {
+		const char *e = getenv("MOONCAKE_CONFIG_PATH");
+
+		if (e && *e)
+			config_path = e;
+	}
+	if (config_path) {
+		r = set_string(c->config_path, sizeof(c->config_path), "--config", config_path, err);
+		if (r < 0)
+			return r;
+		r = config_load_file(c, config_path, err, warn_unknown);
+		if (r < 0)
+			return -EINVAL;
+	}
+
+	opterr = 1;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "s:hV", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_SOCKET:
+			r = set_socket(c, "--socket", optarg, err);
+			break;
+		case OPT_DRAM_SIZE:
+			r = set_dram_size(c, "--dram-size", optarg, err);
+			break;
+		case OPT_HUGEPAGES:
+			r = set_hugepages(c, "--hugepages", optarg, err);
+			break;
+		case OPT_CONFIG:
+			r = 0;
+			break;
+		case OPT_LOG_LEVEL:
+			r = set_log_level(c, "--log-level", optarg, err);
+			break;
+		case OPT_HELP:
+			config_usage(stdout);
+			return 1;
+		case OPT_VERSION:
+			print_version();
+			return 1;
+		default:
+			snprintf(err, CONFIG_ERR_MAX, "unknown or incomplete option (see --help)");
+			return -EINVAL;
+		}
+		if (r < 0)
+			return r;
+	}
+	if (optind < argc) {
+		snprintf(err, CONFIG_ERR_MAX, "unexpected argument '%s'", argv[optind]);
+		return -EINVAL;
+	}
+	return 0;
+}

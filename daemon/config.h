@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/un.h>
+
+#include "shmem.h"
+
+#define CONFIG_DEFAULT_DRAM_SIZE (UINT64_C(1) << 30)
+#define CONFIG_MIN_DRAM_SIZE (UINT64_C(1) << 20)
+#define CONFIG_ERR_MAX 256
+
+struct config {
+	char socket[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* "" = default */
+	uint64_t dram_size;
+	enum shm_hugepages hugepages;
+	char log_level[64];
+	char config_path[4096];
+
+	/* Mooncake keys, understood so that an existing mooncake.json works;
+	 * the cluster layer reads them. */
+	char local_hostname[256];
+	char metadata_server[256];
+	char protocol[16]; /* "tcp" or "rdma" */
+	char device_name[128];
+	char master_server_address[256];
+};
+
+void config_init(struct config *c);
+
+/* Apply a JSON document.  -EINVAL with err filled in when a key has the wrong
+ * type or value; unknown keys are reported through warn (may be NULL). */
+int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
+		      void (*warn)(const char *key));
+
+int config_load_file(struct config *c, const char *path, char *err,
+		     void (*warn)(const char *key));
+
+/* Command line.  Returns 0 to run, 1 when --help/--version was printed, or
+ * -EINVAL with err naming the flag. */
+int config_parse_args(struct config *c, int argc, char **argv, char *err);
+
+int config_parse_hugepages(const char *s, enum shm_hugepages *ret);
+
+void config_usage(FILE *f);

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define MAX_TOPICS 16
+
+static enum log_level default_level = LOG_LVL_NOTICE;
+static struct {
+	char name[24];
+	enum log_level level;
+} topics[MAX_TOPICS];
+static unsigned n_topics;
+
+static const char *const names[] = { "error", "warn", "notice", "info", "debug", "trace" };
+
+int log_level_parse(const char *s)
+{
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcasecmp(s, names[i]) == 0)
+			return (int) i;
+	if (strcasecmp(s, "warning") == 0)
+		return LOG_LVL_WARN;
+	return -EINVAL;
+}
+
+int log_configure(const char *spec)
+{
+	char buf[256], *save = NULL, *tok;
+	enum log_level def = default_level;
+	unsigned n = 0;
+	typeof(topics) t;
+
+	if (!spec || strlen(spec) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, spec);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *colon = strchr(tok, ':');
+		int l;
+
+		if (!colon) {
+			l = log_level_parse(tok);
+			if (l < 0)
+				return l;
+			def = (enum log_level) l;
+			continue;
+		}
+		*colon = '\0';
+		l = log_level_parse(colon + 1);
+		if (l < 0 || n == MAX_TOPICS || strlen(tok) >= sizeof(t[0].name) || !*tok)
+			return -EINVAL;
+		strcpy(t[n].name, tok);
+		t[n++].level = (enum log_level) l;
+	}
+	default_level = def;
+	memcpy(topics, t, sizeof(t));
+	n_topics = n;
+	return 0;
+}
+
+bool log_enabled(enum log_level lvl, const char *topic)
+{
+	for (unsigned i = 0; i < n_topics; i++)
+		if (strcmp(topics[i].name, topic) == 0)
+			return lvl <= topics[i].level;
+	return lvl <= default_level;
+}
+
+void log_msg(enum log_level lvl, const char *topic, const char *fmt, ...)
+{
+	int saved = errno; /* so %m still means the caller's errno */
+	char line[1024];
+	struct timespec ts;
+	struct tm tm;
+	va_list ap;
+	int n;
+
+	if (!log_enabled(lvl, topic))
+		return;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ kvcached[%d] %s %s: ",
+		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+		     tm.tm_sec, ts.tv_nsec / 1000000, (int) getpid(), names[lvl], topic);
+	if (n < 0 || (size_t) n >= sizeof(line))
+		n = 0;
+	errno = saved;
+	va_start(ap, fmt);
+	vsnprintf(line + n, sizeof(line) - (size_t) n, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s\n", line);
+	errno = saved;
+}

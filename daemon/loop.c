@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The listening socket and the epoll loop.  One thread serves every client:
+ * each request is a few hash lookups and an allocator call, so the loop is
+ * never the bottleneck of the socket path.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+#define LOG_TOPIC "loop"
+
+/* epoll tags that are not sessions */
+static char tag_listen, tag_signal;
+
+int loop_watch(struct daemon *d, int fd, uint32_t events, void *tag, bool modify)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = tag };
+
+	if (epoll_ctl(d->epfd, modify ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Is a daemon answering on this path right now? */
+static bool socket_alive(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	bool alive;
+	int fd;
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	alive = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
+	close(fd);
+	return alive;
+}
+
+static int open_socket(struct daemon *d)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, r;
+
+	/* The lock decides between two daemons starting at once; the connect
+	 * probe catches a live daemon that holds no lock on this path. */
+	snprintf(d->lock_path, sizeof(d->lock_path), "%s.lock", d->socket_path);
+	d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (d->lock_fd < 0) {
+		r = -errno;
+		log_error("Failed to open lock file %s: %m", d->lock_path);
+		return r;
+	}
+	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		log_error("another kvcached is already serving %s; not starting", d->socket_path);
+		close(d->lock_fd);
+		d->lock_fd = -1;
+		return -EADDRINUSE;
+	}
+	if (lstat(d->socket_path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			log_error("%s exists and is not a socket; not replacing it", d->socket_path);
+			return -EEXIST;
+		}
+		if (socket_alive(d->socket_path)) {
+			log_error("another kvcached is already serving %s; not starting",
+				  d->socket_path);
+			return -EADDRINUSE;
+		}
+		log_notice("replacing stale socket %s left by a daemon that is gone", d->socket_path);
+		unlink(d->socket_path);
+	}
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->socket_path);
+	if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+		r = -errno;
+		log_error("Failed to bind %s: %m", d->socket_path);
+		close(fd);
+		return r;
+	}
+	if (chmod(d->socket_path, 0660) < 0 || listen(fd, 256) < 0) {
+		r = -errno;
+		log_error("Failed to listen on %s: %m", d->socket_path);
+		unlink(d->socket_path);
+		close(fd);
+		return r;
+	}
+	d->listen_fd = fd;
+	return 0;
+}
+
+int loop_setup(struct daemon *d)
+{
+	sigset_t mask;
+	int r;
+
+	d->epfd = d->listen_fd = d->signal_fd = d->lock_fd = -1;
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (d->epfd < 0)
+		return -errno;
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	d->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (d->signal_fd < 0)
+		return -errno;
+	r = loop_watch(d, d->signal_fd, EPOLLIN, &tag_signal, false);
+	if (r < 0)
+		return r;
+
+	r = open_socket(d);
+	if (r < 0)
+		return r;
+	return loop_watch(d, d->listen_fd, EPOLLIN, &tag_listen, false);
+}
+
+static void on_accept(struct daemon *d)
+{
+	for (;;) {
+		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		if (fd < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				log_warn("Failed to accept a client: %m");
+			return;
+		}
+		if (session_new(d, fd) < 0)
+			log_warn("Failed to set up a client session");
+	}
+}
+
+static void on_signal(struct daemon *d)
+{
+	struct signalfd_siginfo si;
+
+	while (read(d->signal_fd, &si, sizeof(si)) == sizeof(si)) {
+		log_notice("received %s, shutting down", strsignal((int) si.ssi_signo));
+		d->quit = true;
+	}
+}
+
+int loop_run(struct daemon *d)
+{
+	struct epoll_event evs[64];
+
+	while (!d->quit) {
+		int n = epoll_wait(d->epfd, evs, 64, -1);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			log_error("epoll_wait failed: %m");
+			return -errno;
+		}
+		for (int i = 0; i < n; i++) {
+			void *tag = evs[i].data.ptr;
+
+			if (tag == &tag_listen)
+				on_accept(d);
+			else if (tag == &tag_signal)
+				on_signal(d);
+			else
+				session_event(tag, evs[i].events);
+		}
+	}
+	return 0;
+}
+
+void loop_teardown(struct daemon *d)
+{
+	while (d->sessions)
+		session_free(d->sessions);
+	if (d->listen_fd >= 0) {
+		close(d->listen_fd);
+		unlink(d->socket_path);
+	}
+	if (d->lock_fd >= 0) {
+		unlink(d->lock_path);
+		close(d->lock_fd);
+	}
+	if (d->signal_fd >= 0)
+		close(d->signal_fd);
+	if (d->epfd >= 0)
+		close(d->epfd);
+}

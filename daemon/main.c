@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "kvc-config.h"
+#include "log.h"
+
+#define LOG_TOPIC "main"
+
+int main(int argc, char **argv)
+{
+	struct config cfg;
+	struct daemon d = { .cfg = &cfg };
+	char err[CONFIG_ERR_MAX] = "";
+	const char *env;
+	int r;
+
+	config_init(&cfg);
+	r = config_parse_args(&cfg, argc, argv, err);
+	if (r > 0)
+		return 0;
+	if (r < 0) {
+		fprintf(stderr, "kvcached: %s\n", err);
+		return 2;
+	}
+	env = getenv("KVCACHE_LOG");
+	if (log_configure(cfg.log_level) < 0 || (env && *env && log_configure(env) < 0)) {
+		fprintf(stderr, "kvcached: invalid log level specification in KVCACHE_LOG\n");
+		return 2;
+	}
+	r = shm_socket_path(cfg.socket, d.socket_path, sizeof(d.socket_path));
+	if (r < 0) {
+		fprintf(stderr, "kvcached: socket path too long (at most %zu bytes)\n",
+			sizeof(d.socket_path) - 1);
+		return 2;
+	}
+	if (getrandom(&d.generation, sizeof(d.generation), 0) != sizeof(d.generation))
+		d.generation = (uint64_t) getpid() << 32 ^ (uint64_t) time(NULL);
+	clock_gettime(CLOCK_MONOTONIC, &d.started);
+	if (cfg.config_path[0])
+		log_info("configuration read from %s", cfg.config_path);
+
+	r = index_init(&d.index);
+	if (r < 0)
+		return 1;
+	r = loop_setup(&d);
+	if (r < 0)
+		goto out;
+	r = tier_setup(&d);
+	if (r < 0)
+		goto out;
+	log_notice("kvcached %s listening on %s (dram %llu bytes, %s pages)", KVC_VERSION,
+		   d.socket_path, (unsigned long long) cfg.dram_size, d.hugepages ? "2 MiB" : "4 KiB");
+	r = loop_run(&d);
+out:
+	loop_teardown(&d);
+	/* Sessions are gone, so every object is unviewed: free them all. */
+	for (size_t b = 0; d.index.buckets && b < d.index.n_buckets; b++)
+		while (d.index.buckets[b])
+			object_drop(&d, d.index.buckets[b]);
+	tier_teardown(&d);
+	index_done(&d.index);
+	if (r == 0)
+		log_notice("stopped");
+	return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,1054 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One connected client: its socket buffers, and the reservations and views it
+ * holds.  Everything a client sends is untrusted; a bad frame earns an error
+ * response (and, when the stream can no longer be followed, a hang-up), never
+ * a daemon crash or a leak.  When the socket goes away, whatever the client
+ * held is given back.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "kvc-config.h"
+#include "log.h"
+
+#define LOG_TOPIC "session"
+
+#define IN_INITIAL (64u << 10)
+#define OUT_MAX (16u << 20)       /* a client that does not read is dropped */
+#define MAX_SLOTS (1u << 16)      /* outstanding reservations + views */
+#define LIST_DEFAULT 1000u
+#define LIST_MAX 4096u
+
+enum slot_kind {
+	SLOT_FREE,
+	SLOT_RESERVE,
+	SLOT_VIEW,
+};
+
+struct slot {
+	uint32_t gen;
+	uint32_t next_free; /* index + 1 of the next free slot, 0 = none */
+	uint8_t kind;
+	uint8_t replace;    /* reservation made with KVC_PUT_REPLACE */
+	struct object *obj;
+};
+
+struct session {
+	struct session *next, *prev;
+	struct daemon *d;
+	int fd;
+	uint64_t id;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	char name[32];
+	bool welcomed, refused, closing;
+	uint32_t events;
+
+	uint8_t *in;
+	size_t in_len, in_cap;
+	uint8_t *out;
+	size_t out_len, out_off;
+	int out_fds[WIRE_MAX_FDS]; /* not yet sent with the first out byte */
+	size_t n_out_fds;
+
+	struct slot *slots;
+	uint32_t n_slots, free_slot, used_slots;
+};
+
+static void release_slot(struct session *s, uint32_t i);
+
+/* ---- slots: handle = generation << 32 | (index + 1) ---- */
+
+static int slot_alloc(struct session *s, uint8_t kind, struct object *o, uint64_t *ret_handle)
+{
+	struct slot *sl;
+	uint32_t i;
+
+	if (s->free_slot) {
+		i = s->free_slot - 1;
+		s->free_slot = s->slots[i].next_free;
+	} else {
+		if (s->n_slots == MAX_SLOTS)
+			return -EMFILE;
+		if ((s->n_slots & (s->n_slots - 1)) == 0 || s->n_slots < 16) {
+			uint32_t cap = s->n_slots < 16 ? 16 : s->n_slots * 2;
+			struct slot *n = realloc(s->slots, cap * sizeof(*n));
+
+			if (!n)
+				return -ENOMEM;
+			s->slots = n;
+		}
+		i = s->n_slots++;
+		s->slots[i] = (struct slot) { .gen = 1 };
+	}
+	sl = &s->slots[i];
+	sl->kind = kind;
+	sl->obj = o;
+	sl->next_free = 0;
+	s->used_slots++;
+	*ret_handle = (uint64_t) sl->gen << 32 | (i + 1);
+	return 0;
+}
+
+static struct slot *slot_get(struct session *s, uint64_t handle, uint8_t kind, uint32_t *ret_i)
+{
+	uint32_t i = (uint32_t) handle - 1, gen = (uint32_t) (handle >> 32);
+
+	if ((uint32_t) handle == 0 || i >= s->n_slots)
+		return NULL;
+	if (s->slots[i].kind != kind || s->slots[i].gen != gen)
+		return NULL;
+	*ret_i = i;
+	return &s->slots[i];
+}
+
+static void slot_put(struct session *s, uint32_t i)
+{
+	struct slot *sl = &s->slots[i];
+
+	sl->kind = SLOT_FREE;
+	sl->obj = NULL;
+	sl->gen++;
+	if (sl->gen == 0)
+		sl->gen = 1;
+	sl->next_free = s->free_slot;
+	s->free_slot = i + 1;
+	s->used_slots--;
+}
+
+static void release_slot(struct session *s, uint32_t i)
+{
+	struct slot *sl = &s->slots[i];
+	struct object *o = sl->obj;
+
+	if (sl->kind == SLOT_RESERVE) {
+		object_free(s->d, o);
+	} else if (sl->kind == SLOT_VIEW) {
+		o->views--;
+		if (o->views == 0 && (o->flags & OBJ_DEAD))
+			object_free(s->d, o);
+	}
+	slot_put(s, i);
+}
+
+/* ---- output ---- */
+
+static void update_events(struct session *s)
+{
+	/* While output is backed up, stop reading: a client that does not
+	 * read its answers gets no more of them. */
+	uint32_t want = s->out_off < s->out_len ? EPOLLOUT : EPOLLIN;
+
+	if (want != s->events && !s->closing) {
+		s->events = want;
+		loop_watch(s->d, s->fd, want, s, true);
+	}
+}
+
+static int flush(struct session *s)
+{
+	while (s->out_off < s->out_len) {
+		struct iovec iov = { s->out + s->out_off, s->out_len - s->out_off };
+		union {
+			char buf[CMSG_SPACE(sizeof(int) * WIRE_MAX_FDS)];
+			struct cmsghdr align;
+		} control;
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+		ssize_t n;
+
+		if (s->n_out_fds) {
+			struct cmsghdr *cm;
+
+			memset(&control, 0, sizeof(control));
+			mh.msg_control = control.buf;
+			mh.msg_controllen = CMSG_SPACE(sizeof(int) * s->n_out_fds);
+			cm = CMSG_FIRSTHDR(&mh);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int) * s->n_out_fds);
+			memcpy(CMSG_DATA(cm), s->out_fds, sizeof(int) * s->n_out_fds);
+		}
+		n = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				break;
+			return -errno;
+		}
+		s->n_out_fds = 0;
+		s->out_off += (size_t) n;
+	}
+	if (s->out_off == s->out_len)
+		s->out_off = s->out_len = 0;
+	update_events(s);
+	return 0;
+}
+
+static int send_frame(struct session *s, uint16_t type, uint32_t seq, const ProtobufCMessage *m,
+		      const int *fds, size_t n_fds)
+{
+	uint8_t *buf;
+	size_t len;
+	int r;
+
+	r = wire_frame_pack(type, seq, (uint16_t) n_fds, m, &buf, &len);
+	if (r < 0)
+		return r;
+	if (s->out_len - s->out_off + len > OUT_MAX) {
+		free(buf);
+		return -ENOBUFS;
+	}
+	if (s->out_off == s->out_len) {
+		free(s->out);
+		s->out = buf;
+		s->out_off = 0;
+		s->out_len = len;
+	} else {
+		uint8_t *n = realloc(s->out, s->out_len + len);
+
+		if (!n) {
+			free(buf);
+			return -ENOMEM;
+		}
+		memcpy(n + s->out_len, buf, len);
+		free(buf);
+		s->out = n;
+		s->out_len += len;
+	}
+	memcpy(s->out_fds, fds, sizeof(int) * n_fds);
+	s->n_out_fds = n_fds;
+	return flush(s);
+}
+
+static void send_error(struct session *s, uint32_t seq, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void send_error(struct session *s, uint32_t seq, int err, const char *fmt, ...)
+{
+	Kvc__Response resp = KVC__RESPONSE__INIT;
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	resp.error = err;
+	resp.error_msg = msg;
+	if (send_frame(s, WIRE_RESPONSE, seq, &resp.base, NULL, 0) < 0)
+		s->closing = true;
+}
+
+/* A violation after which the stream cannot be trusted: answer, then hang up. */
+static void fatal(struct session *s, uint32_t seq, int err, const char *why)
+{
+	log_notice("client[pid=%d,%s]: %s; disconnecting", (int) s->pid, s->name, why);
+	s->d->stats.protocol_errors++;
+	send_error(s, seq, err, "%s", why);
+	s->closing = true;
+}
+
+/* ---- operations ---- */
+
+struct reply {
+	Kvc__Response resp;
+	Kvc__Extent extent;
+	Kvc__ExistsResp exists;
+	char msg[256];
+	void *free1, *free2; /* scratch released after sending */
+};
+
+#define MSG(rep, ...) snprintf((rep)->msg, sizeof((rep)->msg), __VA_ARGS__)
+
+static void set_extent(struct reply *rep, uint64_t handle, const struct object *o)
+{
+	rep->extent.handle = handle;
+	rep->extent.segment = o->tier->segment;
+	rep->extent.offset = o->block->offset;
+	rep->extent.len = o->len;
+	rep->resp.body_case = KVC__RESPONSE__BODY_EXTENT;
+	rep->resp.extent = &rep->extent;
+}
+
+static struct object *lookup(struct daemon *d, const ProtobufCBinaryData *key)
+{
+	return index_find(&d->index, key->data, key->len, index_hash(key->data, key->len));
+}
+
+static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply *rep)
+{
+	struct daemon *d = s->d;
+	const uint32_t known = 0x7; /* REPLACE | SOFT_PIN | HARD_PIN */
+	uint32_t flags = rq->opts ? rq->opts->flags : 0;
+	int tier_req = rq->opts ? rq->opts->tier : 0;
+	struct object *o, *old;
+	struct tier *t;
+	uint64_t h;
+	int r;
+
+	if (flags & ~known) {
+		MSG(rep, "unknown put flags 0x%x", flags & ~known);
+		return -EINVAL;
+	}
+	t = tier_for(d, tier_req);
+	if (!t) {
+		MSG(rep, "tier %d is not configured on this daemon", tier_req);
+		return -EINVAL;
+	}
+	if (rq->len > (UINT64_C(1) << 30) || rq->len > t->alloc.size) {
+		MSG(rep, "value of %llu bytes is larger than the %s tier can hold (%llu bytes)",
+		    (unsigned long long) rq->len, t->name, (unsigned long long) t->alloc.size);
+		return -E2BIG;
+	}
+	old = lookup(d, &rq->key);
+	if (old && !(flags & 1))
+		return -EEXIST;
+	o = object_new(rq->key.data, rq->key.len);
+	if (!o)
+		return -ENOMEM;
+	o->len = rq->len;
+	o->tier = t;
+	if (flags & 2)
+		o->flags |= OBJ_SOFT_PIN;
+	if (flags & 4)
+		o->flags |= OBJ_HARD_PIN;
+	r = tier_alloc(d, t, rq->len, &o->block);
+	if (r < 0) {
+		free(o);
+		if (r == -ENOSPC)
+			MSG(rep, "no space for %llu bytes: everything left in the %s tier is in use",
+			    (unsigned long long) rq->len, t->name);
+		return r;
+	}
+	r = slot_alloc(s, SLOT_RESERVE, o, &h);
+	if (r < 0) {
+		object_free(d, o);
+		MSG(rep, "too many outstanding reservations and views on this connection");
+		return r;
+	}
+	s->slots[(uint32_t) h - 1].replace = flags & 1;
+	d->stats.reserves++;
+	set_extent(rep, h, o);
+	return 0;
+}
+
+static int op_commit(struct session *s, uint64_t handle, struct reply *rep)
+{
+	struct daemon *d = s->d;
+	struct object *o, *old;
+	struct slot *sl;
+	uint32_t i;
+	bool replace;
+
+	sl = slot_get(s, handle, SLOT_RESERVE, &i);
+	if (!sl) {
+		MSG(rep, "no such reservation");
+		return -ESTALE;
+	}
+	o = sl->obj;
+	replace = sl->replace;
+	old = index_find(&d->index, o->key, o->key_len, o->hash);
+	if (old && !replace) {
+		/* Another client committed first: exactly one wins. */
+		release_slot(s, i);
+		d->stats.put_conflicts++;
+		return -EEXIST;
+	}
+	if (old)
+		object_drop(d, old); /* views on it keep their bytes until released */
+	slot_put(s, i);
+	o->flags |= OBJ_COMMITTED;
+	index_insert(&d->index, o);
+	o->tier->objects++;
+	d->stats.puts++;
+	d->stats.bytes_in += o->len;
+	return 0;
+}
+
+static int op_abort(struct session *s, uint64_t handle, struct reply *rep)
+{
+	uint32_t i;
+
+	if (!slot_get(s, handle, SLOT_RESERVE, &i)) {
+		MSG(rep, "no such reservation");
+		return -ESTALE;
+	}
+	release_slot(s, i);
+	s->d->stats.aborts++;
+	return 0;
+}
+
+static int op_acquire(struct session *s, const ProtobufCBinaryData *key, struct reply *rep)
+{
+	struct daemon *d = s->d;
+	struct object *o = lookup(d, key);
+	uint64_t h;
+	int r;
+
+	d->stats.gets++;
+	if (!o) {
+		d->stats.misses++;
+		return -ENOENT;
+	}
+	r = slot_alloc(s, SLOT_VIEW, o, &h);
+	if (r < 0) {
+		MSG(rep, "too many outstanding reservations and views on this connection");
+		return r;
+	}
+	o->views++;
+	index_touch(&d->index, o);
+	d->stats.hits++;
+	d->stats.bytes_out += o->len;
+	set_extent(rep, h, o);
+	return 0;
+}
+
+static int op_release(struct session *s, uint64_t handle, struct reply *rep)
+{
+	uint32_t i;
+
+	if (!slot_get(s, handle, SLOT_VIEW, &i)) {
+		MSG(rep, "no such view");
+		return -ESTALE;
+	}
+	release_slot(s, i);
+	return 0;
+}
+
+static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struct reply *rep)
+{
+	struct daemon *d = s->d;
+	uint8_t *present = NULL;
+	uint32_t count = 0;
+
+	if (!prefix) {
+		present = calloc(kq->n_keys ? kq->n_keys : 1, 1);
+		if (!present)
+			return -ENOMEM;
+		rep->free1 = present;
+	}
+	for (size_t i = 0; i < kq->n_keys; i++) {
+		struct object *o = lookup(d, &kq->keys[i]);
+
+		d->stats.exists++;
+		if (o) {
+			index_touch(&d->index, o);
+			count++;
+			if (present)
+				present[i] = 1;
+		} else if (prefix)
+			break;
+	}
+	if (present)
+		rep->exists.present = (ProtobufCBinaryData) { .len = kq->n_keys, .data = present };
+	rep->exists.count = count;
+	rep->resp.body_case = KVC__RESPONSE__BODY_EXISTS;
+	rep->resp.exists = &rep->exists;
+	return 0;
+}
+
+static int op_remove(struct session *s, const ProtobufCBinaryData *key, struct reply *rep)
+{
+	struct daemon *d = s->d;
+	struct object *o = lookup(d, key);
+
+	if (!o)
+		return -ENOENT;
+	if (o->views) {
+		MSG(rep, "object is held by %u view(s)", o->views);
+		return -EBUSY;
+	}
+	object_drop(d, o);
+	d->stats.removes++;
+	return 0;
+}
+
+static uint64_t uptime_s(struct daemon *d)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (uint64_t) (now.tv_sec - d->started.tv_sec);
+}
+
+static int op_status(struct session *s, struct reply *rep)
+{
+	struct daemon *d = s->d;
+	Kvc__StatusResp *st = calloc(1, sizeof(*st));
+	Kvc__TierStatus *ts = calloc(d->n_tiers, sizeof(*ts));
+	Kvc__TierStatus **tp = calloc(d->n_tiers, sizeof(*tp));
+
+	if (!st || !ts || !tp) {
+		free(st);
+		free(ts);
+		free(tp);
+		return -ENOMEM;
+	}
+	kvc__status_resp__init(st);
+	for (unsigned i = 0; i < d->n_tiers; i++) {
+		kvc__tier_status__init(&ts[i]);
+		ts[i].name = (char *) d->tiers[i].name;
+		ts[i].capacity = d->tiers[i].alloc.size;
+		ts[i].used = d->tiers[i].alloc.used;
+		ts[i].objects = d->tiers[i].objects;
+		tp[i] = &ts[i];
+	}
+	st->version = (char *) KVC_VERSION;
+	st->uptime_s = uptime_s(d);
+	st->hugepages = d->hugepages;
+	st->clients = d->n_sessions;
+	st->objects = d->index.n_objects;
+	st->n_tiers = d->n_tiers;
+	st->tiers = tp;
+	st->pid = (uint32_t) getpid();
+	st->socket = d->socket_path;
+	st->protocol_major = KVC_PROTO_MAJOR;
+	st->protocol_minor = KVC_PROTO_MINOR;
+	st->layout_version = SHM_LAYOUT_VERSION;
+	rep->resp.body_case = KVC__RESPONSE__BODY_STATUS;
+	rep->resp.status = st;
+	rep->free1 = ts;
+	rep->free2 = tp;
+	return 0;
+}
+
+static int op_stats(struct session *s, struct reply *rep)
+{
+	struct daemon *d = s->d;
+	const struct stats *x = &d->stats;
+	struct {
+		const char *name;
+		uint64_t value;
+	} base[] = {
+		{ "puts", x->puts },
+		{ "gets", x->gets },
+		{ "hits", x->hits },
+		{ "misses", x->misses },
+		{ "exists", x->exists },
+		{ "bytes_in", x->bytes_in },
+		{ "bytes_out", x->bytes_out },
+		{ "errors", x->errors },
+		{ "protocol_errors", x->protocol_errors },
+		{ "removes", x->removes },
+		{ "evictions", x->evictions },
+		{ "evicted_bytes", x->evicted_bytes },
+		{ "reserves", x->reserves },
+		{ "aborts", x->aborts },
+		{ "put_conflicts", x->put_conflicts },
+		{ "connections", x->connections },
+		{ "reclaimed_reservations", x->reclaimed_reservations },
+		{ "reclaimed_views", x->reclaimed_views },
+	};
+	const size_t nb = sizeof(base) / sizeof(base[0]), per_tier = 3;
+	size_t n = nb + d->n_tiers * per_tier;
+	Kvc__StatsResp *st = calloc(1, sizeof(*st));
+	Kvc__Counter *cs = calloc(n, sizeof(*cs));
+	Kvc__Counter **cp = calloc(n, sizeof(*cp));
+	char *names = calloc(n, 64);
+
+	if (!st || !cs || !cp || !names) {
+		free(st);
+		free(cs);
+		free(cp);
+		free(names);
+		return -ENOMEM;
+	}
+	kvc__stats_resp__init(st);
+	for (size_t i = 0; i < n; i++) {
+		kvc__counter__init(&cs[i]);
+		cs[i].name = names + i * 64;
+		cp[i] = &cs[i];
+		if (i < nb) {
+			snprintf(cs[i].name, 64, "%s", base[i].name);
+			cs[i].value = base[i].value;
+		} else {
+			const struct tier *t = &d->tiers[(i - nb) / per_tier];
+			static const char *const what[] = { "capacity", "used", "objects" };
+			uint64_t v[] = { t->alloc.size, t->alloc.used, t->objects };
+
+			snprintf(cs[i].name, 64, "%s.%s", t->name, what[(i - nb) % per_tier]);
+			cs[i].value = v[(i - nb) % per_tier];
+		}
+	}
+	st->n_counters = n;
+	st->counters = cp;
+	rep->resp.body_case = KVC__RESPONSE__BODY_STATS;
+	rep->resp.stats = st;
+	rep->free1 = cs;
+	rep->free2 = names; /* cp goes with st in reply_free() */
+	return 0;
+}
+
+struct list_acc {
+	Kvc__ListResp *l;
+	Kvc__KeyInfo *infos;
+	Kvc__KeyInfo **ptrs;
+	uint32_t limit;
+	const ProtobufCBinaryData *prefix;
+};
+
+static void list_add(struct list_acc *a, const struct object *o, uint32_t state)
+{
+	if (o->key_len < a->prefix->len || memcmp(o->key, a->prefix->data, a->prefix->len) != 0)
+		return;
+	a->l->total++;
+	if (a->l->n_keys < a->limit) {
+		Kvc__KeyInfo *k = &a->infos[a->l->n_keys];
+
+		kvc__key_info__init(k);
+		k->key = (ProtobufCBinaryData) { .len = o->key_len, .data = (uint8_t *) o->key };
+		k->size = o->len;
+		k->state = state;
+		k->tier = o->tier->kind;
+		a->ptrs[a->l->n_keys++] = k;
+	}
+}
+
+static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
+{
+	struct daemon *d = s->d;
+	struct list_acc a = { .prefix = &lq->prefix };
+
+	a.limit = lq->limit ? lq->limit : LIST_DEFAULT;
+	if (a.limit > LIST_MAX)
+		a.limit = LIST_MAX;
+	a.l = calloc(1, sizeof(*a.l));
+	a.infos = calloc(a.limit, sizeof(*a.infos));
+	a.ptrs = calloc(a.limit, sizeof(*a.ptrs));
+	if (!a.l || !a.infos || !a.ptrs) {
+		free(a.l);
+		free(a.infos);
+		free(a.ptrs);
+		return -ENOMEM;
+	}
+	kvc__list_resp__init(a.l);
+	a.l->keys = a.ptrs;
+	for (size_t b = 0; b < d->index.n_buckets; b++)
+		for (const struct object *o = d->index.buckets[b]; o; o = o->hnext)
+			list_add(&a, o, 2 /* KVC_STATE_COMMITTED */);
+	for (struct session *x = d->sessions; x; x = x->next)
+		for (uint32_t i = 0; i < x->n_slots; i++)
+			if (x->slots[i].kind == SLOT_RESERVE)
+				list_add(&a, x->slots[i].obj, 1 /* KVC_STATE_RESERVED */);
+	rep->resp.body_case = KVC__RESPONSE__BODY_LIST;
+	rep->resp.list = a.l;
+	rep->free1 = a.infos;
+	return 0;
+}
+
+static int op_evict(struct session *s, const Kvc__EvictReq *eq, struct reply *rep)
+{
+	struct daemon *d = s->d;
+	struct tier *t = NULL;
+	Kvc__EvictResp *er;
+
+	if (eq->tier != 0) {
+		t = tier_for(d, eq->tier);
+		if (!t) {
+			MSG(rep, "tier %d is not configured on this daemon", eq->tier);
+			return -EINVAL;
+		}
+	}
+	er = calloc(1, sizeof(*er));
+	if (!er)
+		return -ENOMEM;
+	kvc__evict_resp__init(er);
+	tier_evict(d, t, eq->bytes, eq->all, &er->bytes, &er->objects);
+	log_info("client[pid=%d]: evicted %llu objects, %llu bytes", (int) s->pid,
+		 (unsigned long long) er->objects, (unsigned long long) er->bytes);
+	rep->resp.body_case = KVC__RESPONSE__BODY_EVICT;
+	rep->resp.evict = er;
+	return 0;
+}
+
+static void reply_free(struct reply *rep)
+{
+	switch (rep->resp.body_case) {
+	case KVC__RESPONSE__BODY_STATUS:
+		free(rep->resp.status);
+		break;
+	case KVC__RESPONSE__BODY_STATS:
+		free(rep->resp.stats->counters);
+		free(rep->resp.stats);
+		break;
+	case KVC__RESPONSE__BODY_LIST:
+		free(rep->resp.list->keys);
+		free(rep->resp.list);
+		break;
+	case KVC__RESPONSE__BODY_EVICT:
+		free(rep->resp.evict);
+		break;
+	default:
+		break;
+	}
+	free(rep->free1);
+	free(rep->free2);
+}
+
+static void handle_request(struct session *s, const struct wire_hdr *h, const uint8_t *payload)
+{
+	struct daemon *d = s->d;
+	struct reply rep = { .resp = KVC__RESPONSE__INIT, .extent = KVC__EXTENT__INIT,
+			     .exists = KVC__EXISTS_RESP__INIT };
+	const char *why = NULL;
+	Kvc__Request *q;
+	int r;
+
+	r = wire_request_decode(payload, h->len, &q, &why);
+	if (r < 0) {
+		d->stats.protocol_errors++;
+		send_error(s, h->seq, -r, "%s", why);
+		return;
+	}
+	switch (q->op) {
+	case KVC__OP__OP_RESERVE:
+		r = op_reserve(s, q->reserve, &rep);
+		break;
+	case KVC__OP__OP_COMMIT:
+		r = op_commit(s, q->handle->handle, &rep);
+		break;
+	case KVC__OP__OP_ABORT:
+		r = op_abort(s, q->handle->handle, &rep);
+		break;
+	case KVC__OP__OP_ACQUIRE:
+		r = op_acquire(s, &q->key->key, &rep);
+		break;
+	case KVC__OP__OP_RELEASE:
+		r = op_release(s, q->handle->handle, &rep);
+		break;
+	case KVC__OP__OP_EXISTS: {
+		Kvc__KeysReq one = KVC__KEYS_REQ__INIT;
+
+		one.n_keys = 1;
+		one.keys = &q->key->key;
+		r = op_keys(s, &one, true, &rep);
+		break;
+	}
+	case KVC__OP__OP_BATCH_EXISTS:
+		r = op_keys(s, q->keys, false, &rep);
+		break;
+	case KVC__OP__OP_PREFIX_LOOKUP:
+		r = op_keys(s, q->keys, true, &rep);
+		break;
+	case KVC__OP__OP_REMOVE:
+		r = op_remove(s, &q->key->key, &rep);
+		break;
+	case KVC__OP__OP_STATUS:
+		r = op_status(s, &rep);
+		break;
+	case KVC__OP__OP_STATS:
+		r = op_stats(s, &rep);
+		break;
+	case KVC__OP__OP_LIST:
+		r = op_list(s, q->list, &rep);
+		break;
+	case KVC__OP__OP_EVICT:
+		r = op_evict(s, q->evict, &rep);
+		break;
+	default:
+		r = -EOPNOTSUPP; /* wire_request_decode() let through an op we forgot */
+		break;
+	}
+	if (r < 0) {
+		if (r != -ENOENT && r != -EEXIST)
+			d->stats.errors++;
+		reply_free(&rep);
+		rep.resp = (Kvc__Response) KVC__RESPONSE__INIT;
+		rep.resp.error = -r;
+		rep.resp.error_msg = rep.msg[0] ? rep.msg : (char *) "";
+		rep.free1 = rep.free2 = NULL;
+		log_debug("client[pid=%d]: op %u failed: %s %s", (int) s->pid, q->op, strerror(-r),
+			  rep.msg);
+	}
+	if (send_frame(s, WIRE_RESPONSE, h->seq, &rep.resp.base, NULL, 0) < 0)
+		s->closing = true;
+	reply_free(&rep);
+	kvc__request__free_unpacked(q, NULL);
+}
+
+static void handle_hello(struct session *s, const struct wire_hdr *h, const uint8_t *payload)
+{
+	struct daemon *d = s->d;
+	Kvc__Welcome w = KVC__WELCOME__INIT;
+	Kvc__SegmentInfo si[DAEMON_MAX_TIERS], *sp[DAEMON_MAX_TIERS];
+	int fds[DAEMON_MAX_TIERS];
+	Kvc__Hello *hello;
+	char msg[160];
+
+	hello = kvc__hello__unpack(NULL, h->len, payload);
+	if (!hello) {
+		fatal(s, h->seq, EPROTO, "Hello does not decode");
+		return;
+	}
+	if (hello->client_name)
+		snprintf(s->name, sizeof(s->name), "%s", hello->client_name);
+	w.major = KVC_PROTO_MAJOR;
+	w.minor = KVC_PROTO_MINOR;
+	w.version = (char *) KVC_VERSION;
+	if (s->refused) {
+		w.error = EACCES;
+		snprintf(msg, sizeof(msg), "uid %u gid %u may not use this daemon", (unsigned) s->uid,
+			 (unsigned) s->gid);
+		w.error_msg = msg;
+	} else if (hello->major != KVC_PROTO_MAJOR) {
+		w.error = EPROTONOSUPPORT;
+		snprintf(msg, sizeof(msg), "daemon speaks protocol %u.%u, client %u.%u",
+			 KVC_PROTO_MAJOR, KVC_PROTO_MINOR, hello->major, hello->minor);
+		w.error_msg = msg;
+	}
+	kvc__hello__free_unpacked(hello, NULL);
+	if (w.error) {
+		log_notice("client[pid=%d,%s]: refused: %s", (int) s->pid, s->name, w.error_msg);
+		send_frame(s, WIRE_WELCOME, h->seq, &w.base, NULL, 0);
+		s->closing = true;
+		return;
+	}
+	for (unsigned i = 0; i < d->n_tiers; i++) {
+		kvc__segment_info__init(&si[i]);
+		si[i].index = d->tiers[i].segment;
+		si[i].fd_index = i;
+		si[i].size = d->tiers[i].seg.size;
+		si[i].tier = d->tiers[i].kind;
+		si[i].hugepages = d->tiers[i].seg.hugepages;
+		si[i].generation = d->generation;
+		sp[i] = &si[i];
+		fds[i] = d->tiers[i].seg.fd;
+	}
+	w.n_segments = d->n_tiers;
+	w.segments = sp;
+	w.client_id = s->id;
+	w.max_value_size = UINT64_C(1) << 30;
+	s->welcomed = true;
+	log_info("client[pid=%d,%s]: connected (id %llu)", (int) s->pid, s->name,
+		 (unsigned long long) s->id);
+	if (send_frame(s, WIRE_WELCOME, h->seq, &w.base, fds, d->n_tiers) < 0)
+		s->closing = true;
+}
+
+static void handle_frame(struct session *s, const struct wire_hdr *h, const uint8_t *payload)
+{
+	if (h->n_fds) {
+		fatal(s, h->seq, EPROTO, "file descriptors are not accepted from clients");
+		return;
+	}
+	if (!s->welcomed) {
+		if (h->type != WIRE_HELLO)
+			fatal(s, h->seq, EPROTO, "the first frame must be Hello");
+		else
+			handle_hello(s, h, payload);
+		return;
+	}
+	switch (h->type) {
+	case WIRE_REQUEST:
+		handle_request(s, h, payload);
+		break;
+	case WIRE_HELLO:
+		s->d->stats.protocol_errors++;
+		send_error(s, h->seq, EPROTO, "Hello was already received");
+		break;
+	default:
+		s->d->stats.protocol_errors++;
+		send_error(s, h->seq, EPROTO, "unknown message type %u", h->type);
+		break;
+	}
+}
+
+/* Handle every complete frame in the input buffer. */
+static void process(struct session *s)
+{
+	size_t off = 0;
+
+	while (!s->closing && s->out_off == s->out_len && s->in_len - off >= WIRE_HDR_SIZE) {
+		struct wire_hdr h;
+		int r;
+
+		memcpy(&h, s->in + off, sizeof(h));
+		r = wire_hdr_check(&h, WIRE_MAX_PAYLOAD);
+		if (r == -EMSGSIZE) {
+			char why[96];
+
+			snprintf(why, sizeof(why), "frame of %u bytes exceeds the %u-byte limit", h.len,
+				 WIRE_MAX_PAYLOAD);
+			fatal(s, h.seq, EMSGSIZE, why);
+			break;
+		}
+		if (r < 0) {
+			fatal(s, h.seq, EPROTO, "malformed frame header");
+			break;
+		}
+		if (s->in_len - off - WIRE_HDR_SIZE < h.len) {
+			/* make room for the whole frame */
+			size_t need = WIRE_HDR_SIZE + h.len;
+
+			if (off) {
+				memmove(s->in, s->in + off, s->in_len - off);
+				s->in_len -= off;
+				off = 0;
+			}
+			if (need > s->in_cap) {
+				uint8_t *n = realloc(s->in, need);
+
+				if (!n) {
+					s->closing = true;
+					break;
+				}
+				s->in = n;
+				s->in_cap = need;
+			}
+			break;
+		}
+		handle_frame(s, &h, s->in + off + WIRE_HDR_SIZE);
+		off += WIRE_HDR_SIZE + h.len;
+	}
+	if (off) {
+		memmove(s->in, s->in + off, s->in_len - off);
+		s->in_len -= off;
+	}
+}
+
+static void on_readable(struct session *s)
+{
+	for (;;) {
+		int fds[WIRE_MAX_FDS];
+		size_t n_fds = 0;
+		ssize_t n;
+
+		if (s->in_len == s->in_cap) {
+			/* A full buffer with no complete frame cannot happen:
+			 * process() grows it to the frame's size. */
+			process(s);
+			if (s->in_len == s->in_cap)
+				return;
+		}
+		n = wire_recv_some(s->fd, s->in + s->in_len, s->in_cap - s->in_len, fds,
+				   WIRE_MAX_FDS, &n_fds, MSG_DONTWAIT);
+		if (n == -EAGAIN)
+			return;
+		if (n == -EPROTO) {
+			fatal(s, 0, EPROTO, "control message truncated (MSG_CTRUNC)");
+			return;
+		}
+		if (n <= 0) {
+			s->closing = true;
+			return;
+		}
+		for (size_t i = 0; i < n_fds; i++)
+			close(fds[i]);
+		s->in_len += (size_t) n;
+		if (n_fds) {
+			fatal(s, 0, EPROTO, "file descriptors are not accepted from clients");
+			return;
+		}
+		process(s);
+		if (s->closing || s->out_off < s->out_len)
+			return;
+	}
+}
+
+void session_event(struct session *s, uint32_t events)
+{
+	if (events & EPOLLOUT) {
+		if (flush(s) < 0)
+			s->closing = true;
+		else if (s->out_off == s->out_len && !s->closing) {
+			/* answers drained: handle what queued up meanwhile */
+			process(s);
+		}
+	}
+	if (!s->closing && (events & EPOLLIN))
+		on_readable(s);
+	if (!s->closing && (events & (EPOLLHUP | EPOLLERR)) && !(events & EPOLLIN))
+		s->closing = true;
+	if (s->closing)
+		session_free(s);
+}
+
+int session_new(struct daemon *d, int fd)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	struct session *s;
+	int r;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s || !(s->in = malloc(IN_INITIAL))) {
+		free(s);
+		close(fd);
+		return -ENOMEM;
+	}
+	s->in_cap = IN_INITIAL;
+	s->d = d;
+	s->fd = fd;
+	s->pid = cred.pid;
+	s->uid = cred.uid;
+	s->gid = cred.gid;
+	s->id = ++d->next_session_id;
+	strcpy(s->name, "?");
+	/* The socket is 0660 already; this also covers a socket whose mode an
+	 * operator loosened by hand. */
+	s->refused = !(cred.uid == 0 || cred.uid == geteuid() || cred.gid == getegid());
+	s->events = EPOLLIN;
+	r = loop_watch(d, fd, EPOLLIN, s, false);
+	if (r < 0) {
+		free(s->in);
+		free(s);
+		close(fd);
+		return r;
+	}
+	s->next = d->sessions;
+	if (s->next)
+		s->next->prev = s;
+	d->sessions = s;
+	d->n_sessions++;
+	d->stats.connections++;
+	return 0;
+}
+
+void session_free(struct session *s)
+{
+	struct daemon *d;
+	uint64_t res = 0, views = 0;
+
+	if (!s)
+		return;
+	d = s->d;
+	for (uint32_t i = 0; i < s->n_slots; i++) {
+		if (s->slots[i].kind == SLOT_RESERVE)
+			res++;
+		else if (s->slots[i].kind == SLOT_VIEW)
+			views++;
+		if (s->slots[i].kind != SLOT_FREE)
+			release_slot(s, i);
+	}
+	d->stats.reclaimed_reservations += res;
+	d->stats.reclaimed_views += views;
+	if (s->welcomed || res || views)
+		log_info("client[pid=%d,%s]: disconnected; released %llu reservation(s), %llu view(s)",
+			 (int) s->pid, s->name, (unsigned long long) res, (unsigned long long) views);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		d->sessions = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	d->n_sessions--;
+	close(s->fd);
+	free(s->slots);
+	free(s->in);
+	free(s->out);
+	free(s);
+}

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shmem.h"
+
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+
+#define REQUIRED_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+static uint64_t round_up(uint64_t v, uint64_t to)
+{
+	return (v + to - 1) / to * to;
+}
+
+/* One attempt with a given page size; on failure nothing is left behind. */
+static int try_create(struct shm_segment *seg, const char *name, uint64_t size, bool huge)
+{
+	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0);
+	uint64_t total = round_up(SHM_HEADER_SIZE + size, huge ? SHM_HUGEPAGE_SIZE : 4096);
+	void *p;
+	int fd, r;
+
+	fd = memfd_create(name, flags);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t) total) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (fcntl(fd, F_ADD_SEALS, REQUIRED_SEALS) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	/* A shared hugetlb mapping reserves its pages here, so a kernel that
+	 * lacks them says so now rather than with SIGBUS on first touch. */
+	p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		r = -errno;
+		goto fail;
+	}
+	seg->fd = fd;
+	seg->base = p;
+	seg->size = total;
+	seg->hugepages = huge;
+	return 0;
+fail:
+	close(fd);
+	return r;
+}
+
+int shm_segment_create(struct shm_segment *seg, const char *name, uint64_t size,
+		       enum shm_hugepages hp, uint32_t tier, uint32_t index,
+		       uint64_t generation)
+{
+	struct shm_seg_header *h;
+	int r = -EINVAL;
+
+	*seg = (struct shm_segment) SHM_SEGMENT_INIT;
+	if (size == 0 || size > (UINT64_C(1) << 46))
+		return -EINVAL;
+
+	if (hp != SHM_HUGEPAGES_OFF) {
+		r = try_create(seg, name, size, true);
+		if (r < 0 && hp == SHM_HUGEPAGES_ON)
+			return r;
+		seg->hugepage_error = r < 0 ? r : 0;
+	}
+	if (hp == SHM_HUGEPAGES_OFF || r < 0) {
+		int herr = seg->hugepage_error;
+
+		r = try_create(seg, name, size, false);
+		if (r < 0)
+			return r;
+		seg->hugepage_error = herr;
+	}
+
+	h = seg->base;
+	memset(h, 0, sizeof(*h));
+	h->layout_version = SHM_LAYOUT_VERSION;
+	h->header_size = SHM_HEADER_SIZE;
+	h->generation = generation;
+	h->size = seg->size;
+	h->data_offset = SHM_HEADER_SIZE;
+	h->tier = tier;
+	h->flags = seg->hugepages ? SHM_SEG_HUGEPAGES : 0;
+	h->index = index;
+	h->daemon_pid = (uint32_t) getpid();
+	/* magic last: a header with the magic is a complete header */
+	__atomic_store_n(&h->magic, SHM_SEG_MAGIC, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int shm_segment_check_seals(int fd)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (seals < 0)
+		return errno == EINVAL ? -EPERM : -errno; /* not a memfd */
+	if ((seals & REQUIRED_SEALS) != REQUIRED_SEALS)
+		return -EPERM;
+	return 0;
+}
+
+int shm_segment_map(struct shm_segment *seg, int fd, uint64_t size)
+{
+	const struct shm_seg_header *h;
+	struct stat st;
+	void *p;
+	int r;
+
+	*seg = (struct shm_segment) SHM_SEGMENT_INIT;
+	r = shm_segment_check_seals(fd);
+	if (r < 0)
+		goto out;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	/* Sealed against shrinking, so the size we check is the size we map
+	 * for as long as the mapping lives. */
+	if (size < SHM_HEADER_SIZE || (uint64_t) st.st_size != size) {
+		r = -EBADMSG;
+		goto out;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		r = -errno;
+		goto out;
+	}
+	h = p;
+	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_SEG_MAGIC ||
+	    h->header_size != SHM_HEADER_SIZE || h->size != size ||
+	    h->data_offset < SHM_HEADER_SIZE || h->data_offset > size) {
+		munmap(p, size);
+		r = -EBADMSG;
+		goto out;
+	}
+	if (h->layout_version != SHM_LAYOUT_VERSION) {
+		munmap(p, size);
+		r = -EPROTONOSUPPORT;
+		goto out;
+	}
+	seg->base = p;
+	seg->size = size;
+	seg->hugepages = h->flags & SHM_SEG_HUGEPAGES;
+	r = 0;
+out:
+	close(fd);
+	return r;
+}
+
+void shm_segment_done(struct shm_segment *seg)
+{
+	if (!seg)
+		return;
+	if (seg->base)
+		munmap(seg->base, seg->size);
+	if (seg->fd >= 0)
+		close(seg->fd);
+	*seg = (struct shm_segment) SHM_SEGMENT_INIT;
+}

@@ -1,0 +1,596 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvcachectl — inspect and poke a running kvcached.  Written only against the
+ * public libkvcache API.
+ *
+ * Exit status: 0 ok, 1 not found, 2 usage error, 3 daemon unreachable,
+ * 4 any other failure.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvc-config.h"
+#include <kvcache/kvcache.h>
+
+enum {
+	EXIT_OK = 0,
+	EXIT_NOTFOUND = 1,
+	EXIT_USAGE = 2,
+	EXIT_UNREACHABLE = 3,
+	EXIT_FAIL = 4,
+};
+
+static const char *arg_socket;
+static bool arg_json;
+static char socket_path[108];
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kvcachectl [-s SOCKET] [--json] COMMAND [ARGS]\n"
+		"\n"
+		"Commands:\n"
+		"  status                       version, uptime, tiers, hugepages, clients\n"
+		"  stats                        counters: puts, gets, hits, misses, bytes, errors\n"
+		"  ls [PREFIX] [--limit N]      keys with size and state (default limit 1000)\n"
+		"  put KEY [FILE|-]             store FILE (or stdin) under KEY\n"
+		"  get KEY [FILE|-]             write the object to FILE (or stdout)\n"
+		"  exists KEY                   exit 0 if present, 1 if not\n"
+		"  rm KEY                       remove KEY\n"
+		"  evict [--tier T] [--bytes N | --all]\n"
+		"                               drop unused objects, least recently used first\n"
+		"\n"
+		"Options:\n"
+		"  -s, --socket PATH   daemon socket (default: $KVCACHE_SOCKET, then\n"
+		"                      $XDG_RUNTIME_DIR/kvcached.sock, then /tmp/kvcached-<uid>.sock)\n"
+		"  -j, --json          machine-readable output\n"
+		"  -h, --help          this help\n"
+		"  -V, --version       print the version\n"
+		"\n"
+		"Exit status: 0 ok, 1 not found, 2 usage error, 3 daemon unreachable, 4 other error.\n");
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kvcachectl: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'kvcachectl --help'.\n");
+	return EXIT_USAGE;
+}
+
+/* Map an error from the daemon onto the exit status and say what happened. */
+static int fail(const char *what, int r)
+{
+	const char *m = kvc_last_error_msg();
+
+	if (r == -ENOENT) {
+		fprintf(stderr, "kvcachectl: %s: not found\n", what);
+		return EXIT_NOTFOUND;
+	}
+	fprintf(stderr, "kvcachectl: %s: %s%s%s\n", what, kvc_strerror(r), *m ? ": " : "", m);
+	if (r == -ECONNRESET)
+		return EXIT_UNREACHABLE;
+	return EXIT_FAIL;
+}
+
+static int connect_daemon(struct kvc_client **ret)
+{
+	int r;
+
+	r = kvc_socket_path(arg_socket, socket_path, sizeof(socket_path));
+	if (r < 0) {
+		fprintf(stderr, "kvcachectl: bad socket path: %s\n", kvc_strerror(r));
+		return EXIT_USAGE;
+	}
+	r = kvc_connect(socket_path, ret);
+	if (r < 0) {
+		const char *m = kvc_last_error_msg();
+
+		fprintf(stderr, "kvcachectl: cannot reach kvcached at %s: %s%s%s\n", socket_path,
+			r == -ENOENT ? "no such socket" : kvc_strerror(r), *m ? ": " : "", m);
+		return EXIT_UNREACHABLE;
+	}
+	return EXIT_OK;
+}
+
+static void human(uint64_t v, char *buf, size_t len)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double d = (double) v;
+	unsigned u = 0;
+
+	while (d >= 1024 && u < 4) {
+		d /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 " B", v);
+	else
+		snprintf(buf, len, "%.1f %s", d, units[u]);
+}
+
+static void print_json(struct json_object *o)
+{
+	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+							  JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(o);
+}
+
+static int cmd_status(struct kvc_client *c)
+{
+	struct kvc_status *s;
+	int r = kvc_status_get(c, &s);
+
+	if (r < 0)
+		return fail("status", r);
+	if (arg_json) {
+		struct json_object *o = json_object_new_object(), *tiers = json_object_new_array();
+		char proto[32];
+
+		snprintf(proto, sizeof(proto), "%u.%u", s->protocol_major, s->protocol_minor);
+		json_object_object_add(o, "version", json_object_new_string(s->version));
+		json_object_object_add(o, "protocol", json_object_new_string(proto));
+		json_object_object_add(o, "layout_version", json_object_new_int64(s->layout_version));
+		json_object_object_add(o, "pid", json_object_new_int64(s->pid));
+		json_object_object_add(o, "socket", json_object_new_string(s->socket));
+		json_object_object_add(o, "uptime_s", json_object_new_uint64(s->uptime_s));
+		json_object_object_add(o, "hugepages", json_object_new_boolean(s->hugepages));
+		json_object_object_add(o, "clients", json_object_new_int64(s->clients));
+		json_object_object_add(o, "objects", json_object_new_uint64(s->objects));
+		for (size_t i = 0; i < s->n_tiers; i++) {
+			struct json_object *t = json_object_new_object();
+
+			json_object_object_add(t, "name", json_object_new_string(s->tiers[i].name));
+			json_object_object_add(t, "capacity", json_object_new_uint64(s->tiers[i].capacity));
+			json_object_object_add(t, "used", json_object_new_uint64(s->tiers[i].used));
+			json_object_object_add(t, "objects", json_object_new_uint64(s->tiers[i].objects));
+			json_object_array_add(tiers, t);
+		}
+		json_object_object_add(o, "tiers", tiers);
+		print_json(o);
+	} else {
+		printf("kvcached %s (pid %u) on %s\n", s->version, s->pid, s->socket);
+		printf("protocol:   %u.%u, shm layout %u\n", s->protocol_major, s->protocol_minor,
+		       s->layout_version);
+		printf("uptime:     %" PRIu64 " s\n", s->uptime_s);
+		printf("hugepages:  %s\n", s->hugepages ? "yes (2 MiB pages)" : "no (4 KiB pages)");
+		printf("clients:    %u\n", s->clients);
+		printf("objects:    %" PRIu64 "\n", s->objects);
+		printf("%-8s %12s %12s %6s %10s\n", "TIER", "CAPACITY", "USED", "USE%", "OBJECTS");
+		for (size_t i = 0; i < s->n_tiers; i++) {
+			char cap[32], used[32];
+
+			human(s->tiers[i].capacity, cap, sizeof(cap));
+			human(s->tiers[i].used, used, sizeof(used));
+			printf("%-8s %12s %12s %5.1f%% %10" PRIu64 "\n", s->tiers[i].name, cap, used,
+			       s->tiers[i].capacity ? 100.0 * (double) s->tiers[i].used /
+							      (double) s->tiers[i].capacity : 0.0,
+			       s->tiers[i].objects);
+		}
+	}
+	kvc_status_free(s);
+	return EXIT_OK;
+}
+
+static int cmd_stats(struct kvc_client *c)
+{
+	struct kvc_counter *v;
+	size_t n;
+	int r = kvc_stats_get(c, &v, &n);
+
+	if (r < 0)
+		return fail("stats", r);
+	if (arg_json) {
+		struct json_object *o = json_object_new_object(), *tiers = json_object_new_object();
+
+		for (size_t i = 0; i < n; i++) {
+			const char *dot = strchr(v[i].name, '.');
+
+			if (dot) {
+				char tier[32];
+				struct json_object *t;
+
+				snprintf(tier, sizeof(tier), "%.*s", (int) (dot - v[i].name), v[i].name);
+				if (!json_object_object_get_ex(tiers, tier, &t)) {
+					t = json_object_new_object();
+					json_object_object_add(tiers, tier, t);
+				}
+				json_object_object_add(t, dot + 1, json_object_new_uint64(v[i].value));
+			} else
+				json_object_object_add(o, v[i].name, json_object_new_uint64(v[i].value));
+		}
+		json_object_object_add(o, "tiers", tiers);
+		print_json(o);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			printf("%-24s %" PRIu64 "\n", v[i].name, v[i].value);
+	}
+	kvc_stats_free(v);
+	return EXIT_OK;
+}
+
+static const char *state_name(int s)
+{
+	return s == KVC_STATE_RESERVED ? "reserved" : s == KVC_STATE_COMMITTED ? "committed" : "?";
+}
+
+static const char *tier_name(int t)
+{
+	switch (t) {
+	case KVC_TIER_DEVICE: return "device";
+	case KVC_TIER_DRAM: return "dram";
+	case KVC_TIER_DISK: return "disk";
+	default: return "?";
+	}
+}
+
+static int cmp_keys(const void *a, const void *b)
+{
+	return strcmp(((const struct kvc_key_info *) a)->key, ((const struct kvc_key_info *) b)->key);
+}
+
+static int cmd_ls(struct kvc_client *c, const char *prefix, size_t limit)
+{
+	struct kvc_key_info *v;
+	uint64_t total;
+	size_t n;
+	int r = kvc_list(c, prefix, limit, &v, &n, &total);
+
+	if (r < 0)
+		return fail("ls", r);
+	qsort(v, n, sizeof(*v), cmp_keys);
+	if (arg_json) {
+		struct json_object *o = json_object_new_object(), *keys = json_object_new_array();
+
+		for (size_t i = 0; i < n; i++) {
+			struct json_object *k = json_object_new_object();
+
+			json_object_object_add(k, "key", json_object_new_string(v[i].key));
+			json_object_object_add(k, "size", json_object_new_uint64(v[i].size));
+			json_object_object_add(k, "state", json_object_new_string(state_name(v[i].state)));
+			json_object_object_add(k, "tier", json_object_new_string(tier_name(v[i].tier)));
+			json_object_array_add(keys, k);
+		}
+		json_object_object_add(o, "keys", keys);
+		json_object_object_add(o, "total", json_object_new_uint64(total));
+		print_json(o);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			printf("%-12" PRIu64 " %-10s %-7s %s\n", v[i].size, state_name(v[i].state),
+			       tier_name(v[i].tier), v[i].key);
+		if (total > n)
+			fprintf(stderr, "(%zu of %" PRIu64 " keys shown; use --limit)\n", n, total);
+	}
+	kvc_list_free(v);
+	return EXIT_OK;
+}
+
+static int read_all(int fd, uint8_t **ret, size_t *ret_len)
+{
+	size_t cap = 1 << 16, len = 0;
+	uint8_t *buf = malloc(cap);
+
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t n;
+
+		if (len == cap) {
+			uint8_t *nb;
+
+			if (cap >= KVC_VALUE_MAX) {
+				free(buf);
+				return -E2BIG;
+			}
+			nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int r = -errno;
+
+			free(buf);
+			return r;
+		}
+		if (n == 0)
+			break;
+		len += (size_t) n;
+	}
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
+static int read_exact(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = read(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t) n;
+	}
+	return 0;
+}
+
+static int cmd_put(struct kvc_client *c, const char *key, const char *file)
+{
+	struct stat st;
+	int fd = 0, r;
+
+	if (file && strcmp(file, "-") != 0) {
+		fd = open(file, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			fprintf(stderr, "kvcachectl: cannot open %s: %s\n", file, strerror(errno));
+			return EXIT_FAIL;
+		}
+	}
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+		/* A regular file goes straight into the reserved space. */
+		struct kvc_buf b;
+
+		r = kvc_reserve(c, key, (size_t) st.st_size, NULL, &b);
+		if (r < 0)
+			goto done;
+		r = read_exact(fd, b.data, b.len);
+		if (r < 0) {
+			fprintf(stderr, "kvcachectl: cannot read %s: %s\n", file ? file : "stdin",
+				strerror(-r));
+			kvc_abort(c, &b);
+			if (fd)
+				close(fd);
+			return EXIT_FAIL;
+		}
+		r = kvc_commit(c, &b);
+	} else {
+		uint8_t *buf = NULL;
+		size_t len = 0;
+
+		r = read_all(fd, &buf, &len);
+		if (r < 0) {
+			fprintf(stderr, "kvcachectl: cannot read %s: %s\n", file ? file : "stdin",
+				kvc_strerror(r));
+			if (fd)
+				close(fd);
+			return EXIT_FAIL;
+		}
+		r = len ? kvc_put(c, key, buf, len, NULL) : -EINVAL;
+		if (!len)
+			fprintf(stderr, "kvcachectl: put: empty value (values are 1 byte or more)\n");
+		free(buf);
+	}
+done:
+	if (fd)
+		close(fd);
+	return r < 0 ? fail(key, r) : EXIT_OK;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t) n;
+	}
+	return 0;
+}
+
+static int cmd_get(struct kvc_client *c, const char *key, const char *file)
+{
+	struct kvc_view v;
+	int fd = 1, r;
+
+	r = kvc_acquire(c, key, &v);
+	if (r < 0)
+		return fail(key, r);
+	if (file && strcmp(file, "-") != 0) {
+		fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			fprintf(stderr, "kvcachectl: cannot create %s: %s\n", file, strerror(errno));
+			kvc_release(c, &v);
+			return EXIT_FAIL;
+		}
+	}
+	r = write_all(fd, v.data, v.len);
+	if (fd != 1 && close(fd) < 0 && r == 0)
+		r = -errno;
+	kvc_release(c, &v);
+	if (r < 0) {
+		fprintf(stderr, "kvcachectl: cannot write %s: %s\n", file ? file : "stdout",
+			strerror(-r));
+		return EXIT_FAIL;
+	}
+	return EXIT_OK;
+}
+
+static int parse_tier(const char *s, int *ret)
+{
+	if (strcmp(s, "device") == 0)
+		*ret = KVC_TIER_DEVICE;
+	else if (strcmp(s, "dram") == 0)
+		*ret = KVC_TIER_DRAM;
+	else if (strcmp(s, "disk") == 0)
+		*ret = KVC_TIER_DISK;
+	else if (strcmp(s, "all") == 0)
+		*ret = KVC_TIER_DEFAULT;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "limit", required_argument, NULL, 'l' },
+		{ "tier", required_argument, NULL, 't' },
+		{ "bytes", required_argument, NULL, 'b' },
+		{ "all", no_argument, NULL, 'a' },
+		{ 0 },
+	};
+	struct kvc_client *c = NULL;
+	const char *cmd, *a1, *a2;
+	uint64_t limit = 0, bytes = 0;
+	bool all = false, have_bytes = false, have_limit = false, have_tier = false;
+	int tier = KVC_TIER_DEFAULT, opt, r, nargs;
+
+	/* "+" would stop at the command; options may also follow it. */
+	while ((opt = getopt_long(argc, argv, "s:jhV", opts, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			arg_socket = optarg;
+			break;
+		case 'j':
+			arg_json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return EXIT_OK;
+		case 'V':
+			printf("kvcachectl %s\n", KVC_VERSION);
+			return EXIT_OK;
+		case 'l': {
+			char *end;
+
+			errno = 0;
+			limit = strtoull(optarg, &end, 10);
+			if (errno || *end || !*optarg || optarg[0] == '-' || limit == 0 ||
+			    limit > 4096)
+				return usage_error("invalid --limit '%s': expected 1..4096", optarg);
+			have_limit = true;
+			break;
+		}
+		case 't':
+			if (parse_tier(optarg, &tier) < 0)
+				return usage_error("invalid --tier '%s': expected device, dram or disk",
+						   optarg);
+			have_tier = true;
+			break;
+		case 'b':
+			if (kvc_parse_size(optarg, &bytes) < 0)
+				return usage_error("invalid --bytes '%s': expected a size like 64MB",
+						   optarg);
+			have_bytes = true;
+			break;
+		case 'a':
+			all = true;
+			break;
+		default:
+			fprintf(stderr, "Try 'kvcachectl --help'.\n");
+			return EXIT_USAGE;
+		}
+	}
+	if (optind >= argc)
+		return usage_error("%s", "no command given");
+	cmd = argv[optind];
+	nargs = argc - optind - 1;
+	a1 = nargs > 0 ? argv[optind + 1] : NULL;
+	a2 = nargs > 1 ? argv[optind + 2] : NULL;
+
+	/* Check the command line fully before touching the daemon. */
+	if (strcmp(cmd, "status") == 0 || strcmp(cmd, "stats") == 0) {
+		if (nargs != 0)
+			return usage_error("%s takes no arguments", cmd);
+	} else if (strcmp(cmd, "ls") == 0) {
+		if (nargs > 1)
+			return usage_error("%s", "usage: ls [PREFIX] [--limit N]");
+	} else if (strcmp(cmd, "put") == 0 || strcmp(cmd, "get") == 0) {
+		if (nargs < 1 || nargs > 2)
+			return usage_error("usage: %s KEY [FILE|-]", cmd);
+	} else if (strcmp(cmd, "exists") == 0 || strcmp(cmd, "rm") == 0) {
+		if (nargs != 1)
+			return usage_error("usage: %s KEY", cmd);
+	} else if (strcmp(cmd, "evict") == 0) {
+		if (nargs != 0 || (all == have_bytes))
+			return usage_error("%s", "usage: evict [--tier T] (--bytes N | --all)");
+	} else
+		return usage_error("unknown command '%s'", cmd);
+	if (have_limit && strcmp(cmd, "ls") != 0)
+		return usage_error("%s", "--limit applies to ls only");
+	if ((have_tier || have_bytes || all) && strcmp(cmd, "evict") != 0)
+		return usage_error("%s", "--tier, --bytes and --all apply to evict only");
+	if (a1 && strcmp(cmd, "ls") != 0 && (strlen(a1) == 0 || strlen(a1) > KVC_KEY_MAX))
+		return usage_error("invalid key '%s': keys are 1..511 bytes", a1);
+
+	r = connect_daemon(&c);
+	if (r != EXIT_OK)
+		return r;
+
+	if (strcmp(cmd, "status") == 0)
+		r = cmd_status(c);
+	else if (strcmp(cmd, "stats") == 0)
+		r = cmd_stats(c);
+	else if (strcmp(cmd, "ls") == 0)
+		r = cmd_ls(c, a1, (size_t) limit);
+	else if (strcmp(cmd, "put") == 0)
+		r = cmd_put(c, a1, a2);
+	else if (strcmp(cmd, "get") == 0)
+		r = cmd_get(c, a1, a2);
+	else if (strcmp(cmd, "exists") == 0) {
+		r = kvc_exists(c, a1);
+		if (r < 0)
+			r = fail(a1, r);
+		else {
+			if (arg_json)
+				printf("{\"key\": %s, \"exists\": %s}\n",
+				       json_object_to_json_string(json_object_new_string(a1)),
+				       r ? "true" : "false");
+			r = r ? EXIT_OK : EXIT_NOTFOUND;
+		}
+	} else if (strcmp(cmd, "rm") == 0) {
+		r = kvc_remove(c, a1);
+		r = r < 0 ? fail(a1, r) : EXIT_OK;
+	} else {
+		uint64_t freed, objs;
+
+		r = kvc_evict(c, tier, bytes, all ? KVC_EVICT_ALL : 0, &freed, &objs);
+		if (r < 0)
+			r = fail("evict", r);
+		else {
+			if (arg_json)
+				printf("{\"bytes\": %" PRIu64 ", \"objects\": %" PRIu64 "}\n", freed, objs);
+			else
+				printf("evicted %" PRIu64 " objects, %" PRIu64 " bytes\n", objs, freed);
+			r = EXIT_OK;
+		}
+	}
+	kvc_disconnect(c);
+	return r;
+}

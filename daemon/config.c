@@ -198,11 +198,24 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 	}
 
 	json_object_object_foreach(root, key, val) {
+		static const char *const known[] = {
+			"global_segment_size", "dram_size", "dram-size", "socket", "hugepages",
+			"log_level", "log-level", "local_hostname", "metadata_server", "protocol",
+			"device_name", "master_server_address",
+		};
 		char text[4096];
 		const char *k = key;
 		bool sized = strcmp(k, "global_segment_size") == 0 || strcmp(k, "dram_size") == 0 ||
 			     strcmp(k, "dram-size") == 0;
+		bool is_known = false;
 
+		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+			is_known = is_known || strcmp(k, known[i]) == 0;
+		if (!is_known) {
+			if (warn)
+				warn(k);
+			continue;
+		}
 		r = json_text(val, k, text, sizeof(text), sized, err);
 		if (r < 0)
 			goto out;
@@ -222,11 +235,9 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 			r = set_protocol(&tmp, k, text, err);
 		else if (strcmp(k, "device_name") == 0)
 			r = set_string(tmp.device_name, sizeof(tmp.device_name), k, text, err);
-		else if (strcmp(k, "master_server_address") == 0)
+		else
 			r = set_string(tmp.master_server_address, sizeof(tmp.master_server_address), k,
 				       text, err);
-		else if (warn)
-			warn(k);
 		if (r < 0)
 			goto out;
 	}

@@ -789,7 +789,7 @@ static void handle_hello(struct session *s, const struct wire_hdr *h, const uint
 		fatal(s, h->seq, EPROTO, "Hello does not decode");
 		return;
 	}
-	if (hello->client_name)
+	if (hello->client_name && *hello->client_name)
 		snprintf(s->name, sizeof(s->name), "%s", hello->client_name);
 	w.major = KVC_PROTO_MAJOR;
 	w.minor = KVC_PROTO_MINOR;

@@ -35,9 +35,11 @@ int shm_parse_size(const char *s, uint64_t *ret)
 	while (isspace((unsigned char) *p))
 		p++;
 	for (; isdigit((unsigned char) *p); p++) {
-		if (whole > (UINT64_MAX - 9) / 10)
+		uint64_t digit = (uint64_t) (*p - '0');
+
+		if (whole > UINT64_MAX / 10 || (whole == UINT64_MAX / 10 && digit > UINT64_MAX % 10))
 			return -ERANGE;
-		whole = whole * 10 + (uint64_t) (*p - '0');
+		whole = whole * 10 + digit;
 		digits = true;
 	}
 	if (*p == '.') {

@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: MIT */
+/* The public API's semantics against a private daemon. */
+#include <pthread.h>
+#include <unistd.h>
+
+#include <kvcache/kvcache.h>
+
+#include "helpers.h"
+
+static struct test_daemon td;
+
+static void test_put_get(struct kvc_client *c)
+{
+	char buf[64];
+	uint8_t big[10000];
+
+	CHECK_EQ(kvc_put(c, "a", "hello", 5, NULL), 0);
+	CHECK_EQ(kvc_get(c, "a", buf, sizeof(buf)), 5);
+	CHECK(memcmp(buf, "hello", 5) == 0);
+	CHECK_EQ(kvc_exists(c, "a"), 1);
+	CHECK_EQ(kvc_exists(c, "b"), 0);
+	CHECK_EQ(kvc_get(c, "b", buf, sizeof(buf)), -ENOENT);
+	/* immutable: a second put fails, the first value stays */
+	CHECK_EQ(kvc_put(c, "a", "world", 5, NULL), -EEXIST);
+	CHECK_EQ(kvc_get(c, "a", buf, sizeof(buf)), 5);
+	CHECK(memcmp(buf, "hello", 5) == 0);
+	/* replace */
+	{
+		struct kvc_put_opts o = { .flags = KVC_PUT_REPLACE };
+
+		CHECK_EQ(kvc_put(c, "a", "world!", 6, &o), 0);
+		CHECK_EQ(kvc_get(c, "a", buf, sizeof(buf)), 6);
+		CHECK(memcmp(buf, "world!", 6) == 0);
+	}
+	/* buffer too small: nothing copied */
+	memset(buf, 'x', sizeof(buf));
+	CHECK_EQ(kvc_get(c, "a", buf, 3), -ENOBUFS);
+	CHECK_EQ(buf[0], 'x');
+	/* remove */
+	CHECK_EQ(kvc_remove(c, "a"), 0);
+	CHECK_EQ(kvc_remove(c, "a"), -ENOENT);
+	CHECK_EQ(kvc_exists(c, "a"), 0);
+
+	test_fill(big, sizeof(big), 99);
+	CHECK_EQ(kvc_put(c, "big", big, sizeof(big), NULL), 0);
+	memset(big, 0, sizeof(big));
+	CHECK_EQ(kvc_get(c, "big", big, sizeof(big)), sizeof(big));
+	CHECK(test_verify(big, sizeof(big), 99));
+	CHECK_EQ(kvc_remove(c, "big"), 0);
+}
+
+static void test_bad_args(struct kvc_client *c)
+{
+	char key[600];
+	char buf[8];
+
+	memset(key, 'k', sizeof(key));
+	key[512] = '\0';
+	CHECK_EQ(kvc_put(c, key, "x", 1, NULL), -EINVAL); /* 512 bytes */
+	key[511] = '\0';
+	CHECK_EQ(kvc_put(c, key, "x", 1, NULL), 0);       /* 511 bytes is fine */
+	CHECK_EQ(kvc_get(c, key, buf, sizeof(buf)), 1);
+	CHECK_EQ(kvc_remove(c, key), 0);
+	CHECK_EQ(kvc_put(c, "", "x", 1, NULL), -EINVAL);
+	CHECK_EQ(kvc_put(c, NULL, "x", 1, NULL), -EINVAL);
+	CHECK_EQ(kvc_put(c, "k", "x", 0, NULL), -EINVAL);
+	CHECK_EQ(kvc_put(c, "k", NULL, 1, NULL), -EINVAL);
+	CHECK_EQ(kvc_exists(c, ""), -EINVAL);
+	{
+		struct kvc_put_opts o = { .flags = 1u << 20 };
+
+		CHECK_EQ(kvc_put(c, "k", "x", 1, &o), -EINVAL);
+		CHECK(strstr(kvc_last_error_msg(), "flags"));
+		o = (struct kvc_put_opts) { .tier = KVC_TIER_DISK };
+		CHECK_EQ(kvc_put(c, "k", "x", 1, &o), -EINVAL);
+		CHECK(strstr(kvc_last_error_msg(), "tier"));
+	}
+	/* larger than the pool (64 MiB here) and larger than any value */
+	{
+		struct kvc_buf b;
+
+		CHECK_EQ(kvc_reserve(c, "huge", 65 << 20, NULL, &b), -E2BIG);
+		CHECK(strstr(kvc_last_error_msg(), "larger than"));
+		CHECK_EQ(kvc_reserve(c, "huge", (size_t) KVC_VALUE_MAX + 1, NULL, &b), -E2BIG);
+	}
+	CHECK_EQ(kvc_exists(c, "k"), 0);
+}
+
+static void test_reserve_commit(struct kvc_client *c)
+{
+	struct kvc_buf b, b2;
+	struct kvc_view v;
+	uint64_t used0 = test_tier_used(c, "dram");
+
+	CHECK_EQ(kvc_reserve(c, "r1", 4096, NULL, &b), 0);
+	CHECK_EQ(b.len, 4096);
+	CHECK(test_tier_used(c, "dram") >= used0 + 4096);
+	/* reserved objects are invisible */
+	CHECK_EQ(kvc_exists(c, "r1"), 0);
+	test_fill(b.data, b.len, 1);
+	CHECK_EQ(kvc_commit(c, &b), 0);
+	CHECK_EQ(kvc_exists(c, "r1"), 1);
+	CHECK_EQ(kvc_acquire(c, "r1", &v), 0);
+	CHECK_EQ(v.len, 4096);
+	CHECK(test_verify(v.data, v.len, 1));
+	/* a viewed object cannot be removed */
+	CHECK_EQ(kvc_remove(c, "r1"), -EBUSY);
+	CHECK_EQ(kvc_release(c, &v), 0);
+	CHECK_EQ(kvc_release(c, &v), -EINVAL); /* handle cleared */
+	CHECK_EQ(kvc_remove(c, "r1"), 0);
+
+	/* abort gives the space back */
+	CHECK_EQ(kvc_reserve(c, "r2", 1 << 20, NULL, &b), 0);
+	CHECK_EQ(kvc_abort(c, &b), 0);
+	CHECK_EQ(kvc_exists(c, "r2"), 0);
+	CHECK_EQ(test_tier_used(c, "dram"), used0);
+
+	/* two reservations of one key: the first commit wins, the second
+	 * gets -EEXIST and its space is released */
+	CHECK_EQ(kvc_reserve(c, "r3", 100, NULL, &b), 0);
+	CHECK_EQ(kvc_reserve(c, "r3", 200, NULL, &b2), 0);
+	memset(b.data, 1, 100);
+	memset(b2.data, 2, 200);
+	CHECK_EQ(kvc_commit(c, &b2), 0);
+	CHECK_EQ(kvc_commit(c, &b), -EEXIST);
+	CHECK_EQ(kvc_acquire(c, "r3", &v), 0);
+	CHECK_EQ(v.len, 200);
+	CHECK_EQ(((const uint8_t *) v.data)[199], 2);
+	CHECK_EQ(kvc_release(c, &v), 0);
+	CHECK_EQ(kvc_remove(c, "r3"), 0);
+	CHECK_EQ(test_tier_used(c, "dram"), used0);
+
+	/* a forged handle is refused */
+	b = (struct kvc_buf) { .handle = 0xdead00000001ull };
+	CHECK_EQ(kvc_commit(c, &b), -ESTALE);
+	v = (struct kvc_view) { .handle = 12345 };
+	CHECK_EQ(kvc_release(c, &v), -ESTALE);
+}
+
+static void test_replace_while_viewed(struct kvc_client *c)
+{
+	struct kvc_put_opts o = { .flags = KVC_PUT_REPLACE };
+	struct kvc_view v;
+	char buf[8];
+
+	CHECK_EQ(kvc_put(c, "rv", "old!", 4, NULL), 0);
+	CHECK_EQ(kvc_acquire(c, "rv", &v), 0);
+	CHECK_EQ(kvc_put(c, "rv", "new!", 4, &o), 0);
+	/* the view still sees the bytes it pinned */
+	CHECK(memcmp(v.data, "old!", 4) == 0);
+	CHECK_EQ(kvc_get(c, "rv", buf, sizeof(buf)), 4);
+	CHECK(memcmp(buf, "new!", 4) == 0);
+	CHECK_EQ(kvc_release(c, &v), 0);
+	CHECK_EQ(kvc_remove(c, "rv"), 0);
+}
+
+static void test_batch(struct kvc_client *c)
+{
+	char names[100][32];
+	const char *keys[100];
+	uint8_t present[100];
+
+	for (int i = 0; i < 100; i++) {
+		snprintf(names[i], sizeof(names[i]), "model@tp_rank:0@%04d", i);
+		keys[i] = names[i];
+	}
+	for (int i = 0; i < 40; i++)
+		CHECK_EQ(kvc_put(c, keys[i], &i, sizeof(i), NULL), 0);
+	CHECK_EQ(kvc_put(c, keys[60], "x", 1, NULL), 0);
+	CHECK_EQ(kvc_prefix_lookup(c, keys, 100), 40);
+	CHECK_EQ(kvc_prefix_lookup(c, keys, 10), 10);
+	CHECK_EQ(kvc_prefix_lookup(c, keys + 40, 60), 0);
+	CHECK_EQ(kvc_prefix_lookup(c, keys, 0), 0);
+	CHECK_EQ(kvc_batch_exists(c, keys, 100, present), 41);
+	for (int i = 0; i < 100; i++)
+		CHECK_EQ(present[i], i < 40 || i == 60);
+	/* listing with a prefix */
+	{
+		struct kvc_key_info *v;
+		size_t n;
+		uint64_t total;
+
+		CHECK_EQ(kvc_list(c, "model@tp_rank:0@00", 5, &v, &n, &total), 0);
+		CHECK_EQ(n, 5);
+		CHECK_EQ(total, 41 < 100 ? 41 : 0); /* keys 0000..0039 and 0060 */
+		for (size_t i = 0; i < n; i++) {
+			CHECK(strncmp(v[i].key, "model@tp_rank:0@00", 18) == 0);
+			CHECK_EQ(v[i].state, KVC_STATE_COMMITTED);
+			CHECK_EQ(v[i].tier, KVC_TIER_DRAM);
+		}
+		kvc_list_free(v);
+	}
+	for (int i = 0; i < 40; i++)
+		CHECK_EQ(kvc_remove(c, keys[i]), 0);
+	CHECK_EQ(kvc_remove(c, keys[60]), 0);
+}
+
+struct race {
+	int id;
+	int result;
+};
+
+static void *racer(void *arg)
+{
+	struct race *r = arg;
+	struct kvc_client *c;
+	char v[64];
+
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	memset(v, 'A' + r->id, sizeof(v));
+	r->result = kvc_put(c, "contended", v, sizeof(v), NULL);
+	kvc_disconnect(c);
+	return NULL;
+}
+
+static void test_concurrent_same_key(struct kvc_client *c)
+{
+	for (int round = 0; round < 20; round++) {
+		pthread_t t[4];
+		struct race r[4];
+		int ok = 0, exist = 0;
+		char buf[64];
+
+		for (int i = 0; i < 4; i++) {
+			r[i] = (struct race) { .id = i };
+			CHECK(pthread_create(&t[i], NULL, racer, &r[i]) == 0);
+		}
+		for (int i = 0; i < 4; i++) {
+			pthread_join(t[i], NULL);
+			ok += r[i].result == 0;
+			exist += r[i].result == -EEXIST;
+		}
+		CHECK_EQ(ok, 1);
+		CHECK_EQ(exist, 3);
+		CHECK_EQ(kvc_get(c, "contended", buf, sizeof(buf)), 64);
+		for (int i = 0; i < 4; i++)
+			if (r[i].result == 0)
+				CHECK_EQ(buf[0], 'A' + i);
+		CHECK_EQ(kvc_remove(c, "contended"), 0);
+	}
+}
+
+static void test_many_threads_one_client(struct kvc_client *c);
+
+struct mt {
+	struct kvc_client *c;
+	int id;
+};
+
+static void *mt_worker(void *arg)
+{
+	struct mt *m = arg;
+	uint8_t buf[3000];
+
+	for (int i = 0; i < 200; i++) {
+		char key[64];
+		size_t len = 1 + (size_t) (i * 13 + m->id) % sizeof(buf);
+
+		snprintf(key, sizeof(key), "mt-%d-%d", m->id, i);
+		test_fill(buf, len, (uint64_t) (m->id * 1000 + i));
+		CHECK_EQ(kvc_put(m->c, key, buf, len, NULL), 0);
+		memset(buf, 0, sizeof(buf));
+		CHECK_EQ(kvc_get(m->c, key, buf, sizeof(buf)), len);
+		CHECK(test_verify(buf, len, (uint64_t) (m->id * 1000 + i)));
+		CHECK_EQ(kvc_remove(m->c, key), 0);
+	}
+	return NULL;
+}
+
+static void test_many_threads_one_client(struct kvc_client *c)
+{
+	pthread_t t[4];
+	struct mt m[4];
+
+	for (int i = 0; i < 4; i++) {
+		m[i] = (struct mt) { c, i };
+		CHECK(pthread_create(&t[i], NULL, mt_worker, &m[i]) == 0);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+}
+
+static void test_status(struct kvc_client *c)
+{
+	struct kvc_status *s;
+
+	CHECK_EQ(kvc_put(c, "s1", "abc", 3, NULL), 0);
+	CHECK_EQ(kvc_status_get(c, &s), 0);
+	CHECK(strcmp(s->socket, td.socket) == 0);
+	CHECK_EQ(s->objects, 1);
+	CHECK_EQ(s->clients, 1);
+	CHECK_EQ(s->pid, td.pid);
+	CHECK_EQ(s->n_tiers, 1);
+	CHECK(strcmp(s->tiers[0].name, "dram") == 0);
+	CHECK_EQ(s->tiers[0].capacity, 64 << 20);
+	CHECK_EQ(s->tiers[0].objects, 1);
+	CHECK(s->tiers[0].used >= 3);
+	kvc_status_free(s);
+	CHECK_EQ(kvc_remove(c, "s1"), 0);
+}
+
+static void test_stats(struct kvc_client *c)
+{
+	uint64_t puts = test_counter(c, "puts"), hits = test_counter(c, "hits");
+	uint64_t misses = test_counter(c, "misses"), in = test_counter(c, "bytes_in");
+	char buf[16];
+
+	CHECK_EQ(kvc_put(c, "st", "0123456789", 10, NULL), 0);
+	CHECK_EQ(kvc_get(c, "st", buf, sizeof(buf)), 10);
+	CHECK_EQ(kvc_get(c, "nope", buf, sizeof(buf)), -ENOENT);
+	CHECK_EQ(test_counter(c, "puts"), puts + 1);
+	CHECK_EQ(test_counter(c, "hits"), hits + 1);
+	CHECK_EQ(test_counter(c, "misses"), misses + 1);
+	CHECK_EQ(test_counter(c, "bytes_in"), in + 10);
+	CHECK_EQ(kvc_remove(c, "st"), 0);
+}
+
+static void test_evict(struct kvc_client *c)
+{
+	struct kvc_view v;
+	uint64_t bytes, objs;
+	char key[32];
+	struct kvc_put_opts hard = { .flags = KVC_PUT_HARD_PIN };
+
+	for (int i = 0; i < 10; i++) {
+		snprintf(key, sizeof(key), "ev%d", i);
+		CHECK_EQ(kvc_put(c, key, key, strlen(key), i == 9 ? &hard : NULL), 0);
+	}
+	CHECK_EQ(kvc_acquire(c, "ev0", &v), 0);
+	CHECK_EQ(kvc_evict(c, KVC_TIER_DEFAULT, 0, KVC_EVICT_ALL, &bytes, &objs), 0);
+	CHECK_EQ(objs, 8); /* not the viewed one, not the hard-pinned one */
+	CHECK_EQ(kvc_exists(c, "ev0"), 1);
+	CHECK_EQ(kvc_exists(c, "ev9"), 1);
+	CHECK_EQ(kvc_exists(c, "ev5"), 0);
+	CHECK_EQ(kvc_release(c, &v), 0);
+	CHECK_EQ(kvc_evict(c, KVC_TIER_DRAM, 1, 0, &bytes, &objs), 0);
+	CHECK_EQ(objs, 1);
+	CHECK_EQ(kvc_exists(c, "ev0"), 0);
+	CHECK_EQ(kvc_evict(c, KVC_TIER_DEVICE, 1, 0, &bytes, &objs), -EINVAL);
+	CHECK_EQ(kvc_remove(c, "ev9"), 0);
+}
+
+static void test_full_pool_evicts_lru(struct kvc_client *c)
+{
+	/* 64 MiB pool: 80 puts of 1 MiB must succeed by dropping the least
+	 * recently used; recently read ones survive. */
+	static uint8_t buf[1 << 20];
+	char key[32];
+
+	for (int i = 0; i < 80; i++) {
+		snprintf(key, sizeof(key), "lru%d", i);
+		test_fill(buf, sizeof(buf), (uint64_t) i);
+		CHECK_EQ(kvc_put(c, key, buf, sizeof(buf), NULL), 0);
+		if (i >= 1) /* keep lru0 hot */
+			CHECK_EQ(kvc_exists(c, "lru0"), 1);
+	}
+	CHECK_EQ(kvc_exists(c, "lru0"), 1);
+	CHECK_EQ(kvc_exists(c, "lru1"), 0);
+	CHECK_EQ(kvc_get(c, "lru79", buf, sizeof(buf)), sizeof(buf));
+	CHECK(test_verify(buf, sizeof(buf), 79));
+	CHECK(test_counter(c, "evictions") >= 16);
+	CHECK_EQ(kvc_evict(c, 0, 0, KVC_EVICT_ALL, NULL, NULL), 0);
+}
+
+int main(void)
+{
+	struct kvc_client *c;
+
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	test_put_get(c);
+	test_bad_args(c);
+	test_reserve_commit(c);
+	test_replace_while_viewed(c);
+	test_batch(c);
+	test_concurrent_same_key(c);
+	test_many_threads_one_client(c);
+	test_status(c);
+	test_stats(c);
+	test_evict(c);
+	test_full_pool_evicts_lru(c);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+	return 0;
+}

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/* Daemon configuration: flags, underscore spellings, JSON files with
+ * Mooncake's keys, MOONCAKE_CONFIG_PATH, and errors that name the culprit. */
+#include <unistd.h>
+
+#include "config.h"
+#include "helpers.h"
+
+static char unknown_seen[64];
+
+static void warn(const char *key)
+{
+	snprintf(unknown_seen, sizeof(unknown_seen), "%s", key);
+}
+
+static int parse(struct config *c, char *err, ...)
+{
+	char *argv[16];
+	int argc = 0;
+	va_list ap;
+
+	argv[argc++] = (char *) "kvcached";
+	va_start(ap, err);
+	for (char *a; (a = va_arg(ap, char *));)
+		argv[argc++] = a;
+	va_end(ap);
+	argv[argc] = NULL;
+	config_init(c);
+	err[0] = '\0';
+	return config_parse_args(c, argc, argv, err);
+}
+
+static int json(struct config *c, const char *text, char *err)
+{
+	config_init(c);
+	err[0] = '\0';
+	return config_parse_json(c, text, strlen(text), err, warn);
+}
+
+int main(void)
+{
+	struct config c;
+	char err[CONFIG_ERR_MAX], path[] = "/tmp/kvc-config-XXXXXX";
+	int fd;
+
+	unsetenv("MOONCAKE_CONFIG_PATH");
+	CHECK_EQ(parse(&c, err, NULL), 0);
+	CHECK_EQ(c.dram_size, CONFIG_DEFAULT_DRAM_SIZE);
+	CHECK_EQ(c.hugepages, SHM_HUGEPAGES_AUTO);
+
+	CHECK_EQ(parse(&c, err, "--dram-size", "512MB", "--hugepages", "off", "--socket", "/tmp/a.sock",
+		       NULL), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(512) << 20);
+	CHECK_EQ(c.hugepages, SHM_HUGEPAGES_OFF);
+	CHECK(strcmp(c.socket, "/tmp/a.sock") == 0);
+	CHECK_EQ(parse(&c, err, "--global_segment_size", "2GiB", NULL), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(2) << 30);
+	CHECK_EQ(parse(&c, err, "--global-segment-size=30000000000", NULL), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(30000000000));
+
+	/* bad values name their flag */
+	CHECK_EQ(parse(&c, err, "--dram-size", "lots", NULL), -EINVAL);
+	CHECK(strstr(err, "--dram-size") && strstr(err, "lots"));
+	CHECK_EQ(parse(&c, err, "--dram-size", "1KB", NULL), -EINVAL);
+	CHECK(strstr(err, "--dram-size"));
+	CHECK_EQ(parse(&c, err, "--hugepages", "maybe", NULL), -EINVAL);
+	CHECK(strstr(err, "--hugepages"));
+	CHECK_EQ(parse(&c, err, "--log-level", "loud", NULL), -EINVAL);
+	CHECK(strstr(err, "--log-level"));
+	CHECK_EQ(parse(&c, err, "stray", NULL), -EINVAL);
+	CHECK(strstr(err, "stray"));
+	CHECK_EQ(parse(&c, err, "--config", "/nonexistent/kvc.json", NULL), -EINVAL);
+	CHECK(strstr(err, "/nonexistent/kvc.json"));
+
+	/* JSON: Mooncake keys, sizes as numbers or strings */
+	CHECK_EQ(json(&c, "{\"local_hostname\": \"node1\", \"metadata_server\": \"etcd://x:2379\","
+			  " \"protocol\": \"rdma\", \"device_name\": \"mlx5_0\","
+			  " \"master_server_address\": \"10.0.0.1:50051\","
+			  " \"global_segment_size\": 3355443200}", err), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(3355443200));
+	CHECK(strcmp(c.local_hostname, "node1") == 0);
+	CHECK(strcmp(c.protocol, "rdma") == 0);
+	CHECK(strcmp(c.device_name, "mlx5_0") == 0);
+	CHECK(strcmp(c.master_server_address, "10.0.0.1:50051") == 0);
+	CHECK_EQ(json(&c, "{\"global_segment_size\": \"4GB\", \"hugepages\": \"off\"}", err), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(4) << 30);
+	CHECK_EQ(c.hugepages, SHM_HUGEPAGES_OFF);
+	CHECK_EQ(json(&c, "{\"global_segment_size\": 3.2e9}", err), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(3200000000));
+	unknown_seen[0] = '\0';
+	CHECK_EQ(json(&c, "{\"future_key\": 1}\n", err), 0);
+	CHECK(strcmp(unknown_seen, "future_key") == 0);
+
+	CHECK_EQ(json(&c, "{\"global_segment_size\": -5}", err), -EINVAL);
+	CHECK(strstr(err, "global_segment_size"));
+	CHECK_EQ(json(&c, "{\"global_segment_size\": \"big\"}", err), -EINVAL);
+	CHECK(strstr(err, "global_segment_size"));
+	CHECK_EQ(json(&c, "{\"protocol\": \"carrier-pigeon\"}", err), -EINVAL);
+	CHECK(strstr(err, "protocol"));
+	CHECK_EQ(json(&c, "{\"local_hostname\": 5}", err), -EINVAL);
+	CHECK(strstr(err, "local_hostname"));
+	CHECK_EQ(json(&c, "[1,2]", err), -EINVAL);
+	CHECK_EQ(json(&c, "{\"a\": ", err), -EINVAL);
+	CHECK_EQ(json(&c, "{} {}", err), -EINVAL);
+	CHECK_EQ(json(&c, "", err), -EINVAL);
+	/* a failed parse leaves the config untouched */
+	config_init(&c);
+	{
+		const char *t = "{\"global_segment_size\": \"1GB\", \"protocol\": 3}";
+
+		CHECK_EQ(config_parse_json(&c, t, strlen(t), err, NULL), -EINVAL);
+	}
+	CHECK_EQ(c.dram_size, CONFIG_DEFAULT_DRAM_SIZE);
+
+	/* file + flags: flags win; MOONCAKE_CONFIG_PATH is the default file */
+	fd = mkstemp(path);
+	CHECK(fd >= 0);
+	CHECK(write(fd, "{\"global_segment_size\": \"256MB\", \"hugepages\": \"off\"}", 52) == 52);
+	close(fd);
+	CHECK_EQ(parse(&c, err, "--config", path, NULL), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(256) << 20);
+	CHECK_EQ(parse(&c, err, "--dram-size", "64MB", "--config", path, NULL), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(64) << 20);
+	CHECK_EQ(c.hugepages, SHM_HUGEPAGES_OFF);
+	setenv("MOONCAKE_CONFIG_PATH", path, 1);
+	CHECK_EQ(parse(&c, err, NULL), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(256) << 20);
+	unsetenv("MOONCAKE_CONFIG_PATH");
+	unlink(path);
+	return 0;
+}

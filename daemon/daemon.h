@@ -51,7 +51,7 @@ struct index {
 	size_t n_buckets;
 	size_t n_objects;
 	uint64_t bytes;
-	struct object lru; /* sentinel: lru.lru_next is the most recent */
+	struct object *lru_head, *lru_tail; /* most / least recently used */
 };
 
 int index_init(struct index *idx);

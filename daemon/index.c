@@ -20,7 +20,6 @@ int index_init(struct index *idx)
 	if (!idx->buckets)
 		return -ENOMEM;
 	idx->n_buckets = INITIAL_BUCKETS;
-	idx->lru.lru_next = idx->lru.lru_prev = &idx->lru;
 	return 0;
 }
 
@@ -68,16 +67,25 @@ static void grow(struct index *idx)
 
 static void lru_link_head(struct index *idx, struct object *o)
 {
-	o->lru_prev = &idx->lru;
-	o->lru_next = idx->lru.lru_next;
-	o->lru_next->lru_prev = o;
-	idx->lru.lru_next = o;
+	o->lru_prev = NULL;
+	o->lru_next = idx->lru_head;
+	if (o->lru_next)
+		o->lru_next->lru_prev = o;
+	else
+		idx->lru_tail = o;
+	idx->lru_head = o;
 }
 
-static void lru_unlink(struct object *o)
+static void lru_unlink(struct index *idx, struct object *o)
 {
-	o->lru_prev->lru_next = o->lru_next;
-	o->lru_next->lru_prev = o->lru_prev;
+	if (o->lru_prev)
+		o->lru_prev->lru_next = o->lru_next;
+	else
+		idx->lru_head = o->lru_next;
+	if (o->lru_next)
+		o->lru_next->lru_prev = o->lru_prev;
+	else
+		idx->lru_tail = o->lru_prev;
 	o->lru_prev = o->lru_next = NULL;
 }
 
@@ -104,7 +112,7 @@ void index_unlink(struct index *idx, struct object *o)
 		if (*p == o) {
 			*p = o->hnext;
 			o->hnext = NULL;
-			lru_unlink(o);
+			lru_unlink(idx, o);
 			idx->n_objects--;
 			idx->bytes -= o->len;
 			return;
@@ -113,8 +121,8 @@ void index_unlink(struct index *idx, struct object *o)
 
 void index_touch(struct index *idx, struct object *o)
 {
-	if (idx->lru.lru_next == o)
+	if (idx->lru_head == o)
 		return;
-	lru_unlink(o);
+	lru_unlink(idx, o);
 	lru_link_head(idx, o);
 }

@@ -225,7 +225,8 @@ static int send_frame(struct session *s, uint16_t type, uint32_t seq, const Prot
 		s->out = n;
 		s->out_len += len;
 	}
-	memcpy(s->out_fds, fds, sizeof(int) * n_fds);
+	if (n_fds)
+		memcpy(s->out_fds, fds, sizeof(int) * n_fds);
 	s->n_out_fds = n_fds;
 	return flush(s);
 }
@@ -598,7 +599,8 @@ struct list_acc {
 
 static void list_add(struct list_acc *a, const struct object *o, uint32_t state)
 {
-	if (o->key_len < a->prefix->len || memcmp(o->key, a->prefix->data, a->prefix->len) != 0)
+	if (a->prefix->len &&
+	    (o->key_len < a->prefix->len || memcmp(o->key, a->prefix->data, a->prefix->len) != 0))
 		return;
 	a->l->total++;
 	if (a->l->n_keys < a->limit) {

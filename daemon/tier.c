@@ -108,9 +108,9 @@ void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all,
 	/* Unpinned objects first, least recently used first; soft-pinned
 	 * ones only when that was not enough. */
 	for (int pass = 0; pass < 2; pass++) {
-		struct object *o = d->index.lru.lru_prev, *prev;
+		struct object *o = d->index.lru_tail, *prev;
 
-		for (; o != &d->index.lru && (all || freed < bytes); o = prev) {
+		for (; o && (all || freed < bytes); o = prev) {
 			prev = o->lru_prev;
 			if (!evictable(o, t, pass == 1))
 				continue;

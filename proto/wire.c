@@ -137,6 +137,8 @@ static int validate(const Kvc__Request *q, const char **why)
 		return check_keys(q->keys, why);
 	case KVC__OP__OP_STATUS:
 	case KVC__OP__OP_STATS:
+		if (q->body_case != KVC__REQUEST__BODY__NOT_SET)
+			break;
 		return 0;
 	case KVC__OP__OP_LIST:
 		if (q->body_case != KVC__REQUEST__BODY_LIST)

@@ -55,7 +55,7 @@ static int raw_recv(int fd, uint8_t **ret_payload, uint32_t *ret_len)
 {
 	struct wire_hdr h;
 	int fds[WIRE_MAX_FDS];
-	size_t n_fds = 0, got = 0;
+	size_t got = 0;
 	uint8_t *p;
 
 	while (got < sizeof(h)) {
@@ -67,7 +67,6 @@ static int raw_recv(int fd, uint8_t **ret_payload, uint32_t *ret_len)
 			return 0;
 		for (size_t i = 0; i < k; i++)
 			close(fds[i]);
-		n_fds += k;
 		got += (size_t) n;
 	}
 	CHECK_EQ(wire_hdr_check(&h, WIRE_MAX_PAYLOAD), 0);

@@ -28,6 +28,7 @@ void config_init(struct config *c)
 	c->dram_size = CONFIG_DEFAULT_DRAM_SIZE;
 	c->hugepages = SHM_HUGEPAGES_AUTO;
 	strcpy(c->log_level, "notice");
+	c->poll_us = CONFIG_DEFAULT_POLL_US;
 	strcpy(c->protocol, "tcp");
 }
 
@@ -59,6 +60,23 @@ static int set_dram_size(struct config *c, const char *what, const char *v, char
 		return -EINVAL;
 	}
 	c->dram_size = n;
+	return 0;
+}
+
+static int set_poll_us(struct config *c, const char *what, const char *v, char *err)
+{
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = strtoul(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-' || n > CONFIG_MAX_POLL_US) {
+		snprintf(err, CONFIG_ERR_MAX,
+			 "invalid value '%s' for %s: expected microseconds, 0..%u", v, what,
+			 CONFIG_MAX_POLL_US);
+		return -EINVAL;
+	}
+	c->poll_us = (uint32_t) n;
 	return 0;
 }
 
@@ -200,13 +218,14 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 	json_object_object_foreach(root, key, val) {
 		static const char *const known[] = {
 			"global_segment_size", "dram_size", "dram-size", "socket", "hugepages",
-			"log_level", "log-level", "local_hostname", "metadata_server", "protocol",
+			"log_level", "log-level", "poll_us", "local_hostname", "metadata_server", "protocol",
 			"device_name", "master_server_address",
 		};
 		char text[4096];
 		const char *k = key;
 		bool sized = strcmp(k, "global_segment_size") == 0 || strcmp(k, "dram_size") == 0 ||
 			     strcmp(k, "dram-size") == 0;
+		bool numeric = sized || strcmp(k, "poll_us") == 0;
 		bool is_known = false;
 
 		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
@@ -216,11 +235,13 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 				warn(k);
 			continue;
 		}
-		r = json_text(val, k, text, sizeof(text), sized, err);
+		r = json_text(val, k, text, sizeof(text), numeric, err);
 		if (r < 0)
 			goto out;
 		if (sized)
 			r = set_dram_size(&tmp, k, text, err);
+		else if (strcmp(k, "poll_us") == 0)
+			r = set_poll_us(&tmp, k, text, err);
 		else if (strcmp(k, "socket") == 0)
 			r = set_socket(&tmp, k, text, err);
 		else if (strcmp(k, "hugepages") == 0)
@@ -308,6 +329,7 @@ enum {
 	OPT_HUGEPAGES,
 	OPT_CONFIG,
 	OPT_LOG_LEVEL,
+	OPT_POLL_US,
 };
 
 static const struct option options[] = {
@@ -320,6 +342,8 @@ static const struct option options[] = {
 	{ "config", required_argument, NULL, OPT_CONFIG },
 	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 	{ "log_level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "poll-us", required_argument, NULL, OPT_POLL_US },
+	{ "poll_us", required_argument, NULL, OPT_POLL_US },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ 0 },
@@ -339,6 +363,8 @@ void config_usage(FILE *f)
 		"      --hugepages MODE       auto|on|off: 2 MiB pages for shared segments (default auto)\n"
 		"      --config FILE          JSON config; mooncake.json keys are understood\n"
 		"                             (default: $MOONCAKE_CONFIG_PATH if set)\n"
+		"      --poll-us N            keep polling client rings this long after the last\n"
+		"                             request before sleeping (default 100; 0 = never spin)\n"
 		"      --log-level LEVEL      error|warn|notice|info|debug|trace (default notice);\n"
 		"                             $KVCACHE_LOG=\"info,session:debug\" sets it per topic\n"
 		"  -h, --help                 show this help\n"
@@ -398,6 +424,9 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 			break;
 		case OPT_LOG_LEVEL:
 			r = set_log_level(c, "--log-level", optarg, err);
+			break;
+		case OPT_POLL_US:
+			r = set_poll_us(c, "--poll-us", optarg, err);
 			break;
 		case OPT_HELP:
 			config_usage(stdout);

@@ -12,12 +12,15 @@
 #define CONFIG_DEFAULT_DRAM_SIZE (UINT64_C(1) << 30)
 #define CONFIG_MIN_DRAM_SIZE (UINT64_C(1) << 20)
 #define CONFIG_ERR_MAX 256
+#define CONFIG_DEFAULT_POLL_US 100
+#define CONFIG_MAX_POLL_US 100000
 
 struct config {
 	char socket[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* "" = default */
 	uint64_t dram_size;
 	enum shm_hugepages hugepages;
 	char log_level[64];
+	uint32_t poll_us; /* spin this long after the last request; 0 = always sleep */
 	char config_path[4096];
 
 	/* Mooncake keys, understood so that an existing mooncake.json works;

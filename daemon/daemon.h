@@ -72,6 +72,19 @@ struct stats {
 };
 
 struct session;
+struct channel;
+
+/* First member of everything registered with epoll. */
+enum loop_kind {
+	LOOP_LISTEN,
+	LOOP_SIGNAL,
+	LOOP_SESSION,
+	LOOP_CHANNEL,
+};
+
+struct loop_source {
+	enum loop_kind kind;
+};
 
 struct daemon {
 	struct config *cfg;
@@ -88,7 +101,10 @@ struct daemon {
 	struct index index;
 	struct stats stats;
 
+	struct loop_source listen_src, signal_src;
 	struct session *sessions; /* doubly linked through session->next/prev */
+	struct channel *channels; /* every session's, for the poller */
+	uint32_t poll_window_us;  /* current adaptive spin window */
 	uint32_t n_sessions;
 	uint64_t next_session_id;
 };
@@ -117,4 +133,5 @@ void session_event(struct session *s, uint32_t events);
 int loop_setup(struct daemon *d);
 int loop_run(struct daemon *d);
 void loop_teardown(struct daemon *d);
-int loop_watch(struct daemon *d, int fd, uint32_t events, void *tag, bool modify);
+int loop_watch(struct daemon *d, int fd, uint32_t events, struct loop_source *src, bool modify);
+

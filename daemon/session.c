@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "session.h"
 #include "kvc-config.h"
 #include "log.h"
 
@@ -23,122 +23,8 @@
 
 #define IN_INITIAL (64u << 10)
 #define OUT_MAX (16u << 20)       /* a client that does not read is dropped */
-#define MAX_SLOTS (1u << 16)      /* outstanding reservations + views */
 #define LIST_DEFAULT 1000u
 #define LIST_MAX 4096u
-
-enum slot_kind {
-	SLOT_FREE,
-	SLOT_RESERVE,
-	SLOT_VIEW,
-};
-
-struct slot {
-	uint32_t gen;
-	uint32_t next_free; /* index + 1 of the next free slot, 0 = none */
-	uint8_t kind;
-	uint8_t replace;    /* reservation made with KVC_PUT_REPLACE */
-	struct object *obj;
-};
-
-struct session {
-	struct session *next, *prev;
-	struct daemon *d;
-	int fd;
-	uint64_t id;
-	pid_t pid;
-	uid_t uid;
-	gid_t gid;
-	char name[32];
-	bool welcomed, refused, closing;
-	uint32_t events;
-
-	uint8_t *in;
-	size_t in_len, in_cap;
-	uint8_t *out;
-	size_t out_len, out_off;
-	int out_fds[WIRE_MAX_FDS]; /* not yet sent with the first out byte */
-	size_t n_out_fds;
-
-	struct slot *slots;
-	uint32_t n_slots, free_slot, used_slots;
-};
-
-static void release_slot(struct session *s, uint32_t i);
-
-/* ---- slots: handle = generation << 32 | (index + 1) ---- */
-
-static int slot_alloc(struct session *s, uint8_t kind, struct object *o, uint64_t *ret_handle)
-{
-	struct slot *sl;
-	uint32_t i;
-
-	if (s->free_slot) {
-		i = s->free_slot - 1;
-		s->free_slot = s->slots[i].next_free;
-	} else {
-		if (s->n_slots == MAX_SLOTS)
-			return -EMFILE;
-		if ((s->n_slots & (s->n_slots - 1)) == 0 || s->n_slots < 16) {
-			uint32_t cap = s->n_slots < 16 ? 16 : s->n_slots * 2;
-			struct slot *n = realloc(s->slots, cap * sizeof(*n));
-
-			if (!n)
-				return -ENOMEM;
-			s->slots = n;
-		}
-		i = s->n_slots++;
-		s->slots[i] = (struct slot) { .gen = 1 };
-	}
-	sl = &s->slots[i];
-	sl->kind = kind;
-	sl->obj = o;
-	sl->next_free = 0;
-	s->used_slots++;
-	*ret_handle = (uint64_t) sl->gen << 32 | (i + 1);
-	return 0;
-}
-
-static struct slot *slot_get(struct session *s, uint64_t handle, uint8_t kind, uint32_t *ret_i)
-{
-	uint32_t i = (uint32_t) handle - 1, gen = (uint32_t) (handle >> 32);
-
-	if ((uint32_t) handle == 0 || i >= s->n_slots)
-		return NULL;
-	if (s->slots[i].kind != kind || s->slots[i].gen != gen)
-		return NULL;
-	*ret_i = i;
-	return &s->slots[i];
-}
-
-static void slot_put(struct session *s, uint32_t i)
-{
-	struct slot *sl = &s->slots[i];
-
-	sl->kind = SLOT_FREE;
-	sl->obj = NULL;
-	sl->gen++;
-	if (sl->gen == 0)
-		sl->gen = 1;
-	sl->next_free = s->free_slot;
-	s->free_slot = i + 1;
-	s->used_slots--;
-}
-
-static void release_slot(struct session *s, uint32_t i)
-{
-	struct slot *sl = &s->slots[i];
-	struct object *o = sl->obj;
-
-	if (sl->kind == SLOT_RESERVE) {
-		object_free(s->d, o);
-	} else if (sl->kind == SLOT_VIEW) {
-		o->views--;
-		if (o->views == 0 && (o->flags & OBJ_DEAD))
-			object_free(s->d, o);
-	}
-	slot_put(s, i);
-}
 
 /* ---- output ---- */
 
@@ -150,7 +36,7 @@ static void update_events(struct session *s)
 
 	if (want != s->events && !s->closing) {
 		s->events = want;
-		loop_watch(s->d, s->fd, want, s, true);
+		loop_watch(s->d, s->fd, want, &s->src, true);
 	}
 }
 
@@ -264,170 +150,59 @@ struct reply {
 	Kvc__Response resp;
 	Kvc__Extent extent;
 	Kvc__ExistsResp exists;
-	char msg[256];
+	char msg[OPS_MSG_MAX];
 	void *free1, *free2; /* scratch released after sending */
+	int fds[2];          /* sent with the response */
+	size_t n_fds;
 };
 
-#define MSG(rep, ...) snprintf((rep)->msg, sizeof((rep)->msg), __VA_ARGS__)
-
-static void set_extent(struct reply *rep, uint64_t handle, const struct object *o)
+static void set_extent(struct reply *rep, const struct extent *e)
 {
-	rep->extent.handle = handle;
-	rep->extent.segment = o->tier->segment;
-	rep->extent.offset = o->block->offset;
-	rep->extent.len = o->len;
+	rep->extent.handle = e->handle;
+	rep->extent.segment = e->segment;
+	rep->extent.offset = e->offset;
+	rep->extent.len = e->len;
 	rep->resp.body_case = KVC__RESPONSE__BODY_EXTENT;
 	rep->resp.extent = &rep->extent;
 }
 
-static struct object *lookup(struct daemon *d, const ProtobufCBinaryData *key)
-{
-	return index_find(&d->index, key->data, key->len, index_hash(key->data, key->len));
-}
-
 static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply *rep)
 {
-	struct daemon *d = s->d;
-	const uint32_t known = 0x7; /* REPLACE | SOFT_PIN | HARD_PIN */
-	uint32_t flags = rq->opts ? rq->opts->flags : 0;
-	int tier_req = rq->opts ? rq->opts->tier : 0;
-	struct object *o, *old;
-	struct tier *t;
-	uint64_t h;
+	struct put_args a = {
+		.key = rq->key.data,
+		.key_len = rq->key.len,
+		.len = rq->len,
+	};
+	struct extent e;
 	int r;
 
-	if (flags & ~known) {
-		MSG(rep, "unknown put flags 0x%x", flags & ~known);
-		return -EINVAL;
+	if (rq->opts) {
+		a.flags = rq->opts->flags;
+		a.tier = rq->opts->tier;
+		a.pin_ttl_ms = rq->opts->pin_ttl_ms;
+		if (rq->opts->parent_key.len) {
+			a.parent = rq->opts->parent_key.data;
+			a.parent_len = rq->opts->parent_key.len;
+		}
 	}
-	t = tier_for(d, tier_req);
-	if (!t) {
-		MSG(rep, "tier %d is not configured on this daemon", tier_req);
-		return -EINVAL;
-	}
-	if (rq->len > (UINT64_C(1) << 30) || rq->len > t->alloc.size) {
-		MSG(rep, "value of %llu bytes is larger than the %s tier can hold (%llu bytes)",
-		    (unsigned long long) rq->len, t->name, (unsigned long long) t->alloc.size);
-		return -E2BIG;
-	}
-	old = lookup(d, &rq->key);
-	if (old && !(flags & 1))
-		return -EEXIST;
-	o = object_new(rq->key.data, rq->key.len);
-	if (!o)
-		return -ENOMEM;
-	o->len = rq->len;
-	o->tier = t;
-	if (flags & 2)
-		o->flags |= OBJ_SOFT_PIN;
-	if (flags & 4)
-		o->flags |= OBJ_HARD_PIN;
-	r = tier_alloc(d, t, rq->len, &o->block);
-	if (r < 0) {
-		free(o);
-		if (r == -ENOSPC)
-			MSG(rep, "no space for %llu bytes: everything left in the %s tier is in use",
-			    (unsigned long long) rq->len, t->name);
-		return r;
-	}
-	r = slot_alloc(s, SLOT_RESERVE, o, &h);
-	if (r < 0) {
-		object_free(d, o);
-		MSG(rep, "too many outstanding reservations and views on this connection");
-		return r;
-	}
-	s->slots[(uint32_t) h - 1].replace = flags & 1;
-	d->stats.reserves++;
-	set_extent(rep, h, o);
-	return 0;
-}
-
-static int op_commit(struct session *s, uint64_t handle, struct reply *rep)
-{
-	struct daemon *d = s->d;
-	struct object *o, *old;
-	struct slot *sl;
-	uint32_t i;
-	bool replace;
-
-	sl = slot_get(s, handle, SLOT_RESERVE, &i);
-	if (!sl) {
-		MSG(rep, "no such reservation");
-		return -ESTALE;
-	}
-	o = sl->obj;
-	replace = sl->replace;
-	old = index_find(&d->index, o->key, o->key_len, o->hash);
-	if (old && !replace) {
-		/* Another client committed first: exactly one wins. */
-		release_slot(s, i);
-		d->stats.put_conflicts++;
-		return -EEXIST;
-	}
-	if (old)
-		object_drop(d, old); /* views on it keep their bytes until released */
-	slot_put(s, i);
-	o->flags |= OBJ_COMMITTED;
-	index_insert(&d->index, o);
-	o->tier->objects++;
-	d->stats.puts++;
-	d->stats.bytes_in += o->len;
-	return 0;
-}
-
-static int op_abort(struct session *s, uint64_t handle, struct reply *rep)
-{
-	uint32_t i;
-
-	if (!slot_get(s, handle, SLOT_RESERVE, &i)) {
-		MSG(rep, "no such reservation");
-		return -ESTALE;
-	}
-	release_slot(s, i);
-	s->d->stats.aborts++;
-	return 0;
+	r = ops_reserve(s, &a, &e, rep->msg);
+	if (r == 0)
+		set_extent(rep, &e);
+	return r;
 }
 
 static int op_acquire(struct session *s, const ProtobufCBinaryData *key, struct reply *rep)
 {
-	struct daemon *d = s->d;
-	struct object *o = lookup(d, key);
-	uint64_t h;
-	int r;
+	struct extent e;
+	int r = ops_acquire(s, key->data, key->len, &e, rep->msg);
 
-	d->stats.gets++;
-	if (!o) {
-		d->stats.misses++;
-		return -ENOENT;
-	}
-	r = slot_alloc(s, SLOT_VIEW, o, &h);
-	if (r < 0) {
-		MSG(rep, "too many outstanding reservations and views on this connection");
-		return r;
-	}
-	o->views++;
-	index_touch(&d->index, o);
-	d->stats.hits++;
-	d->stats.bytes_out += o->len;
-	set_extent(rep, h, o);
-	return 0;
-}
-
-static int op_release(struct session *s, uint64_t handle, struct reply *rep)
-{
-	uint32_t i;
-
-	if (!slot_get(s, handle, SLOT_VIEW, &i)) {
-		MSG(rep, "no such view");
-		return -ESTALE;
-	}
-	release_slot(s, i);
-	return 0;
+	if (r == 0)
+		set_extent(rep, &e);
+	return r;
 }
 
 static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struct reply *rep)
 {
-	struct daemon *d = s->d;
 	uint8_t *present = NULL;
 	uint32_t count = 0;
 
@@ -438,11 +213,7 @@ static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struc
 		rep->free1 = present;
 	}
 	for (size_t i = 0; i < kq->n_keys; i++) {
-		struct object *o = lookup(d, &kq->keys[i]);
-
-		d->stats.exists++;
-		if (o) {
-			index_touch(&d->index, o);
+		if (ops_exists(s, kq->keys[i].data, kq->keys[i].len)) {
 			count++;
 			if (present)
 				present[i] = 1;
@@ -454,22 +225,6 @@ static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struc
 	rep->exists.count = count;
 	rep->resp.body_case = KVC__RESPONSE__BODY_EXISTS;
 	rep->resp.exists = &rep->exists;
-	return 0;
-}
-
-static int op_remove(struct session *s, const ProtobufCBinaryData *key, struct reply *rep)
-{
-	struct daemon *d = s->d;
-	struct object *o = lookup(d, key);
-
-	if (!o)
-		return -ENOENT;
-	if (o->views) {
-		MSG(rep, "object is held by %u view(s)", o->views);
-		return -EBUSY;
-	}
-	object_drop(d, o);
-	d->stats.removes++;
 	return 0;
 }
 
@@ -656,7 +411,8 @@ static int op_evict(struct session *s, const Kvc__EvictReq *eq, struct reply *re
 	if (eq->tier != 0) {
 		t = tier_for(d, eq->tier);
 		if (!t) {
-			MSG(rep, "tier %d is not configured on this daemon", eq->tier);
+			snprintf(rep->msg, sizeof(rep->msg), "tier %d is not configured on this daemon",
+				 eq->tier);
 			return -EINVAL;
 		}
 	}
@@ -716,16 +472,16 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_reserve(s, q->reserve, &rep);
 		break;
 	case KVC__OP__OP_COMMIT:
-		r = op_commit(s, q->handle->handle, &rep);
+		r = ops_commit(s, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_ABORT:
-		r = op_abort(s, q->handle->handle, &rep);
+		r = ops_abort(s, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_ACQUIRE:
 		r = op_acquire(s, &q->key->key, &rep);
 		break;
 	case KVC__OP__OP_RELEASE:
-		r = op_release(s, q->handle->handle, &rep);
+		r = ops_release(s, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_EXISTS: {
 		Kvc__KeysReq one = KVC__KEYS_REQ__INIT;
@@ -742,7 +498,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_keys(s, q->keys, true, &rep);
 		break;
 	case KVC__OP__OP_REMOVE:
-		r = op_remove(s, &q->key->key, &rep);
+		r = ops_remove(s, q->key->key.data, q->key->key.len, rep.msg);
 		break;
 	case KVC__OP__OP_STATUS:
 		r = op_status(s, &rep);
@@ -756,6 +512,34 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 	case KVC__OP__OP_EVICT:
 		r = op_evict(s, q->evict, &rep);
 		break;
+	case KVC__OP__OP_CHANNEL_OPEN:
+		r = channel_open(s, rep.fds, rep.msg);
+		if (r == 0) {
+			rep.n_fds = 2;
+			rep.extent.len = SHM_CHAN_SIZE;
+			rep.resp.body_case = KVC__RESPONSE__BODY_EXTENT;
+			rep.resp.extent = &rep.extent;
+		}
+		break;
+	case KVC__OP__OP_BUFFER_ALLOC:
+		r = buffer_create(s, q->buffer->size, &rep.extent.handle, rep.fds, rep.msg);
+		if (r == 0) {
+			rep.n_fds = 1;
+			rep.extent.len = (q->buffer->size + 4095) & ~UINT64_C(4095);
+			rep.resp.body_case = KVC__RESPONSE__BODY_EXTENT;
+			rep.resp.extent = &rep.extent;
+		}
+		break;
+	case KVC__OP__OP_BUFFER_FREE: {
+		uint32_t i;
+
+		r = -ESTALE;
+		if (slot_get(s, q->handle->handle, SLOT_BUFFER, &i)) {
+			slot_release(s, i);
+			r = 0;
+		}
+		break;
+	}
 	default:
 		r = -EOPNOTSUPP; /* wire_request_decode() let through an op we forgot */
 		break;
@@ -768,10 +552,11 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		rep.resp.error = -r;
 		rep.resp.error_msg = rep.msg[0] ? rep.msg : (char *) "";
 		rep.free1 = rep.free2 = NULL;
+		rep.n_fds = 0;
 		log_debug("client[pid=%d]: op %u failed: %s %s", (int) s->pid, q->op, strerror(-r),
 			  rep.msg);
 	}
-	if (send_frame(s, WIRE_RESPONSE, h->seq, &rep.resp.base, NULL, 0) < 0)
+	if (send_frame(s, WIRE_RESPONSE, h->seq, &rep.resp.base, rep.fds, rep.n_fds) < 0)
 		s->closing = true;
 	reply_free(&rep);
 	kvc__request__free_unpacked(q, NULL);
@@ -1004,7 +789,8 @@ int session_new(struct daemon *d, int fd)
 	 * operator loosened by hand. */
 	s->refused = !(cred.uid == 0 || cred.uid == geteuid() || cred.gid == getegid());
 	s->events = EPOLLIN;
-	r = loop_watch(d, fd, EPOLLIN, s, false);
+	s->src.kind = LOOP_SESSION;
+	r = loop_watch(d, fd, EPOLLIN, &s->src, false);
 	if (r < 0) {
 		free(s->in);
 		free(s);
@@ -1028,13 +814,16 @@ void session_free(struct session *s)
 	if (!s)
 		return;
 	d = s->d;
+	for (unsigned i = 0; i < s->n_channels; i++)
+		channel_close(s->channels[i]);
 	for (uint32_t i = 0; i < s->n_slots; i++) {
 		if (s->slots[i].kind == SLOT_RESERVE)
 			res++;
 		else if (s->slots[i].kind == SLOT_VIEW)
 			views++;
+		/* buffers: nothing to report, they are the client's own memory */
 		if (s->slots[i].kind != SLOT_FREE)
-			release_slot(s, i);
+			slot_release(s, i);
 	}
 	d->stats.reclaimed_reservations += res;
 	d->stats.reclaimed_views += views;

@@ -135,6 +135,19 @@ static int validate(const Kvc__Request *q, const char **why)
 		if (q->body_case != KVC__REQUEST__BODY_KEYS)
 			break;
 		return check_keys(q->keys, why);
+	case KVC__OP__OP_BUFFER_FREE:
+		if (q->body_case != KVC__REQUEST__BODY_HANDLE)
+			break;
+		return 0;
+	case KVC__OP__OP_BUFFER_ALLOC:
+		if (q->body_case != KVC__REQUEST__BODY_BUFFER)
+			break;
+		if (q->buffer->size == 0) {
+			*why = "buffer size must be at least 1 byte";
+			return -EINVAL;
+		}
+		return 0;
+	case KVC__OP__OP_CHANNEL_OPEN:
 	case KVC__OP__OP_STATUS:
 	case KVC__OP__OP_STATS:
 		if (q->body_case != KVC__REQUEST__BODY__NOT_SET)

@@ -19,14 +19,15 @@ static uint64_t round_up(uint64_t v, uint64_t to)
 	return (v + to - 1) / to * to;
 }
 
-/* One attempt with a given page size; on failure nothing is left behind. */
-static int try_create(struct shm_segment *seg, const char *name, uint64_t size, bool huge)
+int shm_memfd_new(const char *name, uint64_t size, bool huge, int *ret_fd, void **ret_base)
 {
 	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0);
-	uint64_t total = round_up(SHM_HEADER_SIZE + size, huge ? SHM_HUGEPAGE_SIZE : 4096);
+	uint64_t total = size;
 	void *p;
 	int fd, r;
 
+	if (size == 0 || size % (huge ? SHM_HUGEPAGE_SIZE : 4096))
+		return -EINVAL;
 	fd = memfd_create(name, flags);
 	if (fd < 0)
 		return -errno;
@@ -45,14 +46,55 @@ static int try_create(struct shm_segment *seg, const char *name, uint64_t size, 
 		r = -errno;
 		goto fail;
 	}
-	seg->fd = fd;
-	seg->base = p;
-	seg->size = total;
-	seg->hugepages = huge;
+	*ret_fd = fd;
+	*ret_base = p;
 	return 0;
 fail:
 	close(fd);
 	return r;
+}
+
+int shm_memfd_map(int fd, uint64_t size, void **ret_base)
+{
+	struct stat st;
+	void *p;
+	int r;
+
+	r = shm_segment_check_seals(fd);
+	if (r < 0)
+		goto out;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (size == 0 || (uint64_t) st.st_size != size) {
+		r = -EBADMSG;
+		goto out;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		r = -errno;
+		goto out;
+	}
+	*ret_base = p;
+	r = 0;
+out:
+	close(fd);
+	return r;
+}
+
+/* One attempt with a given page size; on failure nothing is left behind. */
+static int try_create(struct shm_segment *seg, const char *name, uint64_t size, bool huge)
+{
+	uint64_t total = round_up(SHM_HEADER_SIZE + size, huge ? SHM_HUGEPAGE_SIZE : 4096);
+	int r;
+
+	r = shm_memfd_new(name, total, huge, &seg->fd, &seg->base);
+	if (r < 0)
+		return r;
+	seg->size = total;
+	seg->hugepages = huge;
+	return 0;
 }
 
 int shm_segment_create(struct shm_segment *seg, const char *name, uint64_t size,
@@ -111,49 +153,34 @@ int shm_segment_check_seals(int fd)
 int shm_segment_map(struct shm_segment *seg, int fd, uint64_t size)
 {
 	const struct shm_seg_header *h;
-	struct stat st;
 	void *p;
 	int r;
 
 	*seg = (struct shm_segment) SHM_SEGMENT_INIT;
-	r = shm_segment_check_seals(fd);
-	if (r < 0)
-		goto out;
-	if (fstat(fd, &st) < 0) {
-		r = -errno;
-		goto out;
+	if (size < SHM_HEADER_SIZE) {
+		close(fd);
+		return -EBADMSG;
 	}
-	/* Sealed against shrinking, so the size we check is the size we map
+	/* Sealed against shrinking, so the size checked is the size mapped
 	 * for as long as the mapping lives. */
-	if (size < SHM_HEADER_SIZE || (uint64_t) st.st_size != size) {
-		r = -EBADMSG;
-		goto out;
-	}
-	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED) {
-		r = -errno;
-		goto out;
-	}
+	r = shm_memfd_map(fd, size, &p);
+	if (r < 0)
+		return r;
 	h = p;
 	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_SEG_MAGIC ||
 	    h->header_size != SHM_HEADER_SIZE || h->size != size ||
 	    h->data_offset < SHM_HEADER_SIZE || h->data_offset > size) {
 		munmap(p, size);
-		r = -EBADMSG;
-		goto out;
+		return -EBADMSG;
 	}
 	if (h->layout_version != SHM_LAYOUT_VERSION) {
 		munmap(p, size);
-		r = -EPROTONOSUPPORT;
-		goto out;
+		return -EPROTONOSUPPORT;
 	}
 	seg->base = p;
 	seg->size = size;
 	seg->hugepages = h->flags & SHM_SEG_HUGEPAGES;
-	r = 0;
-out:
-	close(fd);
-	return r;
+	return 0;
 }
 
 void shm_segment_done(struct shm_segment *seg)

@@ -42,3 +42,133 @@ struct shm_seg_header {
 _Static_assert(sizeof(struct shm_seg_header) == 128, "segment header size");
 _Static_assert(offsetof(struct shm_seg_header, generation) == 16, "header layout");
 _Static_assert(offsetof(struct shm_seg_header, tier) == 40, "header layout");
+
+/*
+ * A channel: one client's submission ring (client -> daemon) and completion
+ * ring (daemon -> client) of fixed-size descriptors, plus an arena where the
+ * client puts keys, key lists and result arrays that descriptors point at by
+ * offset.  One memfd per channel, mapped by the daemon and that client only.
+ *
+ *   [header 4 KiB][sq ring][cq ring][sqes][cqes][arena]
+ *
+ * Ownership of every field, and so who may trust it:
+ *   sq.tail, sqes, arena      written by the client; the daemon copies and
+ *                             checks each descriptor before use.
+ *   sq.head, cq.tail, cqes    written by the daemon.
+ *   cq.head                   written by the client.
+ *   sq.need_wakeup            daemon: "I am going to sleep, ring the eventfd".
+ *   cq.need_wakeup            client: "I am going to sleep on cq.futex".
+ * The daemon keeps its own copies of sq.head and cq.tail and never reads them
+ * back, so a client scribbling over them only confuses itself.
+ */
+
+#define SHM_CHAN_MAGIC UINT64_C(0x314e414843564b00) /* "\0KVCHAN1" */
+#define SHM_CHAN_VERSION 1u
+#define SHM_CHAN_ENTRIES 256u          /* power of two */
+#define SHM_CHAN_ARENA_SLOT 8192u      /* arena bytes per in-flight request */
+#define SHM_CHAN_HEADER_SIZE 4096u
+
+struct shm_ring {
+	_Alignas(64) uint32_t head; /* consumer's position */
+	uint8_t pad0[60];
+	_Alignas(64) uint32_t tail; /* producer's position */
+	uint8_t pad1[60];
+	_Alignas(64) uint32_t need_wakeup;
+	uint32_t futex;             /* bumped and woken by the producer (cq only) */
+	uint8_t pad2[56];
+};
+_Static_assert(sizeof(struct shm_ring) == 192, "ring size");
+_Static_assert(offsetof(struct shm_ring, tail) == 64, "ring layout");
+_Static_assert(offsetof(struct shm_ring, need_wakeup) == 128, "ring layout");
+
+enum shm_op {
+	SHM_OP_NOP = 0,
+	SHM_OP_EXISTS = 1,        /* key -> res 1/0 */
+	SHM_OP_ACQUIRE = 2,       /* key -> extent */
+	SHM_OP_RELEASE = 3,       /* arg = handle */
+	SHM_OP_RESERVE = 4,       /* key, arg = len, put_flags, key2 = parent, tier, pin_ttl */
+	SHM_OP_COMMIT = 5,        /* arg = handle */
+	SHM_OP_ABORT = 6,         /* arg = handle */
+	SHM_OP_REMOVE = 7,        /* key */
+	SHM_OP_BATCH_EXISTS = 8,  /* count key refs at list_off -> count bytes at out_off */
+	SHM_OP_PREFIX_LOOKUP = 9, /* count key refs at list_off -> res = leading hits */
+	SHM_OP_GET_INTO = 10,     /* key, count iovs at list_off; res = length */
+	SHM_OP_PUT_FROM = 11,     /* key, count iovs at list_off, put args; res = 0 */
+	SHM_OP_MAX,
+};
+
+enum shm_sqe_flags {
+	SHM_SQE_NO_CQE = 1u << 0,   /* post no completion unless it fails */
+	SHM_SQE_WANT_MSG = 1u << 1, /* on failure, write a message at msg_off */
+};
+
+#define SHM_MSG_MAX 256u /* bytes at msg_off, NUL-terminated */
+
+/* 64 bytes, one cache line. */
+struct shm_sqe {
+	uint8_t opcode;     /* enum shm_op */
+	uint8_t flags;      /* enum shm_sqe_flags */
+	int8_t tier;
+	uint8_t pad;
+	uint16_t key_len;
+	uint16_t key2_len;
+	uint32_t key_off;   /* arena offsets */
+	uint32_t key2_off;
+	uint32_t count;
+	uint32_t list_off;
+	uint32_t out_off;
+	uint32_t put_flags;
+	uint64_t user_data; /* echoed in the completion */
+	uint64_t arg;       /* handle or length */
+	uint32_t pin_ttl_ms;
+	uint32_t msg_off;   /* arena offset for an error message */
+	uint32_t reserved[2];
+};
+_Static_assert(sizeof(struct shm_sqe) == 64, "sqe size");
+
+/* Keys in a batch: arena offsets. */
+struct shm_key_ref {
+	uint32_t off;
+	uint32_t len;
+};
+_Static_assert(sizeof(struct shm_key_ref) == 8, "key ref size");
+
+/* A piece of a registered buffer. */
+struct shm_iov {
+	uint64_t buffer;    /* handle from buffer registration */
+	uint64_t off;
+	uint64_t len;
+};
+_Static_assert(sizeof(struct shm_iov) == 24, "iov size");
+
+/* 64 bytes. */
+struct shm_cqe {
+	uint64_t user_data;
+	int64_t res;        /* >= 0 result, or -errno */
+	uint64_t handle;    /* acquire/reserve */
+	uint64_t offset;
+	uint64_t len;
+	uint32_t segment;
+	uint32_t pad;
+	uint64_t reserved[2];
+};
+_Static_assert(sizeof(struct shm_cqe) == 64, "cqe size");
+
+struct shm_chan_header {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t entries;
+	uint32_t arena_slot;
+	uint32_t pad;
+	uint64_t size;
+	uint64_t sq_off, cq_off, sqes_off, cqes_off, arena_off, arena_size;
+};
+_Static_assert(sizeof(struct shm_chan_header) <= SHM_CHAN_HEADER_SIZE, "channel header size");
+
+#define SHM_CHAN_SQ_OFF SHM_CHAN_HEADER_SIZE
+#define SHM_CHAN_CQ_OFF (SHM_CHAN_SQ_OFF + sizeof(struct shm_ring))
+#define SHM_CHAN_SQES_OFF (SHM_CHAN_HEADER_SIZE + 4096u)
+#define SHM_CHAN_CQES_OFF (SHM_CHAN_SQES_OFF + SHM_CHAN_ENTRIES * sizeof(struct shm_sqe))
+#define SHM_CHAN_ARENA_OFF (SHM_CHAN_CQES_OFF + SHM_CHAN_ENTRIES * sizeof(struct shm_cqe))
+#define SHM_CHAN_ARENA_SIZE (SHM_CHAN_ENTRIES * SHM_CHAN_ARENA_SLOT)
+#define SHM_CHAN_SIZE (SHM_CHAN_ARENA_OFF + SHM_CHAN_ARENA_SIZE)

@@ -49,6 +49,12 @@ static inline const struct shm_seg_header *shm_segment_header(const struct shm_s
 	return seg->base;
 }
 
+/* A sealed, mapped memfd of exactly `size` bytes with no header: the
+ * building block of segments, channels and registered buffers. */
+int shm_memfd_new(const char *name, uint64_t size, bool huge, int *ret_fd, void **ret_base);
+/* Client side of shm_memfd_new(): check seals and size, map.  Takes fd. */
+int shm_memfd_map(int fd, uint64_t size, void **ret_base);
+
 /* The seals every segment carries. */
 int shm_segment_check_seals(int fd);
 

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Registered buffers: memory a client asked for and both sides map, so the
+ * daemon can copy objects into it (get_into) and out of it (put_from) while
+ * the client's thread does something else.  The daemon creates them, so it
+ * never maps a file whose seals or size a client chose.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "session.h"
+
+/* Per client; the pages are only touched when used. */
+#define BUFFER_MAX_TOTAL (UINT64_C(64) << 30)
+
+int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg)
+{
+	struct buffer *b;
+	uint64_t total, h;
+	int fd, r;
+	void *base;
+
+	if (size == 0 || size > BUFFER_MAX_TOTAL - s->buffer_bytes) {
+		snprintf(msg, OPS_MSG_MAX, "registered buffers are limited to %llu bytes per client",
+			 (unsigned long long) BUFFER_MAX_TOTAL);
+		return size == 0 ? -EINVAL : -E2BIG;
+	}
+	total = (size + 4095) & ~UINT64_C(4095);
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	/* 2 MiB pages when the buffer is big and the kernel has them */
+	r = -EINVAL;
+	if (s->d->cfg->hugepages != SHM_HUGEPAGES_OFF && total % SHM_HUGEPAGE_SIZE == 0)
+		r = shm_memfd_new("kvcache-buffer", total, true, &fd, &base);
+	if (r < 0)
+		r = shm_memfd_new("kvcache-buffer", total, false, &fd, &base);
+	if (r < 0) {
+		free(b);
+		return r;
+	}
+	b->seg = (struct shm_segment) { .fd = fd, .base = base, .size = total };
+	b->size = size;
+	r = slot_alloc(s, SLOT_BUFFER, b, &h);
+	if (r < 0) {
+		shm_segment_done(&b->seg);
+		free(b);
+		return r;
+	}
+	s->buffer_bytes += size;
+	*ret_handle = h;
+	*ret_fd = fd; /* stays open until the buffer is freed */
+	return 0;
+}
+
+void buffer_free(struct session *s, struct buffer *b)
+{
+	s->buffer_bytes -= b->size;
+	shm_segment_done(&b->seg);
+	free(b);
+}
+
+void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len)
+{
+	struct slot *sl;
+	uint32_t i;
+
+	sl = slot_get(s, id, SLOT_BUFFER, &i);
+	if (!sl || off > sl->buf->size || len > sl->buf->size - off)
+		return NULL;
+	return (uint8_t *) sl->buf->seg.base + off;
+}

@@ -1,0 +1,461 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared-memory channels: the fast path.  A client submits fixed-size
+ * descriptors into its submission ring; the daemon's loop drains every
+ * channel, runs the operations, and posts completions.  Neither side makes a
+ * system call while the other is awake: the daemon rings a client's futex only
+ * when that client said it sleeps, and a client writes the channel's eventfd
+ * only when the daemon said it sleeps.
+ *
+ * Everything read from a channel is client-written: descriptors are copied
+ * before use, and every offset, length, count and opcode is checked against
+ * the channel's own bounds.  A client that breaks the rules gets errors, or
+ * has its channel stopped; it cannot reach past its own memory.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "ring.h"
+#include "session.h"
+
+#define LOG_TOPIC "channel"
+
+/* Requests run per channel per round, so one busy client cannot starve the
+ * others. */
+#define ROUND_BUDGET 64
+
+struct channel {
+	struct loop_source src;      /* first: the loop's epoll tag */
+	struct channel *next, *prev; /* all channels of the daemon */
+	struct session *s;
+	int memfd, efd;
+	uint8_t *base;
+	struct ring_side sq, cq;     /* daemon: consumer of sq, producer of cq */
+	uint8_t *arena;
+	bool broken;
+	bool cq_dirty;               /* completions posted since the last wake check */
+};
+
+static int channel_fail(struct channel *ch, const char *why)
+{
+	if (!ch->broken)
+		log_notice("client[pid=%d,%s]: %s; channel stopped", (int) ch->s->pid, ch->s->name, why);
+	ch->broken = true;
+	ch->s->d->stats.protocol_errors++;
+	return -EPROTO;
+}
+
+int channel_open(struct session *s, int *ret_fds, char *msg)
+{
+	struct shm_chan_header *h;
+	struct channel *ch;
+	int r;
+
+	if (s->n_channels == SESSION_MAX_CHANNELS) {
+		snprintf(msg, OPS_MSG_MAX, "at most %d channels per connection", SESSION_MAX_CHANNELS);
+		return -EMFILE;
+	}
+	ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		return -ENOMEM;
+	ch->src.kind = LOOP_CHANNEL;
+	ch->s = s;
+	ch->efd = -1;
+	r = shm_memfd_new("kvcache-channel", SHM_CHAN_SIZE, false, &ch->memfd, (void **) &ch->base);
+	if (r < 0)
+		goto fail;
+	ch->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ch->efd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	h = (struct shm_chan_header *) ch->base;
+	*h = (struct shm_chan_header) {
+		.version = SHM_CHAN_VERSION,
+		.entries = SHM_CHAN_ENTRIES,
+		.arena_slot = SHM_CHAN_ARENA_SLOT,
+		.size = SHM_CHAN_SIZE,
+		.sq_off = SHM_CHAN_SQ_OFF,
+		.cq_off = SHM_CHAN_CQ_OFF,
+		.sqes_off = SHM_CHAN_SQES_OFF,
+		.cqes_off = SHM_CHAN_CQES_OFF,
+		.arena_off = SHM_CHAN_ARENA_OFF,
+		.arena_size = SHM_CHAN_ARENA_SIZE,
+	};
+	__atomic_store_n(&h->magic, SHM_CHAN_MAGIC, __ATOMIC_RELEASE);
+	ring_side_init(&ch->sq, (struct shm_ring *) (ch->base + SHM_CHAN_SQ_OFF),
+		       ch->base + SHM_CHAN_SQES_OFF, sizeof(struct shm_sqe), SHM_CHAN_ENTRIES, 0);
+	ring_side_init(&ch->cq, (struct shm_ring *) (ch->base + SHM_CHAN_CQ_OFF),
+		       ch->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
+	ch->arena = ch->base + SHM_CHAN_ARENA_OFF;
+	/* Edge-triggered: a ring is a wake-up, never read, so the loop never
+	 * has to touch a channel that a hang-up in the same batch freed. */
+	r = loop_watch(s->d, ch->efd, EPOLLIN | EPOLLET, &ch->src, false);
+	if (r < 0)
+		goto fail;
+	/* Start awake: the client's first request needs no doorbell if the
+	 * loop is spinning, and the loop sets the flag before it sleeps. */
+	s->channels[s->n_channels++] = ch;
+	ch->next = s->d->channels;
+	if (ch->next)
+		ch->next->prev = ch;
+	s->d->channels = ch;
+	ret_fds[0] = ch->memfd;
+	ret_fds[1] = ch->efd;
+	return 0;
+fail:
+	if (ch->efd >= 0)
+		close(ch->efd);
+	if (ch->base)
+		munmap(ch->base, SHM_CHAN_SIZE);
+	if (ch->base)
+		close(ch->memfd);
+	free(ch);
+	return r;
+}
+
+void channel_close(struct channel *ch)
+{
+	if (ch->prev)
+		ch->prev->next = ch->next;
+	else
+		ch->s->d->channels = ch->next;
+	if (ch->next)
+		ch->next->prev = ch->prev;
+	close(ch->efd); /* also leaves the epoll set */
+	close(ch->memfd);
+	munmap(ch->base, SHM_CHAN_SIZE);
+	free(ch);
+}
+
+/* The bytes [off, off + len) of the arena, or NULL when out of bounds. */
+static const uint8_t *arena_span(struct channel *ch, uint64_t off, uint64_t len)
+{
+	if (off > SHM_CHAN_ARENA_SIZE || len > SHM_CHAN_ARENA_SIZE - off)
+		return NULL;
+	return ch->arena + off;
+}
+
+/* Copy a key out of the arena, so the client cannot change it under us. */
+static int arena_key(struct channel *ch, uint32_t off, uint32_t len, char *buf)
+{
+	const uint8_t *p;
+
+	if (len == 0 || len > WIRE_MAX_KEY)
+		return -EINVAL;
+	p = arena_span(ch, off, len);
+	if (!p)
+		return -EFAULT;
+	memcpy(buf, p, len);
+	buf[len] = '\0';
+	if (memchr(buf, '\0', len))
+		return -EINVAL;
+	return 0;
+}
+
+static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix)
+{
+	struct shm_key_ref refs[64];
+	char key[WIRE_MAX_KEY + 1];
+	uint8_t *out = NULL;
+	uint32_t count = 0;
+
+	if (e->count > WIRE_MAX_BATCH)
+		return -EINVAL;
+	if (!arena_span(ch, e->list_off, (uint64_t) e->count * sizeof(refs[0])))
+		return -EFAULT;
+	if (!prefix) {
+		out = (uint8_t *) arena_span(ch, e->out_off, e->count);
+		if (!out)
+			return -EFAULT;
+	}
+	for (uint32_t i = 0; i < e->count; i += 64) {
+		uint32_t k = e->count - i < 64 ? e->count - i : 64;
+
+		memcpy(refs, ch->arena + e->list_off + (uint64_t) i * sizeof(refs[0]), k * sizeof(refs[0]));
+		for (uint32_t j = 0; j < k; j++) {
+			bool hit;
+			int r = arena_key(ch, refs[j].off, refs[j].len, key);
+
+			if (r < 0)
+				return r;
+			hit = ops_exists(ch->s, key, refs[j].len);
+			count += hit;
+			if (out)
+				out[i + j] = hit;
+			else if (!hit)
+				return (int) count;
+		}
+	}
+	return (int) count;
+}
+
+/* Copy between an object and a list of registered-buffer pieces. */
+static int64_t copy_iovs(struct channel *ch, const struct shm_sqe *e, uint8_t *obj, uint64_t obj_len,
+			 bool to_obj)
+{
+	struct shm_iov iov;
+	uint64_t done = 0;
+
+	if (e->count == 0 || e->count > 1024)
+		return -EINVAL;
+	if (!arena_span(ch, e->list_off, (uint64_t) e->count * sizeof(iov)))
+		return -EFAULT;
+	for (uint32_t i = 0; i < e->count && done < obj_len; i++) {
+		uint64_t n;
+		uint8_t *p;
+
+		memcpy(&iov, ch->arena + e->list_off + (uint64_t) i * sizeof(iov), sizeof(iov));
+		n = iov.len < obj_len - done ? iov.len : obj_len - done;
+		p = buffer_span(ch->s, iov.buffer, iov.off, n);
+		if (!p)
+			return -EFAULT;
+		if (to_obj)
+			memcpy(obj + done, p, n);
+		else
+			memcpy(p, obj + done, n);
+		done += n;
+	}
+	return (int64_t) done;
+}
+
+static uint64_t iov_total(struct channel *ch, const struct shm_sqe *e, int *ret)
+{
+	struct shm_iov iov;
+	uint64_t total = 0;
+
+	*ret = 0;
+	if (e->count == 0 || e->count > 1024 ||
+	    !arena_span(ch, e->list_off, (uint64_t) e->count * sizeof(iov))) {
+		*ret = e->count == 0 || e->count > 1024 ? -EINVAL : -EFAULT;
+		return 0;
+	}
+	for (uint32_t i = 0; i < e->count; i++) {
+		memcpy(&iov, ch->arena + e->list_off + (uint64_t) i * sizeof(iov), sizeof(iov));
+		if (iov.len > (UINT64_C(1) << 30) || total + iov.len > (UINT64_C(1) << 30)) {
+			*ret = -E2BIG;
+			return 0;
+		}
+		total += iov.len;
+	}
+	return total;
+}
+
+static void *extent_ptr(struct daemon *d, const struct extent *x)
+{
+	return (uint8_t *) d->tiers[x->segment].seg.base + x->offset;
+}
+
+static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const char *key,
+			    char *msg)
+{
+	struct session *s = ch->s;
+	struct extent x;
+	int64_t r, cap;
+	int err;
+
+	cap = (int64_t) iov_total(ch, e, &err);
+	if (err)
+		return err;
+	r = ops_acquire(s, key, e->key_len, &x, msg);
+	if (r < 0)
+		return r;
+	if (x.len > (uint64_t) cap)
+		r = -ENOBUFS;
+	else
+		r = copy_iovs(ch, e, extent_ptr(s->d, &x), x.len, false);
+	ops_release(s, x.handle, msg);
+	return r < 0 ? r : (int64_t) x.len;
+}
+
+static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const char *key,
+			    const char *parent, char *msg)
+{
+	struct session *s = ch->s;
+	struct put_args a = {
+		.key = key,
+		.key_len = e->key_len,
+		.flags = e->put_flags,
+		.parent = parent,
+		.parent_len = parent ? e->key2_len : 0,
+		.pin_ttl_ms = e->pin_ttl_ms,
+		.tier = e->tier,
+	};
+	struct extent x;
+	int64_t r;
+	int err;
+
+	a.len = iov_total(ch, e, &err);
+	if (err)
+		return err;
+	r = ops_reserve(s, &a, &x, msg);
+	if (r < 0)
+		return r;
+	r = copy_iovs(ch, e, extent_ptr(s->d, &x), x.len, true);
+	if (r < 0) {
+		ops_abort(s, x.handle, msg);
+		return r;
+	}
+	return ops_commit(s, x.handle, msg);
+}
+
+/* Run one descriptor (already copied out of the ring). */
+static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *c, char *msg)
+{
+	struct session *s = ch->s;
+	char key[WIRE_MAX_KEY + 1], parent[WIRE_MAX_KEY + 1];
+	bool has_parent = false;
+	struct extent x;
+	int64_t r;
+
+	switch (e->opcode) {
+	case SHM_OP_EXISTS:
+	case SHM_OP_ACQUIRE:
+	case SHM_OP_RESERVE:
+	case SHM_OP_REMOVE:
+	case SHM_OP_GET_INTO:
+	case SHM_OP_PUT_FROM:
+		r = arena_key(ch, e->key_off, e->key_len, key);
+		if (r < 0)
+			return r;
+		if (e->key2_len) {
+			r = arena_key(ch, e->key2_off, e->key2_len, parent);
+			if (r < 0)
+				return r;
+			has_parent = true;
+		}
+		break;
+	default:
+		break;
+	}
+
+	switch (e->opcode) {
+	case SHM_OP_NOP:
+		return 0;
+	case SHM_OP_EXISTS:
+		return ops_exists(s, key, e->key_len);
+	case SHM_OP_ACQUIRE:
+		r = ops_acquire(s, key, e->key_len, &x, msg);
+		break;
+	case SHM_OP_RELEASE:
+		return ops_release(s, e->arg, msg);
+	case SHM_OP_RESERVE: {
+		struct put_args a = {
+			.key = key,
+			.key_len = e->key_len,
+			.len = e->arg,
+			.flags = e->put_flags,
+			.parent = has_parent ? parent : NULL,
+			.parent_len = has_parent ? e->key2_len : 0,
+			.pin_ttl_ms = e->pin_ttl_ms,
+			.tier = e->tier,
+		};
+
+		if (e->arg == 0)
+			return -EINVAL;
+		r = ops_reserve(s, &a, &x, msg);
+		break;
+	}
+	case SHM_OP_COMMIT:
+		return ops_commit(s, e->arg, msg);
+	case SHM_OP_ABORT:
+		return ops_abort(s, e->arg, msg);
+	case SHM_OP_REMOVE:
+		return ops_remove(s, key, e->key_len, msg);
+	case SHM_OP_BATCH_EXISTS:
+		return run_keys(ch, e, false);
+	case SHM_OP_PREFIX_LOOKUP:
+		return run_keys(ch, e, true);
+	case SHM_OP_GET_INTO:
+		return run_get_into(ch, e, key, msg);
+	case SHM_OP_PUT_FROM:
+		return run_put_from(ch, e, key, has_parent ? parent : NULL, msg);
+	default:
+		return -EOPNOTSUPP;
+	}
+	if (r == 0) {
+		c->handle = x.handle;
+		c->segment = x.segment;
+		c->offset = x.offset;
+		c->len = x.len;
+	}
+	return r;
+}
+
+/* Drain one channel, within the round's budget. */
+static unsigned poll_channel(struct channel *ch)
+{
+	struct daemon *d = ch->s->d;
+	char msg[OPS_MSG_MAX];
+	unsigned done = 0;
+	int64_t ready;
+
+	if (ch->broken)
+		return 0;
+	ready = ring_ready(&ch->sq);
+	if (ready < 0) {
+		channel_fail(ch, "submission ring tail out of range");
+		return 0;
+	}
+	while (ready > 0 && done < ROUND_BUDGET) {
+		struct shm_sqe e;
+		struct shm_cqe c = { 0 };
+		int64_t r;
+
+		/* Every request may need a completion slot; wait for one rather
+		 * than drop it.  A client that never reaps stalls only itself. */
+		if (ring_space(&ch->cq) == 0)
+			break;
+		memcpy(&e, ring_entry(&ch->sq, ch->sq.pos), sizeof(e));
+		ring_consume(&ch->sq, 1);
+		ready--;
+		msg[0] = '\0';
+		r = run(ch, &e, &c, msg);
+		if (r < 0 && r != -ENOENT && r != -EEXIST)
+			d->stats.errors++;
+		if (r < 0 && msg[0] && (e.flags & SHM_SQE_WANT_MSG) &&
+		    arena_span(ch, e.msg_off, SHM_MSG_MAX))
+			snprintf((char *) ch->arena + e.msg_off, SHM_MSG_MAX, "%s", msg);
+		if (r >= 0 && (e.flags & SHM_SQE_NO_CQE)) {
+			done++;
+			continue;
+		}
+		c.user_data = e.user_data;
+		c.res = r;
+		memcpy(ring_entry(&ch->cq, ch->cq.pos), &c, sizeof(c));
+		ring_publish(&ch->cq, 1);
+		ch->cq_dirty = true;
+		done++;
+	}
+	if (ch->cq_dirty && ring_peer_sleeping(ch->cq.r)) {
+		/* the client sleeps on cq.futex: bump it and wake it */
+		__atomic_add_fetch(&ch->cq.r->futex, 1, __ATOMIC_SEQ_CST);
+		syscall(SYS_futex, &ch->cq.r->futex, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+	}
+	ch->cq_dirty = false;
+	return done;
+}
+
+unsigned channel_poll_all(struct daemon *d)
+{
+	unsigned n = 0;
+
+	for (struct channel *ch = d->channels; ch; ch = ch->next)
+		n += poll_channel(ch);
+	return n;
+}
+
+void channel_set_sleeping(struct daemon *d, bool sleeping)
+{
+	for (struct channel *ch = d->channels; ch; ch = ch->next)
+		ring_set_need_wakeup(ch->sq.r, sleeping);
+}

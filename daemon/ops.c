@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Object operations, whichever transport carried the request.  Everything a
+ * client holds (reservations, views, buffers) is a slot in its session, so
+ * a hang-up gives it all back.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session.h"
+
+#define MSG(...) snprintf(msg, OPS_MSG_MAX, __VA_ARGS__)
+
+int slot_alloc(struct session *s, uint8_t kind, void *ptr, uint64_t *ret_handle)
+{
+	struct slot *sl;
+	uint32_t i;
+
+	if (s->free_slot) {
+		i = s->free_slot - 1;
+		s->free_slot = s->slots[i].next_free;
+	} else {
+		if (s->n_slots == SESSION_MAX_SLOTS)
+			return -EMFILE;
+		if (s->n_slots < 16 || (s->n_slots & (s->n_slots - 1)) == 0) {
+			uint32_t cap = s->n_slots < 16 ? 16 : s->n_slots * 2;
+			struct slot *n = realloc(s->slots, cap * sizeof(*n));
+
+			if (!n)
+				return -ENOMEM;
+			s->slots = n;
+		}
+		i = s->n_slots++;
+		s->slots[i] = (struct slot) { .gen = 1 };
+	}
+	sl = &s->slots[i];
+	sl->kind = kind;
+	sl->obj = ptr;
+	sl->replace = 0;
+	sl->next_free = 0;
+	s->used_slots++;
+	*ret_handle = (uint64_t) sl->gen << 32 | (i + 1);
+	return 0;
+}
+
+struct slot *slot_get(struct session *s, uint64_t handle, uint8_t kind, uint32_t *ret_i)
+{
+	uint32_t i = (uint32_t) handle - 1, gen = (uint32_t) (handle >> 32);
+
+	if ((uint32_t) handle == 0 || i >= s->n_slots)
+		return NULL;
+	if (s->slots[i].kind != kind || s->slots[i].gen != gen)
+		return NULL;
+	*ret_i = i;
+	return &s->slots[i];
+}
+
+static void slot_put(struct session *s, uint32_t i)
+{
+	struct slot *sl = &s->slots[i];
+
+	sl->kind = SLOT_FREE;
+	sl->obj = NULL;
+	sl->gen++;
+	if (sl->gen == 0)
+		sl->gen = 1;
+	sl->next_free = s->free_slot;
+	s->free_slot = i + 1;
+	s->used_slots--;
+}
+
+void slot_release(struct session *s, uint32_t i)
+{
+	struct slot *sl = &s->slots[i];
+	struct object *o = sl->obj;
+
+	switch (sl->kind) {
+	case SLOT_RESERVE:
+		object_free(s->d, o);
+		break;
+	case SLOT_VIEW:
+		o->views--;
+		if (o->views == 0 && (o->flags & OBJ_DEAD))
+			object_free(s->d, o);
+		break;
+	case SLOT_BUFFER:
+		buffer_free(s, sl->buf);
+		break;
+	default:
+		break;
+	}
+	slot_put(s, i);
+}
+
+static struct object *lookup(struct daemon *d, const void *key, size_t len)
+{
+	return index_find(&d->index, key, len, index_hash(key, len));
+}
+
+static void set_extent(struct extent *e, uint64_t handle, const struct object *o)
+{
+	*e = (struct extent) {
+		.handle = handle,
+		.segment = o->tier->segment,
+		.offset = o->block->offset,
+		.len = o->len,
+	};
+}
+
+int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret, char *msg)
+{
+	struct daemon *d = s->d;
+	const uint32_t known = 0x7; /* REPLACE | SOFT_PIN | HARD_PIN */
+	struct object *o;
+	struct tier *t;
+	uint64_t h;
+	int r;
+
+	if (a->flags & ~known) {
+		MSG("unknown put flags 0x%x", a->flags & ~known);
+		return -EINVAL;
+	}
+	t = tier_for(d, a->tier);
+	if (!t) {
+		MSG("tier %d is not configured on this daemon", a->tier);
+		return -EINVAL;
+	}
+	if (a->len > (UINT64_C(1) << 30) || a->len > t->alloc.size) {
+		MSG("value of %llu bytes is larger than the %s tier can hold (%llu bytes)",
+		    (unsigned long long) a->len, t->name, (unsigned long long) t->alloc.size);
+		return -E2BIG;
+	}
+	if (!(a->flags & 1) && lookup(d, a->key, a->key_len))
+		return -EEXIST;
+	o = object_new(a->key, a->key_len);
+	if (!o)
+		return -ENOMEM;
+	o->len = a->len;
+	o->tier = t;
+	if (a->flags & 2)
+		o->flags |= OBJ_SOFT_PIN;
+	if (a->flags & 4)
+		o->flags |= OBJ_HARD_PIN;
+	r = tier_alloc(d, t, a->len, &o->block);
+	if (r < 0) {
+		free(o);
+		if (r == -ENOSPC)
+			MSG("no space for %llu bytes: everything left in the %s tier is in use",
+			    (unsigned long long) a->len, t->name);
+		return r;
+	}
+	r = slot_alloc(s, SLOT_RESERVE, o, &h);
+	if (r < 0) {
+		object_free(d, o);
+		MSG("too many outstanding reservations and views on this connection");
+		return r;
+	}
+	s->slots[(uint32_t) h - 1].replace = a->flags & 1;
+	d->stats.reserves++;
+	set_extent(ret, h, o);
+	return 0;
+}
+
+int ops_commit(struct session *s, uint64_t handle, char *msg)
+{
+	struct daemon *d = s->d;
+	struct object *o, *old;
+	struct slot *sl;
+	uint32_t i;
+	bool replace;
+
+	sl = slot_get(s, handle, SLOT_RESERVE, &i);
+	if (!sl) {
+		MSG("no such reservation");
+		return -ESTALE;
+	}
+	o = sl->obj;
+	replace = sl->replace;
+	old = index_find(&d->index, o->key, o->key_len, o->hash);
+	if (old && !replace) {
+		/* Another client committed first: exactly one wins. */
+		slot_release(s, i);
+		d->stats.put_conflicts++;
+		return -EEXIST;
+	}
+	if (old)
+		object_drop(d, old); /* views on it keep their bytes until released */
+	slot_put(s, i);
+	o->flags |= OBJ_COMMITTED;
+	index_insert(&d->index, o);
+	o->tier->objects++;
+	d->stats.puts++;
+	d->stats.bytes_in += o->len;
+	return 0;
+}
+
+int ops_abort(struct session *s, uint64_t handle, char *msg)
+{
+	uint32_t i;
+
+	if (!slot_get(s, handle, SLOT_RESERVE, &i)) {
+		MSG("no such reservation");
+		return -ESTALE;
+	}
+	slot_release(s, i);
+	s->d->stats.aborts++;
+	return 0;
+}
+
+int ops_acquire(struct session *s, const void *key, size_t key_len, struct extent *ret, char *msg)
+{
+	struct daemon *d = s->d;
+	struct object *o = lookup(d, key, key_len);
+	uint64_t h;
+	int r;
+
+	d->stats.gets++;
+	if (!o) {
+		d->stats.misses++;
+		return -ENOENT;
+	}
+	r = slot_alloc(s, SLOT_VIEW, o, &h);
+	if (r < 0) {
+		MSG("too many outstanding reservations and views on this connection");
+		return r;
+	}
+	o->views++;
+	index_touch(&d->index, o);
+	d->stats.hits++;
+	d->stats.bytes_out += o->len;
+	set_extent(ret, h, o);
+	return 0;
+}
+
+int ops_release(struct session *s, uint64_t handle, char *msg)
+{
+	uint32_t i;
+
+	if (!slot_get(s, handle, SLOT_VIEW, &i)) {
+		MSG("no such view");
+		return -ESTALE;
+	}
+	slot_release(s, i);
+	return 0;
+}
+
+int ops_remove(struct session *s, const void *key, size_t key_len, char *msg)
+{
+	struct daemon *d = s->d;
+	struct object *o = lookup(d, key, key_len);
+
+	if (!o)
+		return -ENOENT;
+	if (o->views) {
+		MSG("object is held by %u view(s)", o->views);
+		return -EBUSY;
+	}
+	object_drop(d, o);
+	d->stats.removes++;
+	return 0;
+}
+
+bool ops_exists(struct session *s, const void *key, size_t key_len)
+{
+	struct daemon *d = s->d;
+	struct object *o = lookup(d, key, key_len);
+
+	d->stats.exists++;
+	if (!o)
+		return false;
+	index_touch(&d->index, o);
+	return true;
+}

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A client connection and what it holds.  The object operations here are
+ * shared by both transports: the control socket (session.c) and the
+ * shared-memory channels (channel.c).
+ */
+#pragma once
+
+#include "daemon.h"
+
+#define SESSION_MAX_SLOTS (1u << 16) /* outstanding reservations + views + buffers */
+#define SESSION_MAX_CHANNELS 16
+#define OPS_MSG_MAX 256
+
+enum slot_kind {
+	SLOT_FREE,
+	SLOT_RESERVE,
+	SLOT_VIEW,
+	SLOT_BUFFER,
+};
+
+struct buffer;
+struct channel;
+
+struct slot {
+	uint32_t gen;
+	uint32_t next_free; /* index + 1 of the next free slot, 0 = none */
+	uint8_t kind;
+	uint8_t replace;    /* reservation made with KVC_PUT_REPLACE */
+	union {
+		struct object *obj;
+		struct buffer *buf;
+	};
+};
+
+struct session {
+	struct loop_source src; /* first: the loop's epoll tag */
+	struct session *next, *prev;
+	struct daemon *d;
+	int fd;
+	uint64_t id;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	char name[32];
+	bool welcomed, refused, closing;
+	uint32_t events;
+
+	uint8_t *in;
+	size_t in_len, in_cap;
+	uint8_t *out;
+	size_t out_len, out_off;
+	int out_fds[WIRE_MAX_FDS]; /* not yet sent with the first out byte */
+	size_t n_out_fds;
+
+	struct slot *slots;
+	uint32_t n_slots, free_slot, used_slots;
+
+	struct channel *channels[SESSION_MAX_CHANNELS];
+	unsigned n_channels;
+	uint64_t buffer_bytes;
+};
+
+/* Where an object's bytes are, as a client sees them. */
+struct extent {
+	uint64_t handle;
+	uint32_t segment;
+	uint64_t offset;
+	uint64_t len;
+};
+
+struct put_args {
+	const void *key;
+	size_t key_len;
+	uint64_t len;
+	uint32_t flags;
+	const void *parent;   /* may be NULL */
+	size_t parent_len;
+	uint32_t pin_ttl_ms;
+	int tier;
+};
+
+/* Each returns 0 or -errno; msg (OPS_MSG_MAX bytes) may explain an error. */
+int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret, char *msg);
+int ops_commit(struct session *s, uint64_t handle, char *msg);
+int ops_abort(struct session *s, uint64_t handle, char *msg);
+int ops_acquire(struct session *s, const void *key, size_t key_len, struct extent *ret, char *msg);
+int ops_release(struct session *s, uint64_t handle, char *msg);
+int ops_remove(struct session *s, const void *key, size_t key_len, char *msg);
+/* Present or not; a hit counts as a use for LRU. */
+bool ops_exists(struct session *s, const void *key, size_t key_len);
+
+/* Slots: handle = generation << 32 | (index + 1). */
+int slot_alloc(struct session *s, uint8_t kind, void *ptr, uint64_t *ret_handle);
+struct slot *slot_get(struct session *s, uint64_t handle, uint8_t kind, uint32_t *ret_i);
+/* Give back what the slot holds, then the slot. */
+void slot_release(struct session *s, uint32_t i);
+
+/* Registered buffers (buffer.c): memory both the client and the daemon map. */
+struct buffer {
+	struct shm_segment seg;
+	uint64_t size;
+};
+int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg);
+void buffer_free(struct session *s, struct buffer *b);
+/* The bytes [off, off + len) of the registered buffer `id`, or NULL. */
+void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len);
+
+/* Channels (channel.c). */
+int channel_open(struct session *s, int *ret_fds, char *msg);
+void channel_close(struct channel *ch);
+/* Run what every channel has queued; returns how many requests it handled. */
+unsigned channel_poll_all(struct daemon *d);
+/* Going to sleep (true) or awake (false): tells clients whether to ring. */
+void channel_set_sleeping(struct daemon *d, bool sleeping);

@@ -1,9 +1,99 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
+#include <pthread.h>
+
 #include "kvcache/kvcache.h"
+#include "ring.h"
+#include "shmem.h"
 #include "wire.h"
 
+#define MAX_SEGMENTS WIRE_MAX_FDS
+#define CHAN_TAGS SHM_CHAN_ENTRIES
+/* user_data of descriptors that want no completion (a failure still posts
+ * one, which the reaper counts and drops) */
+#define CHAN_NO_TAG UINT64_MAX
+
+enum tag_state {
+	TAG_FREE,
+	TAG_SYNC,  /* a thread waits for it */
+	TAG_ASYNC, /* goes to the completion queue for kvc_poll/kvc_wait */
+	TAG_DONE,
+};
+
+struct tag {
+	uint32_t state;      /* enum tag_state, atomic */
+	uint64_t user_data;  /* async: the caller's */
+	struct shm_cqe cqe;  /* valid once DONE (or queued) */
+};
+
+/* The client's half of a channel. */
+struct chan {
+	uint8_t *base;
+	uint8_t *arena;
+	int efd;                 /* rings the daemon when it sleeps */
+	struct ring_side sq, cq;
+	pthread_mutex_t sq_lock; /* producers, and the free tag stack */
+	pthread_mutex_t cq_lock; /* the reaper */
+	uint32_t waiters;        /* threads asleep on cq.futex, atomic */
+	uint32_t free_tags[CHAN_TAGS];
+	uint32_t n_free;
+	struct tag tags[CHAN_TAGS];
+	/* async completions not yet handed out, by tag (cq_lock) */
+	uint32_t done_q[CHAN_TAGS];
+	uint32_t done_head, done_tail;
+	uint64_t dropped_errors;
+};
+
+struct kvc_client {
+	int fd;
+	bool broken;
+	pthread_mutex_t lock; /* one socket request/response in flight at a time */
+	uint32_t seq;
+	uint64_t client_id;
+	uint64_t max_value;
+	size_t n_segs;
+	struct shm_segment segs[MAX_SEGMENTS];
+	struct chan chan;
+};
+
 /* Send one request and wait for its response.  A response carrying an error
- * comes back as that -errno (the message is kept for kvc_last_error_msg()). */
+ * comes back as that -errno (the message is kept for kvc_last_error_msg()).
+ * fds that ride with the response go to ret_fds (up to max_fds). */
 int client_rpc(struct kvc_client *c, Kvc__Request *q, Kvc__Response **ret);
+int client_rpc_fds(struct kvc_client *c, Kvc__Request *q, Kvc__Response **ret, int *ret_fds,
+		   size_t max_fds, size_t *ret_n_fds);
+void client_set_msg(const char *m);
+int client_check_key(const char *key);
+/* Pointer to an extent the daemon named, checked against the mappings. */
+int client_extent_ptr(struct kvc_client *c, uint32_t segment, uint64_t offset, uint64_t len,
+		      void **ret);
+
+/* Channel (chan.c). */
+int chan_open(struct kvc_client *c);
+void chan_close(struct chan *ch);
+/* Take a tag (blocking while none is free when `wait`), or -EAGAIN. */
+int chan_tag_get(struct kvc_client *c, enum tag_state kind, bool wait, uint32_t *ret);
+void chan_tag_put(struct chan *ch, uint32_t t);
+static inline uint8_t *chan_slot(struct chan *ch, uint32_t t)
+{
+	return ch->arena + (uint64_t) t * SHM_CHAN_ARENA_SLOT;
+}
+static inline uint32_t chan_slot_off(uint32_t t)
+{
+	return t * SHM_CHAN_ARENA_SLOT;
+}
+/* The last SHM_MSG_MAX bytes of a tag's slot receive error messages. */
+#define CHAN_SLOT_USABLE (SHM_CHAN_ARENA_SLOT - SHM_MSG_MAX)
+/* Queue descriptors (user_data already set) and ring the daemon if needed. */
+int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n);
+/* Wait until tag t is DONE; returns its result (the tag stays taken). */
+int64_t chan_wait(struct kvc_client *c, uint32_t t);
+/* Move whatever completions are ready; true if any. */
+bool chan_reap(struct kvc_client *c);
+/* A descriptor filled with the key (and optional parent) in tag t's slot. */
+int chan_prep_key(struct chan *ch, uint32_t t, struct shm_sqe *e, uint8_t op, const char *key,
+		  const char *parent);
+/* One synchronous descriptor: tag, submit, wait, put the tag back.  On
+ * failure the daemon's message (if any) becomes kvc_last_error_msg(). */
+int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct shm_cqe *ret_cqe);

@@ -12,19 +12,6 @@
 #include "shmem.h"
 #include "client-private.h"
 
-#define MAX_SEGMENTS WIRE_MAX_FDS
-
-struct kvc_client {
-	int fd;
-	bool broken;
-	pthread_mutex_t lock; /* one request/response in flight at a time */
-	uint32_t seq;
-	uint64_t client_id;
-	uint64_t max_value;
-	size_t n_segs;
-	struct shm_segment segs[MAX_SEGMENTS];
-};
-
 static __thread char last_msg[256];
 
 const char *kvc_last_error_msg(void)
@@ -32,12 +19,12 @@ const char *kvc_last_error_msg(void)
 	return last_msg;
 }
 
-static void set_msg(const char *m)
+void client_set_msg(const char *m)
 {
 	snprintf(last_msg, sizeof(last_msg), "%s", m ? m : "");
 }
 
-static int check_key(const char *key)
+int client_check_key(const char *key)
 {
 	size_t n;
 
@@ -45,11 +32,6 @@ static int check_key(const char *key)
 		return -EINVAL;
 	n = strnlen(key, KVC_KEY_MAX + 1);
 	return n == 0 || n > KVC_KEY_MAX ? -EINVAL : 0;
-}
-
-static ProtobufCBinaryData key_bytes(const char *key)
-{
-	return (ProtobufCBinaryData) { .len = strlen(key), .data = (uint8_t *) key };
 }
 
 /* Read exactly len bytes; fds that arrive are stored in fds[]. */
@@ -88,7 +70,7 @@ static int recv_frame(struct kvc_client *c, uint16_t type, struct wire_hdr *ret_
 	if (r < 0)
 		return r;
 	r = wire_hdr_check(&h, WIRE_MAX_PAYLOAD);
-	if (r < 0 || h.type != type || h.n_fds != (fds ? *n_fds : 0)) {
+	if (r < 0 || h.type != type || h.n_fds != *n_fds) {
 		r = -EPROTO;
 		goto fail_fds;
 	}
@@ -116,10 +98,17 @@ fail_fds:
  * whatever this connection held. */
 int client_rpc(struct kvc_client *c, Kvc__Request *q, Kvc__Response **ret)
 {
+	return client_rpc_fds(c, q, ret, NULL, 0, NULL);
+}
+
+int client_rpc_fds(struct kvc_client *c, Kvc__Request *q, Kvc__Response **ret, int *ret_fds,
+		   size_t max_fds, size_t *ret_n_fds)
+{
 	Kvc__Response *resp = NULL;
 	struct wire_hdr h;
 	uint8_t *buf = NULL, *payload = NULL;
-	size_t len;
+	int fds[WIRE_MAX_FDS];
+	size_t len, n_fds = 0;
 	uint32_t seq;
 	int r;
 
@@ -138,8 +127,16 @@ int client_rpc(struct kvc_client *c, Kvc__Request *q, Kvc__Response **ret)
 		c->broken = true;
 		goto out;
 	}
-	r = recv_frame(c, WIRE_RESPONSE, &h, &payload, NULL, NULL);
+	r = recv_frame(c, WIRE_RESPONSE, &h, &payload, fds, &n_fds);
 	if (r < 0) {
+		c->broken = true;
+		goto out;
+	}
+	if (n_fds > max_fds) {
+		for (size_t i = 0; i < n_fds; i++)
+			close(fds[i]);
+		n_fds = 0;
+		r = -EPROTO;
 		c->broken = true;
 		goto out;
 	}
@@ -158,30 +155,40 @@ out:
 	pthread_mutex_unlock(&c->lock);
 	free(buf);
 	free(payload);
-	if (r < 0)
+	if (r < 0) {
+		for (size_t i = 0; i < n_fds; i++)
+			close(fds[i]);
 		return r;
+	}
 	if (resp->error != 0) {
+		for (size_t i = 0; i < n_fds; i++)
+			close(fds[i]);
 		r = resp->error > 0 && resp->error < 4096 ? -resp->error : -EPROTO;
-		set_msg(resp->error_msg);
+		client_set_msg(resp->error_msg);
 		kvc__response__free_unpacked(resp, NULL);
 		return r;
 	}
-	set_msg(NULL);
+	client_set_msg(NULL);
+	for (size_t i = 0; i < n_fds; i++)
+		ret_fds[i] = fds[i];
+	if (ret_n_fds)
+		*ret_n_fds = n_fds;
 	*ret = resp;
 	return 0;
 }
 
 /* The daemon says where bytes are; still check that it is inside a mapping. */
-static int extent_ptr(struct kvc_client *c, const Kvc__Extent *e, void **ret)
+int client_extent_ptr(struct kvc_client *c, uint32_t segment, uint64_t offset, uint64_t len,
+		      void **ret)
 {
 	const struct shm_segment *s;
 
-	if (!e || e->segment >= c->n_segs)
+	if (segment >= c->n_segs)
 		return -EPROTO;
-	s = &c->segs[e->segment];
-	if (e->offset < SHM_HEADER_SIZE || e->offset > s->size || e->len > s->size - e->offset)
+	s = &c->segs[segment];
+	if (offset < SHM_HEADER_SIZE || offset > s->size || len > s->size - offset)
 		return -EPROTO;
-	*ret = (uint8_t *) s->base + e->offset;
+	*ret = (uint8_t *) s->base + offset;
 	return 0;
 }
 
@@ -230,7 +237,7 @@ static int handshake(struct kvc_client *c)
 	}
 	if (w->error) {
 		r = w->error > 0 && w->error < 4096 ? -w->error : -EPROTO;
-		set_msg(w->error_msg);
+		client_set_msg(w->error_msg);
 		goto out;
 	}
 	if (w->major != KVC_PROTO_MAJOR) {
@@ -295,6 +302,9 @@ int kvc_connect(const char *socket_path, struct kvc_client **ret)
 	r = handshake(c);
 	if (r < 0)
 		goto fail;
+	r = chan_open(c);
+	if (r < 0)
+		goto fail;
 	*ret = c;
 	return 0;
 fail:
@@ -310,69 +320,75 @@ void kvc_disconnect(struct kvc_client *c)
 	 * connection's reservations and views when it sees the hang-up. */
 	if (c->fd >= 0)
 		close(c->fd);
+	chan_close(&c->chan);
 	for (size_t i = 0; i < c->n_segs; i++)
 		shm_segment_done(&c->segs[i]);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
+static void set_put_opts(struct shm_sqe *e, const struct kvc_put_opts *opts)
+{
+	if (!opts)
+		return;
+	e->put_flags = opts->flags;
+	e->pin_ttl_ms = opts->pin_ttl_ms;
+	e->tier = (int8_t) opts->tier;
+}
+
+static int check_opts(const struct kvc_put_opts *opts)
+{
+	if (!opts)
+		return 0;
+	if (opts->parent_key && client_check_key(opts->parent_key) < 0)
+		return -EINVAL;
+	if (opts->tier < KVC_TIER_DEFAULT || opts->tier > KVC_TIER_DISK)
+		return -EINVAL;
+	return 0;
+}
+
 int kvc_reserve(struct kvc_client *c, const char *key, size_t len,
 		const struct kvc_put_opts *opts, struct kvc_buf *ret)
 {
-	Kvc__Request q = KVC__REQUEST__INIT;
-	Kvc__ReserveReq rq = KVC__RESERVE_REQ__INIT;
-	Kvc__PutOpts po = KVC__PUT_OPTS__INIT;
-	Kvc__Response *resp;
+	struct shm_sqe e;
+	struct shm_cqe cqe;
+	uint32_t t;
 	void *p;
-	int r;
+	int64_t r;
 
-	if (!c || !ret || check_key(key) < 0 || len == 0)
+	if (!c || !ret || client_check_key(key) < 0 || len == 0 || check_opts(opts) < 0)
 		return -EINVAL;
 	if (len > KVC_VALUE_MAX)
 		return -E2BIG;
-	if (opts) {
-		if (opts->parent_key && check_key(opts->parent_key) < 0)
-			return -EINVAL;
-		po.flags = opts->flags;
-		po.pin_ttl_ms = opts->pin_ttl_ms;
-		po.tier = opts->tier;
-		if (opts->parent_key)
-			po.parent_key = key_bytes(opts->parent_key);
-		rq.opts = &po;
-	}
-	rq.key = key_bytes(key);
-	rq.len = len;
-	q.op = KVC__OP__OP_RESERVE;
-	q.body_case = KVC__REQUEST__BODY_RESERVE;
-	q.reserve = &rq;
-	r = client_rpc(c, &q, &resp);
+	r = chan_tag_get(c, TAG_SYNC, true, &t);
 	if (r < 0)
-		return r;
-	if (resp->body_case != KVC__RESPONSE__BODY_EXTENT || resp->extent->len != len ||
-	    extent_ptr(c, resp->extent, &p) < 0)
-		r = -EPROTO;
-	else
-		*ret = (struct kvc_buf) { .data = p, .len = len, .handle = resp->extent->handle };
-	kvc__response__free_unpacked(resp, NULL);
-	return r;
+		return (int) r;
+	chan_prep_key(&c->chan, t, &e, SHM_OP_RESERVE, key, opts ? opts->parent_key : NULL);
+	e.arg = len;
+	set_put_opts(&e, opts);
+	r = chan_call(c, &e, t, &cqe);
+	if (r < 0)
+		return (int) r;
+	if (cqe.len != len || client_extent_ptr(c, cqe.segment, cqe.offset, cqe.len, &p) < 0)
+		return -EPROTO;
+	*ret = (struct kvc_buf) { .data = p, .len = len, .handle = cqe.handle };
+	return 0;
 }
 
-static int handle_op(struct kvc_client *c, uint32_t op, uint64_t handle)
+/* A descriptor that names only a handle. */
+static int64_t handle_call(struct kvc_client *c, uint8_t op, uint64_t handle)
 {
-	Kvc__Request q = KVC__REQUEST__INIT;
-	Kvc__HandleReq hq = KVC__HANDLE_REQ__INIT;
-	Kvc__Response *resp;
+	struct shm_sqe e = { .opcode = op, .flags = SHM_SQE_WANT_MSG, .arg = handle };
+	uint32_t t;
 	int r;
 
-	hq.handle = handle;
-	q.op = op;
-	q.body_case = KVC__REQUEST__BODY_HANDLE;
-	q.handle = &hq;
-	r = client_rpc(c, &q, &resp);
+	r = chan_tag_get(c, TAG_SYNC, true, &t);
 	if (r < 0)
 		return r;
-	kvc__response__free_unpacked(resp, NULL);
-	return 0;
+	e.user_data = t;
+	e.msg_off = chan_slot_off(t) + CHAN_SLOT_USABLE;
+	chan_slot(&c->chan, t)[CHAN_SLOT_USABLE] = '\0';
+	return chan_call(c, &e, t, NULL);
 }
 
 int kvc_commit(struct kvc_client *c, struct kvc_buf *b)
@@ -382,7 +398,7 @@ int kvc_commit(struct kvc_client *c, struct kvc_buf *b)
 	if (!c || !b || !b->handle)
 		return -EINVAL;
 	/* Committed or refused, the reservation is gone either way. */
-	r = handle_op(c, KVC__OP__OP_COMMIT, b->handle);
+	r = (int) handle_call(c, SHM_OP_COMMIT, b->handle);
 	*b = (struct kvc_buf) { 0 };
 	return r;
 }
@@ -393,7 +409,7 @@ int kvc_abort(struct kvc_client *c, struct kvc_buf *b)
 
 	if (!c || !b || !b->handle)
 		return -EINVAL;
-	r = handle_op(c, KVC__OP__OP_ABORT, b->handle);
+	r = (int) handle_call(c, SHM_OP_ABORT, b->handle);
 	*b = (struct kvc_buf) { 0 };
 	return r;
 }
@@ -413,39 +429,37 @@ int kvc_put(struct kvc_client *c, const char *key, const void *val, size_t len,
 	return kvc_commit(c, &b);
 }
 
-static int key_op(struct kvc_client *c, uint32_t op, const char *key, Kvc__Response **ret)
+/* One key, one answer. */
+static int64_t key_call(struct kvc_client *c, uint8_t op, const char *key, struct shm_cqe *ret)
 {
-	Kvc__Request q = KVC__REQUEST__INIT;
-	Kvc__KeyReq kq = KVC__KEY_REQ__INIT;
+	struct shm_sqe e;
+	uint32_t t;
+	int r;
 
-	if (!c || check_key(key) < 0)
+	if (!c || client_check_key(key) < 0)
 		return -EINVAL;
-	kq.key = key_bytes(key);
-	q.op = op;
-	q.body_case = KVC__REQUEST__BODY_KEY;
-	q.key = &kq;
-	return client_rpc(c, &q, ret);
+	r = chan_tag_get(c, TAG_SYNC, true, &t);
+	if (r < 0)
+		return r;
+	chan_prep_key(&c->chan, t, &e, op, key, NULL);
+	return chan_call(c, &e, t, ret);
 }
 
 int kvc_acquire(struct kvc_client *c, const char *key, struct kvc_view *ret)
 {
-	Kvc__Response *resp;
+	struct shm_cqe cqe;
 	void *p;
-	int r;
+	int64_t r;
 
 	if (!ret)
 		return -EINVAL;
-	r = key_op(c, KVC__OP__OP_ACQUIRE, key, &resp);
+	r = key_call(c, SHM_OP_ACQUIRE, key, &cqe);
 	if (r < 0)
-		return r;
-	if (resp->body_case != KVC__RESPONSE__BODY_EXTENT || extent_ptr(c, resp->extent, &p) < 0)
-		r = -EPROTO;
-	else
-		*ret = (struct kvc_view) {
-			.data = p, .len = resp->extent->len, .handle = resp->extent->handle
-		};
-	kvc__response__free_unpacked(resp, NULL);
-	return r;
+		return (int) r;
+	if (client_extent_ptr(c, cqe.segment, cqe.offset, cqe.len, &p) < 0)
+		return -EPROTO;
+	*ret = (struct kvc_view) { .data = p, .len = cqe.len, .handle = cqe.handle };
+	return 0;
 }
 
 int kvc_release(struct kvc_client *c, struct kvc_view *v)
@@ -454,137 +468,168 @@ int kvc_release(struct kvc_client *c, struct kvc_view *v)
 
 	if (!c || !v || !v->handle)
 		return -EINVAL;
-	r = handle_op(c, KVC__OP__OP_RELEASE, v->handle);
+	r = (int) handle_call(c, SHM_OP_RELEASE, v->handle);
 	*v = (struct kvc_view) { 0 };
 	return r;
 }
 
+/* Release without waiting: a failure (which would be our own bug) is
+ * counted by the reaper, never reported to the caller. */
+static int release_async(struct kvc_client *c, uint64_t handle)
+{
+	struct shm_sqe e = {
+		.opcode = SHM_OP_RELEASE,
+		.flags = SHM_SQE_NO_CQE,
+		.user_data = CHAN_NO_TAG,
+		.arg = handle,
+	};
+
+	return chan_submit(c, &e, 1);
+}
+
 ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap)
 {
-	struct kvc_view v;
+	struct shm_cqe cqe;
 	ssize_t n;
-	int r;
+	void *p;
+	int64_t r;
+	int rr;
 
 	if (!buf && cap)
 		return -EINVAL;
-	r = kvc_acquire(c, key, &v);
+	r = key_call(c, SHM_OP_ACQUIRE, key, &cqe);
 	if (r < 0)
 		return r;
-	if (v.len > cap)
+	if (client_extent_ptr(c, cqe.segment, cqe.offset, cqe.len, &p) < 0)
+		n = -EPROTO;
+	else if (cqe.len > cap)
 		n = -ENOBUFS;
 	else {
-		memcpy(buf, v.data, v.len);
-		n = (ssize_t) v.len;
+		memcpy(buf, p, cqe.len);
+		n = (ssize_t) cqe.len;
 	}
-	r = kvc_release(c, &v);
-	return r < 0 ? r : n;
+	rr = release_async(c, cqe.handle);
+	return rr < 0 ? rr : n;
 }
 
 int kvc_exists(struct kvc_client *c, const char *key)
 {
-	Kvc__Response *resp;
-	int r;
-
-	r = key_op(c, KVC__OP__OP_EXISTS, key, &resp);
-	if (r < 0)
-		return r;
-	if (resp->body_case != KVC__RESPONSE__BODY_EXISTS)
-		r = -EPROTO;
-	else
-		r = resp->exists->count > 0;
-	kvc__response__free_unpacked(resp, NULL);
-	return r;
+	return (int) key_call(c, SHM_OP_EXISTS, key, NULL);
 }
 
 int kvc_remove(struct kvc_client *c, const char *key)
 {
-	Kvc__Response *resp;
-	int r;
+	int64_t r = key_call(c, SHM_OP_REMOVE, key, NULL);
 
-	r = key_op(c, KVC__OP__OP_REMOVE, key, &resp);
-	if (r < 0)
-		return r;
-	kvc__response__free_unpacked(resp, NULL);
-	return 0;
+	return r < 0 ? (int) r : 0;
 }
 
-/* One round trip for up to WIRE_MAX_BATCH keys. */
-static int keys_chunk(struct kvc_client *c, uint32_t op, const char *const *keys, size_t n,
-		      uint8_t *ret_present, uint32_t *ret_count)
-{
-	Kvc__Request q = KVC__REQUEST__INIT;
-	Kvc__KeysReq kq = KVC__KEYS_REQ__INIT;
-	ProtobufCBinaryData *kb;
-	Kvc__Response *resp;
-	int r;
+/*
+ * Many keys: each chunk that fits one tag's arena slot is one descriptor;
+ * all chunks go out before any answer is awaited.
+ */
+struct keys_chunk {
+	uint32_t tag;
+	size_t first, n;
+};
 
-	kb = calloc(n ? n : 1, sizeof(*kb));
-	if (!kb)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		if (check_key(keys[i]) < 0) {
-			free(kb);
+static int keys_batch(struct kvc_client *c, uint8_t op, const char *const *keys, size_t n,
+		      uint8_t *ret_present, bool prefix)
+{
+	struct chan *ch = &c->chan;
+	struct keys_chunk chunks[16];
+	size_t next = 0, total = 0;
+	int r = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (client_check_key(keys[i]) < 0)
 			return -EINVAL;
+	while (next < n) {
+		unsigned n_chunks = 0;
+		bool stop = false;
+
+		/* fill and submit up to 16 chunks */
+		while (next < n && n_chunks < 16) {
+			struct keys_chunk *k = &chunks[n_chunks];
+			struct shm_sqe e = { .opcode = op };
+			uint32_t used, cap_refs;
+			uint8_t *slot;
+
+			r = chan_tag_get(c, TAG_SYNC, true, &k->tag);
+			if (r < 0)
+				goto drain;
+			slot = chan_slot(ch, k->tag);
+			/* refs first, then results (batch), then the key bytes */
+			cap_refs = CHAN_SLOT_USABLE / (sizeof(struct shm_key_ref) + 1 + 8);
+			k->first = next;
+			k->n = 0;
+			used = cap_refs * (uint32_t) (sizeof(struct shm_key_ref) + 1);
+			while (next < n && k->n < cap_refs) {
+				size_t len = strlen(keys[next]);
+				struct shm_key_ref ref = { chan_slot_off(k->tag) + used, (uint32_t) len };
+
+				if (used + len > CHAN_SLOT_USABLE)
+					break;
+				memcpy(slot + used, keys[next], len);
+				memcpy(slot + k->n * sizeof(ref), &ref, sizeof(ref));
+				used += (uint32_t) len;
+				k->n++;
+				next++;
+			}
+			e.user_data = k->tag;
+			e.count = (uint32_t) k->n;
+			e.list_off = chan_slot_off(k->tag);
+			e.out_off = chan_slot_off(k->tag) + cap_refs * (uint32_t) sizeof(struct shm_key_ref);
+			r = chan_submit(c, &e, 1);
+			if (r < 0) {
+				chan_tag_put(ch, k->tag);
+				goto drain;
+			}
+			n_chunks++;
 		}
-		kb[i] = key_bytes(keys[i]);
+drain:
+		for (unsigned i = 0; i < n_chunks; i++) {
+			struct keys_chunk *k = &chunks[i];
+			int64_t res = chan_wait(c, k->tag);
+
+			if (res == -ECONNRESET && c->broken)
+				return (int) res;
+			if (res < 0 && r == 0)
+				r = (int) res;
+			if (res >= 0 && !stop) {
+				if (ret_present) {
+					const uint8_t *out = chan_slot(ch, k->tag) +
+						(CHAN_SLOT_USABLE / (sizeof(struct shm_key_ref) + 1 + 8)) *
+						sizeof(struct shm_key_ref);
+
+					for (size_t j = 0; j < k->n; j++)
+						ret_present[k->first + j] = out[j] ? 1 : 0;
+				}
+				total += (size_t) res;
+				if (prefix && (size_t) res < k->n)
+					stop = true; /* later chunks do not count */
+			}
+			chan_tag_put(ch, k->tag);
+		}
+		if (r < 0)
+			return r;
+		if (stop)
+			break;
 	}
-	kq.n_keys = n;
-	kq.keys = kb;
-	q.op = op;
-	q.body_case = KVC__REQUEST__BODY_KEYS;
-	q.keys = &kq;
-	r = client_rpc(c, &q, &resp);
-	free(kb);
-	if (r < 0)
-		return r;
-	if (resp->body_case != KVC__RESPONSE__BODY_EXISTS || resp->exists->count > n ||
-	    (ret_present && resp->exists->present.len != n))
-		r = -EPROTO;
-	else {
-		if (ret_present)
-			for (size_t i = 0; i < n; i++)
-				ret_present[i] = resp->exists->present.data[i] ? 1 : 0;
-		*ret_count = resp->exists->count;
-	}
-	kvc__response__free_unpacked(resp, NULL);
-	return r;
+	return (int) total;
 }
 
 int kvc_batch_exists(struct kvc_client *c, const char *const *keys, size_t n,
 		     uint8_t *ret_present)
 {
-	size_t total = 0;
-
 	if (!c || (n && (!keys || !ret_present)) || n > INT32_MAX)
 		return -EINVAL;
-	for (size_t i = 0; i < n; i += WIRE_MAX_BATCH) {
-		size_t k = n - i < WIRE_MAX_BATCH ? n - i : WIRE_MAX_BATCH;
-		uint32_t cnt;
-		int r = keys_chunk(c, KVC__OP__OP_BATCH_EXISTS, keys + i, k, ret_present + i, &cnt);
-
-		if (r < 0)
-			return r;
-		total += cnt;
-	}
-	return (int) total;
+	return keys_batch(c, SHM_OP_BATCH_EXISTS, keys, n, ret_present, false);
 }
 
 int kvc_prefix_lookup(struct kvc_client *c, const char *const *keys, size_t n)
 {
-	size_t total = 0;
-
 	if (!c || (n && !keys) || n > INT32_MAX)
 		return -EINVAL;
-	for (size_t i = 0; i < n; i += WIRE_MAX_BATCH) {
-		size_t k = n - i < WIRE_MAX_BATCH ? n - i : WIRE_MAX_BATCH;
-		uint32_t cnt;
-		int r = keys_chunk(c, KVC__OP__OP_PREFIX_LOOKUP, keys + i, k, NULL, &cnt);
-
-		if (r < 0)
-			return r;
-		total += cnt;
-		if (cnt < k)
-			break;
-	}
-	return (int) total;
+	return keys_batch(c, SHM_OP_PREFIX_LOOKUP, keys, n, NULL, true);
 }

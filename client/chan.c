@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The client's half of a shared-memory channel.
+ *
+ * Requests are fixed-size descriptors in the submission ring; whatever they
+ * point at (keys, key lists, iovecs, result arrays) lives in the arena slot
+ * of the tag that the request holds, so concurrent requests never share
+ * arena bytes.  A request holds its tag until its completion is consumed, and
+ * there are as many tags as ring entries, so completions always fit.
+ *
+ * Any thread may reap: it moves completions to their tags (or to the async
+ * queue) and wakes threads asleep on the completion futex if it finished
+ * something of theirs.  Waiting spins first (the daemon answers in well under
+ * a microsecond while it spins too), then sleeps on the futex with a timeout
+ * that doubles as a check that the daemon is still alive.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client-private.h"
+
+#define SPIN_NS 50000             /* spin this long before sleeping */
+#define SLEEP_TIMEOUT_NS 100000000 /* then check the daemon is alive */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+}
+
+int chan_open(struct kvc_client *c)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	struct chan *ch = &c->chan;
+	const struct shm_chan_header *h;
+	Kvc__Response *resp;
+	int fds[2];
+	size_t n_fds = 0;
+	void *base;
+	int r;
+
+	q.op = KVC__OP__OP_CHANNEL_OPEN;
+	r = client_rpc_fds(c, &q, &resp, fds, 2, &n_fds);
+	if (r < 0)
+		return r;
+	kvc__response__free_unpacked(resp, NULL);
+	if (n_fds != 2) {
+		for (size_t i = 0; i < n_fds; i++)
+			close(fds[i]);
+		return -EPROTO;
+	}
+	r = shm_memfd_map(fds[0], SHM_CHAN_SIZE, &base);
+	if (r < 0) {
+		close(fds[1]);
+		return r;
+	}
+	h = base;
+	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_CHAN_MAGIC ||
+	    h->version != SHM_CHAN_VERSION || h->entries != SHM_CHAN_ENTRIES ||
+	    h->arena_slot != SHM_CHAN_ARENA_SLOT || h->size != SHM_CHAN_SIZE) {
+		munmap(base, SHM_CHAN_SIZE);
+		close(fds[1]);
+		return -EPROTONOSUPPORT;
+	}
+	ch->base = base;
+	ch->efd = fds[1];
+	ch->arena = ch->base + SHM_CHAN_ARENA_OFF;
+	ring_side_init(&ch->sq, (struct shm_ring *) (ch->base + SHM_CHAN_SQ_OFF),
+		       ch->base + SHM_CHAN_SQES_OFF, sizeof(struct shm_sqe), SHM_CHAN_ENTRIES, 0);
+	ring_side_init(&ch->cq, (struct shm_ring *) (ch->base + SHM_CHAN_CQ_OFF),
+		       ch->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
+	pthread_mutex_init(&ch->sq_lock, NULL);
+	pthread_mutex_init(&ch->cq_lock, NULL);
+	for (uint32_t i = 0; i < CHAN_TAGS; i++)
+		ch->free_tags[i] = CHAN_TAGS - 1 - i;
+	ch->n_free = CHAN_TAGS;
+	return 0;
+}
+
+void chan_close(struct chan *ch)
+{
+	if (!ch->base)
+		return;
+	munmap(ch->base, SHM_CHAN_SIZE);
+	close(ch->efd);
+	pthread_mutex_destroy(&ch->sq_lock);
+	pthread_mutex_destroy(&ch->cq_lock);
+	ch->base = NULL;
+}
+
+static void wake_sleepers(struct chan *ch)
+{
+	if (__atomic_load_n(&ch->waiters, __ATOMIC_SEQ_CST) == 0)
+		return;
+	__atomic_add_fetch(&ch->cq.r->futex, 1, __ATOMIC_SEQ_CST);
+	syscall(SYS_futex, &ch->cq.r->futex, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* cq_lock held */
+static bool reap_locked(struct kvc_client *c)
+{
+	struct chan *ch = &c->chan;
+	bool others = false;
+	int64_t n = ring_ready(&ch->cq);
+
+	if (n <= 0)
+		return false;
+	for (int64_t i = 0; i < n; i++) {
+		const struct shm_cqe *e = ring_entry(&ch->cq, ch->cq.pos + (uint32_t) i);
+		struct tag *t;
+
+		if (e->user_data == CHAN_NO_TAG || e->user_data >= CHAN_TAGS) {
+			ch->dropped_errors++;
+			continue;
+		}
+		t = &ch->tags[e->user_data];
+		t->cqe = *e;
+		if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == TAG_ASYNC) {
+			ch->done_q[ch->done_tail++ % CHAN_TAGS] = (uint32_t) e->user_data;
+			others = true; /* someone may wait in kvc_wait() */
+		} else {
+			__atomic_store_n(&t->state, TAG_DONE, __ATOMIC_RELEASE);
+			others = true;
+		}
+	}
+	ring_consume(&ch->cq, (uint32_t) n);
+	if (others)
+		wake_sleepers(ch);
+	return true;
+}
+
+bool chan_reap(struct kvc_client *c)
+{
+	bool r;
+
+	if (pthread_mutex_trylock(&c->chan.cq_lock) != 0)
+		return false;
+	r = reap_locked(c);
+	pthread_mutex_unlock(&c->chan.cq_lock);
+	return r;
+}
+
+/* Is the daemon still there?  Only asked after a long sleep. */
+static bool daemon_gone(struct kvc_client *c)
+{
+	char b;
+	ssize_t n;
+
+	if (c->broken)
+		return true;
+	if (pthread_mutex_trylock(&c->lock) != 0)
+		return false; /* a socket request is in flight: it will notice */
+	n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+		c->broken = true;
+	pthread_mutex_unlock(&c->lock);
+	return c->broken;
+}
+
+/* Sleep until something happens on the completion ring (or a timeout). */
+static void sleep_on_cq(struct kvc_client *c, bool (*ready)(struct kvc_client *, uint32_t),
+			uint32_t arg)
+{
+	struct chan *ch = &c->chan;
+	struct timespec ts = { 0, SLEEP_TIMEOUT_NS };
+	uint32_t seq;
+
+	__atomic_add_fetch(&ch->waiters, 1, __ATOMIC_SEQ_CST);
+	seq = __atomic_load_n(&ch->cq.r->futex, __ATOMIC_SEQ_CST);
+	ring_set_need_wakeup(ch->cq.r, true);
+	/* re-check after announcing: the daemon either saw the flag or
+	 * published before our check */
+	if (!ready(c, arg) && ring_ready(&ch->cq) == 0)
+		syscall(SYS_futex, &ch->cq.r->futex, FUTEX_WAIT, seq, &ts, NULL, 0);
+	__atomic_sub_fetch(&ch->waiters, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Spin (reaping), then sleep, until ready(c, arg). */
+static int wait_until(struct kvc_client *c, bool (*ready)(struct kvc_client *, uint32_t),
+		      uint32_t arg, int64_t timeout_ns)
+{
+	uint64_t start = now_ns(), slept = 0;
+
+	for (unsigned spins = 0;; spins++) {
+		uint64_t now;
+
+		if (ready(c, arg))
+			return 0;
+		if (chan_reap(c) && ready(c, arg))
+			return 0;
+		if (spins < 64) {
+			cpu_relax();
+			continue;
+		}
+		now = now_ns();
+		if (timeout_ns >= 0 && now - start >= (uint64_t) timeout_ns)
+			return -ETIMEDOUT;
+		if (now - start < SPIN_NS) {
+			cpu_relax();
+			continue;
+		}
+		sleep_on_cq(c, ready, arg);
+		if (++slept % 4 == 0 && !ready(c, arg) && daemon_gone(c))
+			return -ECONNRESET;
+	}
+}
+
+static bool tag_done(struct kvc_client *c, uint32_t t)
+{
+	return __atomic_load_n(&c->chan.tags[t].state, __ATOMIC_ACQUIRE) == TAG_DONE;
+}
+
+static bool tag_free(struct kvc_client *c, uint32_t unused)
+{
+	(void) unused;
+	return __atomic_load_n(&c->chan.n_free, __ATOMIC_ACQUIRE) > 0;
+}
+
+int chan_tag_get(struct kvc_client *c, enum tag_state kind, bool wait, uint32_t *ret)
+{
+	struct chan *ch = &c->chan;
+
+	for (;;) {
+		pthread_mutex_lock(&ch->sq_lock);
+		if (ch->n_free) {
+			uint32_t t = ch->free_tags[--ch->n_free];
+
+			__atomic_store_n(&ch->tags[t].state, kind, __ATOMIC_RELAXED);
+			pthread_mutex_unlock(&ch->sq_lock);
+			*ret = t;
+			return 0;
+		}
+		pthread_mutex_unlock(&ch->sq_lock);
+		if (!wait)
+			return -EAGAIN;
+		if (wait_until(c, tag_free, 0, -1) < 0)
+			return -ECONNRESET;
+	}
+}
+
+void chan_tag_put(struct chan *ch, uint32_t t)
+{
+	pthread_mutex_lock(&ch->sq_lock);
+	__atomic_store_n(&ch->tags[t].state, TAG_FREE, __ATOMIC_RELAXED);
+	ch->free_tags[ch->n_free++] = t;
+	pthread_mutex_unlock(&ch->sq_lock);
+}
+
+int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
+{
+	struct chan *ch = &c->chan;
+	uint32_t done = 0;
+
+	if (c->broken)
+		return -ECONNRESET;
+	pthread_mutex_lock(&ch->sq_lock);
+	while (done < n) {
+		uint32_t space = ring_space(&ch->sq), k;
+
+		if (space == 0) {
+			/* the daemon drains the ring unless the completion ring
+			 * is full: reap so it can go on */
+			pthread_mutex_unlock(&ch->sq_lock);
+			if (!chan_reap(c))
+				cpu_relax();
+			if (daemon_gone(c))
+				return -ECONNRESET;
+			pthread_mutex_lock(&ch->sq_lock);
+			continue;
+		}
+		k = n - done < space ? n - done : space;
+		for (uint32_t i = 0; i < k; i++)
+			memcpy(ring_entry(&ch->sq, ch->sq.pos + i), &e[done + i], sizeof(*e));
+		ring_publish(&ch->sq, k);
+		done += k;
+		if (ring_peer_sleeping(ch->sq.r)) {
+			uint64_t one = 1;
+
+			/* the daemon sleeps in epoll: one write wakes it */
+			if (write(ch->efd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+				pthread_mutex_unlock(&ch->sq_lock);
+				return -ECONNRESET;
+			}
+		}
+	}
+	pthread_mutex_unlock(&ch->sq_lock);
+	return 0;
+}
+
+int64_t chan_wait(struct kvc_client *c, uint32_t t)
+{
+	int r = wait_until(c, tag_done, t, -1);
+
+	if (r < 0)
+		return r;
+	return c->chan.tags[t].cqe.res;
+}
+
+int chan_prep_key(struct chan *ch, uint32_t t, struct shm_sqe *e, uint8_t op, const char *key,
+		  const char *parent)
+{
+	uint8_t *slot = chan_slot(ch, t);
+	size_t klen = strlen(key), plen = parent ? strlen(parent) : 0;
+
+	memset(e, 0, sizeof(*e));
+	e->opcode = op;
+	e->flags = SHM_SQE_WANT_MSG;
+	e->user_data = t;
+	e->key_off = chan_slot_off(t);
+	e->key_len = (uint16_t) klen;
+	memcpy(slot, key, klen);
+	if (parent) {
+		e->key2_off = chan_slot_off(t) + (uint32_t) klen;
+		e->key2_len = (uint16_t) plen;
+		memcpy(slot + klen, parent, plen);
+	}
+	e->msg_off = chan_slot_off(t) + CHAN_SLOT_USABLE;
+	slot[CHAN_SLOT_USABLE] = '\0';
+	return (int) (klen + plen);
+}
+
+int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct shm_cqe *ret_cqe)
+{
+	int64_t r = chan_submit(c, e, 1);
+
+	if (r == 0)
+		r = chan_wait(c, t);
+	if (r == -ECONNRESET && c->broken) {
+		/* the tag may still be in the daemon's hands: never reuse it */
+		client_set_msg("the daemon went away");
+		return r;
+	}
+	if (r < 0) {
+		const char *m = (const char *) chan_slot(&c->chan, t) + CHAN_SLOT_USABLE;
+
+		client_set_msg(strnlen(m, SHM_MSG_MAX) < SHM_MSG_MAX ? m : "");
+	} else
+		client_set_msg(NULL);
+	if (ret_cqe)
+		*ret_cqe = c->chan.tags[t].cqe;
+	chan_tag_put(&c->chan, t);
+	return r;
+}

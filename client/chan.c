@@ -350,3 +350,40 @@ int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct sh
 	chan_tag_put(&c->chan, t);
 	return r;
 }
+
+/* ---- asynchronous completions ---- */
+
+static bool async_ready(struct kvc_client *c, uint32_t unused)
+{
+	(void) unused;
+	return __atomic_load_n(&c->chan.done_tail, __ATOMIC_ACQUIRE) !=
+	       __atomic_load_n(&c->chan.done_head, __ATOMIC_ACQUIRE);
+}
+
+int chan_pop_async(struct kvc_client *c, struct kvc_completion *ret, size_t max)
+{
+	struct chan *ch = &c->chan;
+	uint32_t tags[CHAN_TAGS];
+	size_t n = 0;
+
+	pthread_mutex_lock(&ch->cq_lock);
+	reap_locked(c);
+	while (n < max && n < CHAN_TAGS && ch->done_head != ch->done_tail) {
+		uint32_t t = ch->done_q[ch->done_head++ % CHAN_TAGS];
+
+		ret[n] = (struct kvc_completion) {
+			.user_data = ch->tags[t].user_data,
+			.res = ch->tags[t].cqe.res,
+		};
+		tags[n++] = t;
+	}
+	pthread_mutex_unlock(&ch->cq_lock);
+	for (size_t i = 0; i < n; i++)
+		chan_tag_put(ch, tags[i]);
+	return (int) n;
+}
+
+int chan_wait_async(struct kvc_client *c, int64_t timeout_ns)
+{
+	return wait_until(c, async_ready, 0, timeout_ns);
+}

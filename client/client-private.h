@@ -97,3 +97,8 @@ int chan_prep_key(struct chan *ch, uint32_t t, struct shm_sqe *e, uint8_t op, co
 /* One synchronous descriptor: tag, submit, wait, put the tag back.  On
  * failure the daemon's message (if any) becomes kvc_last_error_msg(). */
 int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct shm_cqe *ret_cqe);
+
+/* Async completions (chan.c). */
+int chan_pop_async(struct kvc_client *c, struct kvc_completion *ret, size_t max);
+/* Until one is ready: 0, -ETIMEDOUT, -ECONNRESET. */
+int chan_wait_async(struct kvc_client *c, int64_t timeout_ns);

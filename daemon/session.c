@@ -281,6 +281,7 @@ static int op_stats(struct session *s, struct reply *rep)
 {
 	struct daemon *d = s->d;
 	const struct stats *x = &d->stats;
+	uint64_t registered = 0, channels = 0;
 	struct {
 		const char *name;
 		uint64_t value;
@@ -303,9 +304,18 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "connections", x->connections },
 		{ "reclaimed_reservations", x->reclaimed_reservations },
 		{ "reclaimed_views", x->reclaimed_views },
+		{ "registered_bytes", 0 },
+		{ "channels", 0 },
 	};
 	const size_t nb = sizeof(base) / sizeof(base[0]), per_tier = 3;
 	size_t n = nb + d->n_tiers * per_tier;
+
+	for (struct session *x2 = d->sessions; x2; x2 = x2->next) {
+		registered += x2->buffer_bytes;
+		channels += x2->n_channels;
+	}
+	base[nb - 2].value = registered;
+	base[nb - 1].value = channels;
 	Kvc__StatsResp *st = calloc(1, sizeof(*st));
 	Kvc__Counter *cs = calloc(n, sizeof(*cs));
 	Kvc__Counter **cp = calloc(n, sizeof(*cp));

@@ -3,104 +3,20 @@
  * send malformed, truncated, oversized or unknown frames.  Each gets a clear
  * error; the daemon keeps serving everyone else and loses nothing. */
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <kvcache/kvcache.h>
 
 #include "helpers.h"
-#include "wire.h"
+#include "raw.h"
 
 static struct test_daemon td;
 
-/* ---- a raw protocol client ---- */
-
-static int raw_connect(void)
+static int raw_connect_td(void)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct timeval tv = { .tv_sec = 10 };
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", td.socket);
-	CHECK(connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
-}
-
-static void raw_send(int fd, uint16_t type, uint32_t len, const void *payload, size_t plen)
-{
-	struct wire_hdr h = { .magic = WIRE_MAGIC, .type = type, .len = len, .seq = 9 };
-
-	CHECK_EQ(send(fd, &h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
-	if (plen)
-		CHECK_EQ(send(fd, payload, plen, MSG_NOSIGNAL), (ssize_t) plen);
-}
-
-static void raw_send_msg(int fd, uint16_t type, const ProtobufCMessage *m)
-{
-	uint8_t *buf;
-	size_t len;
-
-	CHECK_EQ(wire_frame_pack(type, 9, 0, m, &buf, &len), 0);
-	CHECK_EQ(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t) len);
-	free(buf);
-}
-
-/* Read one frame; returns its type, or 0 on EOF.  fds are closed. */
-static int raw_recv(int fd, uint8_t **ret_payload, uint32_t *ret_len)
-{
-	struct wire_hdr h;
-	int fds[WIRE_MAX_FDS];
-	size_t got = 0;
-	uint8_t *p;
-
-	while (got < sizeof(h)) {
-		size_t k = 0;
-		ssize_t n = wire_recv_some(fd, (uint8_t *) &h + got, sizeof(h) - got, fds, WIRE_MAX_FDS,
-					   &k, 0);
-		CHECK(n >= 0);
-		if (n == 0)
-			return 0;
-		for (size_t i = 0; i < k; i++)
-			close(fds[i]);
-		got += (size_t) n;
-	}
-	CHECK_EQ(wire_hdr_check(&h, WIRE_MAX_PAYLOAD), 0);
-	p = malloc(h.len + 1);
-	for (got = 0; got < h.len;) {
-		ssize_t n = recv(fd, p + got, h.len - got, 0);
-
-		CHECK(n > 0);
-		got += (size_t) n;
-	}
-	*ret_payload = p;
-	*ret_len = h.len;
-	return h.type;
-}
-
-static int raw_hello(int fd, uint32_t major)
-{
-	Kvc__Hello hello = KVC__HELLO__INIT;
-	Kvc__Welcome *w;
-	uint8_t *p;
-	uint32_t len;
-	int err;
-
-	hello.major = major;
-	raw_send_msg(fd, WIRE_HELLO, &hello.base);
-	CHECK_EQ(raw_recv(fd, &p, &len), WIRE_WELCOME);
-	w = kvc__welcome__unpack(NULL, len, p);
-	CHECK(w);
-	err = w->error;
-	if (err)
-		printf("welcome refused: %s\n", w->error_msg);
-	kvc__welcome__free_unpacked(w, NULL);
-	free(p);
-	return err;
+	return raw_connect(td.socket);
 }
 
 /* Expect a Response carrying error `err`; returns its message (static). */
@@ -184,7 +100,7 @@ static void test_malformed(struct kvc_client *good)
 	memset(key, 'k', sizeof(key));
 
 	/* unknown message type: error, connection stays usable */
-	fd = raw_connect();
+	fd = raw_connect_td();
 	CHECK_EQ(raw_hello(fd, KVC_PROTO_MAJOR), 0);
 	raw_send(fd, 77, 3, "abc", 3);
 	CHECK(strstr(expect_error(fd, EPROTO), "unknown message type 77"));
@@ -231,7 +147,7 @@ static void test_malformed(struct kvc_client *good)
 	close(fd);
 
 	/* oversized length: answered, then hung up */
-	fd = raw_connect();
+	fd = raw_connect_td();
 	CHECK_EQ(raw_hello(fd, KVC_PROTO_MAJOR), 0);
 	raw_send(fd, WIRE_REQUEST, 0xfffffff0u, NULL, 0);
 	CHECK(strstr(expect_error(fd, EMSGSIZE), "exceeds"));
@@ -239,7 +155,7 @@ static void test_malformed(struct kvc_client *good)
 	close(fd);
 
 	/* bad magic */
-	fd = raw_connect();
+	fd = raw_connect_td();
 	CHECK_EQ(raw_hello(fd, KVC_PROTO_MAJOR), 0);
 	CHECK_EQ(send(fd, "GARBAGE-GARBAGE-GARBAGE", 23, MSG_NOSIGNAL), 23);
 	expect_error(fd, EPROTO);
@@ -247,27 +163,27 @@ static void test_malformed(struct kvc_client *good)
 	close(fd);
 
 	/* request before Hello */
-	fd = raw_connect();
+	fd = raw_connect_td();
 	send_key_req(fd, KVC__OP__OP_EXISTS, "keeper", 6);
 	CHECK(strstr(expect_error(fd, EPROTO), "Hello"));
 	expect_eof(fd);
 	close(fd);
 
 	/* Hello from another protocol major */
-	fd = raw_connect();
+	fd = raw_connect_td();
 	CHECK_EQ(raw_hello(fd, KVC_PROTO_MAJOR + 1), EPROTONOSUPPORT);
 	expect_eof(fd);
 	close(fd);
 
 	/* garbage instead of a Hello payload */
-	fd = raw_connect();
+	fd = raw_connect_td();
 	raw_send(fd, WIRE_HELLO, 4, "\xff\xff\xff\xff", 4);
 	expect_error(fd, EPROTO);
 	expect_eof(fd);
 	close(fd);
 
 	/* a frame carrying file descriptors */
-	fd = raw_connect();
+	fd = raw_connect_td();
 	CHECK_EQ(raw_hello(fd, KVC_PROTO_MAJOR), 0);
 	{
 		struct wire_hdr h = { .magic = WIRE_MAGIC, .type = WIRE_REQUEST, .n_fds = 1 };
@@ -282,18 +198,18 @@ static void test_malformed(struct kvc_client *good)
 
 	/* truncated frame: the header promises 1000 bytes, 10 arrive, then
 	 * the client hangs up */
-	fd = raw_connect();
+	fd = raw_connect_td();
 	CHECK_EQ(raw_hello(fd, KVC_PROTO_MAJOR), 0);
 	raw_send(fd, WIRE_REQUEST, 1000, "0123456789", 10);
 	close(fd);
 
 	/* truncated header, then hang-up */
-	fd = raw_connect();
+	fd = raw_connect_td();
 	CHECK_EQ(send(fd, "KV", 2, MSG_NOSIGNAL), 2);
 	close(fd);
 
 	/* connect and vanish without a word */
-	close(raw_connect());
+	close(raw_connect_td());
 
 	/* everyone else is fine */
 	check_keeper(good);
@@ -310,7 +226,7 @@ static void test_no_reader(struct kvc_client *good)
 	Kvc__KeyReq k = KVC__KEY_REQ__INIT;
 	uint8_t *one, *many;
 	size_t len, total = 0;
-	int fd = raw_connect(), fl;
+	int fd = raw_connect_td(), fl;
 
 	CHECK_EQ(raw_hello(fd, KVC_PROTO_MAJOR), 0);
 	k.key = (ProtobufCBinaryData) { 6, (uint8_t *) "keeper" };

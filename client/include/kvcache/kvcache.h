@@ -108,6 +108,103 @@ int kvc_batch_exists(struct kvc_client *c, const char *const *keys, size_t n,
 /* How many of keys[0..n) are present before the first miss. */
 int kvc_prefix_lookup(struct kvc_client *c, const char *const *keys, size_t n);
 
+/* ---- scatter-gather and batches over the caller's own memory ----
+ *
+ * One object is stored from (or loaded into) a list of pieces, e.g. one
+ * buffer per layer.  The library does the copies; the whole batch costs two
+ * round trips to the daemon (reserve all, commit all) for puts and one for
+ * gets, however many keys. */
+
+struct kvc_iovec {
+	void *base;
+	size_t len;
+};
+
+/* Store keys[i] from the n_iov[i] pieces iov[i].  ret_results[i] is 0 or
+ * -errno (as kvc_put); returns how many were stored, or -errno when the
+ * batch could not be attempted at all. */
+int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
+		  const struct kvc_iovec *const *iov, const size_t *n_iov,
+		  const struct kvc_put_opts *opts, int *ret_results);
+
+/* Load keys[i] into its pieces, filled in order.  ret_results[i] is the
+ * object's length, -ENOENT, or -ENOBUFS when the pieces are too small;
+ * returns how many were loaded. */
+int kvc_batch_get(struct kvc_client *c, size_t n, const char *const *keys,
+		  const struct kvc_iovec *const *iov, const size_t *n_iov, ssize_t *ret_results);
+
+/* ---- registered buffers: the daemon copies, the caller's thread is free ----
+ *
+ * Memory that both the client and the daemon map (Mooncake's
+ * register_buffer).  kvc_get_into() and kvc_put_from() move bytes between a
+ * stored object and a registered buffer with the copy done by the daemon. */
+
+struct kvc_buffer {
+	void *data;
+	size_t len;
+	uint64_t handle; /* private */
+};
+
+/* -E2BIG past the per-client limit (64 GiB). */
+int kvc_buffer_alloc(struct kvc_client *c, size_t len, struct kvc_buffer *ret);
+int kvc_buffer_free(struct kvc_client *c, struct kvc_buffer *b);
+
+/* A piece of a registered buffer. */
+struct kvc_iov {
+	const struct kvc_buffer *buf;
+	uint64_t offset;
+	uint64_t len;
+};
+
+/* Copy the object into buf[offset, offset + cap): returns its length,
+ * -ENOENT, -ENOBUFS. */
+ssize_t kvc_get_into(struct kvc_client *c, const char *key, const struct kvc_buffer *buf,
+		     uint64_t offset, size_t cap);
+/* Store buf[offset, offset + len) as a new object. */
+int kvc_put_from(struct kvc_client *c, const char *key, const struct kvc_buffer *buf,
+		 uint64_t offset, size_t len, const struct kvc_put_opts *opts);
+
+/* ---- asynchronous operations ----
+ *
+ * Submit now, reap later, as with io_uring: e.g. load the next layer's KV
+ * while this one computes.  At most 256 operations per client are in flight
+ * or unreaped; kvc_submit() queues as many as fit and returns how many. */
+
+enum kvc_opcode {
+	KVC_OP_GET_INTO = 1, /* res: length, -ENOENT, -ENOBUFS */
+	KVC_OP_PUT_FROM = 2, /* res: 0, -EEXIST, -ENOSPC, ... */
+	KVC_OP_EXISTS = 3,   /* res: 1 or 0 */
+	KVC_OP_REMOVE = 4,   /* res: 0, -ENOENT, -EBUSY */
+};
+
+struct kvc_op {
+	int opcode;                      /* enum kvc_opcode */
+	const char *key;
+	/* GET_INTO / PUT_FROM: one piece, or n_iov pieces (up to 64) */
+	const struct kvc_buffer *buf;
+	uint64_t offset;
+	uint64_t len;                    /* put: length; get: capacity */
+	const struct kvc_iov *iov;
+	size_t n_iov;
+	const struct kvc_put_opts *opts; /* PUT_FROM */
+	uint64_t user_data;              /* echoed in the completion */
+};
+
+struct kvc_completion {
+	uint64_t user_data;
+	int64_t res;
+};
+
+/* Returns how many of ops were queued (0 < r <= n), -EAGAIN when none could
+ * be (too many in flight: reap first), -EINVAL when ops[0] is malformed. */
+int kvc_submit(struct kvc_client *c, const struct kvc_op *ops, size_t n);
+/* Completions ready now, without waiting: returns how many (0..max). */
+int kvc_poll(struct kvc_client *c, struct kvc_completion *ret, size_t max);
+/* Wait until at least min (<= max) completions are ready or timeout_ms
+ * passes (-1 = forever); returns how many, or -ETIMEDOUT with none. */
+int kvc_wait(struct kvc_client *c, struct kvc_completion *ret, size_t min, size_t max,
+	     int timeout_ms);
+
 const char *kvc_strerror(int err);
 
 /* The daemon's explanation of the last error this thread got from it, or

@@ -1,0 +1,463 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Batches, scatter-gather, registered buffers and asynchronous operations:
+ * everything that puts more than one descriptor in flight at a time.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client-private.h"
+
+/* Keys per round trip: half the tags, so other threads are never starved. */
+#define BATCH_CHUNK (CHAN_TAGS / 2)
+#define MAX_IOV 64
+
+static int64_t iov_sum(const struct kvc_iovec *iov, size_t n)
+{
+	uint64_t total = 0;
+
+	if ((n && !iov) || n > 1024)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if (!iov[i].base && iov[i].len)
+			return -EINVAL;
+		total += iov[i].len;
+		if (total > KVC_VALUE_MAX)
+			return -E2BIG;
+	}
+	return (int64_t) total;
+}
+
+static void gather(void *dst, const struct kvc_iovec *iov, size_t n)
+{
+	uint8_t *p = dst;
+
+	for (size_t i = 0; i < n; i++) {
+		memcpy(p, iov[i].base, iov[i].len);
+		p += iov[i].len;
+	}
+}
+
+static void scatter(const void *src, size_t len, const struct kvc_iovec *iov, size_t n)
+{
+	const uint8_t *p = src;
+
+	for (size_t i = 0; i < n && len; i++) {
+		size_t k = iov[i].len < len ? iov[i].len : len;
+
+		memcpy(iov[i].base, p, k);
+		p += k;
+		len -= k;
+	}
+}
+
+static void tag_rearm(struct chan *ch, uint32_t t)
+{
+	__atomic_store_n(&ch->tags[t].state, TAG_SYNC, __ATOMIC_RELAXED);
+}
+
+int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
+		  const struct kvc_iovec *const *iov, const size_t *n_iov,
+		  const struct kvc_put_opts *opts, int *ret_results)
+{
+	struct shm_sqe e[BATCH_CHUNK];
+	uint32_t tags[BATCH_CHUNK];
+	size_t idx[BATCH_CHUNK];
+	void *ptr[BATCH_CHUNK];
+	int stored = 0;
+
+	if (!c || (n && (!keys || !iov || !n_iov || !ret_results)))
+		return -EINVAL;
+	if (opts && opts->parent_key && client_check_key(opts->parent_key) < 0)
+		return -EINVAL;
+	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
+		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK, m = 0;
+		int64_t r;
+
+		/* 1: reserve every valid key of the chunk in one submission */
+		for (size_t i = 0; i < k; i++) {
+			size_t j = base + i;
+			int64_t len = iov_sum(iov[j], n_iov[j]);
+
+			if (client_check_key(keys[j]) < 0 || len <= 0) {
+				ret_results[j] = len < 0 ? (int) len : -EINVAL;
+				continue;
+			}
+			r = chan_tag_get(c, TAG_SYNC, true, &tags[m]);
+			if (r < 0)
+				return (int) r;
+			chan_prep_key(&c->chan, tags[m], &e[m], SHM_OP_RESERVE, keys[j],
+				      opts ? opts->parent_key : NULL);
+			e[m].arg = (uint64_t) len;
+			if (opts) {
+				e[m].put_flags = opts->flags;
+				e[m].pin_ttl_ms = opts->pin_ttl_ms;
+				e[m].tier = (int8_t) opts->tier;
+			}
+			idx[m++] = j;
+		}
+		r = chan_submit(c, e, (uint32_t) m);
+		if (r < 0)
+			return (int) r;
+		/* 2: copy into what was reserved, then commit all */
+		for (size_t i = 0; i < m; i++) {
+			struct shm_cqe cqe;
+
+			r = chan_wait(c, tags[i]);
+			if (r == -ECONNRESET && c->broken)
+				return (int) r;
+			cqe = c->chan.tags[tags[i]].cqe;
+			ptr[i] = NULL;
+			if (r == 0 && client_extent_ptr(c, cqe.segment, cqe.offset, cqe.len, &ptr[i]) < 0)
+				r = -EPROTO;
+			ret_results[idx[i]] = (int) r;
+			if (r < 0)
+				continue;
+			gather(ptr[i], iov[idx[i]], n_iov[idx[i]]);
+			tag_rearm(&c->chan, tags[i]);
+			e[i] = (struct shm_sqe) {
+				.opcode = SHM_OP_COMMIT,
+				.user_data = tags[i],
+				.arg = cqe.handle,
+			};
+		}
+		/* submit the commits of the reservations that succeeded */
+		{
+			struct shm_sqe commits[BATCH_CHUNK];
+			size_t nc = 0;
+
+			for (size_t i = 0; i < m; i++)
+				if (ret_results[idx[i]] == 0)
+					commits[nc++] = e[i];
+			r = chan_submit(c, commits, (uint32_t) nc);
+			if (r < 0)
+				return (int) r;
+		}
+		for (size_t i = 0; i < m; i++) {
+			if (ret_results[idx[i]] == 0) {
+				r = chan_wait(c, tags[i]);
+				if (r == -ECONNRESET && c->broken)
+					return (int) r;
+				ret_results[idx[i]] = (int) r;
+				stored += r == 0;
+			}
+			chan_tag_put(&c->chan, tags[i]);
+		}
+	}
+	return stored;
+}
+
+int kvc_batch_get(struct kvc_client *c, size_t n, const char *const *keys,
+		  const struct kvc_iovec *const *iov, const size_t *n_iov, ssize_t *ret_results)
+{
+	struct shm_sqe e[BATCH_CHUNK];
+	uint32_t tags[BATCH_CHUNK];
+	size_t idx[BATCH_CHUNK];
+	int loaded = 0;
+
+	if (!c || (n && (!keys || !iov || !n_iov || !ret_results)))
+		return -EINVAL;
+	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
+		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK, m = 0, nr = 0;
+		struct shm_sqe rel[BATCH_CHUNK];
+		int64_t r;
+
+		for (size_t i = 0; i < k; i++) {
+			size_t j = base + i;
+			int64_t cap = iov_sum(iov[j], n_iov[j]);
+
+			if (client_check_key(keys[j]) < 0 || cap < 0) {
+				ret_results[j] = cap < 0 ? cap : -EINVAL;
+				continue;
+			}
+			r = chan_tag_get(c, TAG_SYNC, true, &tags[m]);
+			if (r < 0)
+				return (int) r;
+			chan_prep_key(&c->chan, tags[m], &e[m], SHM_OP_ACQUIRE, keys[j], NULL);
+			idx[m++] = j;
+		}
+		r = chan_submit(c, e, (uint32_t) m);
+		if (r < 0)
+			return (int) r;
+		for (size_t i = 0; i < m; i++) {
+			size_t j = idx[i];
+			struct shm_cqe cqe;
+			void *p;
+
+			r = chan_wait(c, tags[i]);
+			if (r == -ECONNRESET && c->broken)
+				return (int) r;
+			cqe = c->chan.tags[tags[i]].cqe;
+			chan_tag_put(&c->chan, tags[i]);
+			if (r < 0) {
+				ret_results[j] = r;
+				continue;
+			}
+			if (client_extent_ptr(c, cqe.segment, cqe.offset, cqe.len, &p) < 0)
+				ret_results[j] = -EPROTO;
+			else if ((int64_t) cqe.len > iov_sum(iov[j], n_iov[j]))
+				ret_results[j] = -ENOBUFS;
+			else {
+				scatter(p, cqe.len, iov[j], n_iov[j]);
+				ret_results[j] = (ssize_t) cqe.len;
+				loaded++;
+			}
+			rel[nr++] = (struct shm_sqe) {
+				.opcode = SHM_OP_RELEASE,
+				.flags = SHM_SQE_NO_CQE,
+				.user_data = CHAN_NO_TAG,
+				.arg = cqe.handle,
+			};
+		}
+		r = chan_submit(c, rel, (uint32_t) nr);
+		if (r < 0)
+			return (int) r;
+	}
+	return loaded;
+}
+
+/* ---- registered buffers ---- */
+
+int kvc_buffer_alloc(struct kvc_client *c, size_t len, struct kvc_buffer *ret)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__BufferReq bq = KVC__BUFFER_REQ__INIT;
+	Kvc__Response *resp;
+	size_t n_fds = 0;
+	int fd, r;
+	void *base;
+	uint64_t size, handle;
+
+	if (!c || !ret || len == 0)
+		return -EINVAL;
+	bq.size = len;
+	q.op = KVC__OP__OP_BUFFER_ALLOC;
+	q.body_case = KVC__REQUEST__BODY_BUFFER;
+	q.buffer = &bq;
+	r = client_rpc_fds(c, &q, &resp, &fd, 1, &n_fds);
+	if (r < 0)
+		return r;
+	size = resp->body_case == KVC__RESPONSE__BODY_EXTENT ? resp->extent->len : 0;
+	handle = size ? resp->extent->handle : 0;
+	kvc__response__free_unpacked(resp, NULL);
+	if (n_fds != 1) {
+		if (n_fds)
+			close(fd);
+		return -EPROTO;
+	}
+	if (size < len) {
+		close(fd);
+		return -EPROTO;
+	}
+	r = shm_memfd_map(fd, size, &base);
+	if (r < 0)
+		return r;
+	*ret = (struct kvc_buffer) { .data = base, .len = len, .handle = handle };
+	return 0;
+}
+
+int kvc_buffer_free(struct kvc_client *c, struct kvc_buffer *b)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__HandleReq hq = KVC__HANDLE_REQ__INIT;
+	Kvc__Response *resp;
+	int r;
+
+	if (!c || !b || !b->handle)
+		return -EINVAL;
+	hq.handle = b->handle;
+	q.op = KVC__OP__OP_BUFFER_FREE;
+	q.body_case = KVC__REQUEST__BODY_HANDLE;
+	q.handle = &hq;
+	r = client_rpc(c, &q, &resp);
+	if (r == 0)
+		kvc__response__free_unpacked(resp, NULL);
+	munmap(b->data, (b->len + 4095) & ~(size_t) 4095);
+	*b = (struct kvc_buffer) { 0 };
+	return r;
+}
+
+/* Fill descriptor e (tag t) for a GET_INTO or PUT_FROM op. */
+static int prep_copy(struct kvc_client *c, uint32_t t, const struct kvc_op *op, struct shm_sqe *e)
+{
+	const struct kvc_put_opts *o = op->opcode == KVC_OP_PUT_FROM ? op->opts : NULL;
+	struct kvc_iov one = { op->buf, op->offset, op->len };
+	const struct kvc_iov *iov = op->n_iov ? op->iov : &one;
+	size_t n = op->n_iov ? op->n_iov : 1;
+	uint8_t *slot = chan_slot(&c->chan, t);
+	uint32_t at;
+
+	if (n > MAX_IOV || (op->n_iov && !op->iov))
+		return -EINVAL;
+	if (o && o->parent_key && client_check_key(o->parent_key) < 0)
+		return -EINVAL;
+	at = (uint32_t) chan_prep_key(&c->chan, t, e,
+				      op->opcode == KVC_OP_PUT_FROM ? SHM_OP_PUT_FROM : SHM_OP_GET_INTO,
+				      op->key, o ? o->parent_key : NULL);
+	at = (at + 7) & ~7u;
+	for (size_t i = 0; i < n; i++) {
+		struct shm_iov v;
+
+		if (!iov[i].buf || !iov[i].buf->handle)
+			return -EINVAL;
+		v = (struct shm_iov) { iov[i].buf->handle, iov[i].offset, iov[i].len };
+		memcpy(slot + at + i * sizeof(v), &v, sizeof(v));
+	}
+	e->count = (uint32_t) n;
+	e->list_off = chan_slot_off(t) + at;
+	if (o) {
+		e->put_flags = o->flags;
+		e->pin_ttl_ms = o->pin_ttl_ms;
+		e->tier = (int8_t) o->tier;
+	}
+	return 0;
+}
+
+static int prep_op(struct kvc_client *c, uint32_t t, const struct kvc_op *op, struct shm_sqe *e)
+{
+	if (client_check_key(op->key) < 0)
+		return -EINVAL;
+	switch (op->opcode) {
+	case KVC_OP_GET_INTO:
+	case KVC_OP_PUT_FROM:
+		return prep_copy(c, t, op, e);
+	case KVC_OP_EXISTS:
+		chan_prep_key(&c->chan, t, e, SHM_OP_EXISTS, op->key, NULL);
+		return 0;
+	case KVC_OP_REMOVE:
+		chan_prep_key(&c->chan, t, e, SHM_OP_REMOVE, op->key, NULL);
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+ssize_t kvc_get_into(struct kvc_client *c, const char *key, const struct kvc_buffer *buf,
+		     uint64_t offset, size_t cap)
+{
+	struct kvc_op op = { .opcode = KVC_OP_GET_INTO, .key = key, .buf = buf,
+			     .offset = offset, .len = cap };
+	struct shm_sqe e;
+	uint32_t t;
+	int r;
+
+	if (!c || !buf)
+		return -EINVAL;
+	r = chan_tag_get(c, TAG_SYNC, true, &t);
+	if (r < 0)
+		return r;
+	r = prep_op(c, t, &op, &e);
+	if (r < 0) {
+		chan_tag_put(&c->chan, t);
+		return r;
+	}
+	return chan_call(c, &e, t, NULL);
+}
+
+int kvc_put_from(struct kvc_client *c, const char *key, const struct kvc_buffer *buf,
+		 uint64_t offset, size_t len, const struct kvc_put_opts *opts)
+{
+	struct kvc_op op = { .opcode = KVC_OP_PUT_FROM, .key = key, .buf = buf,
+			     .offset = offset, .len = len, .opts = opts };
+	struct shm_sqe e;
+	uint32_t t;
+	int r;
+
+	if (!c || !buf || len == 0)
+		return -EINVAL;
+	r = chan_tag_get(c, TAG_SYNC, true, &t);
+	if (r < 0)
+		return r;
+	r = prep_op(c, t, &op, &e);
+	if (r < 0) {
+		chan_tag_put(&c->chan, t);
+		return r;
+	}
+	return (int) chan_call(c, &e, t, NULL);
+}
+
+/* ---- asynchronous operations ---- */
+
+int kvc_submit(struct kvc_client *c, const struct kvc_op *ops, size_t n)
+{
+	struct shm_sqe e[64];
+	size_t done = 0;
+
+	if (!c || (n && !ops))
+		return -EINVAL;
+	while (done < n) {
+		size_t m = 0;
+		int r;
+
+		while (done + m < n && m < 64) {
+			const struct kvc_op *op = &ops[done + m];
+			uint32_t t;
+
+			r = chan_tag_get(c, TAG_ASYNC, false, &t);
+			if (r < 0)
+				break;
+			r = prep_op(c, t, op, &e[m]);
+			if (r < 0) {
+				chan_tag_put(&c->chan, t);
+				if (done + m == 0)
+					return r;
+				n = done + m; /* stop before the malformed one */
+				break;
+			}
+			e[m].flags &= (uint8_t) ~SHM_SQE_WANT_MSG;
+			c->chan.tags[t].user_data = op->user_data;
+			m++;
+		}
+		if (m == 0)
+			break;
+		r = chan_submit(c, e, (uint32_t) m);
+		if (r < 0)
+			return done ? (int) done : r;
+		done += m;
+	}
+	return done ? (int) done : -EAGAIN;
+}
+
+int kvc_poll(struct kvc_client *c, struct kvc_completion *ret, size_t max)
+{
+	if (!c || (max && !ret))
+		return -EINVAL;
+	return chan_pop_async(c, ret, max);
+}
+
+int kvc_wait(struct kvc_client *c, struct kvc_completion *ret, size_t min, size_t max,
+	     int timeout_ms)
+{
+	struct timespec ts;
+	uint64_t deadline = 0;
+	size_t got = 0;
+
+	if (!c || !ret || min > max || max == 0)
+		return -EINVAL;
+	if (timeout_ms >= 0) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		deadline = (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec +
+			   (uint64_t) timeout_ms * 1000000;
+	}
+	for (;;) {
+		int r = chan_pop_async(c, ret + got, max - got);
+		int64_t left = -1;
+
+		got += (size_t) r;
+		if (got >= min && (got > 0 || min == 0))
+			return (int) got;
+		if (timeout_ms >= 0) {
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			left = (int64_t) (deadline - ((uint64_t) ts.tv_sec * 1000000000 +
+						      (uint64_t) ts.tv_nsec));
+			if (left <= 0)
+				return got ? (int) got : -ETIMEDOUT;
+		}
+		r = chan_wait_async(c, left);
+		if (r == -ECONNRESET)
+			return got ? (int) got : r;
+	}
+}

@@ -1,0 +1,575 @@
+/* SPDX-License-Identifier: MIT */
+/* The shared-memory fast path: batches and scatter-gather, registered
+ * buffers, async submission, many threads and clients at once, a client
+ * that writes garbage into its ring, and a client killed mid-flight. */
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <kvcache/kvcache.h>
+
+#include "helpers.h"
+#include "raw.h"
+#include "ring.h"
+#include "shmem.h"
+
+static struct test_daemon td;
+
+#define LAYERS 8
+
+static void test_batch_sg(struct kvc_client *c)
+{
+	/* 40 blocks, each stored from 8 per-layer buffers and loaded back
+	 * into 8 others, as an engine keeps one buffer per layer */
+	enum { N = 40, LAYER = 3000 };
+	static uint8_t src[N][LAYERS][LAYER], dst[N][LAYERS][LAYER];
+	struct kvc_iovec in[N][LAYERS], out[N][LAYERS];
+	const struct kvc_iovec *inp[N], *outp[N];
+	size_t n_iov[N];
+	char names[N][64];
+	const char *keys[N];
+	int res[N];
+	ssize_t got[N];
+
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "sg@block%02d", i);
+		keys[i] = names[i];
+		for (int l = 0; l < LAYERS; l++) {
+			test_fill(src[i][l], LAYER, (uint64_t) (i * 100 + l));
+			in[i][l] = (struct kvc_iovec) { src[i][l], LAYER };
+			out[i][l] = (struct kvc_iovec) { dst[i][l], LAYER };
+		}
+		inp[i] = in[i];
+		outp[i] = out[i];
+		n_iov[i] = LAYERS;
+	}
+	CHECK_EQ(kvc_batch_put(c, N, keys, inp, n_iov, NULL, res), N);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(res[i], 0);
+	/* again: every key exists now */
+	CHECK_EQ(kvc_batch_put(c, N, keys, inp, n_iov, NULL, res), 0);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(res[i], -EEXIST);
+	memset(dst, 0, sizeof(dst));
+	CHECK_EQ(kvc_batch_get(c, N, keys, outp, n_iov, got), N);
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ(got[i], LAYERS * LAYER);
+		for (int l = 0; l < LAYERS; l++)
+			CHECK(test_verify(dst[i][l], LAYER, (uint64_t) (i * 100 + l)));
+	}
+	/* one missing, one too small, the rest fine */
+	{
+		const char *k2[3] = { keys[0], "sg@missing", keys[2] };
+		size_t n2[3] = { LAYERS, LAYERS, LAYERS - 1 };
+		ssize_t g2[3];
+
+		CHECK_EQ(kvc_batch_get(c, 3, k2, outp, n2, g2), 1);
+		CHECK_EQ(g2[0], LAYERS * LAYER);
+		CHECK_EQ(g2[1], -ENOENT);
+		CHECK_EQ(g2[2], -ENOBUFS);
+	}
+	/* the views taken by batch_get were all released */
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(kvc_remove(c, keys[i]), 0);
+}
+
+static void test_registered(struct kvc_client *c)
+{
+	struct kvc_buffer a, b;
+	const size_t sz = 3 << 20;
+
+	CHECK_EQ(kvc_buffer_alloc(c, sz, &a), 0);
+	CHECK_EQ(kvc_buffer_alloc(c, sz, &b), 0);
+	CHECK(a.data && a.len == sz);
+	CHECK_EQ(test_counter(c, "registered_bytes"), 2 * sz);
+	test_fill(a.data, sz, 7);
+	CHECK_EQ(kvc_put_from(c, "reg1", &a, 0, 1 << 20, NULL), 0);
+	CHECK_EQ(kvc_put_from(c, "reg2", &a, 1 << 20, 2 << 20, NULL), 0);
+	CHECK_EQ(kvc_put_from(c, "reg1", &a, 0, 10, NULL), -EEXIST);
+	memset(b.data, 0, sz);
+	CHECK_EQ(kvc_get_into(c, "reg2", &b, 4096, sz - 4096), 2 << 20);
+	CHECK(memcmp((uint8_t *) b.data + 4096, (uint8_t *) a.data + (1 << 20), 2 << 20) == 0);
+	CHECK_EQ(kvc_get_into(c, "reg1", &b, 0, 100), -ENOBUFS);
+	CHECK_EQ(kvc_get_into(c, "nope", &b, 0, sz), -ENOENT);
+	/* pieces beyond the buffer are refused, not copied */
+	CHECK_EQ(kvc_get_into(c, "reg1", &b, sz - 10, 1 << 20), -EFAULT);
+	CHECK_EQ(kvc_put_from(c, "reg3", &a, sz, 1, NULL), -EFAULT);
+	CHECK_EQ(kvc_exists(c, "reg3"), 0);
+	/* the object matches what kvc_get sees */
+	{
+		static uint8_t buf[1 << 20];
+
+		CHECK_EQ(kvc_get(c, "reg1", buf, sizeof(buf)), 1 << 20);
+		CHECK(test_verify(buf, sizeof(buf), 7));
+	}
+	/* scatter-gather across both buffers */
+	{
+		struct kvc_iov iov[2] = { { &a, 0, 1000 }, { &b, 0, 1000 } };
+		struct kvc_op op = { .opcode = KVC_OP_PUT_FROM, .key = "reg-sg", .iov = iov,
+				     .n_iov = 2, .user_data = 5 };
+		struct kvc_completion cp;
+		uint8_t buf[2000];
+
+		memset(b.data, 0x5a, 1000);
+		CHECK_EQ(kvc_submit(c, &op, 1), 1);
+		CHECK_EQ(kvc_wait(c, &cp, 1, 1, 5000), 1);
+		CHECK_EQ(cp.user_data, 5);
+		CHECK_EQ(cp.res, 0);
+		CHECK_EQ(kvc_get(c, "reg-sg", buf, sizeof(buf)), 2000);
+		CHECK(memcmp(buf, a.data, 1000) == 0);
+		CHECK_EQ(buf[1500], 0x5a);
+		CHECK_EQ(kvc_remove(c, "reg-sg"), 0);
+	}
+	/* a freed buffer's handle is refused */
+	{
+		struct kvc_buffer stale = b;
+
+		CHECK_EQ(kvc_buffer_free(c, &b), 0);
+		stale.data = a.data; /* keep the library's pointer checks out of it */
+		CHECK_EQ(kvc_get_into(c, "reg1", &stale, 0, 1 << 20), -EFAULT);
+	}
+	CHECK_EQ(kvc_buffer_free(c, &a), 0);
+	CHECK_EQ(test_counter(c, "registered_bytes"), 0);
+	CHECK_EQ(kvc_remove(c, "reg1"), 0);
+	CHECK_EQ(kvc_remove(c, "reg2"), 0);
+}
+
+static void test_async(struct kvc_client *c)
+{
+	enum { N = 200, SZ = 16384 };
+	struct kvc_buffer buf;
+	struct kvc_op ops[N];
+	struct kvc_completion cp[N];
+	static char keys[N][32];
+	bool seen[N] = { false };
+	int got = 0, r;
+
+	CHECK_EQ(kvc_buffer_alloc(c, (size_t) N * SZ, &buf), 0);
+	for (int i = 0; i < N; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "async%d", i);
+		test_fill((uint8_t *) buf.data + (size_t) i * SZ, SZ, (uint64_t) i + 1000);
+		ops[i] = (struct kvc_op) { .opcode = KVC_OP_PUT_FROM, .key = keys[i], .buf = &buf,
+					   .offset = (uint64_t) i * SZ, .len = SZ,
+					   .user_data = (uint64_t) i };
+	}
+	CHECK_EQ(kvc_submit(c, ops, N), N);
+	while (got < N) {
+		r = kvc_wait(c, cp, 1, N, 10000);
+		CHECK(r > 0);
+		for (int i = 0; i < r; i++) {
+			CHECK(cp[i].user_data < N && !seen[cp[i].user_data]);
+			CHECK_EQ(cp[i].res, 0);
+			seen[cp[i].user_data] = true;
+		}
+		got += r;
+	}
+	CHECK_EQ(kvc_poll(c, cp, N), 0);
+	/* load them all back, overlapping, into the other half order */
+	memset(buf.data, 0, (size_t) N * SZ);
+	for (int i = 0; i < N; i++)
+		ops[i] = (struct kvc_op) { .opcode = KVC_OP_GET_INTO, .key = keys[N - 1 - i],
+					   .buf = &buf, .offset = (uint64_t) i * SZ, .len = SZ,
+					   .user_data = (uint64_t) i };
+	CHECK_EQ(kvc_submit(c, ops, N), N);
+	for (got = 0; got < N;) {
+		r = kvc_wait(c, cp, 1, N, 10000);
+		CHECK(r > 0);
+		for (int i = 0; i < r; i++)
+			CHECK_EQ(cp[i].res, SZ);
+		got += r;
+	}
+	for (int i = 0; i < N; i++)
+		CHECK(test_verify((uint8_t *) buf.data + (size_t) i * SZ, SZ,
+				  (uint64_t) (N - 1 - i) + 1000));
+
+	/* back-pressure: at most 256 in flight, the rest is -EAGAIN */
+	{
+		struct kvc_op ex[300];
+		int queued = 0;
+
+		for (int i = 0; i < 300; i++)
+			ex[i] = (struct kvc_op) { .opcode = KVC_OP_EXISTS, .key = keys[i % N],
+						  .user_data = (uint64_t) i };
+		r = kvc_submit(c, ex, 300);
+		CHECK(r > 0 && r <= 256);
+		queued = r;
+		CHECK_EQ(kvc_submit(c, ex + queued, 300 - (size_t) queued), -EAGAIN);
+		for (got = 0; got < queued;) {
+			r = kvc_wait(c, cp, 1, N, 10000);
+			CHECK(r > 0);
+			for (int i = 0; i < r; i++)
+				CHECK_EQ(cp[i].res, 1);
+			got += r;
+		}
+		/* room again */
+		CHECK_EQ(kvc_submit(c, ex, 1), 1);
+		CHECK_EQ(kvc_wait(c, cp, 1, 1, 10000), 1);
+	}
+	/* malformed first op */
+	{
+		struct kvc_op bad = { .opcode = 99, .key = "x" };
+
+		CHECK_EQ(kvc_submit(c, &bad, 1), -EINVAL);
+		bad = (struct kvc_op) { .opcode = KVC_OP_EXISTS, .key = "" };
+		CHECK_EQ(kvc_submit(c, &bad, 1), -EINVAL);
+	}
+	CHECK_EQ(kvc_wait(c, cp, 1, 1, 10), -ETIMEDOUT);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(kvc_remove(c, keys[i]), 0);
+	CHECK_EQ(kvc_buffer_free(c, &buf), 0);
+}
+
+/* ---- many threads on one client, many clients at once ---- */
+
+struct worker {
+	struct kvc_client *c;
+	int id;
+	int rounds;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	static __thread uint8_t buf[65536];
+	struct kvc_buffer rb;
+
+	CHECK_EQ(kvc_buffer_alloc(w->c, 65536, &rb), 0);
+	for (int i = 0; i < w->rounds; i++) {
+		char key[64], k2[64];
+		size_t len = 1 + (size_t) (i * 7919 + w->id * 31) % 60000;
+		uint64_t seed = (uint64_t) w->id << 32 | (uint64_t) i;
+		struct kvc_view v;
+
+		snprintf(key, sizeof(key), "mt%d/%d", w->id, i);
+		snprintf(k2, sizeof(k2), "mt%d/%d/r", w->id, i);
+		switch (i % 3) {
+		case 0:
+			test_fill(buf, len, seed);
+			CHECK_EQ(kvc_put(w->c, key, buf, len, NULL), 0);
+			break;
+		case 1:
+			test_fill(rb.data, len, seed);
+			CHECK_EQ(kvc_put_from(w->c, key, &rb, 0, len, NULL), 0);
+			break;
+		default: {
+			struct kvc_iovec iov[2] = { { buf, len / 2 }, { buf + len / 2, len - len / 2 } };
+			const struct kvc_iovec *ip = iov;
+			size_t n = 2;
+			int res;
+
+			test_fill(buf, len, seed);
+			CHECK_EQ(kvc_batch_put(w->c, 1, (const char *const[]) { key }, &ip, &n, NULL,
+					       &res), 1);
+		}
+		}
+		CHECK_EQ(kvc_exists(w->c, key), 1);
+		CHECK_EQ(kvc_acquire(w->c, key, &v), 0);
+		CHECK_EQ(v.len, len);
+		CHECK(test_verify(v.data, v.len, seed));
+		CHECK_EQ(kvc_release(w->c, &v), 0);
+		memset(rb.data, 0, len);
+		CHECK_EQ(kvc_get_into(w->c, key, &rb, 0, 65536), len);
+		CHECK(test_verify(rb.data, len, seed));
+		CHECK_EQ(kvc_get(w->c, key, buf, sizeof(buf)), len);
+		CHECK(test_verify(buf, len, seed));
+		CHECK_EQ(kvc_exists(w->c, k2), 0);
+		CHECK_EQ(kvc_remove(w->c, key), 0);
+	}
+	CHECK_EQ(kvc_buffer_free(w->c, &rb), 0);
+	return NULL;
+}
+
+static void run_threads(struct kvc_client *c, int n, int rounds, int id_base)
+{
+	pthread_t t[8];
+	struct worker w[8];
+
+	for (int i = 0; i < n; i++) {
+		w[i] = (struct worker) { c, id_base + i, rounds };
+		CHECK(pthread_create(&t[i], NULL, worker_main, &w[i]) == 0);
+	}
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+}
+
+static void test_threads_and_clients(void)
+{
+	pid_t pids[4];
+
+	for (int p = 0; p < 4; p++) {
+		pids[p] = fork();
+		CHECK(pids[p] >= 0);
+		if (pids[p] == 0) {
+			struct kvc_client *c;
+
+			CHECK_EQ(kvc_connect(td.socket, &c), 0);
+			run_threads(c, 4, 300, p * 10);
+			kvc_disconnect(c);
+			_exit(0);
+		}
+	}
+	for (int p = 0; p < 4; p++)
+		CHECK_EQ(test_wait(pids[p]), 0);
+}
+
+/* ---- a client that writes garbage into its ring ---- */
+
+struct raw_chan {
+	int sock;
+	uint8_t *base;
+	struct ring_side sq, cq;
+	uint8_t *arena;
+	int efd;
+};
+
+static void raw_chan_open(struct raw_chan *rc)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__Response *resp;
+	int fds[2];
+	size_t n_fds;
+	uint8_t *p;
+	uint32_t len;
+	void *base;
+
+	rc->sock = raw_connect(td.socket);
+	CHECK_EQ(raw_hello(rc->sock, KVC_PROTO_MAJOR), 0);
+	q.op = KVC__OP__OP_CHANNEL_OPEN;
+	raw_send_msg(rc->sock, WIRE_REQUEST, &q.base);
+	CHECK_EQ(raw_recv_fds(rc->sock, &p, &len, fds, 2, &n_fds), WIRE_RESPONSE);
+	CHECK_EQ(n_fds, 2);
+	resp = kvc__response__unpack(NULL, len, p);
+	CHECK(resp && resp->error == 0);
+	kvc__response__free_unpacked(resp, NULL);
+	free(p);
+	CHECK_EQ(shm_memfd_map(fds[0], SHM_CHAN_SIZE, &base), 0);
+	rc->base = base;
+	rc->efd = fds[1];
+	rc->arena = rc->base + SHM_CHAN_ARENA_OFF;
+	ring_side_init(&rc->sq, (struct shm_ring *) (rc->base + SHM_CHAN_SQ_OFF),
+		       rc->base + SHM_CHAN_SQES_OFF, sizeof(struct shm_sqe), SHM_CHAN_ENTRIES, 0);
+	ring_side_init(&rc->cq, (struct shm_ring *) (rc->base + SHM_CHAN_CQ_OFF),
+		       rc->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
+}
+
+/* Submit one descriptor, ring, wait for its completion's result. */
+static int64_t raw_chan_call(struct raw_chan *rc, const struct shm_sqe *e)
+{
+	struct shm_cqe c;
+	uint64_t one = 1;
+
+	memcpy(ring_entry(&rc->sq, rc->sq.pos), e, sizeof(*e));
+	ring_publish(&rc->sq, 1);
+	CHECK(write(rc->efd, &one, sizeof(one)) == sizeof(one));
+	for (int i = 0; ring_ready(&rc->cq) == 0; i++) {
+		CHECK(i < 5000000);
+		if (i > 1000)
+			usleep(10);
+	}
+	memcpy(&c, ring_entry(&rc->cq, rc->cq.pos), sizeof(c));
+	ring_consume(&rc->cq, 1);
+	CHECK_EQ(c.user_data, e->user_data);
+	return c.res;
+}
+
+static void test_hostile_ring(struct kvc_client *good)
+{
+	struct raw_chan rc;
+	static uint8_t keeper[100000];
+	struct shm_sqe e;
+	uint64_t used;
+
+	test_fill(keeper, sizeof(keeper), 31337);
+	CHECK_EQ(kvc_put(good, "keeper", keeper, sizeof(keeper), NULL), 0);
+	used = test_tier_used(good, "dram");
+	raw_chan_open(&rc);
+	memcpy(rc.arena, "keeper", 6);
+
+	/* a well-formed request works */
+	e = (struct shm_sqe) { .opcode = SHM_OP_EXISTS, .key_len = 6, .user_data = 1 };
+	CHECK_EQ(raw_chan_call(&rc, &e), 1);
+	/* unknown opcode */
+	e = (struct shm_sqe) { .opcode = 200, .user_data = 2 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -EOPNOTSUPP);
+	/* key beyond the arena, key too long, key of zero bytes */
+	e = (struct shm_sqe) { .opcode = SHM_OP_EXISTS, .key_off = SHM_CHAN_ARENA_SIZE - 3,
+			       .key_len = 6, .user_data = 3 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -EFAULT);
+	e = (struct shm_sqe) { .opcode = SHM_OP_ACQUIRE, .key_off = UINT32_MAX, .key_len = 100,
+			       .user_data = 4 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -EFAULT);
+	e = (struct shm_sqe) { .opcode = SHM_OP_EXISTS, .key_len = 600, .user_data = 5 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -EINVAL);
+	e = (struct shm_sqe) { .opcode = SHM_OP_REMOVE, .key_len = 0, .user_data = 6 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -EINVAL);
+	/* batch with a key list beyond the arena, a huge count */
+	e = (struct shm_sqe) { .opcode = SHM_OP_BATCH_EXISTS, .count = 1000,
+			       .list_off = SHM_CHAN_ARENA_SIZE - 100, .user_data = 7 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -EFAULT);
+	e = (struct shm_sqe) { .opcode = SHM_OP_PREFIX_LOOKUP, .count = UINT32_MAX, .user_data = 8 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -EINVAL);
+	/* key refs inside the list pointing outside the arena */
+	{
+		struct shm_key_ref ref = { SHM_CHAN_ARENA_SIZE, 5 };
+
+		memcpy(rc.arena + 1024, &ref, sizeof(ref));
+		e = (struct shm_sqe) { .opcode = SHM_OP_PREFIX_LOOKUP, .count = 1, .list_off = 1024,
+				       .user_data = 9 };
+		CHECK_EQ(raw_chan_call(&rc, &e), -EFAULT);
+	}
+	/* copies with forged buffer handles, or pieces beyond a buffer */
+	{
+		struct shm_iov iov = { .buffer = 0x100000001ull, .off = 0, .len = 100000 };
+
+		memcpy(rc.arena + 2048, &iov, sizeof(iov));
+		e = (struct shm_sqe) { .opcode = SHM_OP_GET_INTO, .key_len = 6, .count = 1,
+				       .list_off = 2048, .user_data = 10 };
+		CHECK_EQ(raw_chan_call(&rc, &e), -EFAULT);
+		memcpy(rc.arena + 64, "evil", 4);
+		e = (struct shm_sqe) { .opcode = SHM_OP_PUT_FROM, .key_off = 64, .key_len = 4,
+				       .count = 1, .list_off = 2048, .user_data = 11 };
+		CHECK_EQ(raw_chan_call(&rc, &e), -EFAULT);
+		e.count = 5000;
+		CHECK_EQ(raw_chan_call(&rc, &e), -EINVAL);
+	}
+	/* handles that are not this client's */
+	e = (struct shm_sqe) { .opcode = SHM_OP_COMMIT, .arg = 0xffffffff00000001ull, .user_data = 12 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -ESTALE);
+	e = (struct shm_sqe) { .opcode = SHM_OP_RELEASE, .arg = 1, .user_data = 13 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -ESTALE);
+	/* a reservation of 0 bytes, or larger than the pool */
+	e = (struct shm_sqe) { .opcode = SHM_OP_RESERVE, .key_off = 64, .key_len = 4, .arg = 0,
+			       .user_data = 14 };
+	CHECK_EQ(raw_chan_call(&rc, &e), -EINVAL);
+	e.arg = UINT64_MAX;
+	CHECK_EQ(raw_chan_call(&rc, &e), -E2BIG);
+
+	/* the others are fine, nothing leaked or was damaged */
+	{
+		struct kvc_view v;
+
+		CHECK_EQ(kvc_acquire(good, "keeper", &v), 0);
+		CHECK(test_verify(v.data, v.len, 31337));
+		CHECK_EQ(kvc_release(good, &v), 0);
+		CHECK_EQ(kvc_exists(good, "evil"), 0);
+		CHECK_EQ(test_tier_used(good, "dram"), used);
+	}
+
+	/* an impossible tail stops this channel, and only this one */
+	{
+		uint64_t one = 1, errs = test_counter(good, "protocol_errors");
+
+		rc.sq.r->tail = rc.sq.pos + 100000;
+		CHECK(write(rc.efd, &one, sizeof(one)) == sizeof(one));
+		for (int i = 0; i < 500 && test_counter(good, "protocol_errors") == errs; i++)
+			usleep(2000);
+		CHECK(test_counter(good, "protocol_errors") > errs);
+	}
+	CHECK_EQ(kvc_exists(good, "keeper"), 1);
+	munmap(rc.base, SHM_CHAN_SIZE);
+	close(rc.efd);
+	close(rc.sock);
+	CHECK_EQ(kvc_remove(good, "keeper"), 0);
+}
+
+/* ---- killed with operations in flight ---- */
+
+static bool wait_counter(struct kvc_client *c, const char *name, uint64_t want)
+{
+	for (int i = 0; i < 500; i++) {
+		if (test_counter(c, name) == want)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
+static void test_killed_in_flight(struct kvc_client *good)
+{
+	uint64_t used0 = test_tier_used(good, "dram");
+	int ready[2];
+	pid_t pid;
+	char b;
+
+	CHECK_EQ(kvc_put(good, "shared-block", "abcdef", 6, NULL), 0);
+	used0 = test_tier_used(good, "dram");
+	CHECK(pipe(ready) == 0);
+	pid = fork();
+	if (pid == 0) {
+		struct kvc_client *c;
+		struct kvc_buffer buf;
+		struct kvc_view v;
+		struct kvc_buf r;
+		struct kvc_op ops[100];
+		static char keys[100][16];
+
+		CHECK_EQ(kvc_connect(td.socket, &c), 0);
+		CHECK_EQ(kvc_buffer_alloc(c, 8 << 20, &buf), 0);
+		CHECK_EQ(kvc_acquire(c, "shared-block", &v), 0);
+		CHECK_EQ(kvc_reserve(c, "half-written", 4 << 20, NULL, &r), 0);
+		for (int i = 0; i < 100; i++) {
+			snprintf(keys[i], sizeof(keys[i]), "inflight%d", i);
+			ops[i] = (struct kvc_op) { .opcode = i % 2 ? KVC_OP_PUT_FROM : KVC_OP_GET_INTO,
+						   .key = i % 2 ? keys[i] : "shared-block", .buf = &buf,
+						   .offset = 0, .len = 64 << 10 };
+		}
+		CHECK_EQ(kvc_submit(c, ops, 100), 100);
+		CHECK(write(ready[1], "x", 1) == 1);
+		/* keep submitting until killed, never reaping */
+		for (;;)
+			kvc_submit(c, ops, 100);
+	}
+	close(ready[1]);
+	CHECK_EQ(read(ready[0], &b, 1), 1);
+	close(ready[0]);
+	CHECK_EQ(kvc_remove(good, "shared-block"), -EBUSY);
+	CHECK(test_counter(good, "registered_bytes") >= (8 << 20));
+	usleep(20000);
+	kill(pid, SIGKILL);
+	CHECK_EQ(test_wait(pid), 128 + SIGKILL);
+	CHECK(wait_counter(good, "channels", 1)); /* only ours is left */
+	CHECK_EQ(test_counter(good, "registered_bytes"), 0);
+	/* whatever it committed before dying stays; the rest is back */
+	{
+		struct kvc_key_info *v;
+		size_t n;
+		uint64_t committed = 0;
+
+		CHECK_EQ(kvc_list(good, "inflight", 0, &v, &n, NULL), 0);
+		for (size_t i = 0; i < n; i++) {
+			CHECK_EQ(v[i].state, KVC_STATE_COMMITTED);
+			committed += (v[i].size + 63) / 64 * 64;
+			CHECK_EQ(kvc_remove(good, v[i].key), 0);
+		}
+		kvc_list_free(v);
+		(void) committed;
+	}
+	CHECK_EQ(kvc_exists(good, "half-written"), 0);
+	CHECK_EQ(test_tier_used(good, "dram"), used0);
+	CHECK_EQ(kvc_remove(good, "shared-block"), 0);
+}
+
+int main(int argc, char **argv)
+{
+	struct kvc_client *c;
+	/* argv[1]: the daemon's --poll-us; 0 makes every wait go to sleep,
+	 * which exercises the futex and eventfd wake-ups */
+	char *poll_us = argc > 1 ? argv[1] : "100";
+
+	test_daemon_start(&td, "--dram-size", "256MB", "--hugepages", "off", "--poll-us", poll_us,
+			  NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	test_batch_sg(c);
+	test_registered(c);
+	test_async(c);
+	run_threads(c, 4, 300, 100);
+	test_threads_and_clients();
+	test_hostile_ring(c);
+	test_killed_in_flight(c);
+	CHECK_EQ(test_counter(c, "errors") > 0, 1); /* the hostile ring's */
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+	return 0;
+}

@@ -101,6 +101,7 @@ static void wake_sleepers(struct chan *ch)
 {
 	if (__atomic_load_n(&ch->waiters, __ATOMIC_SEQ_CST) == 0)
 		return;
+	ring_set_need_wakeup(ch->cq.r, false);
 	__atomic_add_fetch(&ch->cq.r->futex, 1, __ATOMIC_SEQ_CST);
 	syscall(SYS_futex, &ch->cq.r->futex, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }

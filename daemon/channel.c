@@ -97,9 +97,7 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 	ring_side_init(&ch->cq, (struct shm_ring *) (ch->base + SHM_CHAN_CQ_OFF),
 		       ch->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
 	ch->arena = ch->base + SHM_CHAN_ARENA_OFF;
-	/* Edge-triggered: a ring is a wake-up, never read, so the loop never
-	 * has to touch a channel that a hang-up in the same batch freed. */
-	r = loop_watch(s->d, ch->efd, EPOLLIN | EPOLLET, &ch->src, false);
+	r = loop_watch_doorbell(s->d, ch->efd, &ch->src);
 	if (r < 0)
 		goto fail;
 	/* Start awake: the client's first request needs no doorbell if the
@@ -437,7 +435,9 @@ static unsigned poll_channel(struct channel *ch)
 		done++;
 	}
 	if (ch->cq_dirty && ring_peer_sleeping(ch->cq.r)) {
-		/* the client sleeps on cq.futex: bump it and wake it */
+		/* The client sleeps on cq.futex: clear its flag (each sleeper
+		 * sets it again, then re-checks), bump the word, wake it. */
+		ring_set_need_wakeup(ch->cq.r, false);
 		__atomic_add_fetch(&ch->cq.r->futex, 1, __ATOMIC_SEQ_CST);
 		syscall(SYS_futex, &ch->cq.r->futex, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 	}

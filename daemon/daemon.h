@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -76,6 +77,7 @@ struct channel;
 
 /* First member of everything registered with epoll. */
 enum loop_kind {
+	LOOP_CONTROL, /* the control set (ctl_epfd) inside the main set */
 	LOOP_LISTEN,
 	LOOP_SIGNAL,
 	LOOP_SESSION,
@@ -90,7 +92,12 @@ struct daemon {
 	struct config *cfg;
 	char socket_path[sizeof(((struct config *) 0)->socket)];
 	char lock_path[sizeof(((struct config *) 0)->socket) + 8];
-	int epfd, listen_fd, signal_fd, lock_fd;
+	int epfd;     /* what the loop sleeps on: channel doorbells + ctl_epfd */
+	int ctl_epfd; /* control: listening socket, client sockets, signals */
+	int listen_fd, signal_fd, lock_fd;
+	uint32_t ctl_ready; /* set by the watcher thread, cleared by the loop */
+	pthread_t watcher;
+	bool watcher_running;
 	uint64_t generation;
 	struct timespec started;
 	bool quit;
@@ -101,7 +108,7 @@ struct daemon {
 	struct index index;
 	struct stats stats;
 
-	struct loop_source listen_src, signal_src;
+	struct loop_source listen_src, signal_src, ctl_src;
 	struct session *sessions; /* doubly linked through session->next/prev */
 	struct channel *channels; /* every session's, for the poller */
 	uint32_t poll_window_us;  /* current adaptive spin window */
@@ -133,5 +140,8 @@ void session_event(struct session *s, uint32_t events);
 int loop_setup(struct daemon *d);
 int loop_run(struct daemon *d);
 void loop_teardown(struct daemon *d);
+/* Control fds (sockets, signals). */
 int loop_watch(struct daemon *d, int fd, uint32_t events, struct loop_source *src, bool modify);
+/* Channel doorbells: only wake the loop when it sleeps. */
+int loop_watch_doorbell(struct daemon *d, int fd, struct loop_source *src);
 

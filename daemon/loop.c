@@ -6,6 +6,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -29,9 +33,40 @@ int loop_watch(struct daemon *d, int fd, uint32_t events, struct loop_source *sr
 {
 	struct epoll_event ev = { .events = events, .data.ptr = src };
 
-	if (epoll_ctl(d->epfd, modify ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0)
+	if (epoll_ctl(d->ctl_epfd, modify ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0)
 		return -errno;
 	return 0;
+}
+
+int loop_watch_doorbell(struct daemon *d, int fd, struct loop_source *src)
+{
+	/* Edge-triggered: a doorbell is a wake-up, never read, so the loop
+	 * never touches a channel that a hang-up in the same batch freed. */
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = src };
+
+	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * The watcher thread: blocks until a control fd is ready, raises ctl_ready,
+ * and waits for the loop to take it down.  The loop only reads a flag while
+ * it spins, so a busy daemon makes no system call to notice the socket.
+ */
+static void *watcher_main(void *arg)
+{
+	struct daemon *d = arg;
+
+	for (;;) {
+		struct pollfd p = { .fd = d->ctl_epfd, .events = POLLIN };
+
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return NULL;
+		__atomic_store_n(&d->ctl_ready, 1, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&d->ctl_ready, __ATOMIC_ACQUIRE))
+			syscall(SYS_futex, &d->ctl_ready, FUTEX_WAIT, 1, NULL, NULL, 0);
+	}
 }
 
 /* Is a daemon answering on this path right now? */
@@ -111,10 +146,18 @@ int loop_setup(struct daemon *d)
 	sigset_t mask;
 	int r;
 
-	d->epfd = d->listen_fd = d->signal_fd = d->lock_fd = -1;
+	d->epfd = d->ctl_epfd = d->listen_fd = d->signal_fd = d->lock_fd = -1;
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (d->epfd < 0)
+	d->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (d->epfd < 0 || d->ctl_epfd < 0)
 		return -errno;
+	{
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &d->ctl_src };
+
+		d->ctl_src.kind = LOOP_CONTROL;
+		if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->ctl_epfd, &ev) < 0)
+			return -errno;
+	}
 
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
@@ -133,7 +176,15 @@ int loop_setup(struct daemon *d)
 	r = open_socket(d);
 	if (r < 0)
 		return r;
-	return loop_watch(d, d->listen_fd, EPOLLIN, &d->listen_src, false);
+	r = loop_watch(d, d->listen_fd, EPOLLIN, &d->listen_src, false);
+	if (r < 0)
+		return r;
+	/* signals stay blocked in the watcher: they arrive through signalfd */
+	r = -pthread_create(&d->watcher, NULL, watcher_main, d);
+	if (r < 0)
+		return r;
+	d->watcher_running = true;
+	return 0;
 }
 
 static void on_accept(struct daemon *d)
@@ -163,12 +214,17 @@ static void on_signal(struct daemon *d)
 	}
 }
 
+static void dispatch_control(struct daemon *d);
+
 static void dispatch(struct daemon *d, struct epoll_event *evs, int n)
 {
 	for (int i = 0; i < n; i++) {
 		struct loop_source *src = evs[i].data.ptr;
 
 		switch (src->kind) {
+		case LOOP_CONTROL:
+			dispatch_control(d);
+			break;
 		case LOOP_LISTEN:
 			on_accept(d);
 			break;
@@ -187,6 +243,18 @@ static void dispatch(struct daemon *d, struct epoll_event *evs, int n)
 	}
 }
 
+/* Everything ready on the control set, then let the watcher look again. */
+static void dispatch_control(struct daemon *d)
+{
+	struct epoll_event evs[64];
+	int n = epoll_wait(d->ctl_epfd, evs, 64, 0);
+
+	if (n > 0)
+		dispatch(d, evs, n);
+	if (__atomic_exchange_n(&d->ctl_ready, 0, __ATOMIC_ACQ_REL))
+		syscall(SYS_futex, &d->ctl_ready, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
 static uint64_t now_us(void)
 {
 	struct timespec ts;
@@ -200,15 +268,16 @@ static uint64_t now_us(void)
  * channels for a window (--poll-us) because waking a sleeping CPU costs tens
  * of microseconds on these machines while a spinning poller answers in well
  * under one.  The window adapts: a request arriving soon after the loop went
- * to sleep doubles it (up to 8x), a window that passes idle halves it back.
- * The control socket is checked every few hundred spins.
+ * to sleep stretches it to 1.5x the gap since the previous one (up to 64x
+ * --poll-us, for clients that spend milliseconds copying large values between
+ * requests); a window that passes idle halves it back.
+ * While spinning, the control socket costs one flag read (see watcher_main).
  */
 int loop_run(struct daemon *d)
 {
-	const uint32_t base = d->cfg->poll_us, max = base * 8;
+	const uint32_t base = d->cfg->poll_us, max = base * 64;
 	struct epoll_event evs[64];
-	uint64_t last_work = now_us(), slept_at = 0;
-	unsigned spins = 0;
+	uint64_t last_work = now_us();
 
 	d->poll_window_us = base;
 	while (!d->quit) {
@@ -220,12 +289,11 @@ int loop_run(struct daemon *d)
 			continue;
 		}
 		now = now_us();
+		if (__atomic_load_n(&d->ctl_ready, __ATOMIC_ACQUIRE)) {
+			dispatch_control(d);
+			continue;
+		}
 		if (base && now - last_work < d->poll_window_us) {
-			if (++spins % 256 == 0) {
-				n = epoll_wait(d->epfd, evs, 64, 0);
-				if (n > 0)
-					dispatch(d, evs, n);
-			}
 			cpu_relax();
 			continue;
 		}
@@ -238,7 +306,6 @@ int loop_run(struct daemon *d)
 			last_work = now_us();
 			continue;
 		}
-		slept_at = now_us();
 		n = epoll_wait(d->epfd, evs, 64, -1);
 		channel_set_sleeping(d, false);
 		now = now_us();
@@ -248,9 +315,14 @@ int loop_run(struct daemon *d)
 			log_error("epoll_wait failed: %m");
 			return -errno;
 		}
-		if (base && now - slept_at < 2 * (uint64_t) d->poll_window_us &&
-		    d->poll_window_us < max)
-			d->poll_window_us *= 2; /* woken right after giving up */
+		if (base && now - last_work < max) {
+			/* woken soon after giving up: the client works between
+			 * requests for about now - last_work; cover that gap */
+			uint64_t gap = now - last_work, want = gap + gap / 2;
+
+			if (want > d->poll_window_us)
+				d->poll_window_us = (uint32_t) (want < max ? want : max);
+		}
 		last_work = now;
 		dispatch(d, evs, n);
 	}
@@ -259,6 +331,10 @@ int loop_run(struct daemon *d)
 
 void loop_teardown(struct daemon *d)
 {
+	if (d->watcher_running) {
+		pthread_cancel(d->watcher);
+		pthread_join(d->watcher, NULL);
+	}
 	while (d->sessions)
 		session_free(d->sessions);
 	if (d->listen_fd >= 0) {
@@ -271,6 +347,8 @@ void loop_teardown(struct daemon *d)
 	}
 	if (d->signal_fd >= 0)
 		close(d->signal_fd);
+	if (d->ctl_epfd >= 0)
+		close(d->ctl_epfd);
 	if (d->epfd >= 0)
 		close(d->epfd);
 }

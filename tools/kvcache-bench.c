@@ -1,0 +1,1030 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvcache-bench — figures and ratios measured in one run on this machine.
+ *
+ *   kvcache-bench local [--sizes 4K,64K,1M,4M,16M]
+ *                       [--ops exists,get,put,acquire,prefix64,batch64]
+ *                       [--duration S] [--json] [--peers] [--socket PATH]
+ *
+ * Each op and size runs for --duration seconds on one thread against a
+ * kvcached (a private one unless --socket names a running daemon) and prints
+ * ops/s, GB/s, p50/p99/p999 latency and system calls per operation on each
+ * side (counted with the raw_syscalls:sys_enter tracepoint).  Beside it, the
+ * single-thread memcpy bandwidth of the same size on the same buffers, and the
+ * ratio.  --peers runs the same get/put/exists against memcached (meta
+ * protocol) and Redis, each started here on a Unix socket, and prints the
+ * speed-up.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvc-config.h"
+#include <kvcache/kvcache.h>
+
+#define MAX_SAMPLES 4000000
+#define MAX_SIZES 16
+
+static double arg_duration = 1.0;
+static bool arg_json, arg_peers;
+static const char *arg_socket, *arg_kvcached, *arg_ops = "exists,get,put,acquire,prefix64,batch64";
+static uint64_t arg_sizes[MAX_SIZES] = { 4096, 65536, 1 << 20, 4 << 20, 16 << 20 };
+static size_t n_sizes = 5;
+
+static uint64_t *lat;
+static pid_t daemon_pid;
+static char tmpdir[64];
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+}
+
+static void die(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void die(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kvcache-bench: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	if (err)
+		fprintf(stderr, ": %s", kvc_strerror(err));
+	fprintf(stderr, "\n");
+	if (daemon_pid > 0)
+		kill(daemon_pid, SIGTERM);
+	exit(1);
+}
+
+/* ---- system call counting ---- */
+
+static int tracepoint_id(void)
+{
+	static const char *paths[] = {
+		"/sys/kernel/tracing/events/raw_syscalls/sys_enter/id",
+		"/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter/id",
+	};
+	char buf[32];
+
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < 2; i++) {
+			int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+			ssize_t n;
+
+			if (fd < 0)
+				continue;
+			n = read(fd, buf, sizeof(buf) - 1);
+			close(fd);
+			if (n > 0) {
+				buf[n] = '\0';
+				return atoi(buf);
+			}
+		}
+		/* tracefs is often just not mounted */
+		if (pass == 0 && geteuid() == 0)
+			mount("nodev", "/sys/kernel/tracing", "tracefs", 0, NULL);
+	}
+	return -1;
+}
+
+static int counter_open(pid_t pid)
+{
+	static int id = -2;
+	struct perf_event_attr a;
+
+	if (id == -2)
+		id = tracepoint_id();
+	if (id < 0)
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.type = PERF_TYPE_TRACEPOINT;
+	a.size = sizeof(a);
+	a.config = (uint64_t) id;
+	a.disabled = 1;
+	a.inherit = 1;
+	return (int) syscall(SYS_perf_event_open, &a, pid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+}
+
+/* One counter for the bench, one per thread of the server (threads that
+ * exist before a counter is opened are not inherited, so each gets its own). */
+#define MAX_THREADS 64
+
+struct counters {
+	int self;
+	int server[MAX_THREADS];
+	int n_server;
+};
+
+static void counters_init(struct counters *c, pid_t server)
+{
+	char path[64];
+	DIR *d;
+	struct dirent *e;
+
+	c->self = counter_open(0);
+	c->n_server = 0;
+	if (server <= 0)
+		return;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int) server);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((e = readdir(d)) && c->n_server < MAX_THREADS) {
+		int fd;
+
+		if (e->d_name[0] == '.')
+			continue;
+		fd = counter_open((pid_t) atoi(e->d_name));
+		if (fd >= 0)
+			c->server[c->n_server++] = fd;
+	}
+	closedir(d);
+}
+
+static void counters_done(struct counters *c)
+{
+	if (c->self >= 0)
+		close(c->self);
+	for (int i = 0; i < c->n_server; i++)
+		close(c->server[i]);
+}
+
+static void counters_start(struct counters *c)
+{
+	if (c->self >= 0) {
+		ioctl(c->self, PERF_EVENT_IOC_RESET, 0);
+		ioctl(c->self, PERF_EVENT_IOC_ENABLE, 0);
+	}
+	for (int i = 0; i < c->n_server; i++) {
+		ioctl(c->server[i], PERF_EVENT_IOC_RESET, 0);
+		ioctl(c->server[i], PERF_EVENT_IOC_ENABLE, 0);
+	}
+}
+
+static void counters_stop(struct counters *c, int64_t *self, int64_t *server)
+{
+	uint64_t v;
+
+	*self = *server = -1;
+	if (c->self >= 0) {
+		ioctl(c->self, PERF_EVENT_IOC_DISABLE, 0);
+		if (read(c->self, &v, sizeof(v)) == sizeof(v))
+			*self = (int64_t) v - 1; /* the disable ioctl itself */
+	}
+	for (int i = 0; i < c->n_server; i++) {
+		ioctl(c->server[i], PERF_EVENT_IOC_DISABLE, 0);
+		if (read(c->server[i], &v, sizeof(v)) == sizeof(v))
+			*server = (*server < 0 ? 0 : *server) + (int64_t) v;
+	}
+}
+
+/* ---- results ---- */
+
+struct result {
+	const char *op;
+	uint64_t size;      /* 0: not size-bound */
+	uint64_t n;
+	double secs;
+	double p50, p99, p999; /* microseconds */
+	double sys_client, sys_daemon; /* per op, < 0 unknown */
+	double memcpy_gbs;  /* 0: not a copy */
+	unsigned keys_per_op;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double pct(uint64_t n, double p)
+{
+	size_t i = (size_t) (p * (double) (n - 1));
+
+	return (double) lat[i] / 1000.0;
+}
+
+static void finish(struct result *r, uint64_t n, uint64_t t0, uint64_t t1, int64_t sc, int64_t sd)
+{
+	r->n = n;
+	r->secs = (double) (t1 - t0) / 1e9;
+	qsort(lat, n, sizeof(lat[0]), cmp_u64);
+	r->p50 = pct(n, 0.50);
+	r->p99 = pct(n, 0.99);
+	r->p999 = pct(n, 0.999);
+	r->sys_client = sc < 0 ? -1 : (double) sc / (double) n;
+	r->sys_daemon = sd < 0 ? -1 : (double) sd / (double) n;
+}
+
+static double ops_s(const struct result *r)
+{
+	return (double) r->n / r->secs;
+}
+
+static double gb_s(const struct result *r)
+{
+	return ops_s(r) * (double) r->size / 1e9;
+}
+
+/*
+ * Single-thread memcpy bandwidth on the same buffers kvcache copies between:
+ * for get, from each stored object in the pool into the bench's buffer; for
+ * put, from the bench's buffer into pool space of the same sizes.  Cycling
+ * through the same regions keeps caches out of one side's favour.
+ */
+static double memcpy_cycle(uint8_t *const *dsts, const uint8_t *const *srcs, size_t n,
+			   uint64_t size)
+{
+	uint64_t t0, bytes = 0, budget = (uint64_t) (arg_duration * 0.3e9) + 1;
+
+	for (size_t i = 0; i < n; i++) /* warm, as the measured run is */
+		memcpy(dsts[i % n], srcs[i % n], size);
+	t0 = now_ns();
+	for (size_t i = 0; now_ns() - t0 < budget || bytes < 3 * size; i++) {
+		memcpy(dsts[i % n], srcs[i % n], size);
+		__asm__ __volatile__("" ::: "memory");
+		bytes += size;
+	}
+	return (double) bytes / (double) (now_ns() - t0);
+}
+
+/* ---- the kvcache workloads ---- */
+
+/* Run `body(i)` timed until the duration passes or the sample array fills. */
+#define TIMED_LOOP(res, counters, body)                                         \
+	do {                                                                    \
+		uint64_t _end, _t0, _n = 0, i;                                  \
+		int64_t _sc, _sd;                                               \
+		for (i = 0; i < 200; i++) { body; } /* warm-up */              \
+		counters_start(counters);                                       \
+		_t0 = now_ns();                                                 \
+		_end = _t0 + (uint64_t) (arg_duration * 1e9);                   \
+		for (;; i++) {                                                  \
+			uint64_t _a = now_ns(), _b;                             \
+			body;                                                   \
+			_b = now_ns();                                          \
+			lat[_n++] = _b - _a;                                    \
+			if (_b >= _end || _n == MAX_SAMPLES)                    \
+				break;                                          \
+		}                                                               \
+		counters_stop(counters, &_sc, &_sd);                            \
+		finish(res, _n, _t0, now_ns(), _sc, _sd);                       \
+	} while (0)
+
+static void check(int r, const char *what)
+{
+	if (r < 0)
+		die(r, "%s failed", what);
+}
+
+static void bench_exists(struct kvc_client *c, struct counters *k, struct result *r)
+{
+	check(kvc_put(c, "bench/exists", "x", 1, NULL), "put");
+	*r = (struct result) { .op = "exists" };
+	TIMED_LOOP(r, k, if (kvc_exists(c, "bench/exists") != 1) die(0, "%s", "exists missed"));
+	kvc_remove(c, "bench/exists");
+}
+
+static void make_key(char *buf, size_t len, const char *what, uint64_t size, uint64_t i)
+{
+	snprintf(buf, len, "bench/%s/%" PRIu64 "@tp_rank:0@%016" PRIx64 "%016" PRIx64, what, size, i,
+		 (uint64_t) (i * UINT64_C(0x9e3779b97f4a7c15)));
+}
+
+static uint64_t window_for(uint64_t size)
+{
+	uint64_t w = (256ull << 20) / size;
+
+	return w < 4 ? 4 : w > 64 ? 64 : w;
+}
+
+static void bench_put(struct kvc_client *c, struct counters *k, struct result *r, uint64_t size,
+		      uint8_t *src)
+{
+	/* Overwrite a rolling set of keys (KVC_PUT_REPLACE): the pool holds
+	 * at most window + 1 values and every put is one put. */
+	struct kvc_put_opts replace = { .flags = KVC_PUT_REPLACE };
+	uint64_t window = window_for(size);
+	struct kvc_buf bufs[64];
+	uint8_t *dsts[64];
+	const uint8_t *srcs[64];
+	char key[128];
+
+	/* the baseline: memcpy into pool space of this size */
+	for (uint64_t i = 0; i < window; i++) {
+		make_key(key, sizeof(key), "base", size, i);
+		check(kvc_reserve(c, key, size, NULL, &bufs[i]), "reserve");
+		dsts[i] = bufs[i].data;
+		srcs[i] = src;
+	}
+	*r = (struct result) { .op = "put", .size = size };
+	r->memcpy_gbs = memcpy_cycle(dsts, srcs, window, size);
+	for (uint64_t i = 0; i < window; i++)
+		kvc_abort(c, &bufs[i]);
+
+	TIMED_LOOP(r, k, {
+		make_key(key, sizeof(key), "put", size, i % window);
+		check(kvc_put(c, key, src, size, &replace), "put");
+	});
+	for (uint64_t i = 0; i < window; i++) {
+		make_key(key, sizeof(key), "put", size, i);
+		kvc_remove(c, key);
+	}
+}
+
+static void bench_get(struct kvc_client *c, struct counters *k, struct result *r, uint64_t size,
+		      uint8_t *src, uint8_t *dst, bool acquire)
+{
+	uint64_t n_keys = (512ull << 20) / size;
+	char keys[64][128];
+
+	if (n_keys > 64)
+		n_keys = 64;
+	if (n_keys < 2)
+		n_keys = 2;
+	for (uint64_t i = 0; i < n_keys; i++) {
+		make_key(keys[i], sizeof(keys[i]), "get", size, i);
+		check(kvc_put(c, keys[i], src, size, NULL), "put");
+	}
+	*r = (struct result) { .op = acquire ? "acquire" : "get", .size = size };
+	if (!acquire) {
+		/* the baseline: memcpy from the stored objects themselves */
+		struct kvc_view views[64];
+		uint8_t *dsts[64];
+		const uint8_t *srcs[64];
+
+		for (uint64_t i = 0; i < n_keys; i++) {
+			check(kvc_acquire(c, keys[i], &views[i]), "acquire");
+			srcs[i] = views[i].data;
+			dsts[i] = dst;
+		}
+		r->memcpy_gbs = memcpy_cycle(dsts, srcs, n_keys, size);
+		for (uint64_t i = 0; i < n_keys; i++)
+			kvc_release(c, &views[i]);
+	}
+	if (acquire) {
+		TIMED_LOOP(r, k, {
+			struct kvc_view v;
+
+			check(kvc_acquire(c, keys[i % n_keys], &v), "acquire");
+			check(kvc_release(c, &v), "release");
+		});
+	} else {
+		TIMED_LOOP(r, k, {
+			if (kvc_get(c, keys[i % n_keys], dst, size) != (ssize_t) size)
+				die(0, "%s", "get returned a wrong length");
+		});
+		if (memcmp(dst, src, size) != 0)
+			die(0, "%s", "get returned wrong bytes");
+	}
+	for (uint64_t i = 0; i < n_keys; i++)
+		kvc_remove(c, keys[i]);
+}
+
+static void bench_keys(struct kvc_client *c, struct counters *k, struct result *r, bool prefix)
+{
+	char names[64][128];
+	const char *keys[64];
+	uint8_t present[64];
+
+	for (int i = 0; i < 64; i++) {
+		make_key(names[i], sizeof(names[i]), prefix ? "prefix" : "batch", 0, (uint64_t) i);
+		keys[i] = names[i];
+		check(kvc_put(c, keys[i], "kv", 2, NULL), "put");
+	}
+	*r = (struct result) { .op = prefix ? "prefix64" : "batch64", .keys_per_op = 64 };
+	if (prefix)
+		TIMED_LOOP(r, k, if (kvc_prefix_lookup(c, keys, 64) != 64) die(0, "%s", "prefix miss"));
+	else
+		TIMED_LOOP(r, k, if (kvc_batch_exists(c, keys, 64, present) != 64) die(0, "%s", "miss"));
+	for (int i = 0; i < 64; i++)
+		kvc_remove(c, keys[i]);
+}
+
+/* ---- peers: memcached (meta protocol) and Redis, over Unix sockets ---- */
+
+struct peer {
+	const char *name;
+	char sock[100];
+	pid_t pid;
+	int fd;
+	uint8_t *rbuf;
+	size_t rlen, rcap, roff;
+};
+
+static int unix_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static bool peer_start(struct peer *p, char *const argv[])
+{
+	p->pid = fork();
+	if (p->pid == 0) {
+		int devnull = open("/dev/null", O_WRONLY);
+
+		dup2(devnull, 1);
+		dup2(devnull, 2);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 300; i++) {
+		int st;
+
+		p->fd = unix_connect(p->sock);
+		if (p->fd >= 0)
+			break;
+		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+			p->pid = 0;
+			return false;
+		}
+		usleep(10000);
+	}
+	if (p->fd < 0)
+		return false;
+	p->rcap = (32u << 20) + 4096;
+	p->rbuf = malloc(p->rcap);
+	return p->rbuf != NULL;
+}
+
+static void peer_stop(struct peer *p)
+{
+	if (p->fd >= 0)
+		close(p->fd);
+	if (p->pid > 0) {
+		kill(p->pid, SIGTERM);
+		waitpid(p->pid, NULL, 0);
+	}
+	free(p->rbuf);
+}
+
+static void send_all(struct peer *p, struct iovec *iov, int n)
+{
+	while (n > 0) {
+		ssize_t w = writev(p->fd, iov, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			die(0, "%s: write failed", p->name);
+		}
+		while (n > 0 && (size_t) w >= iov->iov_len) {
+			w -= (ssize_t) iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (uint8_t *) iov->iov_base + w;
+			iov->iov_len -= (size_t) w;
+		}
+	}
+}
+
+/* Make at least `need` buffered bytes available from roff. */
+static void fill(struct peer *p, size_t need)
+{
+	if (p->roff && p->rlen - p->roff < need) {
+		memmove(p->rbuf, p->rbuf + p->roff, p->rlen - p->roff);
+		p->rlen -= p->roff;
+		p->roff = 0;
+	}
+	while (p->rlen - p->roff < need) {
+		ssize_t n = read(p->fd, p->rbuf + p->rlen, p->rcap - p->rlen);
+
+		if (n <= 0)
+			die(0, "%s: connection lost", p->name);
+		p->rlen += (size_t) n;
+	}
+}
+
+/* A CRLF-terminated line, returned NUL-terminated (without CRLF). */
+static char *read_line(struct peer *p)
+{
+	for (size_t scan = 0;; ) {
+		char *e;
+
+		fill(p, scan + 1);
+		e = memchr(p->rbuf + p->roff + scan, '\n', p->rlen - p->roff - scan);
+		if (e) {
+			char *line = (char *) p->rbuf + p->roff;
+
+			*e = '\0';
+			if (e > line && e[-1] == '\r')
+				e[-1] = '\0';
+			p->roff = (size_t) ((uint8_t *) e - p->rbuf) + 1;
+			return line;
+		}
+		scan = p->rlen - p->roff;
+	}
+}
+
+static void read_data(struct peer *p, void *dst, size_t len)
+{
+	fill(p, len + 2);
+	memcpy(dst, p->rbuf + p->roff, len);
+	p->roff += len + 2;
+	if (p->roff == p->rlen)
+		p->roff = p->rlen = 0;
+}
+
+enum peer_op { P_PUT, P_GET, P_EXISTS };
+
+static void mc_op(struct peer *p, enum peer_op op, const char *key, const void *val, size_t len,
+		  void *dst)
+{
+	char hdr[256];
+	struct iovec iov[3];
+	char *l;
+	int n;
+
+	if (op == P_PUT) {
+		n = snprintf(hdr, sizeof(hdr), "ms %s %zu T0\r\n", key, len);
+		iov[0] = (struct iovec) { hdr, (size_t) n };
+		iov[1] = (struct iovec) { (void *) val, len };
+		iov[2] = (struct iovec) { (void *) "\r\n", 2 };
+		send_all(p, iov, 3);
+		l = read_line(p);
+		if (strncmp(l, "HD", 2) != 0)
+			die(0, "memcached: ms answered %s", l);
+		return;
+	}
+	n = snprintf(hdr, sizeof(hdr), "mg %s%s\r\n", key, op == P_GET ? " v" : "");
+	iov[0] = (struct iovec) { hdr, (size_t) n };
+	send_all(p, iov, 1);
+	l = read_line(p);
+	if (op == P_EXISTS) {
+		if (strncmp(l, "HD", 2) != 0)
+			die(0, "memcached: mg answered %s", l);
+		return;
+	}
+	if (strncmp(l, "VA ", 3) != 0 || (size_t) atol(l + 3) != len)
+		die(0, "memcached: mg answered %s", l);
+	read_data(p, dst, len);
+}
+
+static void redis_op(struct peer *p, enum peer_op op, const char *key, const void *val, size_t len,
+		     void *dst)
+{
+	char hdr[512];
+	struct iovec iov[3];
+	size_t kl = strlen(key);
+	char *l;
+	int n;
+
+	if (op == P_PUT) {
+		n = snprintf(hdr, sizeof(hdr), "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n", kl, key, len);
+		iov[0] = (struct iovec) { hdr, (size_t) n };
+		iov[1] = (struct iovec) { (void *) val, len };
+		iov[2] = (struct iovec) { (void *) "\r\n", 2 };
+		send_all(p, iov, 3);
+		l = read_line(p);
+		if (strcmp(l, "+OK") != 0)
+			die(0, "redis: SET answered %s", l);
+		return;
+	}
+	n = snprintf(hdr, sizeof(hdr), "*2\r\n$%s\r\n%s\r\n$%zu\r\n%s\r\n", op == P_GET ? "3" : "6",
+		     op == P_GET ? "GET" : "EXISTS", kl, key);
+	iov[0] = (struct iovec) { hdr, (size_t) n };
+	send_all(p, iov, 1);
+	l = read_line(p);
+	if (op == P_EXISTS) {
+		if (strcmp(l, ":1") != 0)
+			die(0, "redis: EXISTS answered %s", l);
+		return;
+	}
+	if (l[0] != '$' || (size_t) atol(l + 1) != len)
+		die(0, "redis: GET answered %s", l);
+	read_data(p, dst, len);
+}
+
+typedef void (*peer_fn)(struct peer *, enum peer_op, const char *, const void *, size_t, void *);
+
+static void bench_peer(struct peer *p, peer_fn fn, enum peer_op op, uint64_t size, uint8_t *src,
+		       uint8_t *dst, struct counters *k, struct result *r)
+{
+	char key[128];
+	uint64_t n_keys = 64;
+
+	*r = (struct result) { .op = op == P_PUT ? "put" : op == P_GET ? "get" : "exists",
+			       .size = op == P_EXISTS ? 0 : size };
+	for (uint64_t i = 0; i < n_keys; i++) {
+		make_key(key, sizeof(key), "peer", size, i);
+		fn(p, P_PUT, key, src, op == P_EXISTS ? 1 : size, NULL);
+	}
+	if (op == P_PUT)
+		TIMED_LOOP(r, k, {
+			make_key(key, sizeof(key), "peer", size, i % n_keys);
+			fn(p, P_PUT, key, src, size, NULL);
+		});
+	else
+		TIMED_LOOP(r, k, {
+			make_key(key, sizeof(key), "peer", size, i % n_keys);
+			fn(p, op, key, NULL, op == P_EXISTS ? 1 : size, dst);
+		});
+}
+
+/* ---- output ---- */
+
+static void fmt_sys(char *buf, size_t len, double v)
+{
+	if (v < 0)
+		snprintf(buf, len, "n/a");
+	else
+		snprintf(buf, len, "%.3f", v);
+}
+
+static void size_name(char *buf, size_t len, uint64_t s)
+{
+	if (s == 0)
+		snprintf(buf, len, "-");
+	else if (s % (1 << 20) == 0)
+		snprintf(buf, len, "%" PRIu64 "M", s >> 20);
+	else if (s % 1024 == 0)
+		snprintf(buf, len, "%" PRIu64 "K", s >> 10);
+	else
+		snprintf(buf, len, "%" PRIu64, s);
+}
+
+static void print_header(void)
+{
+	printf("%-9s %5s %11s %8s %8s %8s %9s %8s %8s %8s %9s\n", "op", "size", "ops/s", "GB/s",
+	       "p50 us", "p99 us", "p999 us", "sys/op c", "sys/op d", "memcpy", "vs memcpy");
+}
+
+static void print_result(const struct result *r)
+{
+	char sz[32], sc[16], sd[16], gb[16] = "-", mc[16] = "-", ratio[16] = "-";
+
+	size_name(sz, sizeof(sz), r->size);
+	fmt_sys(sc, sizeof(sc), r->sys_client);
+	fmt_sys(sd, sizeof(sd), r->sys_daemon);
+	if (r->memcpy_gbs > 0) {
+		snprintf(gb, sizeof(gb), "%.2f", gb_s(r));
+		snprintf(mc, sizeof(mc), "%.2f", r->memcpy_gbs);
+		snprintf(ratio, sizeof(ratio), "%.0f%%", 100.0 * gb_s(r) / r->memcpy_gbs);
+	}
+	printf("%-9s %5s %11.0f %8s %8.2f %8.2f %9.2f %8s %8s %8s %9s", r->op, sz, ops_s(r), gb,
+	       r->p50, r->p99, r->p999, sc, sd, mc, ratio);
+	if (r->keys_per_op)
+		printf("  (%.2fM keys/s)", ops_s(r) * r->keys_per_op / 1e6);
+	printf("\n");
+}
+
+static void json_result(FILE *f, const struct result *r, const char *system, bool comma)
+{
+	fprintf(f, "    {\"system\": \"%s\", \"op\": \"%s\", \"size\": %" PRIu64 ", \"ops\": %" PRIu64
+		   ", \"ops_per_s\": %.0f, \"gb_per_s\": %.3f, \"p50_us\": %.3f, \"p99_us\": %.3f,"
+		   " \"p999_us\": %.3f, \"syscalls_per_op_client\": %.4f,"
+		   " \"syscalls_per_op_daemon\": %.4f, \"memcpy_gb_per_s\": %.3f,"
+		   " \"keys_per_op\": %u}%s\n",
+		system, r->op, r->size, r->n, ops_s(r), r->memcpy_gbs > 0 ? gb_s(r) : 0.0, r->p50,
+		r->p99, r->p999, r->sys_client, r->sys_daemon, r->memcpy_gbs, r->keys_per_op,
+		comma ? "," : "");
+}
+
+/* ---- the private daemon ---- */
+
+static const char *find_kvcached(char *buf, size_t len)
+{
+	char self[4096];
+	ssize_t n;
+
+	if (arg_kvcached)
+		return arg_kvcached;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		char *slash;
+
+		self[n] = '\0';
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(buf, len, "%s/../daemon/kvcached", self);
+			if (access(buf, X_OK) == 0)
+				return buf;
+			snprintf(buf, len, "%s/../sbin/kvcached", self);
+			if (access(buf, X_OK) == 0)
+				return buf;
+		}
+	}
+	return "kvcached";
+}
+
+static void start_daemon(char *sock, size_t len)
+{
+	char bin[4200];
+	const char *path = find_kvcached(bin, sizeof(bin));
+
+	snprintf(sock, len, "%s/kvcached.sock", tmpdir);
+	daemon_pid = fork();
+	if (daemon_pid == 0) {
+		execlp(path, "kvcached", "--socket", sock, "--dram-size", "2GiB", "--log-level",
+		       "warn", (char *) NULL);
+		fprintf(stderr, "kvcache-bench: cannot run %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		struct kvc_client *c;
+		int st;
+
+		if (kvc_connect(sock, &c) == 0) {
+			kvc_disconnect(c);
+			return;
+		}
+		if (waitpid(daemon_pid, &st, WNOHANG) == daemon_pid)
+			die(0, "%s did not start", path);
+		usleep(10000);
+	}
+	die(0, "%s did not come up", path);
+}
+
+static bool want_op(const char *op)
+{
+	size_t n = strlen(op);
+
+	for (const char *p = arg_ops; (p = strstr(p, op)); p += n)
+		if ((p == arg_ops || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: kvcache-bench local [--sizes 4K,64K,1M,4M,16M]\n"
+		   "                          [--ops exists,get,put,acquire,prefix64,batch64]\n"
+		   "                          [--duration S] [--json] [--peers] [--socket PATH]\n"
+		   "                          [--kvcached PATH]\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "sizes", required_argument, NULL, 'z' },
+		{ "ops", required_argument, NULL, 'o' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "peers", no_argument, NULL, 'p' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "kvcached", required_argument, NULL, 'k' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct result res[64], peer_res[2][64];
+	size_t n_res = 0, n_peer[2] = { 0, 0 };
+	char sock[200];
+	struct kvc_client *c;
+	struct counters k;
+	uint64_t max_size = 0;
+	uint8_t *src, *dst;
+	struct kvc_status *st;
+	int opt, r;
+
+	if (argc < 2 || strcmp(argv[1], "local") != 0) {
+		usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
+		return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+	}
+	optind = 2;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'z': {
+			char *s = strdup(optarg), *save = NULL;
+
+			n_sizes = 0;
+			for (char *t = strtok_r(s, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				if (n_sizes == MAX_SIZES || kvc_parse_size(t, &arg_sizes[n_sizes]) < 0 ||
+				    arg_sizes[n_sizes] == 0 || arg_sizes[n_sizes] > (256u << 20)) {
+					fprintf(stderr, "kvcache-bench: bad size '%s' (1 .. 256M)\n", t);
+					return 2;
+				}
+				n_sizes++;
+			}
+			free(s);
+			break;
+		}
+		case 'o':
+			arg_ops = optarg;
+			break;
+		case 'd':
+			arg_duration = atof(optarg);
+			if (arg_duration <= 0 || arg_duration > 600) {
+				fprintf(stderr, "kvcache-bench: bad --duration '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'j':
+			arg_json = true;
+			break;
+		case 'p':
+			arg_peers = true;
+			break;
+		case 's':
+			arg_socket = optarg;
+			break;
+		case 'k':
+			arg_kvcached = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	for (size_t i = 0; i < n_sizes; i++)
+		if (arg_sizes[i] > max_size)
+			max_size = arg_sizes[i];
+	lat = malloc(MAX_SAMPLES * sizeof(*lat));
+	src = malloc(max_size + 4096);
+	dst = malloc(max_size + 4096);
+	if (!lat || !src || !dst)
+		die(0, "%s", "out of memory");
+	for (uint64_t i = 0; i < max_size; i++)
+		src[i] = (uint8_t) (i * 131 + (i >> 12));
+	memset(dst, 0, max_size);
+
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
+	if (!mkdtemp(tmpdir))
+		die(0, "%s", "cannot make a temporary directory");
+	if (arg_socket)
+		snprintf(sock, sizeof(sock), "%s", arg_socket);
+	else
+		start_daemon(sock, sizeof(sock));
+	r = kvc_connect(sock, &c);
+	if (r < 0)
+		die(r, "cannot reach kvcached at %s", sock);
+	check(kvc_status_get(c, &st), "status");
+	counters_init(&k, (pid_t) st->pid);
+	if (!arg_json) {
+		printf("kvcache-bench local: kvcached %s (pid %u), dram %.1f GiB, %s pages, "
+		       "%.1f s per cell, one client thread\n",
+		       st->version, st->pid, (double) st->tiers[0].capacity / (1 << 30),
+		       st->hugepages ? "2 MiB" : "4 KiB", arg_duration);
+		printf("sys/op c|d: system calls per operation in the bench | in the server%s\n",
+		       k.self < 0 ? " (n/a: no raw_syscalls tracepoint)" : "");
+		print_header();
+	}
+	kvc_status_free(st);
+
+	if (want_op("exists")) {
+		bench_exists(c, &k, &res[n_res]);
+		if (!arg_json)
+			print_result(&res[n_res]);
+		n_res++;
+	}
+	for (size_t s = 0; s < n_sizes; s++) {
+		uint64_t size = arg_sizes[s];
+		static const char *const sized[] = { "get", "put", "acquire" };
+
+		for (size_t o = 0; o < 3; o++) {
+			struct result *x = &res[n_res];
+
+			if (!want_op(sized[o]))
+				continue;
+			if (o == 1)
+				bench_put(c, &k, x, size, src);
+			else
+				bench_get(c, &k, x, size, src, dst, o == 2);
+			if (!arg_json)
+				print_result(x);
+			n_res++;
+		}
+	}
+	if (want_op("prefix64")) {
+		bench_keys(c, &k, &res[n_res], true);
+		if (!arg_json)
+			print_result(&res[n_res]);
+		n_res++;
+	}
+	if (want_op("batch64")) {
+		bench_keys(c, &k, &res[n_res], false);
+		if (!arg_json)
+			print_result(&res[n_res]);
+		n_res++;
+	}
+
+	if (arg_peers) {
+		struct peer peers[2] = { { .name = "memcached", .fd = -1 }, { .name = "redis", .fd = -1 } };
+		peer_fn fns[2] = { mc_op, redis_op };
+		bool up[2];
+		char mem[32];
+
+		chmod(tmpdir, 0777); /* memcached drops root for nobody */
+		snprintf(peers[0].sock, sizeof(peers[0].sock), "%s/memcached.sock", tmpdir);
+		snprintf(peers[1].sock, sizeof(peers[1].sock), "%s/redis.sock", tmpdir);
+		snprintf(mem, sizeof(mem), "%" PRIu64, (max_size * 80 >> 20) + 256);
+		up[0] = peer_start(&peers[0], (char *[]) { "memcached", "-s", peers[0].sock, "-a", "0777",
+							  "-m", mem, "-I", "64m", "-t", "1", "-U", "0",
+							  "-u", "nobody", NULL });
+		up[1] = peer_start(&peers[1], (char *[]) { "redis-server", "--port", "0", "--unixsocket",
+							  peers[1].sock, "--unixsocketperm", "700",
+							  "--save", "", "--appendonly", "no",
+							  "--proto-max-bulk-len", "512mb", NULL });
+		if (!arg_json)
+			printf("\npeers over Unix sockets, same workload, same run:\n");
+		for (int p = 0; p < 2; p++) {
+			struct counters pk;
+
+			if (!up[p]) {
+				if (!arg_json)
+					printf("%s: not installed or did not start; skipped\n", peers[p].name);
+				continue;
+			}
+			counters_init(&pk, peers[p].pid);
+			if (!arg_json) {
+				printf("%s (pid %d)\n", peers[p].name, (int) peers[p].pid);
+				print_header();
+			}
+			for (int op = 0; op < 3; op++) {
+				static const char *const names[] = { "put", "get", "exists" };
+
+				if (!want_op(names[op]))
+					continue;
+				for (size_t s = 0; s < (op == 2 ? 1 : n_sizes); s++) {
+					struct result *x = &peer_res[p][n_peer[p]++];
+
+					bench_peer(&peers[p], fns[p], op == 0 ? P_PUT : op == 1 ? P_GET : P_EXISTS,
+						   arg_sizes[s], src, dst, &pk, x);
+					if (!arg_json)
+						print_result(x);
+				}
+			}
+			counters_done(&pk);
+			peer_stop(&peers[p]);
+		}
+		if (!arg_json) {
+			printf("\nspeed-up of kvcache (p50 latency ratio, throughput ratio):\n");
+			printf("%-9s %5s %22s %22s\n", "op", "size", "vs memcached", "vs redis");
+			for (size_t i = 0; i < n_res; i++) {
+				char sz[32], cells[2][32];
+
+				if (strcmp(res[i].op, "put") && strcmp(res[i].op, "get") &&
+				    strcmp(res[i].op, "exists"))
+					continue;
+				for (int p = 0; p < 2; p++) {
+					snprintf(cells[p], sizeof(cells[p]), "-");
+					for (size_t j = 0; j < n_peer[p]; j++)
+						if (!strcmp(peer_res[p][j].op, res[i].op) &&
+						    peer_res[p][j].size == res[i].size)
+							snprintf(cells[p], sizeof(cells[p]), "%6.1fx p50 %6.1fx ops",
+								 peer_res[p][j].p50 / res[i].p50,
+								 ops_s(&res[i]) / ops_s(&peer_res[p][j]));
+				}
+				size_name(sz, sizeof(sz), res[i].size);
+				printf("%-9s %5s %22s %22s\n", res[i].op, sz, cells[0], cells[1]);
+			}
+		}
+	}
+
+	if (arg_json) {
+		printf("{\n  \"version\": \"%s\",\n  \"duration_s\": %.2f,\n  \"results\": [\n", KVC_VERSION,
+		       arg_duration);
+		for (size_t i = 0; i < n_res; i++)
+			json_result(stdout, &res[i], "kvcache", i + 1 < n_res || n_peer[0] || n_peer[1]);
+		for (int p = 0; p < 2; p++)
+			for (size_t i = 0; i < n_peer[p]; i++)
+				json_result(stdout, &peer_res[p][i], p ? "redis" : "memcached",
+					    i + 1 < n_peer[p] || (p == 0 && n_peer[1]));
+		printf("  ]\n}\n");
+	}
+	counters_done(&k);
+	kvc_disconnect(c);
+	if (daemon_pid > 0) {
+		kill(daemon_pid, SIGTERM);
+		waitpid(daemon_pid, NULL, 0);
+	}
+	rmdir(tmpdir);
+	return 0;
+}

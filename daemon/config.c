@@ -29,6 +29,10 @@ void config_init(struct config *c)
 	c->hugepages = SHM_HUGEPAGES_AUTO;
 	strcpy(c->log_level, "notice");
 	c->poll_us = CONFIG_DEFAULT_POLL_US;
+	c->high_watermark = 0.95;
+	c->eviction_ratio = 0.05;
+	c->lease_ttl_ms = CONFIG_DEFAULT_LEASE_TTL_MS;
+	c->promotion_hits = CONFIG_DEFAULT_PROMOTION_HITS;
 	strcpy(c->protocol, "tcp");
 }
 
@@ -78,6 +82,87 @@ static int set_poll_us(struct config *c, const char *what, const char *v, char *
 	}
 	c->poll_us = (uint32_t) n;
 	return 0;
+}
+
+static int set_ratio(double *dst, const char *what, const char *v, double lo, double hi,
+		     bool lo_open, char *err)
+{
+	char *end;
+	double x;
+
+	errno = 0;
+	x = strtod(v, &end);
+	if (errno || end == v || *end || !(x <= hi) || (lo_open ? !(x > lo) : !(x >= lo))) {
+		snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected a ratio in %c%g, %g]",
+			 v, what, lo_open ? '(' : '[', lo, hi);
+		return -EINVAL;
+	}
+	*dst = x;
+	return 0;
+}
+
+static int set_u64(uint64_t *dst, const char *what, const char *v, uint64_t max, char *err)
+{
+	char *end;
+	unsigned long long n;
+
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-' || n > max) {
+		snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected 0..%llu", v, what,
+			 (unsigned long long) max);
+		return -EINVAL;
+	}
+	*dst = n;
+	return 0;
+}
+
+static int set_device_size(struct config *c, const char *what, const char *v, char *err)
+{
+	uint64_t n;
+
+	if (shm_parse_size(v, &n) < 0) {
+		snprintf(err, CONFIG_ERR_MAX,
+			 "invalid value '%s' for %s: expected a size like 0, 256MB or 1GiB", v, what);
+		return -EINVAL;
+	}
+	if (n && n < CONFIG_MIN_DRAM_SIZE) {
+		snprintf(err, CONFIG_ERR_MAX, "%s must be 0 (off) or at least 1MiB (got '%s')", what, v);
+		return -EINVAL;
+	}
+	c->device_size = n;
+	return 0;
+}
+
+static int set_promotion_hits(struct config *c, const char *what, const char *v, char *err)
+{
+	uint64_t n;
+	int r = set_u64(&n, what, v, 1000000, err);
+
+	if (r == 0 && n == 0) {
+		snprintf(err, CONFIG_ERR_MAX, "%s must be at least 1", what);
+		return -EINVAL;
+	}
+	if (r == 0)
+		c->promotion_hits = (uint32_t) n;
+	return r;
+}
+
+/* Keys shared by the command line (with -- and dashes or underscores) and
+ * the JSON file. */
+static int set_capacity_key(struct config *c, const char *k, const char *v, char *err)
+{
+	if (!strcmp(k, "device_size") || !strcmp(k, "device-size"))
+		return set_device_size(c, k, v, err);
+	if (!strcmp(k, "eviction_high_watermark_ratio") || !strcmp(k, "eviction-high-watermark-ratio"))
+		return set_ratio(&c->high_watermark, k, v, 0, 1, true, err);
+	if (!strcmp(k, "eviction_ratio") || !strcmp(k, "eviction-ratio"))
+		return set_ratio(&c->eviction_ratio, k, v, 0, 1, false, err);
+	if (!strcmp(k, "default_kv_lease_ttl") || !strcmp(k, "default-kv-lease-ttl"))
+		return set_u64(&c->lease_ttl_ms, k, v, UINT64_C(86400000) * 365, err);
+	if (!strcmp(k, "promotion_hits") || !strcmp(k, "promotion-hits"))
+		return set_promotion_hits(c, k, v, err);
+	return 1;
 }
 
 static int set_string(char *dst, size_t cap, const char *what, const char *v, char *err)
@@ -132,9 +217,17 @@ static int set_protocol(struct config *c, const char *what, const char *v, char 
 
 /* A JSON value as text: strings as they are, integers printed.  Sizes may be
  * given either way in mooncake.json. */
-static int json_text(struct json_object *o, const char *key, char *buf, size_t cap, bool allow_int,
-		     char *err)
+enum json_kind {
+	JSON_STRING,
+	JSON_WHOLE,  /* a whole number, or a string */
+	JSON_NUMBER, /* any number, or a string */
+};
+
+static int json_text(struct json_object *o, const char *key, char *buf, size_t cap,
+		     enum json_kind kind, char *err)
 {
+	bool allow_int = kind != JSON_STRING;
+
 	switch (json_object_get_type(o)) {
 	case json_type_string:
 		if (json_object_get_string_len(o) >= (int) cap ||
@@ -157,6 +250,10 @@ static int json_text(struct json_object *o, const char *key, char *buf, size_t c
 		}
 		break;
 	case json_type_double:
+		if (kind == JSON_NUMBER) {
+			snprintf(buf, cap, "%.17g", json_object_get_double(o));
+			return 0;
+		}
 		if (allow_int) {
 			double d = json_object_get_double(o);
 
@@ -218,14 +315,18 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 	json_object_object_foreach(root, key, val) {
 		static const char *const known[] = {
 			"global_segment_size", "dram_size", "dram-size", "socket", "hugepages",
-			"log_level", "log-level", "poll_us", "local_hostname", "metadata_server", "protocol",
+			"log_level", "log-level", "poll_us", "device_size", "eviction_high_watermark_ratio",
+			"eviction_ratio", "default_kv_lease_ttl", "promotion_hits", "local_hostname", "metadata_server", "protocol",
 			"device_name", "master_server_address",
 		};
 		char text[4096];
 		const char *k = key;
 		bool sized = strcmp(k, "global_segment_size") == 0 || strcmp(k, "dram_size") == 0 ||
 			     strcmp(k, "dram-size") == 0;
-		bool numeric = sized || strcmp(k, "poll_us") == 0;
+		bool ratio = strcmp(k, "eviction_high_watermark_ratio") == 0 ||
+			     strcmp(k, "eviction_ratio") == 0;
+		bool whole = sized || strcmp(k, "poll_us") == 0 || strcmp(k, "device_size") == 0 ||
+			     strcmp(k, "default_kv_lease_ttl") == 0 || strcmp(k, "promotion_hits") == 0;
 		bool is_known = false;
 
 		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
@@ -235,13 +336,16 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 				warn(k);
 			continue;
 		}
-		r = json_text(val, k, text, sizeof(text), numeric, err);
+		r = json_text(val, k, text, sizeof(text),
+			      ratio ? JSON_NUMBER : whole ? JSON_WHOLE : JSON_STRING, err);
 		if (r < 0)
 			goto out;
 		if (sized)
 			r = set_dram_size(&tmp, k, text, err);
 		else if (strcmp(k, "poll_us") == 0)
 			r = set_poll_us(&tmp, k, text, err);
+		else if ((r = set_capacity_key(&tmp, k, text, err)) <= 0)
+			; /* handled */
 		else if (strcmp(k, "socket") == 0)
 			r = set_socket(&tmp, k, text, err);
 		else if (strcmp(k, "hugepages") == 0)
@@ -261,6 +365,12 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 				       text, err);
 		if (r < 0)
 			goto out;
+	}
+	if (tmp.eviction_ratio >= tmp.high_watermark) {
+		snprintf(err, CONFIG_ERR_MAX, "eviction_ratio (%g) must be below "
+			 "eviction_high_watermark_ratio (%g)", tmp.eviction_ratio, tmp.high_watermark);
+		r = -EINVAL;
+		goto out;
 	}
 	*c = tmp;
 out:
@@ -330,6 +440,7 @@ enum {
 	OPT_CONFIG,
 	OPT_LOG_LEVEL,
 	OPT_POLL_US,
+	OPT_CAPACITY, /* handled by set_capacity_key() under its own name */
 };
 
 static const struct option options[] = {
@@ -343,6 +454,16 @@ static const struct option options[] = {
 	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 	{ "log_level", required_argument, NULL, OPT_LOG_LEVEL },
 	{ "poll-us", required_argument, NULL, OPT_POLL_US },
+	{ "device-size", required_argument, NULL, OPT_CAPACITY },
+	{ "device_size", required_argument, NULL, OPT_CAPACITY },
+	{ "eviction-high-watermark-ratio", required_argument, NULL, OPT_CAPACITY },
+	{ "eviction_high_watermark_ratio", required_argument, NULL, OPT_CAPACITY },
+	{ "eviction-ratio", required_argument, NULL, OPT_CAPACITY },
+	{ "eviction_ratio", required_argument, NULL, OPT_CAPACITY },
+	{ "default-kv-lease-ttl", required_argument, NULL, OPT_CAPACITY },
+	{ "default_kv_lease_ttl", required_argument, NULL, OPT_CAPACITY },
+	{ "promotion-hits", required_argument, NULL, OPT_CAPACITY },
+	{ "promotion_hits", required_argument, NULL, OPT_CAPACITY },
 	{ "poll_us", required_argument, NULL, OPT_POLL_US },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -363,6 +484,14 @@ void config_usage(FILE *f)
 		"      --hugepages MODE       auto|on|off: 2 MiB pages for shared segments (default auto)\n"
 		"      --config FILE          JSON config; mooncake.json keys are understood\n"
 		"                             (default: $MOONCAKE_CONFIG_PATH if set)\n"
+		"      --device-size SIZE     capacity of the device tier (default 0 = off)\n"
+		"      --eviction-high-watermark-ratio R\n"
+		"                             a tier above R x capacity is evicted down to\n"
+		"      --eviction-ratio R     (R_high - R) x capacity (defaults 0.95 and 0.05)\n"
+		"      --default-kv-lease-ttl MS\n"
+		"                             a hit protects an object this long (default 10000)\n"
+		"      --promotion-hits N     dram hits before an object moves to device (default 2)\n"
+		"                             (each also spelled with underscores)\n"
 		"      --poll-us N            keep polling client rings this long after the last\n"
 		"                             request before sleeping (default 100; 0 = never spin)\n"
 		"      --log-level LEVEL      error|warn|notice|info|debug|trace (default notice);\n"
@@ -382,7 +511,7 @@ static void print_version(void)
 int config_parse_args(struct config *c, int argc, char **argv, char *err)
 {
 	const char *config_path = NULL;
-	int opt, r;
+	int opt, r, idx = 0;
 
 	/* First pass: only find --config, so the file can be applied before
 	 * the flags that override it. */
@@ -408,8 +537,22 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 
 	opterr = 1;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "s:hV", options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:hV", options, &idx)) != -1) {
 		switch (opt) {
+		case OPT_CAPACITY: {
+			char name[64];
+
+			/* errors name the flag as the user spelled it */
+			snprintf(name, sizeof(name), "--%s", options[idx].name);
+			r = set_capacity_key(c, options[idx].name, optarg, err);
+			if (r < 0 && !strstr(err, name)) {
+				char inner[CONFIG_ERR_MAX];
+
+				snprintf(inner, sizeof(inner), "%s", err);
+				snprintf(err, CONFIG_ERR_MAX, "%s: %.180s", name, inner);
+			}
+			break;
+		}
 		case OPT_SOCKET:
 			r = set_socket(c, "--socket", optarg, err);
 			break;
@@ -443,6 +586,11 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 	}
 	if (optind < argc) {
 		snprintf(err, CONFIG_ERR_MAX, "unexpected argument '%s'", argv[optind]);
+		return -EINVAL;
+	}
+	if (c->eviction_ratio >= c->high_watermark) {
+		snprintf(err, CONFIG_ERR_MAX, "--eviction-ratio (%g) must be below "
+			 "--eviction-high-watermark-ratio (%g)", c->eviction_ratio, c->high_watermark);
 		return -EINVAL;
 	}
 	return 0;

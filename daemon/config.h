@@ -13,6 +13,8 @@
 #define CONFIG_MIN_DRAM_SIZE (UINT64_C(1) << 20)
 #define CONFIG_ERR_MAX 256
 #define CONFIG_DEFAULT_POLL_US 100
+#define CONFIG_DEFAULT_LEASE_TTL_MS 10000
+#define CONFIG_DEFAULT_PROMOTION_HITS 2
 #define CONFIG_MAX_POLL_US 100000
 
 struct config {
@@ -21,6 +23,11 @@ struct config {
 	enum shm_hugepages hugepages;
 	char log_level[64];
 	uint32_t poll_us; /* spin this long after the last request; 0 = always sleep */
+	uint64_t device_size;          /* 0 = no device tier */
+	double high_watermark;         /* eviction_high_watermark_ratio */
+	double eviction_ratio;
+	uint64_t lease_ttl_ms;         /* default_kv_lease_ttl */
+	uint32_t promotion_hits;       /* hits in dram before moving to device */
 	char config_path[4096];
 
 	/* Mooncake keys, understood so that an existing mooncake.json works;

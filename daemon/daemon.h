@@ -17,6 +17,21 @@
 
 #define DAEMON_MAX_TIERS 3
 
+enum evict_reason {
+	EVICT_CAPACITY,  /* a put found no room */
+	EVICT_WATERMARK, /* the background evictor */
+	EVICT_MANUAL,    /* kvcachectl evict */
+	EVICT_REASONS,
+};
+
+struct tier_stats {
+	uint64_t hits, misses;
+	uint64_t promotions, demotions; /* objects that arrived by moving up / down */
+	uint64_t evictions[EVICT_REASONS];
+	uint64_t evicted_bytes;
+	uint64_t bytes_moved;           /* promoted or demoted into this tier */
+};
+
 struct tier {
 	const char *name;     /* "device", "dram", "disk" */
 	uint32_t kind;        /* enum shm_tier */
@@ -24,6 +39,11 @@ struct tier {
 	struct shm_segment seg;
 	struct shm_alloc alloc;
 	uint64_t objects;     /* committed objects living here */
+	uint64_t high;        /* bytes: above this the evictor starts... */
+	uint64_t low;         /* ...and frees down to this */
+	struct object *lru_head, *lru_tail; /* most / least recently used */
+	struct tier *below;   /* where demoted objects go; NULL: they are dropped */
+	struct tier_stats st;
 };
 
 enum object_flags {
@@ -31,18 +51,29 @@ enum object_flags {
 	OBJ_DEAD = 1u << 1,      /* unlinked; freed when the last view goes */
 	OBJ_SOFT_PIN = 1u << 2,
 	OBJ_HARD_PIN = 1u << 3,
+	OBJ_PROMOTE = 1u << 4,   /* queued for promotion */
 };
 
 struct object {
 	struct object *hnext;             /* hash chain */
-	struct object *lru_prev, *lru_next;
+	struct object *lru_prev, *lru_next; /* in its tier, committed only */
+	/* prefix chains: the previous block of the same prompt, if it was
+	 * stored when this one was committed, and this block's own children */
+	struct object *parent;
+	struct object *first_child, *next_sibling, *prev_sibling;
+	uint32_t n_children;
 	uint64_t hash;
 	uint64_t len;
 	struct tier *tier;
 	struct shm_block *block;
+	uint64_t lease_until;             /* ms, monotonic; protects while in the future */
+	uint64_t pin_until;               /* soft pin expiry, ms; 0 = until unpinned */
 	uint32_t views;
 	uint32_t flags;
+	uint32_t hits;                    /* in this tier, for promotion */
 	uint32_t key_len;
+	char *parent_key;                 /* asked for at reserve; linked at commit */
+	uint32_t parent_len;
 	char key[];                       /* NUL-terminated */
 };
 
@@ -52,7 +83,6 @@ struct index {
 	size_t n_buckets;
 	size_t n_objects;
 	uint64_t bytes;
-	struct object *lru_head, *lru_tail; /* most / least recently used */
 };
 
 int index_init(struct index *idx);
@@ -61,13 +91,14 @@ uint64_t index_hash(const void *key, size_t len);
 struct object *index_find(struct index *idx, const void *key, size_t len, uint64_t hash);
 int index_insert(struct index *idx, struct object *o);
 void index_unlink(struct index *idx, struct object *o);
-void index_touch(struct index *idx, struct object *o);
+
 
 struct stats {
 	uint64_t puts, gets, hits, misses, exists;
 	uint64_t bytes_in, bytes_out;
 	uint64_t errors, protocol_errors;
 	uint64_t removes, evictions, evicted_bytes;
+	uint64_t promotions, demotions, bytes_moved;
 	uint64_t reserves, aborts, put_conflicts;
 	uint64_t connections, reclaimed_reservations, reclaimed_views;
 };
@@ -103,8 +134,13 @@ struct daemon {
 	bool quit;
 	bool hugepages;
 
-	struct tier tiers[DAEMON_MAX_TIERS];
+	struct tier tiers[DAEMON_MAX_TIERS]; /* by segment index: dram first */
 	unsigned n_tiers;
+	struct tier *fastest;  /* lookups go fastest first */
+	uint64_t now_ms;       /* monotonic, refreshed every loop round */
+	uint64_t rounds;
+	struct object **promote_q; /* objects waiting to move up */
+	size_t n_promote, cap_promote;
 	struct index index;
 	struct stats stats;
 
@@ -123,13 +159,22 @@ struct tier *tier_for(struct daemon *d, int requested);
 struct object *object_new(const void *key, size_t key_len);
 /* Free the object's space and the object itself. */
 void object_free(struct daemon *d, struct object *o);
+/* Make a reserved object visible: index, tier LRU, prefix link. */
+void object_publish(struct daemon *d, struct object *o);
 /* Unlink a committed object; freed now, or when its last view goes. */
 void object_drop(struct daemon *d, struct object *o);
+/* A read hit: LRU, lease, per-tier hit counts, promotion. */
+void object_hit(struct daemon *d, struct object *o, bool lease, bool counts_for_promotion);
+/* What protects it from eviction right now (NULL: nothing). */
+const char *object_protected(const struct daemon *d, const struct object *o, bool soft_ok);
 /* Allocate len bytes in t, evicting unused objects when it is full. */
 int tier_alloc(struct daemon *d, struct tier *t, uint64_t len, struct shm_block **ret);
-/* Evict from t (NULL = every tier) least recently used first. */
+/* Evict from t (NULL = every tier): leaves of prefix chains first, least
+ * recently used first, unpinned before soft-pinned, never protected ones. */
 void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all,
-		uint64_t *ret_bytes, uint64_t *ret_objects);
+		enum evict_reason why, uint64_t *ret_bytes, uint64_t *ret_objects);
+/* Background work: watermarks, promotions.  True if it did something. */
+bool tier_maintain(struct daemon *d);
 
 /* Sessions (session.c). */
 int session_new(struct daemon *d, int fd);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The object index: a chained hash table keyed by xxh3 of the key, and an
- * LRU list.  It lives only in daemon memory, so a client can corrupt at most
- * the bytes of objects, never the index that says where they are.
+ * The object index: a chained hash table keyed by xxh3 of the key.  It lives
+ * only in daemon memory, so a client can corrupt at most the bytes of
+ * objects, never the index that says where they are.  (LRU order is per
+ * tier, in tier.c.)
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -65,30 +66,6 @@ static void grow(struct index *idx)
 	idx->n_buckets = n;
 }
 
-static void lru_link_head(struct index *idx, struct object *o)
-{
-	o->lru_prev = NULL;
-	o->lru_next = idx->lru_head;
-	if (o->lru_next)
-		o->lru_next->lru_prev = o;
-	else
-		idx->lru_tail = o;
-	idx->lru_head = o;
-}
-
-static void lru_unlink(struct index *idx, struct object *o)
-{
-	if (o->lru_prev)
-		o->lru_prev->lru_next = o->lru_next;
-	else
-		idx->lru_head = o->lru_next;
-	if (o->lru_next)
-		o->lru_next->lru_prev = o->lru_prev;
-	else
-		idx->lru_tail = o->lru_prev;
-	o->lru_prev = o->lru_next = NULL;
-}
-
 int index_insert(struct index *idx, struct object *o)
 {
 	struct object **head;
@@ -98,7 +75,6 @@ int index_insert(struct index *idx, struct object *o)
 	head = &idx->buckets[o->hash & (idx->n_buckets - 1)];
 	o->hnext = *head;
 	*head = o;
-	lru_link_head(idx, o);
 	idx->n_objects++;
 	idx->bytes += o->len;
 	return 0;
@@ -112,17 +88,8 @@ void index_unlink(struct index *idx, struct object *o)
 		if (*p == o) {
 			*p = o->hnext;
 			o->hnext = NULL;
-			lru_unlink(idx, o);
 			idx->n_objects--;
 			idx->bytes -= o->len;
 			return;
 		}
-}
-
-void index_touch(struct index *idx, struct object *o)
-{
-	if (idx->lru_head == o)
-		return;
-	lru_unlink(idx, o);
-	lru_link_head(idx, o);
 }

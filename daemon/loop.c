@@ -64,8 +64,14 @@ static void *watcher_main(void *arg)
 		if (poll(&p, 1, -1) < 0 && errno != EINTR)
 			return NULL;
 		__atomic_store_n(&d->ctl_ready, 1, __ATOMIC_RELEASE);
-		while (__atomic_load_n(&d->ctl_ready, __ATOMIC_ACQUIRE))
-			syscall(SYS_futex, &d->ctl_ready, FUTEX_WAIT, 1, NULL, NULL, 0);
+		while (__atomic_load_n(&d->ctl_ready, __ATOMIC_ACQUIRE)) {
+			/* a raw futex wait is no cancellation point: wait in
+			 * slices and check, so shutdown can always join us */
+			struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+			syscall(SYS_futex, &d->ctl_ready, FUTEX_WAIT, 1, &ts, NULL, 0);
+			pthread_testcancel();
+		}
 	}
 }
 
@@ -280,15 +286,23 @@ int loop_run(struct daemon *d)
 	uint64_t last_work = now_us();
 
 	d->poll_window_us = base;
+	d->now_ms = last_work / 1000;
 	while (!d->quit) {
 		uint64_t now;
 		int n;
 
 		if (channel_poll_all(d)) {
 			last_work = now_us();
+			d->now_ms = last_work / 1000;
+			/* the evictor and promotions keep up under load too */
+			if (++d->rounds % 16 == 0)
+				tier_maintain(d);
 			continue;
 		}
 		now = now_us();
+		d->now_ms = now / 1000;
+		if (tier_maintain(d))
+			continue;
 		if (__atomic_load_n(&d->ctl_ready, __ATOMIC_ACQUIRE)) {
 			dispatch_control(d);
 			continue;
@@ -333,6 +347,8 @@ void loop_teardown(struct daemon *d)
 {
 	if (d->watcher_running) {
 		pthread_cancel(d->watcher);
+		__atomic_store_n(&d->ctl_ready, 0, __ATOMIC_RELEASE);
+		syscall(SYS_futex, &d->ctl_ready, FUTEX_WAKE, 1, NULL, NULL, 0);
 		pthread_join(d->watcher, NULL);
 	}
 	while (d->sessions)

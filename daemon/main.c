@@ -42,6 +42,7 @@ int main(int argc, char **argv)
 	if (getrandom(&d.generation, sizeof(d.generation), 0) != sizeof(d.generation))
 		d.generation = (uint64_t) getpid() << 32 ^ (uint64_t) time(NULL);
 	clock_gettime(CLOCK_MONOTONIC, &d.started);
+	d.now_ms = (uint64_t) d.started.tv_sec * 1000 + (uint64_t) d.started.tv_nsec / 1000000;
 	if (cfg.config_path[0])
 		log_info("configuration read from %s", cfg.config_path);
 

@@ -139,13 +139,24 @@ int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret,
 		return -ENOMEM;
 	o->len = a->len;
 	o->tier = t;
-	if (a->flags & 2)
+	if (a->flags & 2) {
 		o->flags |= OBJ_SOFT_PIN;
+		o->pin_until = a->pin_ttl_ms ? d->now_ms + a->pin_ttl_ms : 0;
+	}
 	if (a->flags & 4)
 		o->flags |= OBJ_HARD_PIN;
+	if (a->parent && a->parent_len) {
+		o->parent_key = malloc(a->parent_len);
+		if (!o->parent_key) {
+			free(o);
+			return -ENOMEM;
+		}
+		memcpy(o->parent_key, a->parent, a->parent_len);
+		o->parent_len = (uint32_t) a->parent_len;
+	}
 	r = tier_alloc(d, t, a->len, &o->block);
 	if (r < 0) {
-		free(o);
+		object_free(d, o);
 		if (r == -ENOSPC)
 			MSG("no space for %llu bytes: everything left in the %s tier is in use",
 			    (unsigned long long) a->len, t->name);
@@ -185,12 +196,16 @@ int ops_commit(struct session *s, uint64_t handle, char *msg)
 		d->stats.put_conflicts++;
 		return -EEXIST;
 	}
+	if (old && old->lease_until > d->now_ms) {
+		MSG("the object it would replace is leased for %llu ms more",
+		    (unsigned long long) (old->lease_until - d->now_ms));
+		slot_release(s, i);
+		return -EBUSY;
+	}
 	if (old)
 		object_drop(d, old); /* views on it keep their bytes until released */
 	slot_put(s, i);
-	o->flags |= OBJ_COMMITTED;
-	index_insert(&d->index, o);
-	o->tier->objects++;
+	object_publish(d, o);
 	d->stats.puts++;
 	d->stats.bytes_in += o->len;
 	return 0;
@@ -219,6 +234,8 @@ int ops_acquire(struct session *s, const void *key, size_t key_len, struct exten
 	d->stats.gets++;
 	if (!o) {
 		d->stats.misses++;
+		for (struct tier *t = d->fastest; t; t = t->below)
+			t->st.misses++;
 		return -ENOENT;
 	}
 	r = slot_alloc(s, SLOT_VIEW, o, &h);
@@ -227,7 +244,7 @@ int ops_acquire(struct session *s, const void *key, size_t key_len, struct exten
 		return r;
 	}
 	o->views++;
-	index_touch(&d->index, o);
+	object_hit(d, o, true, true);
 	d->stats.hits++;
 	d->stats.bytes_out += o->len;
 	set_extent(ret, h, o);
@@ -257,8 +274,40 @@ int ops_remove(struct session *s, const void *key, size_t key_len, char *msg)
 		MSG("object is held by %u view(s)", o->views);
 		return -EBUSY;
 	}
+	if (o->lease_until > d->now_ms) {
+		MSG("object is leased for %llu ms more", (unsigned long long) (o->lease_until - d->now_ms));
+		return -EBUSY;
+	}
 	object_drop(d, o);
 	d->stats.removes++;
+	return 0;
+}
+
+int ops_pin(struct session *s, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
+	    char *msg)
+{
+	struct daemon *d = s->d;
+	struct object *o = lookup(d, key, key_len);
+
+	if (!o)
+		return -ENOENT;
+	if (hard) {
+		o->flags |= OBJ_HARD_PIN;
+	} else {
+		o->flags |= OBJ_SOFT_PIN;
+		o->pin_until = ttl_ms ? d->now_ms + ttl_ms : 0;
+	}
+	return 0;
+}
+
+int ops_unpin(struct session *s, const void *key, size_t key_len, char *msg)
+{
+	struct object *o = lookup(s->d, key, key_len);
+
+	if (!o)
+		return -ENOENT;
+	o->flags &= ~(OBJ_SOFT_PIN | OBJ_HARD_PIN);
+	o->pin_until = 0;
 	return 0;
 }
 
@@ -270,6 +319,6 @@ bool ops_exists(struct session *s, const void *key, size_t key_len)
 	d->stats.exists++;
 	if (!o)
 		return false;
-	index_touch(&d->index, o);
+	object_hit(d, o, true, false);
 	return true;
 }

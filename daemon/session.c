@@ -256,6 +256,7 @@ static int op_status(struct session *s, struct reply *rep)
 		ts[i].capacity = d->tiers[i].alloc.size;
 		ts[i].used = d->tiers[i].alloc.used;
 		ts[i].objects = d->tiers[i].objects;
+		ts[i].high_watermark = d->tiers[i].high;
 		tp[i] = &ts[i];
 	}
 	st->version = (char *) KVC_VERSION;
@@ -298,6 +299,9 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "removes", x->removes },
 		{ "evictions", x->evictions },
 		{ "evicted_bytes", x->evicted_bytes },
+		{ "promotions", x->promotions },
+		{ "demotions", x->demotions },
+		{ "bytes_moved", x->bytes_moved },
 		{ "reserves", x->reserves },
 		{ "aborts", x->aborts },
 		{ "put_conflicts", x->put_conflicts },
@@ -307,8 +311,11 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "registered_bytes", 0 },
 		{ "channels", 0 },
 	};
-	const size_t nb = sizeof(base) / sizeof(base[0]), per_tier = 3;
+	const size_t nb = sizeof(base) / sizeof(base[0]), per_tier = 15;
 	size_t n = nb + d->n_tiers * per_tier;
+	Kvc__StatsResp *st;
+	Kvc__Counter *cs, **cp;
+	char *names;
 
 	for (struct session *x2 = d->sessions; x2; x2 = x2->next) {
 		registered += x2->buffer_bytes;
@@ -316,11 +323,10 @@ static int op_stats(struct session *s, struct reply *rep)
 	}
 	base[nb - 2].value = registered;
 	base[nb - 1].value = channels;
-	Kvc__StatsResp *st = calloc(1, sizeof(*st));
-	Kvc__Counter *cs = calloc(n, sizeof(*cs));
-	Kvc__Counter **cp = calloc(n, sizeof(*cp));
-	char *names = calloc(n, 64);
-
+	st = calloc(1, sizeof(*st));
+	cs = calloc(n, sizeof(*cs));
+	cp = calloc(n, sizeof(*cp));
+	names = calloc(n, 64);
 	if (!st || !cs || !cp || !names) {
 		free(st);
 		free(cs);
@@ -338,11 +344,30 @@ static int op_stats(struct session *s, struct reply *rep)
 			cs[i].value = base[i].value;
 		} else {
 			const struct tier *t = &d->tiers[(i - nb) / per_tier];
-			static const char *const what[] = { "capacity", "used", "objects" };
-			uint64_t v[] = { t->alloc.size, t->alloc.used, t->objects };
+			static const char *const what[] = {
+				"capacity", "used", "high_watermark", "objects", "hits", "misses",
+				"promotions", "demotions", "evictions", "evictions_capacity",
+				"evictions_watermark", "evictions_manual", "evicted_bytes",
+				"bytes_moved", "lease_protected",
+			};
+			uint64_t leased = 0;
 
-			snprintf(cs[i].name, 64, "%s.%s", t->name, what[(i - nb) % per_tier]);
-			cs[i].value = v[(i - nb) % per_tier];
+			if ((i - nb) % per_tier == 14)
+				for (const struct object *o = t->lru_head; o; o = o->lru_next)
+					leased += o->lease_until > d->now_ms;
+			{
+				uint64_t v[] = {
+					t->alloc.size, t->alloc.used, t->high, t->objects, t->st.hits,
+					t->st.misses, t->st.promotions, t->st.demotions,
+					t->st.evictions[0] + t->st.evictions[1] + t->st.evictions[2],
+					t->st.evictions[EVICT_CAPACITY], t->st.evictions[EVICT_WATERMARK],
+					t->st.evictions[EVICT_MANUAL], t->st.evicted_bytes,
+					t->st.bytes_moved, leased,
+				};
+				_Static_assert(sizeof(what) / sizeof(what[0]) == 15, "per-tier counters");
+				snprintf(cs[i].name, 64, "%s.%s", t->name, what[(i - nb) % per_tier]);
+				cs[i].value = v[(i - nb) % per_tier];
+			}
 		}
 	}
 	st->n_counters = n;
@@ -430,7 +455,7 @@ static int op_evict(struct session *s, const Kvc__EvictReq *eq, struct reply *re
 	if (!er)
 		return -ENOMEM;
 	kvc__evict_resp__init(er);
-	tier_evict(d, t, eq->bytes, eq->all, &er->bytes, &er->objects);
+	tier_evict(d, t, eq->bytes, eq->all, EVICT_MANUAL, &er->bytes, &er->objects);
 	log_info("client[pid=%d]: evicted %llu objects, %llu bytes", (int) s->pid,
 		 (unsigned long long) er->objects, (unsigned long long) er->bytes);
 	rep->resp.body_case = KVC__RESPONSE__BODY_EVICT;
@@ -539,6 +564,12 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 			rep.resp.body_case = KVC__RESPONSE__BODY_EXTENT;
 			rep.resp.extent = &rep.extent;
 		}
+		break;
+	case KVC__OP__OP_PIN:
+		r = ops_pin(s, q->pin->key.data, q->pin->key.len, q->pin->hard, q->pin->ttl_ms, rep.msg);
+		break;
+	case KVC__OP__OP_UNPIN:
+		r = ops_unpin(s, q->key->key.data, q->key->key.len, rep.msg);
 		break;
 	case KVC__OP__OP_BUFFER_FREE: {
 		uint32_t i;

@@ -87,7 +87,10 @@ int ops_abort(struct session *s, uint64_t handle, char *msg);
 int ops_acquire(struct session *s, const void *key, size_t key_len, struct extent *ret, char *msg);
 int ops_release(struct session *s, uint64_t handle, char *msg);
 int ops_remove(struct session *s, const void *key, size_t key_len, char *msg);
-/* Present or not; a hit counts as a use for LRU. */
+int ops_pin(struct session *s, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
+	    char *msg);
+int ops_unpin(struct session *s, const void *key, size_t key_len, char *msg);
+/* Present or not; a hit counts as a use for LRU and grants a lease. */
 bool ops_exists(struct session *s, const void *key, size_t key_len);
 
 /* Slots: handle = generation << 32 | (index + 1). */

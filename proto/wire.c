@@ -124,9 +124,18 @@ static int validate(const Kvc__Request *q, const char **why)
 		if (q->body_case != KVC__REQUEST__BODY_HANDLE)
 			break;
 		return 0;
+	case KVC__OP__OP_PIN:
+		if (q->body_case != KVC__REQUEST__BODY_PIN)
+			break;
+		if (wire_key_check(&q->pin->key) < 0) {
+			*why = "key must be 1..511 bytes without NUL";
+			return -EINVAL;
+		}
+		return 0;
 	case KVC__OP__OP_ACQUIRE:
 	case KVC__OP__OP_EXISTS:
 	case KVC__OP__OP_REMOVE:
+	case KVC__OP__OP_UNPIN:
 		if (q->body_case != KVC__REQUEST__BODY_KEY)
 			break;
 		return check_key(q->key, why);

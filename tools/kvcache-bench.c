@@ -750,8 +750,9 @@ static void start_daemon(char *sock, size_t len)
 	snprintf(sock, len, "%s/kvcached.sock", tmpdir);
 	daemon_pid = fork();
 	if (daemon_pid == 0) {
+		/* no leases: each cell removes what it read before the next */
 		execlp(path, "kvcached", "--socket", sock, "--dram-size", "2GiB", "--log-level",
-		       "warn", (char *) NULL);
+		       "warn", "--default-kv-lease-ttl", "0", (char *) NULL);
 		fprintf(stderr, "kvcache-bench: cannot run %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}

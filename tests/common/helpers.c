@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdarg.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -31,6 +32,9 @@ pid_t test_spawn(const char *bin, char *const argv[], const char *log)
 
 	CHECK(pid >= 0);
 	if (pid == 0) {
+		/* a test that aborts takes its daemon with it, instead of leaving
+		 * it holding the test runner's pipes */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (log) {
 			int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 

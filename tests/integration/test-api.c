@@ -366,7 +366,9 @@ int main(void)
 {
 	struct kvc_client *c;
 
-	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", NULL);
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off",
+			  /* these tests remove what they just read */
+			  "--default-kv-lease-ttl", "0", NULL);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	test_put_get(c);
 	test_bad_args(c);

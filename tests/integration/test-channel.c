@@ -559,7 +559,7 @@ int main(int argc, char **argv)
 	char *poll_us = argc > 1 ? argv[1] : "100";
 
 	test_daemon_start(&td, "--dram-size", "256MB", "--hugepages", "off", "--poll-us", poll_us,
-			  NULL);
+			  "--default-kv-lease-ttl", "0", NULL);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	test_batch_sg(c);
 	test_registered(c);

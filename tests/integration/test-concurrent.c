@@ -99,7 +99,7 @@ int main(void)
 	pid_t pids[CLIENTS];
 	struct kvc_status *s;
 
-	test_daemon_start(&td, "--dram-size", "512MB", NULL);
+	test_daemon_start(&td, "--dram-size", "512MB", "--default-kv-lease-ttl", "0", NULL);
 	for (int i = 0; i < CLIENTS; i++) {
 		pids[i] = fork();
 		CHECK(pids[i] >= 0);

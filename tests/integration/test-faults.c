@@ -339,7 +339,8 @@ int main(void)
 {
 	struct kvc_client *good;
 
-	test_daemon_start(&td, "--dram-size", "32MB", "--hugepages", "off", NULL);
+	test_daemon_start(&td, "--dram-size", "32MB", "--hugepages", "off", "--default-kv-lease-ttl",
+			  "0", NULL);
 	CHECK_EQ(kvc_connect(td.socket, &good), 0);
 	test_fill(keeper, sizeof(keeper), 4242);
 	CHECK_EQ(kvc_put(good, "keeper", keeper, sizeof(keeper), NULL), 0);

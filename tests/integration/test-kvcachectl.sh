@@ -21,7 +21,8 @@ expect() {
 	[ "$got" = "$want" ] || { cat "$dir/err" >&2; fail "'$*' exited $got, expected $want"; }
 }
 
-"$KVCACHED" --socket "$sock" --dram-size 16MB --hugepages off 2>"$dir/daemon.log" &
+"$KVCACHED" --socket "$sock" --dram-size 16MB --hugepages off --default-kv-lease-ttl 0 \
+	2>"$dir/daemon.log" &
 pid=$!
 i=0
 until [ -S "$sock" ] && ctl status >/dev/null 2>&1; do

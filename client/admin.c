@@ -60,6 +60,7 @@ int kvc_status_get(struct kvc_client *c, struct kvc_status **ret)
 			.capacity = s->tiers[i]->capacity,
 			.used = s->tiers[i]->used,
 			.objects = s->tiers[i]->objects,
+			.high_watermark = s->tiers[i]->high_watermark,
 		};
 	*ret = &p->pub;
 	return 0;
@@ -235,6 +236,46 @@ int kvc_evict(struct kvc_client *c, int tier, uint64_t bytes, uint32_t flags,
 	return r;
 }
 
+int kvc_pin(struct kvc_client *c, const char *key, uint32_t flags, uint32_t ttl_ms)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__PinReq pq = KVC__PIN_REQ__INIT;
+	Kvc__Response *resp;
+	int r;
+
+	if (!c || client_check_key(key) < 0 || (flags & ~KVC_PIN_HARD))
+		return -EINVAL;
+	pq.key = (ProtobufCBinaryData) { .len = strlen(key), .data = (uint8_t *) key };
+	pq.hard = flags & KVC_PIN_HARD;
+	pq.ttl_ms = ttl_ms;
+	q.op = KVC__OP__OP_PIN;
+	q.body_case = KVC__REQUEST__BODY_PIN;
+	q.pin = &pq;
+	r = client_rpc(c, &q, &resp);
+	if (r == 0)
+		kvc__response__free_unpacked(resp, NULL);
+	return r;
+}
+
+int kvc_unpin(struct kvc_client *c, const char *key)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__KeyReq kq = KVC__KEY_REQ__INIT;
+	Kvc__Response *resp;
+	int r;
+
+	if (!c || client_check_key(key) < 0)
+		return -EINVAL;
+	kq.key = (ProtobufCBinaryData) { .len = strlen(key), .data = (uint8_t *) key };
+	q.op = KVC__OP__OP_UNPIN;
+	q.body_case = KVC__REQUEST__BODY_KEY;
+	q.key = &kq;
+	r = client_rpc(c, &q, &resp);
+	if (r == 0)
+		kvc__response__free_unpacked(resp, NULL);
+	return r;
+}
+
 const char *kvc_strerror(int err)
 {
 	switch (err < 0 ? -err : err) {
@@ -242,7 +283,7 @@ const char *kvc_strerror(int err)
 	case ENOENT: return "No such object";
 	case EEXIST: return "Object already exists";
 	case ENOSPC: return "Pool is full: everything left is in use";
-	case EBUSY: return "Object is in use";
+	case EBUSY: return "Object is in use (viewed or leased)";
 	case ENOBUFS: return "Buffer too small for the object";
 	case E2BIG: return "Value larger than the pool can hold";
 	case EAGAIN: return "Try again";

@@ -173,6 +173,8 @@ int tier_alloc(struct daemon *d, struct tier *t, uint64_t len, struct shm_block 
  * recently used first, unpinned before soft-pinned, never protected ones. */
 void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all,
 		enum evict_reason why, uint64_t *ret_bytes, uint64_t *ret_objects);
+/* Why nothing more can be evicted from t, for error messages. */
+void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_t len);
 /* Background work: watermarks, promotions.  True if it did something. */
 bool tier_maintain(struct daemon *d);
 

@@ -157,9 +157,13 @@ int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret,
 	r = tier_alloc(d, t, a->len, &o->block);
 	if (r < 0) {
 		object_free(d, o);
-		if (r == -ENOSPC)
-			MSG("no space for %llu bytes: everything left in the %s tier is in use",
-			    (unsigned long long) a->len, t->name);
+		if (r == -ENOSPC) {
+			char why[160];
+
+			tier_explain(d, t, why, sizeof(why));
+			MSG("no space for %llu bytes in the %s tier: %s", (unsigned long long) a->len,
+			    t->name, why);
+		}
 		return r;
 	}
 	r = slot_alloc(s, SLOT_RESERVE, o, &h);

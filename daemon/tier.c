@@ -17,6 +17,7 @@
  * Never an object with a view, a live lease or a hard pin.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -402,6 +403,33 @@ int tier_alloc(struct daemon *d, struct tier *t, uint64_t len, struct shm_block 
 	}
 }
 
+void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_t len)
+{
+	uint64_t n[5] = { 0 }, bytes = 0; /* viewed, hard, leased, soft, other */
+
+	for (const struct object *o = t->lru_head; o; o = o->lru_next) {
+		const char *why = object_protected(d, o, false);
+
+		bytes += o->block->size;
+		if (!why)
+			n[4]++;
+		else if (!strcmp(why, "viewed"))
+			n[0]++;
+		else if (!strcmp(why, "hard-pinned"))
+			n[1]++;
+		else if (!strcmp(why, "leased"))
+			n[2]++;
+		else
+			n[3]++;
+	}
+	snprintf(buf, len, "%llu viewed, %llu hard-pinned, %llu leased, %llu soft-pinned, %llu other "
+		 "(%llu bytes in objects, %llu allocated, largest free block %llu)",
+		 (unsigned long long) n[0], (unsigned long long) n[1], (unsigned long long) n[2],
+		 (unsigned long long) n[3], (unsigned long long) n[4], (unsigned long long) bytes,
+		 (unsigned long long) t->alloc.used,
+		 (unsigned long long) shm_alloc_largest_free(&t->alloc));
+}
+
 /* ---- background work ---- */
 
 bool tier_maintain(struct daemon *d)
@@ -428,14 +456,18 @@ bool tier_maintain(struct daemon *d)
 			did = true;
 		}
 	}
-	/* one promotion per call: copies can be large */
-	while (d->n_promote) {
-		struct object *o = d->promote_q[--d->n_promote];
+	/* one promotion per call: copies can be large.  Objects someone is
+	 * reading stay queued (a get holds a view while it copies). */
+	for (size_t i = d->n_promote; i-- > 0;) {
+		struct object *o = d->promote_q[i];
 		struct tier *up = d->fastest;
 
+		if (o->views)
+			continue;
+		d->promote_q[i] = d->promote_q[--d->n_promote];
 		o->flags &= ~OBJ_PROMOTE;
-		if (o->tier == up || o->views)
-			continue; /* held: it is queued again on its next hit */
+		if (o->tier == up)
+			continue;
 		/* Make room up there first.  Demoting into dram may evict in
 		 * dram, where o lives: hold it like a view meanwhile. */
 		if (up->alloc.used + o->len > up->high) {

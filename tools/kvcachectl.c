@@ -45,7 +45,11 @@ static void usage(FILE *f)
 		"  put KEY [FILE|-]             store FILE (or stdin) under KEY\n"
 		"  get KEY [FILE|-]             write the object to FILE (or stdout)\n"
 		"  exists KEY                   exit 0 if present, 1 if not\n"
-		"  rm KEY                       remove KEY\n"
+		"  rm KEY                       remove KEY (refused while viewed or leased)\n"
+		"  pin KEY [--soft TTL|--hard]  protect KEY from eviction: soft (evicted after\n"
+		"                               unpinned objects; TTL ms, 0 = until unpinned)\n"
+		"                               or hard (never); default --soft 0\n"
+		"  unpin KEY                    remove a pin\n"
 		"  evict [--tier T] [--bytes N | --all]\n"
 		"                               drop unused objects, least recently used first\n"
 		"\n"
@@ -159,6 +163,8 @@ static int cmd_status(struct kvc_client *c)
 			json_object_object_add(t, "capacity", json_object_new_uint64(s->tiers[i].capacity));
 			json_object_object_add(t, "used", json_object_new_uint64(s->tiers[i].used));
 			json_object_object_add(t, "objects", json_object_new_uint64(s->tiers[i].objects));
+			json_object_object_add(t, "high_watermark",
+					       json_object_new_uint64(s->tiers[i].high_watermark));
 			json_object_array_add(tiers, t);
 		}
 		json_object_object_add(o, "tiers", tiers);
@@ -171,16 +177,18 @@ static int cmd_status(struct kvc_client *c)
 		printf("hugepages:  %s\n", s->hugepages ? "yes (2 MiB pages)" : "no (4 KiB pages)");
 		printf("clients:    %u\n", s->clients);
 		printf("objects:    %" PRIu64 "\n", s->objects);
-		printf("%-8s %12s %12s %6s %10s\n", "TIER", "CAPACITY", "USED", "USE%", "OBJECTS");
+		printf("%-8s %12s %12s %6s %12s %10s\n", "TIER", "CAPACITY", "USED", "USE%",
+		       "HIGH-WATER", "OBJECTS");
 		for (size_t i = 0; i < s->n_tiers; i++) {
-			char cap[32], used[32];
+			char cap[32], used[32], high[32];
 
 			human(s->tiers[i].capacity, cap, sizeof(cap));
 			human(s->tiers[i].used, used, sizeof(used));
-			printf("%-8s %12s %12s %5.1f%% %10" PRIu64 "\n", s->tiers[i].name, cap, used,
+			human(s->tiers[i].high_watermark, high, sizeof(high));
+			printf("%-8s %12s %12s %5.1f%% %12s %10" PRIu64 "\n", s->tiers[i].name, cap, used,
 			       s->tiers[i].capacity ? 100.0 * (double) s->tiers[i].used /
 							      (double) s->tiers[i].capacity : 0.0,
-			       s->tiers[i].objects);
+			       high, s->tiers[i].objects);
 		}
 	}
 	kvc_status_free(s);
@@ -463,12 +471,16 @@ int main(int argc, char **argv)
 		{ "tier", required_argument, NULL, 't' },
 		{ "bytes", required_argument, NULL, 'b' },
 		{ "all", no_argument, NULL, 'a' },
+		{ "soft", required_argument, NULL, 'S' },
+		{ "hard", no_argument, NULL, 'H' },
 		{ 0 },
 	};
 	struct kvc_client *c = NULL;
 	const char *cmd, *a1, *a2;
 	uint64_t limit = 0, bytes = 0;
 	bool all = false, have_bytes = false, have_limit = false, have_tier = false;
+	bool hard = false, have_soft = false;
+	uint64_t soft_ttl = 0;
 	int tier = KVC_TIER_DEFAULT, opt, r, nargs;
 
 	/* "+" would stop at the command; options may also follow it. */
@@ -512,6 +524,19 @@ int main(int argc, char **argv)
 		case 'a':
 			all = true;
 			break;
+		case 'S': {
+			char *end;
+
+			errno = 0;
+			soft_ttl = strtoull(optarg, &end, 10);
+			if (errno || *end || !*optarg || optarg[0] == '-' || soft_ttl > UINT32_MAX)
+				return usage_error("invalid --soft '%s': expected a TTL in ms", optarg);
+			have_soft = true;
+			break;
+		}
+		case 'H':
+			hard = true;
+			break;
 		default:
 			fprintf(stderr, "Try 'kvcachectl --help'.\n");
 			return EXIT_USAGE;
@@ -534,7 +559,11 @@ int main(int argc, char **argv)
 	} else if (strcmp(cmd, "put") == 0 || strcmp(cmd, "get") == 0) {
 		if (nargs < 1 || nargs > 2)
 			return usage_error("usage: %s KEY [FILE|-]", cmd);
-	} else if (strcmp(cmd, "exists") == 0 || strcmp(cmd, "rm") == 0) {
+	} else if (strcmp(cmd, "pin") == 0) {
+		if (nargs != 1 || (hard && have_soft))
+			return usage_error("%s", "usage: pin KEY [--soft TTL|--hard]");
+	} else if (strcmp(cmd, "exists") == 0 || strcmp(cmd, "rm") == 0 ||
+		   strcmp(cmd, "unpin") == 0) {
 		if (nargs != 1)
 			return usage_error("usage: %s KEY", cmd);
 	} else if (strcmp(cmd, "evict") == 0) {
@@ -546,6 +575,8 @@ int main(int argc, char **argv)
 		return usage_error("%s", "--limit applies to ls only");
 	if ((have_tier || have_bytes || all) && strcmp(cmd, "evict") != 0)
 		return usage_error("%s", "--tier, --bytes and --all apply to evict only");
+	if ((hard || have_soft) && strcmp(cmd, "pin") != 0)
+		return usage_error("%s", "--soft and --hard apply to pin only");
 	if (a1 && strcmp(cmd, "ls") != 0 && (strlen(a1) == 0 || strlen(a1) > KVC_KEY_MAX))
 		return usage_error("invalid key '%s': keys are 1..511 bytes", a1);
 
@@ -576,6 +607,12 @@ int main(int argc, char **argv)
 		}
 	} else if (strcmp(cmd, "rm") == 0) {
 		r = kvc_remove(c, a1);
+		r = r < 0 ? fail(a1, r) : EXIT_OK;
+	} else if (strcmp(cmd, "pin") == 0) {
+		r = kvc_pin(c, a1, hard ? KVC_PIN_HARD : 0, (uint32_t) soft_ttl);
+		r = r < 0 ? fail(a1, r) : EXIT_OK;
+	} else if (strcmp(cmd, "unpin") == 0) {
+		r = kvc_unpin(c, a1);
 		r = r < 0 ? fail(a1, r) : EXIT_OK;
 	} else {
 		uint64_t freed, objs;

@@ -79,11 +79,22 @@ for field in '"puts":3' '"gets":4' '"hits":3' '"misses":1' '"bytes_in":6000005' 
 	grep -q "$field" "$dir/stats.json" || fail "stats JSON lacks $field"
 done
 
-# rm and evict
-expect 0 ctl rm greeting
-expect 1 ctl exists greeting
+# pins
+expect 0 ctl pin blob1 --hard
+expect 1 ctl pin nothing-here
+expect 2 ctl pin blob1 --hard --soft 10
+expect 2 ctl rm blob1 --hard
 expect 0 ctl --json evict --all
-grep -q '"objects": 2' "$dir/out" || fail "evict --all dropped both blobs"
+grep -q '"objects": 2' "$dir/out" || fail "evict --all dropped blob2 and greeting, not the pinned blob1"
+expect 0 ctl exists blob1
+expect 0 ctl unpin blob1
+expect 0 ctl pin blob1 --soft 0
+ctl --json status | tr -d ' \n' | grep -q '"high_watermark":15938355' || fail "status shows the high watermark"
+
+# rm and evict
+expect 1 ctl rm greeting
+expect 0 ctl --json evict --all
+grep -q '"objects": 1' "$dir/out" || fail "evict --all takes soft-pinned objects last, but takes them"
 [ -z "$(ctl ls)" ] || fail "pool empty after evict"
 
 kill "$pid"; wait "$pid"; pid=

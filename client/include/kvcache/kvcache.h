@@ -85,7 +85,8 @@ ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap);
 /* 1 present, 0 absent, or -errno. */
 int kvc_exists(struct kvc_client *c, const char *key);
 
-/* 0, -ENOENT, or -EBUSY while a view pins the object. */
+/* 0, -ENOENT, or -EBUSY while a view or a lease (granted by a hit for
+ * --default-kv-lease-ttl ms) holds the object. */
 int kvc_remove(struct kvc_client *c, const char *key);
 
 /* Zero-copy write: the object becomes visible at commit.  Same errors as
@@ -216,6 +217,7 @@ const char *kvc_last_error_msg(void);
 struct kvc_tier_status {
 	const char *name; /* "device", "dram", "disk" */
 	uint64_t capacity, used, objects;
+	uint64_t high_watermark; /* bytes; above it the evictor frees space */
 };
 
 struct kvc_status {
@@ -261,13 +263,24 @@ int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,
 	     struct kvc_key_info **ret, size_t *ret_n, uint64_t *ret_total);
 void kvc_list_free(struct kvc_key_info *v);
 
+enum kvc_pin_flags {
+	KVC_PIN_HARD = 1u << 0, /* never evicted; without it: soft (evicted last) */
+};
+
+/* Pin a stored object: soft (evicted only after unpinned objects; ttl_ms 0 =
+ * until unpinned) or hard (never evicted).  -ENOENT if absent. */
+int kvc_pin(struct kvc_client *c, const char *key, uint32_t flags, uint32_t ttl_ms);
+int kvc_unpin(struct kvc_client *c, const char *key);
+
 enum kvc_evict_flags {
 	KVC_EVICT_ALL = 1u << 0,
 };
 
-/* Drop up to `bytes` of unused objects (least recently used first) from
+/* Drop up to `bytes` of unused objects (least recently used first, leaves of
+ * prefix chains before their ancestors, unpinned before soft-pinned) from
  * `tier` (KVC_TIER_DEFAULT = all), or every unused one with KVC_EVICT_ALL.
- * Objects held by a view are never evicted. */
+ * Objects held by a view or a lease, and hard-pinned ones, are never
+ * evicted. */
 int kvc_evict(struct kvc_client *c, int tier, uint64_t bytes, uint32_t flags,
 	      uint64_t *ret_bytes, uint64_t *ret_objects);
 

@@ -58,6 +58,37 @@ int main(void)
 	CHECK_EQ(parse(&c, err, "--global-segment-size=30000000000", NULL), 0);
 	CHECK_EQ(c.dram_size, UINT64_C(30000000000));
 
+	/* capacity flags, both spellings */
+	CHECK_EQ(parse(&c, err, "--device-size", "256MB", "--eviction-high-watermark-ratio", "0.9",
+		       "--eviction_ratio", "0.2", "--default_kv_lease_ttl", "500", "--promotion-hits",
+		       "3", NULL), 0);
+	CHECK_EQ(c.device_size, UINT64_C(256) << 20);
+	CHECK(c.high_watermark == 0.9 && c.eviction_ratio == 0.2);
+	CHECK_EQ(c.lease_ttl_ms, 500);
+	CHECK_EQ(c.promotion_hits, 3);
+	CHECK_EQ(parse(&c, err, NULL), 0);
+	CHECK(c.high_watermark == 0.95 && c.eviction_ratio == 0.05);
+	CHECK_EQ(c.lease_ttl_ms, 10000);
+	CHECK_EQ(c.device_size, 0);
+	CHECK_EQ(parse(&c, err, "--eviction_high_watermark_ratio", "1.5", NULL), -EINVAL);
+	CHECK(strstr(err, "eviction_high_watermark_ratio") && strstr(err, "1.5"));
+	CHECK_EQ(parse(&c, err, "--eviction-high-watermark-ratio", "0", NULL), -EINVAL);
+	CHECK_EQ(parse(&c, err, "--eviction-ratio", "0.96", NULL), -EINVAL);
+	CHECK(strstr(err, "--eviction-ratio"));
+	CHECK_EQ(parse(&c, err, "--default-kv-lease-ttl", "-1", NULL), -EINVAL);
+	CHECK(strstr(err, "--default-kv-lease-ttl"));
+	CHECK_EQ(parse(&c, err, "--device-size", "12KB", NULL), -EINVAL);
+	CHECK(strstr(err, "--device-size"));
+	CHECK_EQ(parse(&c, err, "--promotion-hits", "0", NULL), -EINVAL);
+	CHECK_EQ(json(&c, "{\"eviction_high_watermark_ratio\": 0.8, \"eviction_ratio\": 0.1,"
+			  " \"default_kv_lease_ttl\": 5000, \"device_size\": \"1GB\"}", err), 0);
+	CHECK(c.high_watermark == 0.8 && c.eviction_ratio == 0.1);
+	CHECK_EQ(c.lease_ttl_ms, 5000);
+	CHECK_EQ(c.device_size, UINT64_C(1) << 30);
+	CHECK_EQ(json(&c, "{\"eviction_high_watermark_ratio\": 0.5, \"eviction_ratio\": 0.6}", err),
+		 -EINVAL);
+	CHECK(strstr(err, "eviction_ratio"));
+
 	/* bad values name their flag */
 	CHECK_EQ(parse(&c, err, "--dram-size", "lots", NULL), -EINVAL);
 	CHECK(strstr(err, "--dram-size") && strstr(err, "lots"));

@@ -128,7 +128,8 @@ struct daemon {
 	int listen_fd, signal_fd, lock_fd;
 	uint32_t ctl_ready; /* set by the watcher thread, cleared by the loop */
 	pthread_t watcher;
-	bool watcher_running;
+	bool watcher_running, watcher_stopping;
+	int watcher_stop;   /* eventfd: tells the watcher to exit */
 	uint64_t generation;
 	struct timespec started;
 	bool quit;

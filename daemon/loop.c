@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -59,18 +60,23 @@ static void *watcher_main(void *arg)
 	struct daemon *d = arg;
 
 	for (;;) {
-		struct pollfd p = { .fd = d->ctl_epfd, .events = POLLIN };
+		struct pollfd p[2] = {
+			{ .fd = d->ctl_epfd, .events = POLLIN },
+			{ .fd = d->watcher_stop, .events = POLLIN },
+		};
 
-		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return NULL;
+		if (p[1].revents)
 			return NULL;
 		__atomic_store_n(&d->ctl_ready, 1, __ATOMIC_RELEASE);
 		while (__atomic_load_n(&d->ctl_ready, __ATOMIC_ACQUIRE)) {
-			/* a raw futex wait is no cancellation point: wait in
-			 * slices and check, so shutdown can always join us */
+			/* in slices, so a stop request is never missed */
 			struct timespec ts = { 0, 50 * 1000 * 1000 };
 
 			syscall(SYS_futex, &d->ctl_ready, FUTEX_WAIT, 1, &ts, NULL, 0);
-			pthread_testcancel();
+			if (__atomic_load_n(&d->watcher_stopping, __ATOMIC_ACQUIRE))
+				return NULL;
 		}
 	}
 }
@@ -152,7 +158,7 @@ int loop_setup(struct daemon *d)
 	sigset_t mask;
 	int r;
 
-	d->epfd = d->ctl_epfd = d->listen_fd = d->signal_fd = d->lock_fd = -1;
+	d->epfd = d->ctl_epfd = d->listen_fd = d->signal_fd = d->lock_fd = d->watcher_stop = -1;
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	d->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d->epfd < 0 || d->ctl_epfd < 0)
@@ -186,6 +192,9 @@ int loop_setup(struct daemon *d)
 	if (r < 0)
 		return r;
 	/* signals stay blocked in the watcher: they arrive through signalfd */
+	d->watcher_stop = eventfd(0, EFD_CLOEXEC);
+	if (d->watcher_stop < 0)
+		return -errno;
 	r = -pthread_create(&d->watcher, NULL, watcher_main, d);
 	if (r < 0)
 		return r;
@@ -346,11 +355,18 @@ int loop_run(struct daemon *d)
 void loop_teardown(struct daemon *d)
 {
 	if (d->watcher_running) {
-		pthread_cancel(d->watcher);
+		uint64_t one = 1;
+
+		/* cooperative stop: cancellation and sanitizers do not mix */
+		__atomic_store_n(&d->watcher_stopping, true, __ATOMIC_RELEASE);
+		if (write(d->watcher_stop, &one, sizeof(one)) < 0)
+			log_warn("Failed to signal the watcher thread: %m");
 		__atomic_store_n(&d->ctl_ready, 0, __ATOMIC_RELEASE);
 		syscall(SYS_futex, &d->ctl_ready, FUTEX_WAKE, 1, NULL, NULL, 0);
 		pthread_join(d->watcher, NULL);
 	}
+	if (d->watcher_stop >= 0)
+		close(d->watcher_stop);
 	while (d->sessions)
 		session_free(d->sessions);
 	if (d->listen_fd >= 0) {

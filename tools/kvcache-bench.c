@@ -1219,5 +1219,8 @@ int main(int argc, char **argv)
 		waitpid(daemon_pid, NULL, 0);
 	}
 	rmdir(tmpdir);
+	free(src);
+	free(dst);
+	free(lat);
 	return 0;
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client-private.h"
 
@@ -189,6 +190,7 @@ int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,
 				.size = l->keys[i]->size,
 				.state = (int) l->keys[i]->state,
 				.tier = (int) l->keys[i]->tier,
+				.on_disk = l->keys[i]->on_disk,
 			};
 			t += l->keys[i]->key.len + 1;
 		}
@@ -274,6 +276,57 @@ int kvc_unpin(struct kvc_client *c, const char *key)
 	if (r == 0)
 		kvc__response__free_unpacked(resp, NULL);
 	return r;
+}
+
+static int stat_value(struct kvc_client *c, const char *name, uint64_t *ret)
+{
+	struct kvc_counter *v;
+	size_t n;
+	int r = kvc_stats_get(c, &v, &n);
+
+	if (r < 0)
+		return r;
+	r = -ENOENT;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v[i].name, name) == 0) {
+			*ret = v[i].value;
+			r = 0;
+		}
+	kvc_stats_free(v);
+	return r;
+}
+
+int kvc_flush(struct kvc_client *c, int timeout_ms)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__Response *resp;
+	struct timespec start, now;
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	q.op = KVC__OP__OP_FLUSH;
+	r = client_rpc(c, &q, &resp);
+	if (r < 0)
+		return r;
+	kvc__response__free_unpacked(resp, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		uint64_t flushing = 0, pending = 0;
+
+		r = stat_value(c, "disk.flush_pending", &flushing);
+		if (r == 0)
+			r = stat_value(c, "disk.pending", &pending);
+		if (r < 0)
+			return r;
+		if (!flushing && !pending)
+			return 0;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (timeout_ms >= 0 && (now.tv_sec - start.tv_sec) * 1000 +
+					       (now.tv_nsec - start.tv_nsec) / 1000000 >= timeout_ms)
+			return -ETIMEDOUT;
+		nanosleep(&(struct timespec) { 0, 5 * 1000 * 1000 }, NULL);
+	}
 }
 
 const char *kvc_strerror(int err)

@@ -33,9 +33,20 @@
  * others. */
 #define ROUND_BUDGET 64
 
+/* A request waiting for its object to come back from disk. */
+struct parked {
+	struct disk_waiter w;        /* first: disk.c hands this back */
+	struct parked *next, *prev;  /* in its channel */
+	struct channel *ch;
+	struct shm_sqe e;
+};
+
 struct channel {
 	struct loop_source src;      /* first: the loop's epoll tag */
 	struct channel *next, *prev; /* all channels of the daemon */
+	struct parked *parked;
+	struct shm_cqe *backlog;     /* completions that found the ring full */
+	size_t n_backlog, cap_backlog;
 	struct session *s;
 	int memfd, efd;
 	uint8_t *base;
@@ -123,6 +134,14 @@ fail:
 
 void channel_close(struct channel *ch)
 {
+	while (ch->parked) {
+		struct parked *p = ch->parked;
+
+		ch->parked = p->next;
+		disk_unwait(&p->w);
+		free(p);
+	}
+	free(ch->backlog);
 	if (ch->prev)
 		ch->prev->next = ch->next;
 	else
@@ -186,7 +205,7 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix)
 
 			if (r < 0)
 				return r;
-			hit = ops_exists(ch->s, key, refs[j].len);
+			hit = ops_exists(ch->s, key, refs[j].len, prefix);
 			count += hit;
 			if (out)
 				out[i + j] = hit;
@@ -340,7 +359,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_NOP:
 		return 0;
 	case SHM_OP_EXISTS:
-		return ops_exists(s, key, e->key_len);
+		return ops_exists(s, key, e->key_len, false);
 	case SHM_OP_ACQUIRE:
 		r = ops_acquire(s, key, e->key_len, &x, msg);
 		break;
@@ -389,16 +408,132 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	return r;
 }
 
+static void wake_client(struct channel *ch)
+{
+	if (ch->cq_dirty && ring_peer_sleeping(ch->cq.r)) {
+		/* The client sleeps on cq.futex: clear its flag (each sleeper
+		 * sets it again, then re-checks), bump the word, wake it. */
+		ring_set_need_wakeup(ch->cq.r, false);
+		__atomic_add_fetch(&ch->cq.r->futex, 1, __ATOMIC_SEQ_CST);
+		syscall(SYS_futex, &ch->cq.r->futex, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+	}
+	ch->cq_dirty = false;
+}
+
+static void post(struct channel *ch, const struct shm_cqe *c)
+{
+	if (ch->n_backlog == 0 && ring_space(&ch->cq) > 0) {
+		memcpy(ring_entry(&ch->cq, ch->cq.pos), c, sizeof(*c));
+		ring_publish(&ch->cq, 1);
+		ch->cq_dirty = true;
+		return;
+	}
+	if (ch->n_backlog == ch->cap_backlog) {
+		size_t cap = ch->cap_backlog ? ch->cap_backlog * 2 : 16;
+		struct shm_cqe *b = realloc(ch->backlog, cap * sizeof(*b));
+
+		if (!b) {
+			channel_fail(ch, "out of memory for completions");
+			return;
+		}
+		ch->backlog = b;
+		ch->cap_backlog = cap;
+	}
+	ch->backlog[ch->n_backlog++] = *c;
+}
+
+static void drain_backlog(struct channel *ch)
+{
+	size_t done = 0;
+
+	while (done < ch->n_backlog && ring_space(&ch->cq) > 0) {
+		memcpy(ring_entry(&ch->cq, ch->cq.pos), &ch->backlog[done++], sizeof(struct shm_cqe));
+		ring_publish(&ch->cq, 1);
+		ch->cq_dirty = true;
+	}
+	if (done) {
+		memmove(ch->backlog, ch->backlog + done, (ch->n_backlog - done) * sizeof(*ch->backlog));
+		ch->n_backlog -= done;
+	}
+}
+
+static void complete(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *c, int64_t r,
+		     const char *msg)
+{
+	if (r < 0 && r != -ENOENT && r != -EEXIST)
+		ch->s->d->stats.errors++;
+	if (r < 0 && msg[0] && (e->flags & SHM_SQE_WANT_MSG) && arena_span(ch, e->msg_off, SHM_MSG_MAX))
+		snprintf((char *) ch->arena + e->msg_off, SHM_MSG_MAX, "%s", msg);
+	if (r >= 0 && (e->flags & SHM_SQE_NO_CQE))
+		return;
+	c->user_data = e->user_data;
+	c->res = r;
+	post(ch, c);
+}
+
+static void park(struct channel *ch, const struct shm_sqe *e);
+
+/* The object a parked request waited for is in dram (res 0) or is not
+ * coming (res < 0): run the request again, or fail it. */
+static void unparked(struct disk_waiter *w, int res)
+{
+	struct parked *p = (struct parked *) w;
+	struct channel *ch = p->ch;
+	char msg[OPS_MSG_MAX] = "";
+	struct shm_cqe c = { 0 };
+	int64_t r = res;
+
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		ch->parked = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	if (res == 0)
+		r = run(ch, &p->e, &c, msg);
+	else if (res == -EBADMSG)
+		snprintf(msg, sizeof(msg), "the object's record on disk is damaged; it was dropped");
+	if (r == -EINPROGRESS && ch->s->pending)
+		park(ch, &p->e); /* evicted again before it ran: wait again */
+	else
+		complete(ch, &p->e, &c, r == -EINPROGRESS ? -EIO : r, msg);
+	ch->s->pending = NULL;
+	free(p);
+	wake_client(ch);
+}
+
+static void park(struct channel *ch, const struct shm_sqe *e)
+{
+	struct parked *p = calloc(1, sizeof(*p));
+
+	if (!p) {
+		struct shm_cqe c = { 0 };
+
+		complete(ch, e, &c, -ENOMEM, "");
+		return;
+	}
+	p->ch = ch;
+	p->e = *e;
+	p->w.done = unparked;
+	p->next = ch->parked;
+	if (p->next)
+		p->next->prev = p;
+	ch->parked = p;
+	disk_wait(ch->s->pending, &p->w);
+	ch->s->pending = NULL;
+}
+
 /* Drain one channel, within the round's budget. */
 static unsigned poll_channel(struct channel *ch)
 {
-	struct daemon *d = ch->s->d;
 	char msg[OPS_MSG_MAX];
 	unsigned done = 0;
 	int64_t ready;
 
 	if (ch->broken)
 		return 0;
+	if (ch->n_backlog)
+		drain_backlog(ch);
 	ready = ring_ready(&ch->sq);
 	if (ready < 0) {
 		channel_fail(ch, "submission ring tail out of range");
@@ -411,37 +546,21 @@ static unsigned poll_channel(struct channel *ch)
 
 		/* Every request may need a completion slot; wait for one rather
 		 * than drop it.  A client that never reaps stalls only itself. */
-		if (ring_space(&ch->cq) == 0)
+		if (ring_space(&ch->cq) == 0 || ch->n_backlog)
 			break;
 		memcpy(&e, ring_entry(&ch->sq, ch->sq.pos), sizeof(e));
 		ring_consume(&ch->sq, 1);
 		ready--;
 		msg[0] = '\0';
+		ch->s->pending = NULL;
 		r = run(ch, &e, &c, msg);
-		if (r < 0 && r != -ENOENT && r != -EEXIST)
-			d->stats.errors++;
-		if (r < 0 && msg[0] && (e.flags & SHM_SQE_WANT_MSG) &&
-		    arena_span(ch, e.msg_off, SHM_MSG_MAX))
-			snprintf((char *) ch->arena + e.msg_off, SHM_MSG_MAX, "%s", msg);
-		if (r >= 0 && (e.flags & SHM_SQE_NO_CQE)) {
-			done++;
-			continue;
-		}
-		c.user_data = e.user_data;
-		c.res = r;
-		memcpy(ring_entry(&ch->cq, ch->cq.pos), &c, sizeof(c));
-		ring_publish(&ch->cq, 1);
-		ch->cq_dirty = true;
+		if (r == -EINPROGRESS && ch->s->pending)
+			park(ch, &e);
+		else
+			complete(ch, &e, &c, r == -EINPROGRESS ? -EIO : r, msg);
 		done++;
 	}
-	if (ch->cq_dirty && ring_peer_sleeping(ch->cq.r)) {
-		/* The client sleeps on cq.futex: clear its flag (each sleeper
-		 * sets it again, then re-checks), bump the word, wake it. */
-		ring_set_need_wakeup(ch->cq.r, false);
-		__atomic_add_fetch(&ch->cq.r->futex, 1, __ATOMIC_SEQ_CST);
-		syscall(SYS_futex, &ch->cq.r->futex, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
-	}
-	ch->cq_dirty = false;
+	wake_client(ch);
 	return done;
 }
 

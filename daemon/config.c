@@ -33,6 +33,8 @@ void config_init(struct config *c)
 	c->eviction_ratio = 0.05;
 	c->lease_ttl_ms = CONFIG_DEFAULT_LEASE_TTL_MS;
 	c->promotion_hits = CONFIG_DEFAULT_PROMOTION_HITS;
+	c->disk_size = UINT64_C(10) << 30;
+	c->disk_zstd_level = 3;
 	strcpy(c->protocol, "tcp");
 }
 
@@ -148,6 +150,8 @@ static int set_promotion_hits(struct config *c, const char *what, const char *v,
 	return r;
 }
 
+static int set_string(char *dst, size_t cap, const char *what, const char *v, char *err);
+
 /* Keys shared by the command line (with -- and dashes or underscores) and
  * the JSON file. */
 static int set_capacity_key(struct config *c, const char *k, const char *v, char *err)
@@ -162,6 +166,45 @@ static int set_capacity_key(struct config *c, const char *k, const char *v, char
 		return set_u64(&c->lease_ttl_ms, k, v, UINT64_C(86400000) * 365, err);
 	if (!strcmp(k, "promotion_hits") || !strcmp(k, "promotion-hits"))
 		return set_promotion_hits(c, k, v, err);
+	if (!strcmp(k, "disk_dir") || !strcmp(k, "disk-dir")) {
+		if (!*v) {
+			snprintf(err, CONFIG_ERR_MAX, "%s must not be empty", k);
+			return -EINVAL;
+		}
+		return set_string(c->disk_dir, sizeof(c->disk_dir), k, v, err);
+	}
+	if (!strcmp(k, "disk_size") || !strcmp(k, "disk-size")) {
+		uint64_t n;
+
+		if (shm_parse_size(v, &n) < 0 || n < CONFIG_MIN_DRAM_SIZE) {
+			snprintf(err, CONFIG_ERR_MAX,
+				 "invalid value '%s' for %s: expected a size of at least 1MiB", v, k);
+			return -EINVAL;
+		}
+		c->disk_size = n;
+		return 0;
+	}
+	if (!strcmp(k, "disk_compress") || !strcmp(k, "disk-compress")) {
+		if (strcmp(v, "zstd") && strcmp(v, "none")) {
+			snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected zstd or none",
+				 v, k);
+			return -EINVAL;
+		}
+		c->disk_zstd = !strcmp(v, "zstd");
+		return 0;
+	}
+	if (!strcmp(k, "disk_compress_level") || !strcmp(k, "disk-compress-level")) {
+		uint64_t n;
+		int r = set_u64(&n, k, v, 19, err);
+
+		if (r == 0 && n == 0) {
+			snprintf(err, CONFIG_ERR_MAX, "%s must be 1..19", k);
+			return -EINVAL;
+		}
+		if (r == 0)
+			c->disk_zstd_level = (int) n;
+		return r;
+	}
 	return 1;
 }
 
@@ -316,7 +359,8 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 		static const char *const known[] = {
 			"global_segment_size", "dram_size", "dram-size", "socket", "hugepages",
 			"log_level", "log-level", "poll_us", "device_size", "eviction_high_watermark_ratio",
-			"eviction_ratio", "default_kv_lease_ttl", "promotion_hits", "local_hostname", "metadata_server", "protocol",
+			"eviction_ratio", "default_kv_lease_ttl", "promotion_hits", "disk_dir",
+			"disk_size", "disk_compress", "disk_compress_level", "local_hostname", "metadata_server", "protocol",
 			"device_name", "master_server_address",
 		};
 		char text[4096];
@@ -326,7 +370,8 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 		bool ratio = strcmp(k, "eviction_high_watermark_ratio") == 0 ||
 			     strcmp(k, "eviction_ratio") == 0;
 		bool whole = sized || strcmp(k, "poll_us") == 0 || strcmp(k, "device_size") == 0 ||
-			     strcmp(k, "default_kv_lease_ttl") == 0 || strcmp(k, "promotion_hits") == 0;
+			     strcmp(k, "default_kv_lease_ttl") == 0 || strcmp(k, "promotion_hits") == 0 ||
+			     strcmp(k, "disk_size") == 0 || strcmp(k, "disk_compress_level") == 0;
 		bool is_known = false;
 
 		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
@@ -464,6 +509,14 @@ static const struct option options[] = {
 	{ "default_kv_lease_ttl", required_argument, NULL, OPT_CAPACITY },
 	{ "promotion-hits", required_argument, NULL, OPT_CAPACITY },
 	{ "promotion_hits", required_argument, NULL, OPT_CAPACITY },
+	{ "disk-dir", required_argument, NULL, OPT_CAPACITY },
+	{ "disk_dir", required_argument, NULL, OPT_CAPACITY },
+	{ "disk-size", required_argument, NULL, OPT_CAPACITY },
+	{ "disk_size", required_argument, NULL, OPT_CAPACITY },
+	{ "disk-compress", required_argument, NULL, OPT_CAPACITY },
+	{ "disk_compress", required_argument, NULL, OPT_CAPACITY },
+	{ "disk-compress-level", required_argument, NULL, OPT_CAPACITY },
+	{ "disk_compress_level", required_argument, NULL, OPT_CAPACITY },
 	{ "poll_us", required_argument, NULL, OPT_POLL_US },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -491,6 +544,11 @@ void config_usage(FILE *f)
 		"      --default-kv-lease-ttl MS\n"
 		"                             a hit protects an object this long (default 10000)\n"
 		"      --promotion-hits N     dram hits before an object moves to device (default 2)\n"
+		"      --disk-dir DIR         spill to record files here (default: no disk tier);\n"
+		"                             records found there at start are served again\n"
+		"      --disk-size SIZE       disk tier capacity (default 10GiB)\n"
+		"      --disk-compress zstd|none  compress records (default none)\n"
+		"      --disk-compress-level N    zstd level 1..19 (default 3)\n"
 		"                             (each also spelled with underscores)\n"
 		"      --poll-us N            keep polling client rings this long after the last\n"
 		"                             request before sleeping (default 100; 0 = never spin)\n"

@@ -28,6 +28,10 @@ struct config {
 	double eviction_ratio;
 	uint64_t lease_ttl_ms;         /* default_kv_lease_ttl */
 	uint32_t promotion_hits;       /* hits in dram before moving to device */
+	char disk_dir[4096];           /* "" = no disk tier */
+	uint64_t disk_size;
+	bool disk_zstd;
+	int disk_zstd_level;
 	char config_path[4096];
 
 	/* Mooncake keys, understood so that an existing mooncake.json works;

@@ -74,6 +74,12 @@ struct object {
 	uint32_t key_len;
 	char *parent_key;                 /* asked for at reserve; linked at commit */
 	uint32_t parent_len;
+	/* disk tier: a complete record <disk_id>.kvr of disk_len bytes holds
+	 * a copy (clean copy of a memory object, or the only copy) */
+	uint64_t disk_id;
+	uint64_t disk_len;
+	struct disk_io *spill;            /* a record being written */
+	struct disk_io *load;             /* being read back into dram */
 	char key[];                       /* NUL-terminated */
 };
 
@@ -105,9 +111,12 @@ struct stats {
 
 struct session;
 struct channel;
+struct disk;
+struct disk_io;
 
 /* First member of everything registered with epoll. */
 enum loop_kind {
+	LOOP_DISK,    /* io_uring completions */
 	LOOP_CONTROL, /* the control set (ctl_epfd) inside the main set */
 	LOOP_LISTEN,
 	LOOP_SIGNAL,
@@ -136,7 +145,9 @@ struct daemon {
 	bool hugepages;
 
 	struct tier tiers[DAEMON_MAX_TIERS]; /* by segment index: dram first */
-	unsigned n_tiers;
+	unsigned n_tiers;   /* memory tiers */
+	struct tier disk_tier; /* valid when disk != NULL; no segment */
+	struct disk *disk;
 	struct tier *fastest;  /* lookups go fastest first */
 	uint64_t now_ms;       /* monotonic, refreshed every loop round */
 	uint64_t rounds;
@@ -178,6 +189,50 @@ void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all,
 void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_t len);
 /* Background work: watermarks, promotions.  True if it did something. */
 bool tier_maintain(struct daemon *d);
+/* A disk-only object read back into dram block b. */
+void tier_readmit(struct daemon *d, struct object *o, struct shm_block *b);
+uint64_t tier_capacity(const struct tier *t);
+uint64_t tier_used(const struct tier *t);
+/* Tiers for status: memory tiers, then disk. */
+unsigned tier_count(const struct daemon *d);
+struct tier *tier_at(struct daemon *d, unsigned i);
+
+/* Disk tier (disk.c). */
+int disk_setup(struct daemon *d);           /* recovers what the directory holds */
+void disk_teardown(struct daemon *d);
+/* Write a clean copy of a memory object; 0 queued, -errno not. */
+int disk_spill(struct daemon *d, struct object *o);
+/* Start reading a disk-only object back into dram (no-op if under way). */
+int disk_load(struct daemon *d, struct object *o);
+/* Completions ready; true if it handled any.  No system call when none. */
+bool disk_poll(struct daemon *d);
+/* Submit what maintenance queued (one system call for the batch). */
+void disk_submit(struct daemon *d);
+/* The object is going away: forget its record (unlinked) and any I/O. */
+void disk_forget(struct daemon *d, struct object *o);
+/* Background work for the disk tier; true if it did something. */
+bool disk_maintain(struct daemon *d);
+void disk_flush_start(struct daemon *d);
+bool disk_flushing(const struct daemon *d);
+int disk_eventfd(const struct daemon *d);
+/* Counters for stats, by name; false when there is no disk tier. */
+struct disk_counters {
+	uint64_t records, bytes, raw_bytes, writes, write_bytes, reads, read_bytes;
+	uint64_t checksum_failures, io_errors, enospc, recovered, skipped, pending;
+	uint64_t flush_pending;
+	bool direct, compress;
+};
+bool disk_counters(const struct daemon *d, struct disk_counters *ret);
+
+/* Someone waiting for an object to come back from disk (disk.c keeps them
+ * on the object's load; the owner removes its waiters if it goes first). */
+struct disk_waiter {
+	struct disk_waiter *next, *prev;
+	struct disk_io *io;
+	void (*done)(struct disk_waiter *w, int res);
+};
+void disk_wait(struct object *o, struct disk_waiter *w);
+void disk_unwait(struct disk_waiter *w);
 
 /* Sessions (session.c). */
 int session_new(struct daemon *d, int fd);

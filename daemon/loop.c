@@ -254,6 +254,14 @@ static void dispatch(struct daemon *d, struct epoll_event *evs, int n)
 			 * since a hang-up earlier in this batch may have freed
 			 * the channel; the poller finds the work itself. */
 			break;
+		case LOOP_DISK: {
+			uint64_t v;
+
+			/* io_uring completions: drained by disk_poll() */
+			if (read(disk_eventfd(d), &v, sizeof(v)) < 0 && errno != EAGAIN)
+				log_debug("disk eventfd: %m");
+			break;
+		}
 		}
 	}
 }
@@ -300,7 +308,7 @@ int loop_run(struct daemon *d)
 		uint64_t now;
 		int n;
 
-		if (channel_poll_all(d)) {
+		if (channel_poll_all(d) | disk_poll(d)) {
 			last_work = now_us();
 			d->now_ms = last_work / 1000;
 			/* the evictor and promotions keep up under load too */
@@ -324,7 +332,7 @@ int loop_run(struct daemon *d)
 			d->poll_window_us /= 2; /* a whole window went idle */
 
 		channel_set_sleeping(d, true);
-		if (channel_poll_all(d)) { /* raced with a submission */
+		if (channel_poll_all(d) | disk_poll(d)) { /* raced with a submission */
 			channel_set_sleeping(d, false);
 			last_work = now_us();
 			continue;

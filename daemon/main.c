@@ -55,15 +55,25 @@ int main(int argc, char **argv)
 	r = tier_setup(&d);
 	if (r < 0)
 		goto out;
+	r = disk_setup(&d);
+	if (r < 0)
+		goto out;
 	log_notice("kvcached %s listening on %s (dram %llu bytes, %s pages)", KVC_VERSION,
 		   d.socket_path, (unsigned long long) cfg.dram_size, d.hugepages ? "2 MiB" : "4 KiB");
 	r = loop_run(&d);
 out:
 	loop_teardown(&d);
-	/* Sessions are gone, so every object is unviewed: free them all. */
+	/* Wait for disk I/O in flight, then free every object without
+	 * touching its record: records are what survives a restart. */
+	disk_teardown(&d);
 	for (size_t b = 0; d.index.buckets && b < d.index.n_buckets; b++)
-		while (d.index.buckets[b])
-			object_drop(&d, d.index.buckets[b]);
+		while (d.index.buckets[b]) {
+			struct object *o = d.index.buckets[b];
+
+			d.index.buckets[b] = o->hnext;
+			o->spill = o->load = NULL;
+			object_free(&d, o);
+		}
 	tier_teardown(&d);
 	index_done(&d.index);
 	if (r == 0)

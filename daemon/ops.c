@@ -127,6 +127,10 @@ int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret,
 		MSG("tier %d is not configured on this daemon", a->tier);
 		return -EINVAL;
 	}
+	if (t->kind == SHM_TIER_DISK) {
+		MSG("puts land in memory and spill to disk; ask for device or dram");
+		return -EINVAL;
+	}
 	if (a->len > (UINT64_C(1) << 30) || a->len > t->alloc.size) {
 		MSG("value of %llu bytes is larger than the %s tier can hold (%llu bytes)",
 		    (unsigned long long) a->len, t->name, (unsigned long long) t->alloc.size);
@@ -242,6 +246,17 @@ int ops_acquire(struct session *s, const void *key, size_t key_len, struct exten
 			t->st.misses++;
 		return -ENOENT;
 	}
+	if (o->tier == &d->disk_tier) {
+		/* on disk: start reading it back; the caller parks the request */
+		object_hit(d, o, true, true);
+		r = disk_load(d, o);
+		if (r < 0) {
+			MSG("failed to read the object back from disk");
+			return r;
+		}
+		s->pending = o;
+		return -EINPROGRESS;
+	}
 	r = slot_alloc(s, SLOT_VIEW, o, &h);
 	if (r < 0) {
 		MSG("too many outstanding reservations and views on this connection");
@@ -315,7 +330,7 @@ int ops_unpin(struct session *s, const void *key, size_t key_len, char *msg)
 	return 0;
 }
 
-bool ops_exists(struct session *s, const void *key, size_t key_len)
+bool ops_exists(struct session *s, const void *key, size_t key_len, bool prefetch)
 {
 	struct daemon *d = s->d;
 	struct object *o = lookup(d, key, key_len);
@@ -324,5 +339,8 @@ bool ops_exists(struct session *s, const void *key, size_t key_len)
 	if (!o)
 		return false;
 	object_hit(d, o, true, false);
+	/* a prefix hit on disk: the engine will want it next */
+	if (prefetch && o->tier == &d->disk_tier)
+		disk_load(d, o);
 	return true;
 }

@@ -196,6 +196,12 @@ static int op_acquire(struct session *s, const ProtobufCBinaryData *key, struct 
 	struct extent e;
 	int r = ops_acquire(s, key->data, key->len, &e, rep->msg);
 
+	if (r == -EINPROGRESS) {
+		/* the socket has no way to finish later: the read goes on,
+		 * the caller retries (libkvcache uses the channel, which waits) */
+		snprintf(rep->msg, sizeof(rep->msg), "object is being read back from disk; retry");
+		r = -EAGAIN;
+	}
 	if (r == 0)
 		set_extent(rep, &e);
 	return r;
@@ -213,7 +219,7 @@ static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struc
 		rep->free1 = present;
 	}
 	for (size_t i = 0; i < kq->n_keys; i++) {
-		if (ops_exists(s, kq->keys[i].data, kq->keys[i].len)) {
+		if (ops_exists(s, kq->keys[i].data, kq->keys[i].len, prefix)) {
 			count++;
 			if (present)
 				present[i] = 1;
@@ -239,9 +245,10 @@ static uint64_t uptime_s(struct daemon *d)
 static int op_status(struct session *s, struct reply *rep)
 {
 	struct daemon *d = s->d;
+	unsigned nt = tier_count(d);
 	Kvc__StatusResp *st = calloc(1, sizeof(*st));
-	Kvc__TierStatus *ts = calloc(d->n_tiers, sizeof(*ts));
-	Kvc__TierStatus **tp = calloc(d->n_tiers, sizeof(*tp));
+	Kvc__TierStatus *ts = calloc(nt, sizeof(*ts));
+	Kvc__TierStatus **tp = calloc(nt, sizeof(*tp));
 
 	if (!st || !ts || !tp) {
 		free(st);
@@ -250,13 +257,15 @@ static int op_status(struct session *s, struct reply *rep)
 		return -ENOMEM;
 	}
 	kvc__status_resp__init(st);
-	for (unsigned i = 0; i < d->n_tiers; i++) {
+	for (unsigned i = 0; i < nt; i++) {
+		const struct tier *t = tier_at(d, i);
+
 		kvc__tier_status__init(&ts[i]);
-		ts[i].name = (char *) d->tiers[i].name;
-		ts[i].capacity = d->tiers[i].alloc.size;
-		ts[i].used = d->tiers[i].alloc.used;
-		ts[i].objects = d->tiers[i].objects;
-		ts[i].high_watermark = d->tiers[i].high;
+		ts[i].name = (char *) t->name;
+		ts[i].capacity = tier_capacity(t);
+		ts[i].used = tier_used(t);
+		ts[i].objects = t->objects;
+		ts[i].high_watermark = t->high;
 		tp[i] = &ts[i];
 	}
 	st->version = (char *) KVC_VERSION;
@@ -264,7 +273,7 @@ static int op_status(struct session *s, struct reply *rep)
 	st->hugepages = d->hugepages;
 	st->clients = d->n_sessions;
 	st->objects = d->index.n_objects;
-	st->n_tiers = d->n_tiers;
+	st->n_tiers = nt;
 	st->tiers = tp;
 	st->pid = (uint32_t) getpid();
 	st->socket = d->socket_path;
@@ -312,7 +321,34 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "channels", 0 },
 	};
 	const size_t nb = sizeof(base) / sizeof(base[0]), per_tier = 15;
-	size_t n = nb + d->n_tiers * per_tier;
+	struct disk_counters dc;
+	bool has_disk = disk_counters(d, &dc);
+	struct {
+		const char *name;
+		uint64_t value;
+	} disk[] = {
+		{ "disk.records", dc.records },
+		{ "disk.bytes", dc.bytes },
+		{ "disk.raw_bytes", dc.raw_bytes },
+		{ "disk.writes", dc.writes },
+		{ "disk.write_bytes", dc.write_bytes },
+		{ "disk.reads", dc.reads },
+		{ "disk.read_bytes", dc.read_bytes },
+		{ "disk.checksum_failures", dc.checksum_failures },
+		{ "disk.io_errors", dc.io_errors },
+		{ "disk.enospc", dc.enospc },
+		{ "disk.recovered", dc.recovered },
+		{ "disk.skipped", dc.skipped },
+		{ "disk.pending", dc.pending },
+		{ "disk.flush_pending", dc.flush_pending },
+		{ "disk.direct_io", dc.direct },
+		{ "disk.compression", dc.compress },
+		/* stored / raw, in per mille: 1000 = no gain */
+		{ "disk.compression_permille", dc.raw_bytes ? dc.bytes * 1000 / dc.raw_bytes : 1000 },
+	};
+	const size_t nd = has_disk ? sizeof(disk) / sizeof(disk[0]) : 0;
+	const unsigned nt = tier_count(d);
+	size_t n = nb + nt * per_tier + nd;
 	Kvc__StatsResp *st;
 	Kvc__Counter *cs, **cp;
 	char *names;
@@ -342,8 +378,11 @@ static int op_stats(struct session *s, struct reply *rep)
 		if (i < nb) {
 			snprintf(cs[i].name, 64, "%s", base[i].name);
 			cs[i].value = base[i].value;
+		} else if (i >= nb + nt * per_tier) {
+			snprintf(cs[i].name, 64, "%s", disk[i - nb - nt * per_tier].name);
+			cs[i].value = disk[i - nb - nt * per_tier].value;
 		} else {
-			const struct tier *t = &d->tiers[(i - nb) / per_tier];
+			const struct tier *t = tier_at(d, (unsigned) ((i - nb) / per_tier));
 			static const char *const what[] = {
 				"capacity", "used", "high_watermark", "objects", "hits", "misses",
 				"promotions", "demotions", "evictions", "evictions_capacity",
@@ -357,7 +396,7 @@ static int op_stats(struct session *s, struct reply *rep)
 					leased += o->lease_until > d->now_ms;
 			{
 				uint64_t v[] = {
-					t->alloc.size, t->alloc.used, t->high, t->objects, t->st.hits,
+					tier_capacity(t), tier_used(t), t->high, t->objects, t->st.hits,
 					t->st.misses, t->st.promotions, t->st.demotions,
 					t->st.evictions[0] + t->st.evictions[1] + t->st.evictions[2],
 					t->st.evictions[EVICT_CAPACITY], t->st.evictions[EVICT_WATERMARK],
@@ -401,6 +440,7 @@ static void list_add(struct list_acc *a, const struct object *o, uint32_t state)
 		k->size = o->len;
 		k->state = state;
 		k->tier = o->tier->kind;
+		k->on_disk = o->disk_id != 0;
 		a->ptrs[a->l->n_keys++] = k;
 	}
 }
@@ -563,6 +603,15 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 			rep.extent.len = (q->buffer->size + 4095) & ~UINT64_C(4095);
 			rep.resp.body_case = KVC__RESPONSE__BODY_EXTENT;
 			rep.resp.extent = &rep.extent;
+		}
+		break;
+	case KVC__OP__OP_FLUSH:
+		if (!d->disk) {
+			snprintf(rep.msg, sizeof(rep.msg), "this daemon has no disk tier (--disk-dir)");
+			r = -EOPNOTSUPP;
+		} else {
+			disk_flush_start(d);
+			r = 0;
 		}
 		break;
 	case KVC__OP__OP_PIN:

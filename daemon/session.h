@@ -58,6 +58,7 @@ struct session {
 
 	struct channel *channels[SESSION_MAX_CHANNELS];
 	unsigned n_channels;
+	struct object *pending; /* set with -EINPROGRESS: what the request waits for */
 	uint64_t buffer_bytes;
 };
 
@@ -80,7 +81,9 @@ struct put_args {
 	int tier;
 };
 
-/* Each returns 0 or -errno; msg (OPS_MSG_MAX bytes) may explain an error. */
+/* Each returns 0 or -errno; msg (OPS_MSG_MAX bytes) may explain an error.
+ * ops_acquire() returns -EINPROGRESS for an object being read back from
+ * disk, with s->pending naming it: run the request again once it is in. */
 int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret, char *msg);
 int ops_commit(struct session *s, uint64_t handle, char *msg);
 int ops_abort(struct session *s, uint64_t handle, char *msg);
@@ -91,7 +94,7 @@ int ops_pin(struct session *s, const void *key, size_t key_len, bool hard, uint3
 	    char *msg);
 int ops_unpin(struct session *s, const void *key, size_t key_len, char *msg);
 /* Present or not; a hit counts as a use for LRU and grants a lease. */
-bool ops_exists(struct session *s, const void *key, size_t key_len);
+bool ops_exists(struct session *s, const void *key, size_t key_len, bool prefetch);
 
 /* Slots: handle = generation << 32 | (index + 1). */
 int slot_alloc(struct session *s, uint8_t kind, void *ptr, uint64_t *ret_handle);

@@ -141,9 +141,9 @@ struct tier *tier_for(struct daemon *d, int requested)
 {
 	if (requested == 0)
 		requested = SHM_TIER_DRAM; /* puts land in dram */
-	for (unsigned i = 0; i < d->n_tiers; i++)
-		if (d->tiers[i].kind == (uint32_t) requested)
-			return &d->tiers[i];
+	for (unsigned i = 0; i < tier_count(d); i++)
+		if (tier_at(d, i)->kind == (uint32_t) requested)
+			return tier_at(d, i);
 	return NULL;
 }
 
@@ -227,6 +227,7 @@ static void unqueue_promotion(struct daemon *d, struct object *o)
 
 void object_drop(struct daemon *d, struct object *o)
 {
+	disk_forget(d, o);
 	index_unlink(&d->index, o);
 	lru_unlink(o->tier, o);
 	o->tier->objects--;
@@ -246,6 +247,16 @@ void object_hit(struct daemon *d, struct object *o, bool lease, bool counts)
 	if (o->tier->lru_head != o) {
 		lru_unlink(o->tier, o);
 		lru_link_head(o->tier, o);
+	}
+	if (o->tier == &d->disk_tier) {
+		if (lease && d->cfg->lease_ttl_ms)
+			o->lease_until = d->now_ms + d->cfg->lease_ttl_ms;
+		if (counts) {
+			for (struct tier *t = d->fastest; t && t != o->tier; t = t->below)
+				t->st.misses++;
+			o->tier->st.hits++;
+		}
+		return;
 	}
 	if (lease && d->cfg->lease_ttl_ms)
 		o->lease_until = d->now_ms + d->cfg->lease_ttl_ms;
@@ -276,6 +287,8 @@ const char *object_protected(const struct daemon *d, const struct object *o, boo
 {
 	if (o->views)
 		return "viewed";
+	if (o->load)
+		return "loading";
 	if (o->flags & OBJ_HARD_PIN)
 		return "hard-pinned";
 	if (o->lease_until > d->now_ms)
@@ -322,7 +335,26 @@ static uint64_t evict_one(struct daemon *d, struct tier *t, struct object *o, en
 {
 	uint64_t size = o->block->size;
 
-	if (t->below && why != EVICT_MANUAL && move(d, o, t->below, true) == 0) {
+	if (t->below == &d->disk_tier && o->disk_id && !o->views) {
+		/* a clean copy is on disk: only the memory goes */
+		struct tier *disk = t->below;
+
+		lru_unlink(t, o);
+		t->objects--;
+		shm_alloc_free(&t->alloc, o->block);
+		o->block = NULL;
+		o->tier = disk;
+		o->hits = 0;
+		disk->objects++;
+		lru_link_head(disk, o);
+		disk->st.demotions++;
+		disk->st.bytes_moved += o->len;
+		d->stats.demotions++;
+		d->stats.bytes_moved += o->len;
+		return size;
+	}
+	if (t->below && t->below != &d->disk_tier && why != EVICT_MANUAL &&
+	    move(d, o, t->below, true) == 0) {
 		t->below->st.demotions++;
 		d->stats.demotions++;
 		return size;
@@ -377,8 +409,8 @@ void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all, enum
 	if (t)
 		evict_tier(d, t, bytes, all, why, &freed, &n);
 	else
-		for (unsigned i = 0; i < d->n_tiers && (all || freed < bytes); i++)
-			evict_tier(d, &d->tiers[i], bytes - (freed < bytes ? freed : bytes), all, why,
+		for (unsigned i = 0; i < tier_count(d) && (all || freed < bytes); i++)
+			evict_tier(d, tier_at(d, i), bytes - (freed < bytes ? freed : bytes), all, why,
 				   &freed, &n);
 	if (ret_bytes)
 		*ret_bytes = freed;
@@ -428,6 +460,45 @@ void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_
 		 (unsigned long long) n[3], (unsigned long long) n[4], (unsigned long long) bytes,
 		 (unsigned long long) t->alloc.used,
 		 (unsigned long long) shm_alloc_largest_free(&t->alloc));
+}
+
+void tier_readmit(struct daemon *d, struct object *o, struct shm_block *b)
+{
+	struct tier *dram = &d->tiers[0], *disk = o->tier;
+
+	lru_unlink(disk, o);
+	disk->objects--;
+	o->tier = dram;
+	o->block = b;
+	o->hits = 0;
+	dram->objects++;
+	lru_link_head(dram, o);
+	dram->st.promotions++;
+	dram->st.bytes_moved += o->len;
+	d->stats.promotions++;
+	d->stats.bytes_moved += o->len;
+}
+
+/* The disk tier keeps its capacity and bytes in use in the same fields
+ * (its allocator is never used to allocate), so status code is uniform. */
+uint64_t tier_capacity(const struct tier *t)
+{
+	return t->alloc.size;
+}
+
+uint64_t tier_used(const struct tier *t)
+{
+	return t->alloc.used;
+}
+
+unsigned tier_count(const struct daemon *d)
+{
+	return d->n_tiers + (d->disk != NULL);
+}
+
+struct tier *tier_at(struct daemon *d, unsigned i)
+{
+	return i < d->n_tiers ? &d->tiers[i] : &d->disk_tier;
 }
 
 /* ---- background work ---- */
@@ -485,5 +556,7 @@ bool tier_maintain(struct daemon *d)
 		did = true;
 		break;
 	}
+	if (disk_maintain(d))
+		did = true;
 	return did;
 }

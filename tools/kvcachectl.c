@@ -50,6 +50,8 @@ static void usage(FILE *f)
 		"                               unpinned objects; TTL ms, 0 = until unpinned)\n"
 		"                               or hard (never); default --soft 0\n"
 		"  unpin KEY                    remove a pin\n"
+		"  flush                        write every memory-only object to the disk tier\n"
+		"                               and wait (before a planned restart)\n"
 		"  evict [--tier T] [--bytes N | --all]\n"
 		"                               drop unused objects, least recently used first\n"
 		"\n"
@@ -272,6 +274,7 @@ static int cmd_ls(struct kvc_client *c, const char *prefix, size_t limit)
 			json_object_object_add(k, "size", json_object_new_uint64(v[i].size));
 			json_object_object_add(k, "state", json_object_new_string(state_name(v[i].state)));
 			json_object_object_add(k, "tier", json_object_new_string(tier_name(v[i].tier)));
+			json_object_object_add(k, "on_disk", json_object_new_boolean(v[i].on_disk));
 			json_object_array_add(keys, k);
 		}
 		json_object_object_add(o, "keys", keys);
@@ -279,8 +282,9 @@ static int cmd_ls(struct kvc_client *c, const char *prefix, size_t limit)
 		print_json(o);
 	} else {
 		for (size_t i = 0; i < n; i++)
-			printf("%-12" PRIu64 " %-10s %-7s %s\n", v[i].size, state_name(v[i].state),
-			       tier_name(v[i].tier), v[i].key);
+			printf("%-12" PRIu64 " %-10s %-7s%s %s\n", v[i].size, state_name(v[i].state),
+			       tier_name(v[i].tier), v[i].on_disk && v[i].tier != KVC_TIER_DISK ? "+d" : "  ",
+			       v[i].key);
 		if (total > n)
 			fprintf(stderr, "(%zu of %" PRIu64 " keys shown; use --limit)\n", n, total);
 	}
@@ -550,7 +554,7 @@ int main(int argc, char **argv)
 	a2 = nargs > 1 ? argv[optind + 2] : NULL;
 
 	/* Check the command line fully before touching the daemon. */
-	if (strcmp(cmd, "status") == 0 || strcmp(cmd, "stats") == 0) {
+	if (strcmp(cmd, "status") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "flush") == 0) {
 		if (nargs != 0)
 			return usage_error("%s takes no arguments", cmd);
 	} else if (strcmp(cmd, "ls") == 0) {
@@ -614,6 +618,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(cmd, "unpin") == 0) {
 		r = kvc_unpin(c, a1);
 		r = r < 0 ? fail(a1, r) : EXIT_OK;
+	} else if (strcmp(cmd, "flush") == 0) {
+		r = kvc_flush(c, -1);
+		r = r < 0 ? fail("flush", r) : EXIT_OK;
 	} else {
 		uint64_t freed, objs;
 

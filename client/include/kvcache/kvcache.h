@@ -254,7 +254,8 @@ struct kvc_key_info {
 	const char *key;
 	uint64_t size;
 	int state; /* enum kvc_key_state */
-	int tier;  /* enum kvc_tier */
+	int tier;  /* enum kvc_tier: where its bytes are served from */
+	bool on_disk; /* a complete record of it is on disk */
 };
 
 /* Keys starting with prefix (NULL or "" = all), at most limit (0 = 1000) of
@@ -283,6 +284,11 @@ enum kvc_evict_flags {
  * evicted. */
 int kvc_evict(struct kvc_client *c, int tier, uint64_t bytes, uint32_t flags,
 	      uint64_t *ret_bytes, uint64_t *ret_objects);
+
+/* Write every object held only in memory to the disk tier, for a planned
+ * restart; waits until done or timeout_ms passes (-1 = forever).  Returns
+ * 0, -ETIMEDOUT, or -EOPNOTSUPP without a disk tier. */
+int kvc_flush(struct kvc_client *c, int timeout_ms);
 
 /* The socket path kvc_connect() would use for socket_path. */
 int kvc_socket_path(const char *socket_path, char *buf, size_t len);

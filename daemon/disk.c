@@ -1,0 +1,907 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The disk tier: objects spilled from memory into one record file each,
+ * written and read with io_uring, O_DIRECT where the filesystem allows.
+ *
+ * Spilling happens ahead of need: when the lowest memory tier fills up, the
+ * loop's maintenance writes clean copies of the objects at its LRU tail.
+ * Evicting an object that has a clean copy then only frees its memory (the
+ * object stays in the index, on disk).  A write that fails (a full
+ * filesystem, a read-only directory, an I/O error) costs nothing but the
+ * copy: the object stays in memory, the failure is counted and logged, and
+ * spilling backs off for a moment.
+ *
+ * Reading back is asynchronous too: a get of a disk-only object starts a
+ * read and parks the request (see channel.c); when the read completes and
+ * the checksum matches, the object moves into dram and the request runs.
+ * The loop never waits for the disk.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "daemon.h"
+#include "disk-record.h"
+#include "log.h"
+
+#define LOG_TOPIC "disk"
+
+#define RING_ENTRIES 64
+#define MAX_INFLIGHT 16
+#define MAX_INFLIGHT_BYTES (UINT64_C(256) << 20)
+#define BACKOFF_MS 1000
+
+enum io_kind {
+	IO_WRITE,
+	IO_READ,
+	IO_UNLINK,
+};
+
+struct disk_io {
+	struct disk_io *next, *prev;   /* all I/O in flight */
+	enum io_kind kind;
+	struct object *o;              /* NULL once its object went away */
+	uint64_t id;
+	int fd;
+	uint8_t *buf;
+	uint64_t len;
+	char name[32];
+	struct disk_waiter *waiters;   /* reads: requests parked on it */
+};
+
+struct disk {
+	int dirfd;
+	char dir[4096];
+	struct io_uring ring;
+	int efd;
+	struct loop_source src;
+	bool direct;                   /* O_DIRECT works here */
+	bool zstd;
+	int level;
+	ZSTD_CCtx *cctx;
+	ZSTD_DCtx *dctx;
+	uint64_t next_id;
+	struct disk_io *ios;
+	unsigned inflight, queued;     /* queued: prepared, not yet submitted */
+	uint64_t inflight_bytes;
+	uint64_t backoff_until;
+	bool flushing;
+	struct disk_counters c;
+};
+
+int disk_record_check(const void *buf, size_t len, uint64_t file_size, struct disk_record_hdr *ret)
+{
+	struct disk_record_hdr h;
+
+	if (len < sizeof(h))
+		return -EBADMSG;
+	memcpy(&h, buf, sizeof(h));
+	if (h.magic != DISK_RECORD_MAGIC || h.version != DISK_RECORD_VERSION)
+		return -EBADMSG;
+	if (h.key_len == 0 || h.key_len > 511 || sizeof(h) + h.key_len > len)
+		return -EBADMSG;
+	if (h.flags & ~DISK_REC_ZSTD)
+		return -EBADMSG;
+	if (h.value_len == 0 || h.value_len > (UINT64_C(1) << 30) || h.stored_len > (UINT64_C(1) << 31))
+		return -EBADMSG;
+	if (!(h.flags & DISK_REC_ZSTD) && h.stored_len != h.value_len)
+		return -EBADMSG;
+	if (disk_record_size(h.key_len, h.stored_len) > file_size)
+		return -EBADMSG; /* partial: the file ends before the record does */
+	if (disk_record_header_sum(&h, (const uint8_t *) buf + sizeof(h)) != h.header_sum)
+		return -EBADMSG;
+	if (memchr((const uint8_t *) buf + sizeof(h), '\0', h.key_len))
+		return -EBADMSG;
+	*ret = h;
+	return 0;
+}
+
+uint64_t disk_record_header_sum(const struct disk_record_hdr *h, const void *key)
+{
+	struct disk_record_hdr copy = *h;
+
+	copy.header_sum = 0;
+	/* the header's hash seeds the key's: one sum over both */
+	return XXH3_64bits_withSeed(key, copy.key_len, XXH3_64bits(&copy, sizeof(copy)));
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
+static void record_name(char *buf, size_t len, uint64_t id, bool tmp)
+{
+	snprintf(buf, len, "%016llx.%s", (unsigned long long) id, tmp ? "tmp" : "kvr");
+}
+
+static struct tier *disk_tier(struct daemon *d)
+{
+	return &d->disk_tier;
+}
+
+/* ---- the disk tier's LRU (disk-only objects) ---- */
+
+static void dlru_link_head(struct tier *t, struct object *o)
+{
+	o->lru_prev = NULL;
+	o->lru_next = t->lru_head;
+	if (o->lru_next)
+		o->lru_next->lru_prev = o;
+	else
+		t->lru_tail = o;
+	t->lru_head = o;
+}
+
+/* ---- set-up and recovery ---- */
+
+static int open_record(struct disk *k, const char *name, int flags)
+{
+	int fd = -1;
+
+	if (k->direct) {
+		fd = openat(k->dirfd, name, flags | O_DIRECT | O_CLOEXEC, 0600);
+		if (fd < 0 && errno == EINVAL) {
+			log_warn("%s refuses O_DIRECT; using buffered I/O", k->dir);
+			k->direct = false;
+		}
+	}
+	if (fd < 0 && !k->direct)
+		fd = openat(k->dirfd, name, flags | O_CLOEXEC, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
+struct found {
+	uint64_t id;
+	uint64_t size;
+};
+
+static int cmp_found(const void *a, const void *b)
+{
+	uint64_t x = ((const struct found *) a)->id, y = ((const struct found *) b)->id;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Rebuild the index from the records in the directory: oldest first, so the
+ * newest record of a key wins and LRU order follows age. */
+static int recover(struct daemon *d)
+{
+	struct disk *k = d->disk;
+	struct tier *t = disk_tier(d);
+	struct found *f = NULL;
+	size_t n = 0, cap = 0;
+	uint8_t *buf = aligned_alloc(DISK_ALIGN, DISK_ALIGN);
+	struct dirent *e;
+	DIR *dir;
+	int dfd;
+
+	if (!buf)
+		return -ENOMEM;
+	dfd = dup(k->dirfd);
+	dir = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!dir) {
+		free(buf);
+		return -errno;
+	}
+	while ((e = readdir(dir))) {
+		unsigned long long id;
+		char ext[8];
+		struct stat st;
+
+		if (sscanf(e->d_name, "%16llx.%3s", &id, ext) != 2 || strlen(e->d_name) != 20)
+			continue;
+		if (!strcmp(ext, "tmp")) {
+			/* a write that never completed */
+			unlinkat(k->dirfd, e->d_name, 0);
+			k->c.skipped++;
+			continue;
+		}
+		if (strcmp(ext, "kvr") || fstatat(k->dirfd, e->d_name, &st, 0) < 0)
+			continue;
+		if (n == cap) {
+			struct found *nf = realloc(f, (cap = cap ? cap * 2 : 256) * sizeof(*f));
+
+			if (!nf) {
+				closedir(dir);
+				free(f);
+				free(buf);
+				return -ENOMEM;
+			}
+			f = nf;
+		}
+		f[n++] = (struct found) { id, (uint64_t) st.st_size };
+		if (id >= k->next_id)
+			k->next_id = id + 1;
+	}
+	closedir(dir);
+	qsort(f, n, sizeof(*f), cmp_found);
+
+	for (size_t i = 0; i < n; i++) {
+		struct disk_record_hdr h;
+		struct object *o, *old;
+		char name[32];
+		ssize_t got;
+		int fd;
+
+		record_name(name, sizeof(name), f[i].id, false);
+		fd = openat(k->dirfd, name, O_RDONLY | O_CLOEXEC);
+		got = fd >= 0 ? pread(fd, buf, DISK_ALIGN, 0) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (got < 0 || disk_record_check(buf, (size_t) got, f[i].size, &h) < 0) {
+			log_warn("skipping damaged or partial record %s/%s", k->dir, name);
+			unlinkat(k->dirfd, name, 0);
+			k->c.skipped++;
+			continue;
+		}
+		old = index_find(&d->index, buf + sizeof(h), h.key_len, index_hash(buf + sizeof(h), h.key_len));
+		if (old) {
+			/* an older version whose removal the crash interrupted */
+			disk_forget(d, old);
+			index_unlink(&d->index, old);
+			if (old->lru_prev || old->lru_next || t->lru_head == old) {
+				if (old->lru_prev)
+					old->lru_prev->lru_next = old->lru_next;
+				else
+					t->lru_head = old->lru_next;
+				if (old->lru_next)
+					old->lru_next->lru_prev = old->lru_prev;
+				else
+					t->lru_tail = old->lru_prev;
+			}
+			t->objects--;
+			free(old);
+		}
+		o = object_new(buf + sizeof(h), h.key_len);
+		if (!o)
+			break;
+		o->len = h.value_len;
+		o->tier = t;
+		o->disk_id = f[i].id;
+		o->disk_len = disk_record_size(h.key_len, h.stored_len);
+		o->flags |= OBJ_COMMITTED;
+		index_insert(&d->index, o);
+		dlru_link_head(t, o);
+		t->objects++;
+		k->c.records++;
+		k->c.bytes += o->disk_len;
+		t->alloc.used = k->c.bytes;
+		k->c.raw_bytes += h.value_len;
+		k->c.recovered++;
+	}
+	free(f);
+	free(buf);
+	if (k->c.recovered || k->c.skipped)
+		log_notice("recovered %llu objects from %s, skipped %llu partial or damaged",
+			   (unsigned long long) k->c.recovered, k->dir, (unsigned long long) k->c.skipped);
+	return 0;
+}
+
+int disk_setup(struct daemon *d)
+{
+	struct tier *t = disk_tier(d);
+	struct disk *k;
+	int r;
+
+	if (!d->cfg->disk_dir[0])
+		return 0;
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	k->efd = -1;
+	snprintf(k->dir, sizeof(k->dir), "%s", d->cfg->disk_dir);
+	k->dirfd = open(k->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (k->dirfd < 0) {
+		r = -errno;
+		log_error("Failed to open disk directory %s: %s", k->dir, strerror(-r));
+		free(k);
+		return r;
+	}
+	k->direct = true;
+	k->zstd = d->cfg->disk_zstd;
+	k->level = d->cfg->disk_zstd_level;
+	k->next_id = 1;
+	if (k->zstd) {
+		k->cctx = ZSTD_createCCtx();
+		k->dctx = ZSTD_createDCtx();
+	} else
+		k->dctx = ZSTD_createDCtx(); /* records written with zstd earlier */
+	r = io_uring_queue_init(RING_ENTRIES, &k->ring, 0);
+	if (r < 0) {
+		log_error("Failed to set up io_uring for the disk tier: %s", strerror(-r));
+		close(k->dirfd);
+		free(k);
+		return r;
+	}
+	k->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (k->efd < 0 || io_uring_register_eventfd(&k->ring, k->efd) < 0) {
+		r = -errno;
+		io_uring_queue_exit(&k->ring);
+		close(k->dirfd);
+		free(k);
+		return r ? r : -EIO;
+	}
+	d->disk = k;
+	*t = (struct tier) { .name = "disk", .kind = SHM_TIER_DISK, .segment = UINT32_MAX };
+	t->alloc.size = d->cfg->disk_size;
+	t->high = (uint64_t) ((double) d->cfg->disk_size * d->cfg->high_watermark);
+	t->low = (uint64_t) ((double) d->cfg->disk_size *
+			     (d->cfg->high_watermark - d->cfg->eviction_ratio));
+	/* the lowest memory tier spills here */
+	d->tiers[0].below = t;
+	k->src.kind = LOOP_DISK;
+	r = loop_watch_doorbell(d, k->efd, &k->src);
+	if (r < 0)
+		return r;
+	r = recover(d);
+	if (r < 0)
+		return r;
+	/* a directory we cannot write to still serves what it holds */
+	{
+		int fd = openat(k->dirfd, ".kvcache-probe", O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+
+		if (fd < 0) {
+			log_error("disk directory %s is not writable (%m): spilling will fail and be "
+				  "counted; serving from memory", k->dir);
+			k->c.io_errors++;
+		} else {
+			close(fd);
+			unlinkat(k->dirfd, ".kvcache-probe", 0);
+		}
+	}
+	log_info("disk tier: %s, %llu bytes, compression %s", k->dir,
+		 (unsigned long long) d->cfg->disk_size, k->zstd ? "zstd" : "none");
+	return 0;
+}
+
+static void io_free(struct disk *k, struct disk_io *io)
+{
+	if (io->prev)
+		io->prev->next = io->next;
+	else
+		k->ios = io->next;
+	if (io->next)
+		io->next->prev = io->prev;
+	free(io->buf);
+	free(io);
+}
+
+void disk_teardown(struct daemon *d)
+{
+	struct disk *k = d->disk;
+
+	if (!k)
+		return;
+	/* wait for what is in flight: its buffers are ours */
+	while (k->inflight) {
+		struct io_uring_cqe *cqe;
+
+		if (k->queued)
+			disk_submit(d);
+		if (io_uring_wait_cqe(&k->ring, &cqe) < 0)
+			break;
+		io_uring_cqe_seen(&k->ring, cqe);
+		k->inflight--;
+	}
+	while (k->ios) {
+		if (k->ios->fd >= 0)
+			close(k->ios->fd);
+		io_free(k, k->ios);
+	}
+	io_uring_queue_exit(&k->ring);
+	close(k->efd);
+	close(k->dirfd);
+	ZSTD_freeCCtx(k->cctx);
+	ZSTD_freeDCtx(k->dctx);
+	free(k);
+	d->disk = NULL;
+}
+
+int disk_eventfd(const struct daemon *d)
+{
+	return d->disk ? d->disk->efd : -1;
+}
+
+/* ---- writing ---- */
+
+static struct disk_io *io_new(struct disk *k, enum io_kind kind, struct object *o)
+{
+	struct disk_io *io = calloc(1, sizeof(*io));
+
+	if (!io)
+		return NULL;
+	io->kind = kind;
+	io->o = o;
+	io->fd = -1;
+	io->next = k->ios;
+	if (io->next)
+		io->next->prev = io;
+	k->ios = io;
+	return io;
+}
+
+static struct io_uring_sqe *get_sqe(struct daemon *d)
+{
+	struct disk *k = d->disk;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&k->ring);
+
+	if (!sqe) {
+		disk_submit(d);
+		sqe = io_uring_get_sqe(&k->ring);
+	}
+	return sqe;
+}
+
+int disk_spill(struct daemon *d, struct object *o)
+{
+	struct disk *k = d->disk;
+	struct disk_record_hdr h = {
+		.magic = DISK_RECORD_MAGIC,
+		.version = DISK_RECORD_VERSION,
+		.value_len = o->len,
+		.key_len = o->key_len,
+		.created_ms = wall_ms(),
+	};
+	const uint8_t *value = (const uint8_t *) o->tier->seg.base + o->block->offset;
+	uint64_t off = disk_record_payload_off(o->key_len), stored = o->len, total;
+	size_t bound = k->zstd ? ZSTD_compressBound(o->len) : o->len;
+	struct io_uring_sqe *sqe;
+	struct disk_io *io;
+	uint8_t *buf;
+	int fd;
+
+	if (o->disk_id || o->spill || !o->block)
+		return -EALREADY;
+	if (k->inflight >= MAX_INFLIGHT || k->inflight_bytes + o->len > MAX_INFLIGHT_BYTES)
+		return -EAGAIN;
+	if (d->now_ms < k->backoff_until)
+		return -EAGAIN;
+	total = disk_record_size(o->key_len, bound);
+	buf = aligned_alloc(DISK_ALIGN, total);
+	if (!buf)
+		return -ENOMEM;
+	if (k->zstd) {
+		size_t z = ZSTD_compressCCtx(k->cctx, buf + off, bound, value, o->len, k->level);
+
+		/* stored raw when it does not shrink */
+		if (!ZSTD_isError(z) && z < o->len) {
+			stored = z;
+			h.flags |= DISK_REC_ZSTD;
+		}
+	}
+	if (!(h.flags & DISK_REC_ZSTD))
+		memcpy(buf + off, value, o->len);
+	h.stored_len = stored;
+	h.value_sum = XXH3_64bits(value, o->len);
+	h.header_sum = disk_record_header_sum(&h, o->key);
+	memcpy(buf, &h, sizeof(h));
+	memcpy(buf + sizeof(h), o->key, o->key_len);
+	memset(buf + sizeof(h) + o->key_len, 0, off - sizeof(h) - o->key_len);
+	total = disk_record_size(o->key_len, stored);
+	memset(buf + off + stored, 0, total - off - stored);
+
+	io = io_new(k, IO_WRITE, o);
+	if (!io) {
+		free(buf);
+		return -ENOMEM;
+	}
+	io->id = k->next_id++;
+	io->buf = buf;
+	io->len = total;
+	record_name(io->name, sizeof(io->name), io->id, true);
+	fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
+	if (fd < 0) {
+		k->c.io_errors++;
+		if (fd == -ENOSPC)
+			k->c.enospc++;
+		log_warn("Failed to create a record in %s: %s; spilling paused", k->dir, strerror(-fd));
+		k->backoff_until = d->now_ms + BACKOFF_MS;
+		io_free(k, io);
+		return fd;
+	}
+	io->fd = fd;
+	sqe = get_sqe(d);
+	if (!sqe) {
+		close(fd);
+		unlinkat(k->dirfd, io->name, 0);
+		io_free(k, io);
+		return -EAGAIN;
+	}
+	io_uring_prep_write(sqe, fd, buf, (unsigned) total, 0);
+	io_uring_sqe_set_data(sqe, io);
+	o->spill = io;
+	k->inflight++;
+	k->queued++;
+	k->inflight_bytes += o->len;
+	return 0;
+}
+
+void disk_submit(struct daemon *d)
+{
+	struct disk *k = d->disk;
+
+	if (k && k->queued) {
+		int r = io_uring_submit(&k->ring);
+
+		if (r >= 0)
+			k->queued = 0;
+	}
+}
+
+static void write_done(struct daemon *d, struct disk_io *io, int res)
+{
+	struct disk *k = d->disk;
+	struct object *o = io->o;
+	char final[32];
+
+	close(io->fd);
+	io->fd = -1;
+	k->inflight_bytes -= o ? o->len : 0;
+	if (res != (int) io->len) {
+		int err = res < 0 ? -res : EIO;
+
+		k->c.io_errors++;
+		if (err == ENOSPC)
+			k->c.enospc++;
+		/* once per backoff period, not once per record */
+		if (d->now_ms >= k->backoff_until)
+			log_warn("Failed to write a record to %s: %s; objects stay in memory, "
+				 "spilling paused for %d ms", k->dir, strerror(err), BACKOFF_MS);
+		k->backoff_until = d->now_ms + BACKOFF_MS;
+		unlinkat(k->dirfd, io->name, 0);
+		if (o)
+			o->spill = NULL;
+		return;
+	}
+	record_name(final, sizeof(final), io->id, false);
+	if (!o) {
+		/* its object went away meanwhile */
+		unlinkat(k->dirfd, io->name, 0);
+		return;
+	}
+	if (renameat(k->dirfd, io->name, k->dirfd, final) < 0) {
+		k->c.io_errors++;
+		unlinkat(k->dirfd, io->name, 0);
+		o->spill = NULL;
+		return;
+	}
+	o->spill = NULL;
+	o->disk_id = io->id;
+	o->disk_len = io->len;
+	k->c.records++;
+	k->c.bytes += io->len;
+	d->disk_tier.alloc.used = k->c.bytes;
+	k->c.raw_bytes += o->len;
+	k->c.writes++;
+	k->c.write_bytes += io->len;
+}
+
+static void unlink_record(struct daemon *d, uint64_t id)
+{
+	struct disk *k = d->disk;
+	struct io_uring_sqe *sqe = get_sqe(d);
+	struct disk_io *io;
+
+	io = sqe ? io_new(k, IO_UNLINK, NULL) : NULL;
+	if (!io) {
+		char name[32];
+
+		record_name(name, sizeof(name), id, false);
+		unlinkat(k->dirfd, name, 0);
+		return;
+	}
+	record_name(io->name, sizeof(io->name), id, false);
+	io_uring_prep_unlinkat(sqe, k->dirfd, io->name, 0);
+	io_uring_sqe_set_data(sqe, io);
+	k->inflight++;
+	k->queued++;
+}
+
+void disk_forget(struct daemon *d, struct object *o)
+{
+	struct disk *k = d->disk;
+
+	if (!k)
+		return;
+	if (o->spill) {
+		o->spill->o = NULL;
+		k->inflight_bytes -= o->len;
+		o->spill = NULL;
+	}
+	if (o->load) {
+		/* parked requests are told the object is gone */
+		struct disk_io *io = o->load;
+
+		io->o = NULL;
+		o->load = NULL;
+		while (io->waiters) {
+			struct disk_waiter *w = io->waiters;
+
+			disk_unwait(w);
+			w->done(w, -ENOENT);
+		}
+	}
+	if (o->disk_id) {
+		k->c.records--;
+		k->c.bytes -= o->disk_len;
+		d->disk_tier.alloc.used = k->c.bytes;
+		k->c.raw_bytes -= o->len;
+		unlink_record(d, o->disk_id);
+		o->disk_id = 0;
+		o->disk_len = 0;
+	}
+}
+
+/* ---- reading back ---- */
+
+void disk_wait(struct object *o, struct disk_waiter *w)
+{
+	struct disk_io *io = o->load;
+
+	w->io = io;
+	w->prev = NULL;
+	w->next = io->waiters;
+	if (w->next)
+		w->next->prev = w;
+	io->waiters = w;
+}
+
+void disk_unwait(struct disk_waiter *w)
+{
+	if (!w->io)
+		return;
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		w->io->waiters = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	w->io = NULL;
+	w->next = w->prev = NULL;
+}
+
+int disk_load(struct daemon *d, struct object *o)
+{
+	struct disk *k = d->disk;
+	struct io_uring_sqe *sqe;
+	struct disk_io *io;
+	int fd;
+
+	if (o->load)
+		return 0;
+	if (!k || !o->disk_id)
+		return -EIO;
+	io = io_new(k, IO_READ, o);
+	if (!io)
+		return -ENOMEM;
+	io->id = o->disk_id;
+	io->len = o->disk_len;
+	io->buf = aligned_alloc(DISK_ALIGN, io->len);
+	record_name(io->name, sizeof(io->name), io->id, false);
+	fd = io->buf ? open_record(k, io->name, O_RDONLY) : -ENOMEM;
+	sqe = fd >= 0 ? get_sqe(d) : NULL;
+	if (!sqe) {
+		if (fd >= 0)
+			close(fd);
+		io_free(k, io);
+		k->c.io_errors++;
+		return fd < 0 ? fd : -EAGAIN;
+	}
+	io->fd = fd;
+	io_uring_prep_read(sqe, fd, io->buf, (unsigned) io->len, 0);
+	io_uring_sqe_set_data(sqe, io);
+	o->load = io;
+	k->inflight++;
+	k->queued++;
+	/* reads go out at once: someone is waiting */
+	disk_submit(d);
+	return 0;
+}
+
+/* Decode the record into a new dram block; -EBADMSG on any mismatch. */
+static int decode(struct daemon *d, struct disk_io *io, int res, struct shm_block **ret)
+{
+	struct disk *k = d->disk;
+	struct object *o = io->o;
+	struct tier *dram = &d->tiers[0];
+	struct disk_record_hdr h;
+	const uint8_t *payload;
+	uint8_t *dst;
+	int r;
+
+	if (res < 0)
+		return res;
+	if (disk_record_check(io->buf, (size_t) res, (uint64_t) res, &h) < 0 ||
+	    h.key_len != o->key_len || memcmp(io->buf + sizeof(h), o->key, o->key_len) != 0 ||
+	    h.value_len != o->len)
+		return -EBADMSG;
+	payload = io->buf + disk_record_payload_off(h.key_len);
+	o->views++; /* making room in dram must not evict o's own record */
+	r = tier_alloc(d, dram, o->len, ret);
+	o->views--;
+	if (r < 0)
+		return r;
+	dst = (uint8_t *) dram->seg.base + (*ret)->offset;
+	if (h.flags & DISK_REC_ZSTD) {
+		size_t n = ZSTD_decompressDCtx(k->dctx, dst, o->len, payload, h.stored_len);
+
+		if (ZSTD_isError(n) || n != o->len)
+			r = -EBADMSG;
+	} else
+		memcpy(dst, payload, o->len);
+	if (r == 0 && XXH3_64bits(dst, o->len) != h.value_sum)
+		r = -EBADMSG;
+	if (r < 0)
+		shm_alloc_free(&dram->alloc, *ret);
+	return r;
+}
+
+static void read_done(struct daemon *d, struct disk_io *io, int res)
+{
+	struct disk *k = d->disk;
+	struct object *o = io->o;
+	struct shm_block *b = NULL;
+	int r;
+
+	close(io->fd);
+	io->fd = -1;
+	if (!o)
+		return; /* went away; waiters were told */
+	o->load = NULL;
+	r = decode(d, io, res, &b);
+	if (r == 0) {
+		k->c.reads++;
+		k->c.read_bytes += io->len;
+		tier_readmit(d, o, b);
+	} else if (r == -EBADMSG) {
+		k->c.checksum_failures++;
+		log_error("record %s/%s of '%s' is damaged; dropped, never served", k->dir, io->name,
+			  o->key);
+	} else if (r != -ENOSPC) {
+		k->c.io_errors++;
+		log_warn("Failed to read %s/%s: %s", k->dir, io->name, strerror(-r));
+	}
+	while (io->waiters) {
+		struct disk_waiter *w = io->waiters;
+
+		disk_unwait(w);
+		w->done(w, r);
+	}
+	if (r == -EBADMSG)
+		object_drop(d, o); /* unlinks the record too */
+}
+
+bool disk_poll(struct daemon *d)
+{
+	struct disk *k = d->disk;
+	struct io_uring_cqe *cqe;
+	unsigned n = 0;
+
+	if (!k || !io_uring_cq_ready(&k->ring))
+		return false;
+	while (io_uring_peek_cqe(&k->ring, &cqe) == 0) {
+		struct disk_io *io = io_uring_cqe_get_data(cqe);
+		int res = cqe->res;
+
+		io_uring_cqe_seen(&k->ring, cqe);
+		k->inflight--;
+		n++;
+		if (io->kind == IO_WRITE)
+			write_done(d, io, res);
+		else if (io->kind == IO_READ)
+			read_done(d, io, res);
+		io_free(k, io);
+	}
+	return n > 0;
+}
+
+/* ---- background work ---- */
+
+/* Drop disk-only objects, least recently used first, to get under low. */
+static bool disk_watermark(struct daemon *d)
+{
+	struct disk *k = d->disk;
+	struct tier *t = disk_tier(d);
+	bool did = false;
+
+	if (k->c.bytes <= t->high)
+		return false;
+	while (k->c.bytes > t->low) {
+		struct object *o = t->lru_tail;
+
+		while (o && object_protected(d, o, true))
+			o = o->lru_prev;
+		if (!o)
+			break;
+		t->st.evictions[EVICT_WATERMARK]++;
+		t->st.evicted_bytes += o->disk_len;
+		d->stats.evictions++;
+		object_drop(d, o);
+		did = true;
+	}
+	return did;
+}
+
+bool disk_maintain(struct daemon *d)
+{
+	struct disk *k = d->disk;
+	struct tier *lowest = &d->tiers[0];
+	bool did = false;
+
+	if (!k)
+		return false;
+	did = disk_watermark(d);
+	/* Spill ahead: clean copies of the coldest objects once dram is past
+	 * its low watermark less a margin, or everything on a flush. */
+	if (d->now_ms >= k->backoff_until && k->c.bytes < d->disk_tier.high) {
+		uint64_t start = lowest->low - lowest->low / 8;
+
+		for (unsigned ti = 0; ti < d->n_tiers; ti++) {
+			struct tier *t = &d->tiers[ti];
+
+			if (!k->flushing && (t != lowest || t->alloc.used <= start))
+				continue;
+			for (struct object *o = t->lru_tail; o; o = o->lru_prev) {
+				int r;
+
+				if (o->disk_id || o->spill)
+					continue;
+				r = disk_spill(d, o);
+				if (r == -EAGAIN || r == -ENOMEM || (r < 0 && r != -EALREADY))
+					break;
+				did = true;
+			}
+		}
+	}
+	if (k->flushing && k->inflight == 0 && !did) {
+		bool left = false;
+
+		for (unsigned ti = 0; ti < d->n_tiers && !left; ti++)
+			for (struct object *o = d->tiers[ti].lru_head; o && !left; o = o->lru_next)
+				left = !o->disk_id;
+		if (!left || d->now_ms < k->backoff_until) {
+			k->flushing = false;
+			log_info("flush done: %llu records on disk", (unsigned long long) k->c.records);
+		}
+	}
+	disk_submit(d);
+	return did;
+}
+
+void disk_flush_start(struct daemon *d)
+{
+	if (d->disk)
+		d->disk->flushing = true;
+}
+
+bool disk_flushing(const struct daemon *d)
+{
+	return d->disk && d->disk->flushing;
+}
+
+bool disk_counters(const struct daemon *d, struct disk_counters *ret)
+{
+	if (!d->disk)
+		return false;
+	*ret = d->disk->c;
+	ret->pending = d->disk->inflight;
+	ret->flush_pending = d->disk->flushing;
+	ret->direct = d->disk->direct;
+	ret->compress = d->disk->zstd;
+	return true;
+}

@@ -553,7 +553,8 @@ static void write_done(struct daemon *d, struct disk_io *io, int res)
 	io->fd = -1;
 	k->inflight_bytes -= o ? o->len : 0;
 	if (res != (int) io->len) {
-		int err = res < 0 ? -res : EIO;
+		/* a short write to a regular file means the filesystem is full */
+		int err = res < 0 ? -res : ENOSPC;
 
 		k->c.io_errors++;
 		if (err == ENOSPC)

@@ -229,7 +229,8 @@ static int recover(struct daemon *d)
 			k->next_id = id + 1;
 	}
 	closedir(dir);
-	qsort(f, n, sizeof(*f), cmp_found);
+	if (n)
+		qsort(f, n, sizeof(*f), cmp_found);
 
 	for (size_t i = 0; i < n; i++) {
 		struct disk_record_hdr h;

@@ -321,7 +321,7 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "channels", 0 },
 	};
 	const size_t nb = sizeof(base) / sizeof(base[0]), per_tier = 15;
-	struct disk_counters dc;
+	struct disk_counters dc = { 0 };
 	bool has_disk = disk_counters(d, &dc);
 	struct {
 		const char *name;

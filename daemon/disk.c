@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 #include <zstd.h>
 
@@ -55,13 +56,26 @@ struct disk_io {
 	uint64_t id;
 	int fd;
 	uint8_t *buf;
+	uint64_t cap;                  /* buf's size, for the pool */
 	uint64_t len;
 	char name[32];
 	struct disk_waiter *waiters;   /* reads: requests parked on it */
 };
 
+/* Bounce buffers are kept for reuse: a fresh 16 MiB allocation costs
+ * page faults and zeroing on every record. */
+#define POOL_MAX 16
+
+struct pooled {
+	uint8_t *buf;
+	uint64_t cap;
+};
+
 struct disk {
 	int dirfd;
+	struct pooled pool[POOL_MAX];
+	unsigned n_pool;
+	XXH3_state_t *hash;
 	char dir[4096];
 	struct io_uring ring;
 	int efd;
@@ -317,6 +331,12 @@ int disk_setup(struct daemon *d)
 	k->zstd = d->cfg->disk_zstd;
 	k->level = d->cfg->disk_zstd_level;
 	k->next_id = 1;
+	k->hash = XXH3_createState();
+	if (!k->hash) {
+		close(k->dirfd);
+		free(k);
+		return -ENOMEM;
+	}
 	if (k->zstd) {
 		k->cctx = ZSTD_createCCtx();
 		k->dctx = ZSTD_createDCtx();
@@ -370,6 +390,43 @@ int disk_setup(struct daemon *d)
 	return 0;
 }
 
+static uint8_t *buf_get(struct disk *k, uint64_t len)
+{
+	unsigned best = POOL_MAX;
+
+	for (unsigned i = 0; i < k->n_pool; i++)
+		if (k->pool[i].cap >= len && (best == POOL_MAX || k->pool[i].cap < k->pool[best].cap))
+			best = i;
+	if (best != POOL_MAX) {
+		uint8_t *b = k->pool[best].buf;
+
+		k->pool[best] = k->pool[--k->n_pool];
+		return b;
+	}
+	return aligned_alloc(DISK_ALIGN, (len + DISK_ALIGN - 1) & ~(uint64_t) (DISK_ALIGN - 1));
+}
+
+static void buf_put(struct disk *k, uint8_t *b, uint64_t cap)
+{
+	if (!b)
+		return;
+	if (k->n_pool == POOL_MAX) {
+		/* keep the bigger ones */
+		unsigned small = 0;
+
+		for (unsigned i = 1; i < k->n_pool; i++)
+			if (k->pool[i].cap < k->pool[small].cap)
+				small = i;
+		if (k->pool[small].cap >= cap) {
+			free(b);
+			return;
+		}
+		free(k->pool[small].buf);
+		k->pool[small] = k->pool[--k->n_pool];
+	}
+	k->pool[k->n_pool++] = (struct pooled) { b, cap };
+}
+
 static void io_free(struct disk *k, struct disk_io *io)
 {
 	if (io->prev)
@@ -378,7 +435,7 @@ static void io_free(struct disk *k, struct disk_io *io)
 		k->ios = io->next;
 	if (io->next)
 		io->next->prev = io->prev;
-	free(io->buf);
+	buf_put(k, io->buf, io->cap);
 	free(io);
 }
 
@@ -409,6 +466,9 @@ void disk_teardown(struct daemon *d)
 	close(k->dirfd);
 	ZSTD_freeCCtx(k->cctx);
 	ZSTD_freeDCtx(k->dctx);
+	XXH3_freeState(k->hash);
+	for (unsigned i = 0; i < k->n_pool; i++)
+		free(k->pool[i].buf);
 	free(k);
 	d->disk = NULL;
 }
@@ -473,7 +533,7 @@ int disk_spill(struct daemon *d, struct object *o)
 	if (d->now_ms < k->backoff_until)
 		return -EAGAIN;
 	total = disk_record_size(o->key_len, bound);
-	buf = aligned_alloc(DISK_ALIGN, total);
+	buf = buf_get(k, total);
 	if (!buf)
 		return -ENOMEM;
 	if (k->zstd) {
@@ -484,11 +544,23 @@ int disk_spill(struct daemon *d, struct object *o)
 			stored = z;
 			h.flags |= DISK_REC_ZSTD;
 		}
+		h.value_sum = XXH3_64bits(value, o->len);
 	}
-	if (!(h.flags & DISK_REC_ZSTD))
-		memcpy(buf + off, value, o->len);
+	if (!(h.flags & DISK_REC_ZSTD)) {
+		/* copy and hash in one pass over memory: each chunk is hashed
+		 * from cache right after it is copied */
+		const uint64_t chunk = 256 << 10;
+
+		XXH3_64bits_reset(k->hash);
+		for (uint64_t at = 0; at < o->len; at += chunk) {
+			uint64_t n = o->len - at < chunk ? o->len - at : chunk;
+
+			memcpy(buf + off + at, value + at, n);
+			XXH3_64bits_update(k->hash, buf + off + at, n);
+		}
+		h.value_sum = XXH3_64bits_digest(k->hash);
+	}
 	h.stored_len = stored;
-	h.value_sum = XXH3_64bits(value, o->len);
 	h.header_sum = disk_record_header_sum(&h, o->key);
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), o->key, o->key_len);
@@ -498,11 +570,12 @@ int disk_spill(struct daemon *d, struct object *o)
 
 	io = io_new(k, IO_WRITE, o);
 	if (!io) {
-		free(buf);
+		buf_put(k, buf, disk_record_size(o->key_len, bound));
 		return -ENOMEM;
 	}
 	io->id = k->next_id++;
 	io->buf = buf;
+	io->cap = disk_record_size(o->key_len, bound);
 	io->len = total;
 	record_name(io->name, sizeof(io->name), io->id, true);
 	fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
@@ -529,6 +602,9 @@ int disk_spill(struct daemon *d, struct object *o)
 	k->inflight++;
 	k->queued++;
 	k->inflight_bytes += o->len;
+	/* out at once: preparing the next record (a copy and a hash of up to
+	 * a GiB) should overlap with the device writing this one */
+	disk_submit(d);
 	return 0;
 }
 
@@ -693,7 +769,8 @@ int disk_load(struct daemon *d, struct object *o)
 		return -ENOMEM;
 	io->id = o->disk_id;
 	io->len = o->disk_len;
-	io->buf = aligned_alloc(DISK_ALIGN, io->len);
+	io->buf = buf_get(k, io->len);
+	io->cap = io->len;
 	record_name(io->name, sizeof(io->name), io->id, false);
 	fd = io->buf ? open_record(k, io->name, O_RDONLY) : -ENOMEM;
 	sqe = fd >= 0 ? get_sqe(d) : NULL;

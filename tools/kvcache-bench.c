@@ -1024,6 +1024,28 @@ static double raw_io(const char *dir, uint64_t block, uint64_t total, bool writi
 	return (double) total / (double) t0;
 }
 
+/* IEEE half from float, truncating (compilers here lack _Float16) */
+static uint16_t to_half(float f)
+{
+	uint32_t x, mant;
+	uint16_t sign;
+	int32_t exp;
+
+	memcpy(&x, &f, 4);
+	sign = (uint16_t) ((x >> 16) & 0x8000);
+	exp = (int32_t) ((x >> 23) & 0xff) - 127 + 15;
+	mant = x & 0x7fffff;
+	if (exp <= 0) {
+		if (exp < -10)
+			return sign;
+		mant |= 0x800000;
+		return (uint16_t) (sign | (mant >> (14 - exp)));
+	}
+	if (exp >= 31)
+		return (uint16_t) (sign | 0x7c00);
+	return (uint16_t) (sign | (uint32_t) exp << 10 | mant >> 13);
+}
+
 /* fp16 K/V values: roughly normal around 0 with a small spread */
 static void fill_kv16(uint8_t *buf, size_t len, uint64_t seed)
 {
@@ -1034,10 +1056,8 @@ static void fill_kv16(uint8_t *buf, size_t len, uint64_t seed)
 		/* sum of uniforms ~ normal; scale to about N(0, 0.5) */
 		double x = ((double) (r & 0xffff) + (double) ((r >> 16) & 0xffff) +
 			    (double) ((r >> 32) & 0xffff) - 98302.5) / 65536.0;
-		_Float16 h = (_Float16) x;
-		uint16_t bits;
+		uint16_t bits = to_half((float) x);
 
-		memcpy(&bits, &h, 2);
 		memcpy(buf + i, &bits, 2);
 	}
 }

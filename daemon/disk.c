@@ -17,6 +17,7 @@
  * The loop never waits for the disk.
  */
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -51,8 +52,15 @@ enum io_kind {
 
 struct disk_io {
 	struct disk_io *next, *prev;   /* all I/O in flight */
+	struct disk_io *qnext;         /* the worker's queues */
 	enum io_kind kind;
+	bool preparing;                /* write: the worker is building the record */
+	bool cancelled;                /* its object went away while it was */
 	struct object *o;              /* NULL once its object went away */
+	const uint8_t *src;            /* write: the value (pinned) */
+	uint64_t vlen;
+	char key[512];
+	uint32_t key_len;
 	uint64_t id;
 	int fd;
 	uint8_t *buf;
@@ -75,7 +83,15 @@ struct disk {
 	int dirfd;
 	struct pooled pool[POOL_MAX];
 	unsigned n_pool;
-	XXH3_state_t *hash;
+	XXH3_state_t *hash;            /* the worker's */
+	/* the worker thread builds records (copy, hash, compress) so the loop
+	 * never spends milliseconds on a large value */
+	pthread_t worker;
+	bool worker_running, stop;
+	pthread_mutex_t q_lock;
+	pthread_cond_t q_cond;
+	struct disk_io *jobs, **jobs_tail, *done;
+	uint32_t n_done;               /* atomic: loop checks it for free */
 	char dir[4096];
 	struct io_uring ring;
 	int efd;
@@ -307,6 +323,8 @@ static int recover(struct daemon *d)
 	return 0;
 }
 
+static void *worker_main(void *arg);
+
 int disk_setup(struct daemon *d)
 {
 	struct tier *t = disk_tier(d);
@@ -372,6 +390,13 @@ int disk_setup(struct daemon *d)
 	r = recover(d);
 	if (r < 0)
 		return r;
+	pthread_mutex_init(&k->q_lock, NULL);
+	pthread_cond_init(&k->q_cond, NULL);
+	k->jobs_tail = &k->jobs;
+	r = -pthread_create(&k->worker, NULL, worker_main, d);
+	if (r < 0)
+		return r;
+	k->worker_running = true;
 	/* a directory we cannot write to still serves what it holds */
 	{
 		int fd = openat(k->dirfd, ".kvcache-probe", O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
@@ -445,6 +470,19 @@ void disk_teardown(struct daemon *d)
 
 	if (!k)
 		return;
+	if (k->worker_running) {
+		pthread_mutex_lock(&k->q_lock);
+		k->stop = true;
+		pthread_cond_signal(&k->q_cond);
+		pthread_mutex_unlock(&k->q_lock);
+		pthread_join(k->worker, NULL);
+		/* records it built or never started: their objects are freed
+		 * with everything else at shutdown */
+		for (struct disk_io *io = k->done; io; io = io->qnext)
+			k->inflight--;
+		for (struct disk_io *io = k->jobs; io; io = io->qnext)
+			k->inflight--;
+	}
 	/* wait for what is in flight: its buffers are ours */
 	while (k->inflight) {
 		struct io_uring_cqe *cqe;
@@ -508,43 +546,29 @@ static struct io_uring_sqe *get_sqe(struct daemon *d)
 	return sqe;
 }
 
-int disk_spill(struct daemon *d, struct object *o)
+/* Worker thread: build the record for io (header, key, payload, padding). */
+static void build_record(struct disk *k, struct disk_io *io)
 {
-	struct disk *k = d->disk;
 	struct disk_record_hdr h = {
 		.magic = DISK_RECORD_MAGIC,
 		.version = DISK_RECORD_VERSION,
-		.value_len = o->len,
-		.key_len = o->key_len,
+		.value_len = io->vlen,
+		.key_len = io->key_len,
 		.created_ms = wall_ms(),
 	};
-	const uint8_t *value = (const uint8_t *) o->tier->seg.base + o->block->offset;
-	uint64_t off = disk_record_payload_off(o->key_len), stored = o->len, total;
-	size_t bound = k->zstd ? ZSTD_compressBound(o->len) : o->len;
-	struct io_uring_sqe *sqe;
-	struct disk_io *io;
-	uint8_t *buf;
-	int fd;
+	uint64_t off = disk_record_payload_off(io->key_len), stored = io->vlen;
+	uint8_t *buf = io->buf;
 
-	if (o->disk_id || o->spill || !o->block)
-		return -EALREADY;
-	if (k->inflight >= MAX_INFLIGHT || k->inflight_bytes + o->len > MAX_INFLIGHT_BYTES)
-		return -EAGAIN;
-	if (d->now_ms < k->backoff_until)
-		return -EAGAIN;
-	total = disk_record_size(o->key_len, bound);
-	buf = buf_get(k, total);
-	if (!buf)
-		return -ENOMEM;
 	if (k->zstd) {
-		size_t z = ZSTD_compressCCtx(k->cctx, buf + off, bound, value, o->len, k->level);
+		size_t bound = ZSTD_compressBound(io->vlen);
+		size_t z = ZSTD_compressCCtx(k->cctx, buf + off, bound, io->src, io->vlen, k->level);
 
 		/* stored raw when it does not shrink */
-		if (!ZSTD_isError(z) && z < o->len) {
+		if (!ZSTD_isError(z) && z < io->vlen) {
 			stored = z;
 			h.flags |= DISK_REC_ZSTD;
 		}
-		h.value_sum = XXH3_64bits(value, o->len);
+		h.value_sum = XXH3_64bits(io->src, io->vlen);
 	}
 	if (!(h.flags & DISK_REC_ZSTD)) {
 		/* copy and hash in one pass over memory: each chunk is hashed
@@ -552,60 +576,166 @@ int disk_spill(struct daemon *d, struct object *o)
 		const uint64_t chunk = 256 << 10;
 
 		XXH3_64bits_reset(k->hash);
-		for (uint64_t at = 0; at < o->len; at += chunk) {
-			uint64_t n = o->len - at < chunk ? o->len - at : chunk;
+		for (uint64_t at = 0; at < io->vlen; at += chunk) {
+			uint64_t n = io->vlen - at < chunk ? io->vlen - at : chunk;
 
-			memcpy(buf + off + at, value + at, n);
+			memcpy(buf + off + at, io->src + at, n);
 			XXH3_64bits_update(k->hash, buf + off + at, n);
 		}
 		h.value_sum = XXH3_64bits_digest(k->hash);
 	}
 	h.stored_len = stored;
-	h.header_sum = disk_record_header_sum(&h, o->key);
+	h.header_sum = disk_record_header_sum(&h, io->key);
 	memcpy(buf, &h, sizeof(h));
-	memcpy(buf + sizeof(h), o->key, o->key_len);
-	memset(buf + sizeof(h) + o->key_len, 0, off - sizeof(h) - o->key_len);
-	total = disk_record_size(o->key_len, stored);
-	memset(buf + off + stored, 0, total - off - stored);
+	memcpy(buf + sizeof(h), io->key, io->key_len);
+	memset(buf + sizeof(h) + io->key_len, 0, off - sizeof(h) - io->key_len);
+	io->len = disk_record_size(io->key_len, stored);
+	memset(buf + off + stored, 0, io->len - off - stored);
+}
 
+static void *worker_main(void *arg)
+{
+	struct daemon *d = arg;
+	struct disk *k = d->disk;
+
+	pthread_mutex_lock(&k->q_lock);
+	for (;;) {
+		struct disk_io *io;
+		uint64_t one = 1;
+
+		while (!k->jobs && !k->stop)
+			pthread_cond_wait(&k->q_cond, &k->q_lock);
+		if (k->stop)
+			break;
+		io = k->jobs;
+		k->jobs = io->qnext;
+		if (!k->jobs)
+			k->jobs_tail = &k->jobs;
+		pthread_mutex_unlock(&k->q_lock);
+
+		build_record(k, io);
+
+		pthread_mutex_lock(&k->q_lock);
+		io->qnext = k->done;
+		k->done = io;
+		__atomic_add_fetch(&k->n_done, 1, __ATOMIC_RELEASE);
+		/* wake the loop if it sleeps: the ring's eventfd is in its set */
+		if (write(k->efd, &one, sizeof(one)) < 0)
+			continue;
+	}
+	pthread_mutex_unlock(&k->q_lock);
+	return NULL;
+}
+
+int disk_spill(struct daemon *d, struct object *o)
+{
+	struct disk *k = d->disk;
+	uint64_t bound;
+	struct disk_io *io;
+	uint8_t *buf;
+
+	if (o->disk_id || o->spill || !o->block)
+		return -EALREADY;
+	if (k->inflight >= MAX_INFLIGHT || k->inflight_bytes + o->len > MAX_INFLIGHT_BYTES)
+		return -EAGAIN;
+	if (d->now_ms < k->backoff_until)
+		return -EAGAIN;
+	bound = disk_record_size(o->key_len, k->zstd ? ZSTD_compressBound(o->len) : o->len);
+	buf = buf_get(k, bound);
+	if (!buf)
+		return -ENOMEM;
 	io = io_new(k, IO_WRITE, o);
 	if (!io) {
-		buf_put(k, buf, disk_record_size(o->key_len, bound));
+		buf_put(k, buf, bound);
 		return -ENOMEM;
 	}
-	io->id = k->next_id++;
 	io->buf = buf;
-	io->cap = disk_record_size(o->key_len, bound);
-	io->len = total;
-	record_name(io->name, sizeof(io->name), io->id, true);
-	fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
-	if (fd < 0) {
-		k->c.io_errors++;
-		if (fd == -ENOSPC)
-			k->c.enospc++;
-		log_warn("Failed to create a record in %s: %s; spilling paused", k->dir, strerror(-fd));
-		k->backoff_until = d->now_ms + BACKOFF_MS;
-		io_free(k, io);
-		return fd;
-	}
-	io->fd = fd;
-	sqe = get_sqe(d);
-	if (!sqe) {
-		close(fd);
-		unlinkat(k->dirfd, io->name, 0);
-		io_free(k, io);
-		return -EAGAIN;
-	}
-	io_uring_prep_write(sqe, fd, buf, (unsigned) total, 0);
-	io_uring_sqe_set_data(sqe, io);
+	io->cap = bound;
+	io->src = (const uint8_t *) o->tier->seg.base + o->block->offset;
+	io->vlen = o->len;
+	memcpy(io->key, o->key, o->key_len);
+	io->key_len = o->key_len;
+	io->preparing = true;
+	/* pinned like a view: not moved, not freed while the worker reads it */
+	o->views++;
 	o->spill = io;
 	k->inflight++;
-	k->queued++;
-	k->inflight_bytes += o->len;
-	/* out at once: preparing the next record (a copy and a hash of up to
-	 * a GiB) should overlap with the device writing this one */
-	disk_submit(d);
+	k->inflight_bytes += io->vlen;
+	pthread_mutex_lock(&k->q_lock);
+	io->qnext = NULL;
+	*k->jobs_tail = io;
+	k->jobs_tail = &io->qnext;
+	pthread_cond_signal(&k->q_cond);
+	pthread_mutex_unlock(&k->q_lock);
 	return 0;
+}
+
+/* Loop: records the worker finished go to the device. */
+static bool prepared(struct daemon *d)
+{
+	struct disk *k = d->disk;
+	struct disk_io *list;
+	bool any = false;
+
+	if (!__atomic_load_n(&k->n_done, __ATOMIC_ACQUIRE))
+		return false;
+	pthread_mutex_lock(&k->q_lock);
+	list = k->done;
+	k->done = NULL;
+	__atomic_store_n(&k->n_done, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&k->q_lock);
+
+	while (list) {
+		struct disk_io *io = list;
+		struct object *o = io->o;
+		struct io_uring_sqe *sqe;
+		int fd;
+
+		list = io->qnext;
+		any = true;
+		io->preparing = false;
+		o->views--;
+		if (io->cancelled || (o->flags & OBJ_DEAD)) {
+			if (o->spill == io)
+				o->spill = NULL;
+			if (o->views == 0 && (o->flags & OBJ_DEAD))
+				object_free(d, o);
+			goto drop;
+		}
+		io->id = k->next_id++;
+		record_name(io->name, sizeof(io->name), io->id, true);
+		fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
+		if (fd < 0) {
+			k->c.io_errors++;
+			if (fd == -ENOSPC)
+				k->c.enospc++;
+			if (d->now_ms >= k->backoff_until)
+				log_warn("Failed to create a record in %s: %s; spilling paused", k->dir,
+					 strerror(-fd));
+			k->backoff_until = d->now_ms + BACKOFF_MS;
+			o->spill = NULL;
+			goto drop;
+		}
+		io->fd = fd;
+		sqe = get_sqe(d);
+		if (!sqe) {
+			close(fd);
+			unlinkat(k->dirfd, io->name, 0);
+			o->spill = NULL;
+			goto drop;
+		}
+		io_uring_prep_write(sqe, fd, io->buf, (unsigned) io->len, 0);
+		io_uring_sqe_set_data(sqe, io);
+		k->queued++;
+		continue;
+drop:
+		k->inflight--;
+		k->inflight_bytes -= io->vlen;
+		io_free(k, io);
+	}
+	/* out at once: the next record is being built meanwhile */
+	disk_submit(d);
+	return any;
 }
 
 void disk_submit(struct daemon *d)
@@ -628,7 +758,7 @@ static void write_done(struct daemon *d, struct disk_io *io, int res)
 
 	close(io->fd);
 	io->fd = -1;
-	k->inflight_bytes -= o ? o->len : 0;
+	k->inflight_bytes -= io->vlen;
 	if (res != (int) io->len) {
 		/* a short write to a regular file means the filesystem is full */
 		int err = res < 0 ? -res : ENOSPC;
@@ -697,8 +827,10 @@ void disk_forget(struct daemon *d, struct object *o)
 	if (!k)
 		return;
 	if (o->spill) {
-		o->spill->o = NULL;
-		k->inflight_bytes -= o->len;
+		if (o->spill->preparing)
+			o->spill->cancelled = true; /* unpinned when the worker is done */
+		else
+			o->spill->o = NULL;
 		o->spill = NULL;
 	}
 	if (o->load) {
@@ -871,8 +1003,12 @@ bool disk_poll(struct daemon *d)
 	struct io_uring_cqe *cqe;
 	unsigned n = 0;
 
-	if (!k || !io_uring_cq_ready(&k->ring))
+	if (!k)
 		return false;
+	if (prepared(d))
+		n++;
+	if (!io_uring_cq_ready(&k->ring))
+		return n > 0;
 	while (io_uring_peek_cqe(&k->ring, &cqe) == 0) {
 		struct disk_io *io = io_uring_cqe_get_data(cqe);
 		int res = cqe->res;

@@ -381,10 +381,31 @@ static struct object *victim(struct daemon *d, struct tier *t, int pass)
 	return NULL;
 }
 
+/* Above a disk tier: the least recently used object that already has a
+ * record (freeing it loses nothing), leaves first. */
+static struct object *clean_victim(struct daemon *d, struct tier *t)
+{
+	if (t->below != &d->disk_tier)
+		return NULL;
+	for (struct object *o = t->lru_tail; o; o = o->lru_prev)
+		if (o->disk_id && !o->n_children && !object_protected(d, o, false))
+			return o;
+	return NULL;
+}
+
 static void evict_tier(struct daemon *d, struct tier *t, uint64_t bytes, bool all,
 		       enum evict_reason why, uint64_t *freed, uint64_t *n)
 {
 	int pass = 0;
+
+	if (why != EVICT_MANUAL) {
+		struct object *o;
+
+		while ((all || *freed < bytes) && (o = clean_victim(d, t))) {
+			*freed += evict_one(d, t, o, why);
+			(*n)++;
+		}
+	}
 
 	while (pass < 3 && (all || *freed < bytes)) {
 		struct object *o = victim(d, t, pass);
@@ -515,8 +536,10 @@ bool tier_maintain(struct daemon *d)
 		if (t->alloc.used <= t->high)
 			continue;
 		while (t->alloc.used > t->low && budget--) {
-			struct object *o = victim(d, t, 0);
+			struct object *o = clean_victim(d, t);
 
+			if (!o)
+				o = victim(d, t, 0);
 			if (!o)
 				o = victim(d, t, 1);
 			if (!o)

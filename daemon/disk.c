@@ -59,6 +59,10 @@ struct disk_io {
 	struct object *o;              /* NULL once its object went away */
 	const uint8_t *src;            /* write: the value (pinned) */
 	uint64_t vlen;
+	struct shm_block *block;       /* read: where the value goes in dram */
+	uint8_t *dst;
+	struct disk_record_hdr hdr;
+	int res;                       /* read: the worker's verdict */
 	char key[512];
 	uint32_t key_len;
 	uint64_t id;
@@ -109,6 +113,10 @@ struct disk {
 	bool flushing;
 	struct disk_counters c;
 };
+
+static void queue_job(struct disk *k, struct disk_io *io);
+static void decode_record(struct disk *k, struct disk_io *io);
+static void read_finish(struct daemon *d, struct disk_io *io, int r);
 
 int disk_record_check(const void *buf, size_t len, uint64_t file_size, struct disk_record_hdr *ret)
 {
@@ -613,7 +621,10 @@ static void *worker_main(void *arg)
 			k->jobs_tail = &k->jobs;
 		pthread_mutex_unlock(&k->q_lock);
 
-		build_record(k, io);
+		if (io->kind == IO_WRITE)
+			build_record(k, io);
+		else
+			decode_record(k, io);
 
 		pthread_mutex_lock(&k->q_lock);
 		io->qnext = k->done;
@@ -661,13 +672,18 @@ int disk_spill(struct daemon *d, struct object *o)
 	o->spill = io;
 	k->inflight++;
 	k->inflight_bytes += io->vlen;
+	queue_job(k, io);
+	return 0;
+}
+
+static void queue_job(struct disk *k, struct disk_io *io)
+{
 	pthread_mutex_lock(&k->q_lock);
 	io->qnext = NULL;
 	*k->jobs_tail = io;
 	k->jobs_tail = &io->qnext;
 	pthread_cond_signal(&k->q_cond);
 	pthread_mutex_unlock(&k->q_lock);
-	return 0;
 }
 
 /* Loop: records the worker finished go to the device. */
@@ -694,6 +710,12 @@ static bool prepared(struct daemon *d)
 		list = io->qnext;
 		any = true;
 		io->preparing = false;
+		if (io->kind == IO_READ) {
+			read_finish(d, io, io->res);
+			k->inflight--;
+			io_free(k, io);
+			continue;
+		}
 		o->views--;
 		if (io->cancelled || (o->flags & OBJ_DEAD)) {
 			if (o->spill == io)
@@ -924,69 +946,54 @@ int disk_load(struct daemon *d, struct object *o)
 	return 0;
 }
 
-/* Decode the record into a new dram block; -EBADMSG on any mismatch. */
-static int decode(struct daemon *d, struct disk_io *io, int res, struct shm_block **ret)
+/* Worker thread: the value into its dram block, checked. */
+static void decode_record(struct disk *k, struct disk_io *io)
 {
-	struct disk *k = d->disk;
-	struct object *o = io->o;
-	struct tier *dram = &d->tiers[0];
-	struct disk_record_hdr h;
-	const uint8_t *payload;
-	uint8_t *dst;
-	int r;
+	const struct disk_record_hdr *h = &io->hdr;
+	const uint8_t *payload = io->buf + disk_record_payload_off(h->key_len);
 
-	if (res < 0)
-		return res;
-	if (disk_record_check(io->buf, (size_t) res, (uint64_t) res, &h) < 0 ||
-	    h.key_len != o->key_len || memcmp(io->buf + sizeof(h), o->key, o->key_len) != 0 ||
-	    h.value_len != o->len)
-		return -EBADMSG;
-	payload = io->buf + disk_record_payload_off(h.key_len);
-	o->views++; /* making room in dram must not evict o's own record */
-	r = tier_alloc(d, dram, o->len, ret);
-	o->views--;
-	if (r < 0)
-		return r;
-	dst = (uint8_t *) dram->seg.base + (*ret)->offset;
-	if (h.flags & DISK_REC_ZSTD) {
-		size_t n = ZSTD_decompressDCtx(k->dctx, dst, o->len, payload, h.stored_len);
+	io->res = 0;
+	if (h->flags & DISK_REC_ZSTD) {
+		size_t n = ZSTD_decompressDCtx(k->dctx, io->dst, h->value_len, payload, h->stored_len);
 
-		if (ZSTD_isError(n) || n != o->len)
-			r = -EBADMSG;
+		if (ZSTD_isError(n) || n != h->value_len)
+			io->res = -EBADMSG;
 	} else
-		memcpy(dst, payload, o->len);
-	if (r == 0 && XXH3_64bits(dst, o->len) != h.value_sum)
-		r = -EBADMSG;
-	if (r < 0)
-		shm_alloc_free(&dram->alloc, *ret);
-	return r;
+		memcpy(io->dst, payload, h->value_len);
+	if (io->res == 0 && XXH3_64bits(io->dst, h->value_len) != h->value_sum)
+		io->res = -EBADMSG;
 }
 
-static void read_done(struct daemon *d, struct disk_io *io, int res)
+/* Loop: the read finished (res < 0) or was decoded (res from the worker). */
+static void read_finish(struct daemon *d, struct disk_io *io, int r)
 {
 	struct disk *k = d->disk;
 	struct object *o = io->o;
-	struct shm_block *b = NULL;
-	int r;
 
-	close(io->fd);
-	io->fd = -1;
-	if (!o)
-		return; /* went away; waiters were told */
+	if (!o) {
+		/* went away meanwhile; its waiters were told */
+		if (io->block)
+			shm_alloc_free(&d->tiers[0].alloc, io->block);
+		return;
+	}
 	o->load = NULL;
-	r = decode(d, io, res, &b);
 	if (r == 0) {
 		k->c.reads++;
 		k->c.read_bytes += io->len;
-		tier_readmit(d, o, b);
-	} else if (r == -EBADMSG) {
-		k->c.checksum_failures++;
-		log_error("record %s/%s of '%s' is damaged; dropped, never served", k->dir, io->name,
-			  o->key);
-	} else if (r != -ENOSPC) {
-		k->c.io_errors++;
-		log_warn("Failed to read %s/%s: %s", k->dir, io->name, strerror(-r));
+		tier_readmit(d, o, io->block);
+	} else {
+		if (io->block)
+			shm_alloc_free(&d->tiers[0].alloc, io->block);
+		if (r == -EBADMSG) {
+			k->c.checksum_failures++;
+			log_error("record %s/%s of '%s' is damaged; dropped, never served", k->dir,
+				  io->name, o->key);
+		} else if (r != -ENOSPC) {
+			k->c.io_errors++;
+			log_warn("Failed to read %s/%s: %s", k->dir, io->name, strerror(-r));
+		}
 	}
+	io->block = NULL;
 	while (io->waiters) {
 		struct disk_waiter *w = io->waiters;
 
@@ -995,6 +1002,44 @@ static void read_done(struct daemon *d, struct disk_io *io, int res)
 	}
 	if (r == -EBADMSG)
 		object_drop(d, o); /* unlinks the record too */
+}
+
+/* Loop: the bytes are in; check the header here (cheap), leave the copy,
+ * decompression and checksum to the worker.  True if io lives on. */
+static bool read_done(struct daemon *d, struct disk_io *io, int res)
+{
+	struct disk *k = d->disk;
+	struct object *o = io->o;
+	struct tier *dram = &d->tiers[0];
+	int r;
+
+	close(io->fd);
+	io->fd = -1;
+	if (!o)
+		return false;
+	if (res < 0) {
+		read_finish(d, io, res);
+		return false;
+	}
+	if (disk_record_check(io->buf, (size_t) res, (uint64_t) res, &io->hdr) < 0 ||
+	    io->hdr.key_len != o->key_len ||
+	    memcmp(io->buf + sizeof(io->hdr), o->key, o->key_len) != 0 ||
+	    io->hdr.value_len != o->len) {
+		read_finish(d, io, -EBADMSG);
+		return false;
+	}
+	/* making room in dram must not evict o's own record: it is loading,
+	 * which object_protected() honours */
+	r = tier_alloc(d, dram, o->len, &io->block);
+	if (r < 0) {
+		io->block = NULL;
+		read_finish(d, io, r);
+		return false;
+	}
+	io->dst = (uint8_t *) dram->seg.base + io->block->offset;
+	io->preparing = true;
+	queue_job(k, io);
+	return true;
 }
 
 bool disk_poll(struct daemon *d)
@@ -1018,8 +1063,10 @@ bool disk_poll(struct daemon *d)
 		n++;
 		if (io->kind == IO_WRITE)
 			write_done(d, io, res);
-		else if (io->kind == IO_READ)
-			read_done(d, io, res);
+		else if (io->kind == IO_READ && read_done(d, io, res)) {
+			k->inflight++; /* still ours until the worker is done */
+			continue;
+		}
 		io_free(k, io);
 	}
 	return n > 0;

@@ -189,6 +189,9 @@ void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all,
 void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_t len);
 /* Background work: watermarks, promotions.  True if it did something. */
 bool tier_maintain(struct daemon *d);
+/* A tier's LRU list: most recent at the head. */
+void tier_lru_link(struct tier *t, struct object *o);
+void tier_lru_unlink(struct tier *t, struct object *o);
 /* A disk-only object read back into dram block b. */
 void tier_readmit(struct daemon *d, struct object *o, struct shm_block *b);
 uint64_t tier_capacity(const struct tier *t);

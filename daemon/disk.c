@@ -172,19 +172,6 @@ static struct tier *disk_tier(struct daemon *d)
 	return &d->disk_tier;
 }
 
-/* ---- the disk tier's LRU (disk-only objects) ---- */
-
-static void dlru_link_head(struct tier *t, struct object *o)
-{
-	o->lru_prev = NULL;
-	o->lru_next = t->lru_head;
-	if (o->lru_next)
-		o->lru_next->lru_prev = o;
-	else
-		t->lru_tail = o;
-	t->lru_head = o;
-}
-
 /* ---- set-up and recovery ---- */
 
 static int open_record(struct disk *k, const char *name, int flags)
@@ -293,16 +280,7 @@ static int recover(struct daemon *d)
 			/* an older version whose removal the crash interrupted */
 			disk_forget(d, old);
 			index_unlink(&d->index, old);
-			if (old->lru_prev || old->lru_next || t->lru_head == old) {
-				if (old->lru_prev)
-					old->lru_prev->lru_next = old->lru_next;
-				else
-					t->lru_head = old->lru_next;
-				if (old->lru_next)
-					old->lru_next->lru_prev = old->lru_prev;
-				else
-					t->lru_tail = old->lru_prev;
-			}
+			tier_lru_unlink(t, old);
 			t->objects--;
 			free(old);
 		}
@@ -315,7 +293,7 @@ static int recover(struct daemon *d)
 		o->disk_len = disk_record_size(h.key_len, h.stored_len);
 		o->flags |= OBJ_COMMITTED;
 		index_insert(&d->index, o);
-		dlru_link_head(t, o);
+		tier_lru_link(t, o);
 		t->objects++;
 		k->c.records++;
 		k->c.bytes += o->disk_len;

@@ -31,7 +31,7 @@
 
 /* ---- LRU, per tier ---- */
 
-static void lru_link_head(struct tier *t, struct object *o)
+void tier_lru_link(struct tier *t, struct object *o)
 {
 	o->lru_prev = NULL;
 	o->lru_next = t->lru_head;
@@ -42,7 +42,7 @@ static void lru_link_head(struct tier *t, struct object *o)
 	t->lru_head = o;
 }
 
-static void lru_unlink(struct tier *t, struct object *o)
+void tier_lru_unlink(struct tier *t, struct object *o)
 {
 	if (o->lru_prev)
 		o->lru_prev->lru_next = o->lru_next;
@@ -195,7 +195,7 @@ void object_publish(struct daemon *d, struct object *o)
 
 	o->flags |= OBJ_COMMITTED;
 	index_insert(&d->index, o);
-	lru_link_head(o->tier, o);
+	tier_lru_link(o->tier, o);
 	o->tier->objects++;
 	if (o->parent_key) {
 		p = index_find(&d->index, o->parent_key, o->parent_len,
@@ -229,7 +229,7 @@ void object_drop(struct daemon *d, struct object *o)
 {
 	disk_forget(d, o);
 	index_unlink(&d->index, o);
-	lru_unlink(o->tier, o);
+	tier_lru_unlink(o->tier, o);
 	o->tier->objects--;
 	unqueue_promotion(d, o);
 	/* children lose their prefix; the parent loses a child */
@@ -245,8 +245,8 @@ void object_drop(struct daemon *d, struct object *o)
 void object_hit(struct daemon *d, struct object *o, bool lease, bool counts)
 {
 	if (o->tier->lru_head != o) {
-		lru_unlink(o->tier, o);
-		lru_link_head(o->tier, o);
+		tier_lru_unlink(o->tier, o);
+		tier_lru_link(o->tier, o);
 	}
 	if (o->tier == &d->disk_tier) {
 		if (lease && d->cfg->lease_ttl_ms)
@@ -316,14 +316,14 @@ static int move(struct daemon *d, struct object *o, struct tier *to, bool may_ev
 		return r;
 	memcpy((uint8_t *) to->seg.base + b->offset, (uint8_t *) from->seg.base + o->block->offset,
 	       o->len);
-	lru_unlink(from, o);
+	tier_lru_unlink(from, o);
 	from->objects--;
 	shm_alloc_free(&from->alloc, o->block);
 	o->block = b;
 	o->tier = to;
 	o->hits = 0;
 	to->objects++;
-	lru_link_head(to, o);
+	tier_lru_link(to, o);
 	to->st.bytes_moved += o->len;
 	d->stats.bytes_moved += o->len;
 	return 0;
@@ -339,14 +339,14 @@ static uint64_t evict_one(struct daemon *d, struct tier *t, struct object *o, en
 		/* a clean copy is on disk: only the memory goes */
 		struct tier *disk = t->below;
 
-		lru_unlink(t, o);
+		tier_lru_unlink(t, o);
 		t->objects--;
 		shm_alloc_free(&t->alloc, o->block);
 		o->block = NULL;
 		o->tier = disk;
 		o->hits = 0;
 		disk->objects++;
-		lru_link_head(disk, o);
+		tier_lru_link(disk, o);
 		disk->st.demotions++;
 		disk->st.bytes_moved += o->len;
 		d->stats.demotions++;
@@ -487,13 +487,13 @@ void tier_readmit(struct daemon *d, struct object *o, struct shm_block *b)
 {
 	struct tier *dram = &d->tiers[0], *disk = o->tier;
 
-	lru_unlink(disk, o);
+	tier_lru_unlink(disk, o);
 	disk->objects--;
 	o->tier = dram;
 	o->block = b;
 	o->hits = 0;
 	dram->objects++;
-	lru_link_head(dram, o);
+	tier_lru_link(dram, o);
 	dram->st.promotions++;
 	dram->st.bytes_moved += o->len;
 	d->stats.promotions++;

@@ -745,16 +745,26 @@ static const char *find_kvcached(char *buf, size_t len)
 	return "kvcached";
 }
 
-static void start_daemon(char *sock, size_t len, const char *dram, const char *lease_ms)
+/* A private kvcached on a socket in tmpdir, with `extra` arguments
+ * (NULL-terminated). */
+static void start_daemon_args(char *sock, size_t len, const char *const *extra)
 {
 	char bin[4200];
-	const char *path = find_kvcached(bin, sizeof(bin));
+	const char *path = find_kvcached(bin, sizeof(bin)), *argv[32];
+	int n = 0;
 
 	snprintf(sock, len, "%s/kvcached.sock", tmpdir);
+	argv[n++] = "kvcached";
+	argv[n++] = "--socket";
+	argv[n++] = sock;
+	argv[n++] = "--log-level";
+	argv[n++] = "warn";
+	while (*extra && n < 31)
+		argv[n++] = *extra++;
+	argv[n] = NULL;
 	daemon_pid = fork();
 	if (daemon_pid == 0) {
-		execlp(path, "kvcached", "--socket", sock, "--dram-size", dram, "--log-level",
-		       "warn", "--default-kv-lease-ttl", lease_ms, (char *) NULL);
+		execvp(path, (char *const *) argv);
 		fprintf(stderr, "kvcache-bench: cannot run %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}
@@ -771,6 +781,13 @@ static void start_daemon(char *sock, size_t len, const char *dram, const char *l
 		usleep(10000);
 	}
 	die(0, "%s did not come up", path);
+}
+
+static void start_daemon(char *sock, size_t len, const char *dram, const char *lease_ms)
+{
+	const char *extra[] = { "--dram-size", dram, "--default-kv-lease-ttl", lease_ms, NULL };
+
+	start_daemon_args(sock, len, extra);
 }
 
 /* ---- churn: a pool that is always full ---- */
@@ -1244,28 +1261,11 @@ static int run_disk(const char *dir, const uint64_t *sizes, size_t n, const char
 
 static void start_daemon_disk(char *sock, size_t len, const char *ddir, const char *compress)
 {
-	char bin[4200];
-	const char *path = find_kvcached(bin, sizeof(bin));
+	/* memory for all of it, so the flush is the only writer */
+	const char *extra[] = { "--dram-size", "1GiB", "--disk-dir", ddir, "--disk-size", "4GiB",
+				"--disk-compress", compress, "--default-kv-lease-ttl", "0", NULL };
 
-	snprintf(sock, len, "%s/kvcached.sock", tmpdir);
-	daemon_pid = fork();
-	if (daemon_pid == 0) {
-		/* memory for all of it, so the flush is the only writer */
-		execlp(path, "kvcached", "--socket", sock, "--dram-size", "1GiB", "--disk-dir", ddir,
-		       "--disk-size", "4GiB", "--disk-compress", compress, "--log-level", "warn",
-		       "--default-kv-lease-ttl", "0", (char *) NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 500; i++) {
-		struct kvc_client *c;
-
-		if (kvc_connect(sock, &c) == 0) {
-			kvc_disconnect(c);
-			return;
-		}
-		usleep(10000);
-	}
-	die(0, "%s did not come up", path);
+	start_daemon_args(sock, len, extra);
 }
 
 static bool want_op(const char *op)

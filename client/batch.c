@@ -379,6 +379,89 @@ int kvc_put_from(struct kvc_client *c, const char *key, const struct kvc_buffer 
 	return (int) chan_call(c, &e, t, NULL);
 }
 
+/* Registered-buffer copies for many keys, on sync tags. */
+static int batch_copy(struct kvc_client *c, int opcode, size_t n, const char *const *keys,
+		      const struct kvc_iov *const *iov, const size_t *n_iov,
+		      const struct kvc_put_opts *opts, int64_t *res)
+{
+	struct shm_sqe e[BATCH_CHUNK];
+	uint32_t tags[BATCH_CHUNK];
+	size_t idx[BATCH_CHUNK];
+	int ok = 0;
+
+	if (!c || (n && (!keys || !iov || !n_iov || !res)))
+		return -EINVAL;
+	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
+		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK, m = 0;
+		int r;
+
+		for (size_t i = 0; i < k; i++) {
+			size_t j = base + i;
+			struct kvc_op op = { .opcode = opcode, .key = keys[j], .iov = iov[j],
+					     .n_iov = n_iov[j], .opts = opts };
+
+			if (n_iov[j] == 0) {
+				res[j] = -EINVAL;
+				continue;
+			}
+			r = chan_tag_get(c, TAG_SYNC, true, &tags[m]);
+			if (r < 0)
+				return r;
+			r = prep_op(c, tags[m], &op, &e[m]);
+			if (r < 0) {
+				chan_tag_put(&c->chan, tags[m]);
+				res[j] = r;
+				continue;
+			}
+			e[m].flags &= (uint8_t) ~SHM_SQE_WANT_MSG;
+			idx[m++] = j;
+		}
+		r = chan_submit(c, e, (uint32_t) m);
+		if (r < 0)
+			return r;
+		for (size_t i = 0; i < m; i++) {
+			int64_t x = chan_wait(c, tags[i]);
+
+			if (x == -ECONNRESET && c->broken)
+				return (int) x;
+			res[idx[i]] = x;
+			ok += x >= 0;
+			chan_tag_put(&c->chan, tags[i]);
+		}
+	}
+	return ok;
+}
+
+int kvc_batch_get_into(struct kvc_client *c, size_t n, const char *const *keys,
+		       const struct kvc_iov *const *iov, const size_t *n_iov, ssize_t *ret_results)
+{
+	_Static_assert(sizeof(ssize_t) == sizeof(int64_t), "ssize_t results");
+	return batch_copy(c, KVC_OP_GET_INTO, n, keys, iov, n_iov, NULL, (int64_t *) ret_results);
+}
+
+int kvc_batch_put_from(struct kvc_client *c, size_t n, const char *const *keys,
+		       const struct kvc_iov *const *iov, const size_t *n_iov,
+		       const struct kvc_put_opts *opts, int *ret_results)
+{
+	int64_t res[BATCH_CHUNK];
+	int ok = 0;
+
+	if (!ret_results && n)
+		return -EINVAL;
+	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
+		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK;
+		int r = batch_copy(c, KVC_OP_PUT_FROM, k, keys + base, iov + base, n_iov + base, opts,
+				   res);
+
+		if (r < 0)
+			return r;
+		for (size_t i = 0; i < k; i++)
+			ret_results[base + i] = (int) res[i];
+		ok += r;
+	}
+	return ok;
+}
+
 /* ---- asynchronous operations ---- */
 
 int kvc_submit(struct kvc_client *c, const struct kvc_op *ops, size_t n)

@@ -122,6 +122,38 @@ static void test_registered(struct kvc_client *c)
 		CHECK_EQ(buf[1500], 0x5a);
 		CHECK_EQ(kvc_remove(c, "reg-sg"), 0);
 	}
+	/* the batch forms: four keys, each from and into two pieces */
+	{
+		const char *keys[4] = { "rb/0", "rb/1", "rb/2", "nope" };
+		struct kvc_iov pieces[4][2];
+		const struct kvc_iov *ip[4];
+		size_t n_iov[4] = { 2, 2, 2, 2 };
+		int pres[3];
+		ssize_t gres[4];
+
+		for (int i = 0; i < 4; i++) {
+			pieces[i][0] = (struct kvc_iov) { &a, (uint64_t) i * 8192, 4096 };
+			pieces[i][1] = (struct kvc_iov) { &a, (uint64_t) i * 8192 + 4096, 4096 };
+			ip[i] = pieces[i];
+		}
+		test_fill(a.data, 4 * 8192, 77);
+		CHECK_EQ(kvc_batch_put_from(c, 3, keys, ip, n_iov, NULL, pres), 3);
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(pres[i], 0);
+		for (int i = 0; i < 4; i++) {
+			pieces[i][0].buf = &b;
+			pieces[i][1].buf = &b;
+		}
+		memset(b.data, 0, 4 * 8192);
+		CHECK_EQ(kvc_batch_get_into(c, 4, keys, ip, n_iov, gres), 3);
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(gres[i], 8192);
+		CHECK_EQ(gres[3], -ENOENT);
+		CHECK(memcmp(b.data, a.data, 3 * 8192) == 0);
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(kvc_remove(c, keys[i]), 0);
+	}
+
 	/* a freed buffer's handle is refused */
 	{
 		struct kvc_buffer stale = b;

@@ -165,6 +165,18 @@ ssize_t kvc_get_into(struct kvc_client *c, const char *key, const struct kvc_buf
 int kvc_put_from(struct kvc_client *c, const char *key, const struct kvc_buffer *buf,
 		 uint64_t offset, size_t len, const struct kvc_put_opts *opts);
 
+/* Batch forms (Mooncake's batch_get_into_multi_buffers and
+ * batch_put_from_multi_buffers): keys[i] into, or from, its n_iov[i] pieces
+ * iov[i] of registered buffers, up to 128 keys in flight at once, the copies
+ * done by the daemon.  ret_results[i] is the length (get) or 0 (put), or
+ * -errno; returns how many succeeded.  They do not touch the completions of
+ * kvc_submit(). */
+int kvc_batch_get_into(struct kvc_client *c, size_t n, const char *const *keys,
+		       const struct kvc_iov *const *iov, const size_t *n_iov, ssize_t *ret_results);
+int kvc_batch_put_from(struct kvc_client *c, size_t n, const char *const *keys,
+		       const struct kvc_iov *const *iov, const size_t *n_iov,
+		       const struct kvc_put_opts *opts, int *ret_results);
+
 /* ---- asynchronous operations ----
  *
  * Submit now, reap later, as with io_uring: e.g. load the next layer's KV

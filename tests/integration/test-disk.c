@@ -201,6 +201,16 @@ static void test_crash(void)
 	CHECK_EQ(test_wait(td.pid), 128 + SIGKILL);
 	CHECK_EQ(test_wait(w), 0);
 	kvc_disconnect(c);
+	/* the killed daemon's socket and lock stay behind; the next one
+	 * gets a directory of its own */
+	{
+		char f[160];
+
+		snprintf(f, sizeof(f), "%s.lock", td.socket);
+		unlink(f);
+		unlink(td.socket);
+		rmdir(td.dir);
+	}
 
 	/* what a crash can leave: a half-written record, a truncated one */
 	snprintf(path, sizeof(path), "%s/00000000000fffff.tmp", dir);

@@ -64,6 +64,16 @@ static inline uint64_t now_ns(void)
 	return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
 }
 
+/* Stop the private daemon, if this run started one. */
+static void stop_daemon(void)
+{
+	if (daemon_pid > 0) {
+		kill(daemon_pid, SIGTERM);
+		waitpid(daemon_pid, NULL, 0);
+	}
+	daemon_pid = 0;
+}
+
 static void die(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void die(int err, const char *fmt, ...)
@@ -77,8 +87,7 @@ static void die(int err, const char *fmt, ...)
 	if (err)
 		fprintf(stderr, ": %s", kvc_strerror(err));
 	fprintf(stderr, "\n");
-	if (daemon_pid > 0)
-		kill(daemon_pid, SIGTERM);
+	stop_daemon();
 	exit(1);
 }
 
@@ -970,10 +979,7 @@ static int run_churn(uint64_t size)
 	printf("usable prefix rate    prefix-aware %.1f%%, plain LRU %.1f%%\n", 100.0 * rate_prefix,
 	       100.0 * rate_lru);
 	kvc_disconnect(c);
-	if (daemon_pid > 0) {
-		kill(daemon_pid, SIGTERM);
-		waitpid(daemon_pid, NULL, 0);
-	}
+	stop_daemon();
 	rmdir(tmpdir);
 	free(src);
 	free(dst);
@@ -1195,9 +1201,7 @@ static void kvcache_disk(const char *dir, uint64_t size, uint64_t total, const c
 		die(0, "%s", "read-back returned wrong bytes");
 	kvc_buffer_free(c, &buf);
 	kvc_disconnect(c);
-	kill(daemon_pid, SIGTERM);
-	waitpid(daemon_pid, NULL, 0);
-	daemon_pid = 0;
+	stop_daemon();
 	{
 		char cmd[4300];
 
@@ -1542,10 +1546,7 @@ int main(int argc, char **argv)
 	}
 	counters_done(&k);
 	kvc_disconnect(c);
-	if (daemon_pid > 0) {
-		kill(daemon_pid, SIGTERM);
-		waitpid(daemon_pid, NULL, 0);
-	}
+	stop_daemon();
 	rmdir(tmpdir);
 	free(src);
 	free(dst);

@@ -51,8 +51,9 @@ static uint64_t block_content(unsigned p, unsigned b)
 	return b < arg_shared ? mix(0x5157 + b) : mix((uint64_t) p << 32 | b);
 }
 
-/* key = model@tp_rank@hash(prefix hash, this block's tokens), 64 hex chars */
-static void block_keys(unsigned p, char (*keys)[KEY_LEN], uint64_t *seeds)
+/* key = model@tp_rank@hash(prefix hash, this block's tokens), 64 hex chars;
+ * kp[] points at them, as kvc_prefix_lookup() wants */
+static void block_keys(unsigned p, char (*keys)[KEY_LEN], uint64_t *seeds, const char **kp)
 {
 	uint64_t h = 0;
 
@@ -61,6 +62,7 @@ static void block_keys(unsigned p, char (*keys)[KEY_LEN], uint64_t *seeds)
 		seeds[b] = h;
 		snprintf(keys[b], KEY_LEN, "llama3-8b@tp_rank:0@%016" PRIx64 "%016" PRIx64 "%016" PRIx64
 			 "%016" PRIx64, h, mix(h + 1), mix(h + 2), mix(h + 3));
+		kp[b] = keys[b];
 	}
 }
 
@@ -127,9 +129,7 @@ static int prefill(void)
 	for (unsigned p = 0; p < arg_prompts; p++) {
 		int hit;
 
-		block_keys(p, keys, seeds);
-		for (unsigned b = 0; b < arg_blocks; b++)
-			kp[b] = keys[b];
+		block_keys(p, keys, seeds, kp);
 		hit = kvc_prefix_lookup(c, kp, arg_blocks);
 		if (hit < 0) {
 			fprintf(stderr, "prefix lookup: %s\n", kvc_strerror(hit));
@@ -184,9 +184,7 @@ static int decode(void)
 	for (unsigned p = 0; p < arg_prompts; p++) {
 		int hit;
 
-		block_keys(p, keys, seeds);
-		for (unsigned b = 0; b < arg_blocks; b++)
-			kp[b] = keys[b];
+		block_keys(p, keys, seeds, kp);
 		hit = kvc_prefix_lookup(c, kp, arg_blocks);
 		if (hit < 0)
 			return 1;

@@ -42,7 +42,6 @@ struct parked {
 };
 
 struct channel {
-	struct loop_source src;      /* first: the loop's epoll tag */
 	struct channel *next, *prev; /* all channels of the daemon */
 	struct parked *parked;
 	struct shm_cqe *backlog;     /* completions that found the ring full */
@@ -78,7 +77,6 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 	ch = calloc(1, sizeof(*ch));
 	if (!ch)
 		return -ENOMEM;
-	ch->src.kind = LOOP_CHANNEL;
 	ch->s = s;
 	ch->efd = -1;
 	r = shm_memfd_new("kvcache-channel", SHM_CHAN_SIZE, false, &ch->memfd, (void **) &ch->base);
@@ -108,7 +106,7 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 	ring_side_init(&ch->cq, (struct shm_ring *) (ch->base + SHM_CHAN_CQ_OFF),
 		       ch->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
 	ch->arena = ch->base + SHM_CHAN_ARENA_OFF;
-	r = loop_watch_doorbell(s->d, ch->efd, &ch->src);
+	r = loop_watch_doorbell(s->d, ch->efd, &s->d->doorbell_src);
 	if (r < 0)
 		goto fail;
 	/* Start awake: the client's first request needs no doorbell if the
@@ -148,7 +146,8 @@ void channel_close(struct channel *ch)
 		ch->s->d->channels = ch->next;
 	if (ch->next)
 		ch->next->prev = ch->prev;
-	close(ch->efd); /* also leaves the epoll set */
+	loop_unwatch_doorbell(ch->s->d, ch->efd);
+	close(ch->efd);
 	close(ch->memfd);
 	munmap(ch->base, SHM_CHAN_SIZE);
 	free(ch);

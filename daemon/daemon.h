@@ -157,6 +157,9 @@ struct daemon {
 	struct stats stats;
 
 	struct loop_source listen_src, signal_src, ctl_src;
+	/* Every channel doorbell carries this one tag, never its channel:
+	 * a doorbell event may arrive after its channel was freed. */
+	struct loop_source doorbell_src;
 	struct session *sessions; /* doubly linked through session->next/prev */
 	struct channel *channels; /* every session's, for the poller */
 	uint32_t poll_window_us;  /* current adaptive spin window */
@@ -250,4 +253,8 @@ void loop_teardown(struct daemon *d);
 int loop_watch(struct daemon *d, int fd, uint32_t events, struct loop_source *src, bool modify);
 /* Channel doorbells: only wake the loop when it sleeps. */
 int loop_watch_doorbell(struct daemon *d, int fd, struct loop_source *src);
+void loop_unwatch_doorbell(struct daemon *d, int fd);
+/* The monotonic clock in ms, read now (vDSO, no system call); also
+ * refreshes d->now_ms, which requests are judged against. */
+uint64_t loop_clock(struct daemon *d);
 

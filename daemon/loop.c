@@ -50,6 +50,14 @@ int loop_watch_doorbell(struct daemon *d, int fd, struct loop_source *src)
 	return 0;
 }
 
+void loop_unwatch_doorbell(struct daemon *d, int fd)
+{
+	/* Explicitly: the client holds the same eventfd (it came over
+	 * SCM_RIGHTS), so closing ours would leave the registration alive
+	 * and a later ring would still wake the loop. */
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
 /*
  * The watcher thread: blocks until a control fd is ready, raises ctl_ready,
  * and waits for the loop to take it down.  The loop only reads a flag while
@@ -167,6 +175,7 @@ int loop_setup(struct daemon *d)
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &d->ctl_src };
 
 		d->ctl_src.kind = LOOP_CONTROL;
+		d->doorbell_src.kind = LOOP_CHANNEL;
 		if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->ctl_epfd, &ev) < 0)
 			return -errno;
 	}
@@ -250,9 +259,9 @@ static void dispatch(struct daemon *d, struct epoll_event *evs, int n)
 			session_event((struct session *) src, evs[i].events);
 			break;
 		case LOOP_CHANNEL:
-			/* A doorbell: only a wake-up.  It is not dereferenced,
-			 * since a hang-up earlier in this batch may have freed
-			 * the channel; the poller finds the work itself. */
+			/* A doorbell: only a wake-up, tagged with the shared
+			 * d->doorbell_src, so nothing freed is read here; the
+			 * poller finds the work itself. */
 			break;
 		case LOOP_DISK: {
 			uint64_t v;
@@ -284,6 +293,12 @@ static uint64_t now_us(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
 	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+uint64_t loop_clock(struct daemon *d)
+{
+	d->now_ms = now_us() / 1000;
+	return d->now_ms;
 }
 
 /*
@@ -340,6 +355,9 @@ int loop_run(struct daemon *d)
 		n = epoll_wait(d->epfd, evs, 64, -1);
 		channel_set_sleeping(d, false);
 		now = now_us();
+		/* whatever woke us is judged by the time now, not by the time
+		 * we went to sleep (leases expire meanwhile) */
+		d->now_ms = now / 1000;
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;

@@ -5,6 +5,7 @@
 
 #include "helpers.h"
 #include "raw.h"
+#include "shmem.h"
 
 int raw_connect(const char *socket_path)
 {
@@ -99,4 +100,54 @@ int raw_hello(int fd, uint32_t major)
 	kvc__welcome__free_unpacked(w, NULL);
 	free(p);
 	return err;
+}
+
+void raw_chan_open(struct raw_chan *rc, const char *socket_path)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__Response *resp;
+	int fds[2];
+	size_t n_fds;
+	uint8_t *p;
+	uint32_t len;
+	void *base;
+
+	rc->sock = raw_connect(socket_path);
+	CHECK_EQ(raw_hello(rc->sock, KVC_PROTO_MAJOR), 0);
+	q.op = KVC__OP__OP_CHANNEL_OPEN;
+	raw_send_msg(rc->sock, WIRE_REQUEST, &q.base);
+	CHECK_EQ(raw_recv_fds(rc->sock, &p, &len, fds, 2, &n_fds), WIRE_RESPONSE);
+	CHECK_EQ(n_fds, 2);
+	resp = kvc__response__unpack(NULL, len, p);
+	CHECK(resp && resp->error == 0);
+	kvc__response__free_unpacked(resp, NULL);
+	free(p);
+	CHECK_EQ(shm_memfd_map(fds[0], SHM_CHAN_SIZE, &base), 0);
+	close(fds[0]);
+	rc->base = base;
+	rc->efd = fds[1];
+	rc->arena = rc->base + SHM_CHAN_ARENA_OFF;
+	ring_side_init(&rc->sq, (struct shm_ring *) (rc->base + SHM_CHAN_SQ_OFF),
+		       rc->base + SHM_CHAN_SQES_OFF, sizeof(struct shm_sqe), SHM_CHAN_ENTRIES, 0);
+	ring_side_init(&rc->cq, (struct shm_ring *) (rc->base + SHM_CHAN_CQ_OFF),
+		       rc->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
+}
+
+int64_t raw_chan_call(struct raw_chan *rc, const struct shm_sqe *e)
+{
+	struct shm_cqe c;
+	uint64_t one = 1;
+
+	memcpy(ring_entry(&rc->sq, rc->sq.pos), e, sizeof(*e));
+	ring_publish(&rc->sq, 1);
+	CHECK(write(rc->efd, &one, sizeof(one)) == sizeof(one));
+	for (int i = 0; ring_ready(&rc->cq) == 0; i++) {
+		CHECK(i < 5000000);
+		if (i > 1000)
+			usleep(10);
+	}
+	memcpy(&c, ring_entry(&rc->cq, rc->cq.pos), sizeof(c));
+	ring_consume(&rc->cq, 1);
+	CHECK_EQ(c.user_data, e->user_data);
+	return c.res;
 }

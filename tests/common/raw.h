@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ring.h"
 #include "wire.h"
 
 int raw_connect(const char *socket_path);
@@ -17,3 +18,17 @@ int raw_recv_fds(int fd, uint8_t **ret_payload, uint32_t *ret_len, int *fds, siz
 int raw_recv(int fd, uint8_t **ret_payload, uint32_t *ret_len);
 /* Hello with this major; returns the Welcome's error (0 = accepted). */
 int raw_hello(int fd, uint32_t major);
+
+/* A channel opened by hand, to write into the rings what libkvcache never
+ * would. */
+struct raw_chan {
+	int sock;
+	uint8_t *base;
+	struct ring_side sq, cq;
+	uint8_t *arena;
+	int efd;
+};
+
+void raw_chan_open(struct raw_chan *rc, const char *socket_path);
+/* Submit one descriptor, ring, wait for its completion's result. */
+int64_t raw_chan_call(struct raw_chan *rc, const struct shm_sqe *e);

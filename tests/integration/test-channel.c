@@ -348,64 +348,6 @@ static void test_threads_and_clients(void)
 
 /* ---- a client that writes garbage into its ring ---- */
 
-struct raw_chan {
-	int sock;
-	uint8_t *base;
-	struct ring_side sq, cq;
-	uint8_t *arena;
-	int efd;
-};
-
-static void raw_chan_open(struct raw_chan *rc)
-{
-	Kvc__Request q = KVC__REQUEST__INIT;
-	Kvc__Response *resp;
-	int fds[2];
-	size_t n_fds;
-	uint8_t *p;
-	uint32_t len;
-	void *base;
-
-	rc->sock = raw_connect(td.socket);
-	CHECK_EQ(raw_hello(rc->sock, KVC_PROTO_MAJOR), 0);
-	q.op = KVC__OP__OP_CHANNEL_OPEN;
-	raw_send_msg(rc->sock, WIRE_REQUEST, &q.base);
-	CHECK_EQ(raw_recv_fds(rc->sock, &p, &len, fds, 2, &n_fds), WIRE_RESPONSE);
-	CHECK_EQ(n_fds, 2);
-	resp = kvc__response__unpack(NULL, len, p);
-	CHECK(resp && resp->error == 0);
-	kvc__response__free_unpacked(resp, NULL);
-	free(p);
-	CHECK_EQ(shm_memfd_map(fds[0], SHM_CHAN_SIZE, &base), 0);
-	rc->base = base;
-	rc->efd = fds[1];
-	rc->arena = rc->base + SHM_CHAN_ARENA_OFF;
-	ring_side_init(&rc->sq, (struct shm_ring *) (rc->base + SHM_CHAN_SQ_OFF),
-		       rc->base + SHM_CHAN_SQES_OFF, sizeof(struct shm_sqe), SHM_CHAN_ENTRIES, 0);
-	ring_side_init(&rc->cq, (struct shm_ring *) (rc->base + SHM_CHAN_CQ_OFF),
-		       rc->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
-}
-
-/* Submit one descriptor, ring, wait for its completion's result. */
-static int64_t raw_chan_call(struct raw_chan *rc, const struct shm_sqe *e)
-{
-	struct shm_cqe c;
-	uint64_t one = 1;
-
-	memcpy(ring_entry(&rc->sq, rc->sq.pos), e, sizeof(*e));
-	ring_publish(&rc->sq, 1);
-	CHECK(write(rc->efd, &one, sizeof(one)) == sizeof(one));
-	for (int i = 0; ring_ready(&rc->cq) == 0; i++) {
-		CHECK(i < 5000000);
-		if (i > 1000)
-			usleep(10);
-	}
-	memcpy(&c, ring_entry(&rc->cq, rc->cq.pos), sizeof(c));
-	ring_consume(&rc->cq, 1);
-	CHECK_EQ(c.user_data, e->user_data);
-	return c.res;
-}
-
 static void test_hostile_ring(struct kvc_client *good)
 {
 	struct raw_chan rc;
@@ -416,7 +358,7 @@ static void test_hostile_ring(struct kvc_client *good)
 	test_fill(keeper, sizeof(keeper), 31337);
 	CHECK_EQ(kvc_put(good, "keeper", keeper, sizeof(keeper), NULL), 0);
 	used = test_tier_used(good, "dram");
-	raw_chan_open(&rc);
+	raw_chan_open(&rc, td.socket);
 	memcpy(rc.arena, "keeper", 6);
 
 	/* a well-formed request works */

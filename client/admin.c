@@ -4,6 +4,7 @@
  * kept alive behind the public struct and freed with it.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -301,6 +302,7 @@ int kvc_flush(struct kvc_client *c, int timeout_ms)
 	Kvc__Request q = KVC__REQUEST__INIT;
 	Kvc__Response *resp;
 	struct timespec start, now;
+	char msg[160];
 	int r;
 
 	if (!c)
@@ -319,8 +321,19 @@ int kvc_flush(struct kvc_client *c, int timeout_ms)
 			r = stat_value(c, "disk.pending", &pending);
 		if (r < 0)
 			return r;
-		if (!flushing && !pending)
-			return 0;
+		if (!flushing && !pending) {
+			uint64_t unwritten = 0, err = 0;
+
+			r = stat_value(c, "disk.flush_unwritten", &unwritten);
+			if (r == 0)
+				r = stat_value(c, "disk.flush_error", &err);
+			if (r < 0 || unwritten == 0)
+				return r == -ENOENT ? 0 : r;
+			snprintf(msg, sizeof(msg), "%llu objects could not be written to the disk tier: %s",
+				 (unsigned long long) unwritten, strerror(err ? (int) err : EIO));
+			client_set_msg(msg);
+			return err && err < 4096 ? -(int) err : -EIO;
+		}
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (timeout_ms >= 0 && (now.tv_sec - start.tv_sec) * 1000 +
 					       (now.tv_nsec - start.tv_nsec) / 1000000 >= timeout_ms)

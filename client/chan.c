@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -150,20 +151,16 @@ bool chan_reap(struct kvc_client *c)
 	return r;
 }
 
-/* Is the daemon still there?  Only asked after a long sleep. */
+/* Is the daemon still there?  Only asked after a long sleep.  POLLRDHUP
+ * tells a hang-up even while an unread reply is still queued before it. */
 static bool daemon_gone(struct kvc_client *c)
 {
-	char b;
-	ssize_t n;
+	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
 
 	if (c->broken)
 		return true;
-	if (pthread_mutex_trylock(&c->lock) != 0)
-		return false; /* a socket request is in flight: it will notice */
-	n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+	if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
 		c->broken = true;
-	pthread_mutex_unlock(&c->lock);
 	return c->broken;
 }
 

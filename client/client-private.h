@@ -102,3 +102,5 @@ int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct sh
 int chan_pop_async(struct kvc_client *c, struct kvc_completion *ret, size_t max);
 /* Until one is ready: 0, -ETIMEDOUT, -ECONNRESET. */
 int chan_wait_async(struct kvc_client *c, int64_t timeout_ns);
+
+int client_fd_above_stdio(int fd);

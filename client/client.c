@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,22 @@ int client_check_key(const char *key)
 	return n == 0 || n > KVC_KEY_MAX ? -EINVAL : 0;
 }
 
+/*
+ * Never keep one of fds 0-2: a program started with stdin or stdout closed
+ * would otherwise read its "input" from the daemon's socket, or write its
+ * output into it.  Returns the fd to use (the original is closed).
+ */
+int client_fd_above_stdio(int fd)
+{
+	int n;
+
+	if (fd < 0 || fd > 2)
+		return fd;
+	n = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	close(fd);
+	return n < 0 ? -errno : n;
+}
+
 /* Read exactly len bytes; fds that arrive are stored in fds[]. */
 static int recv_exact(int fd, void *buf, size_t len, int *fds, size_t max_fds, size_t *n_fds)
 {
@@ -47,6 +64,13 @@ static int recv_exact(int fd, void *buf, size_t len, int *fds, size_t max_fds, s
 			return (int) n;
 		if (n == 0)
 			return -ECONNRESET;
+		for (size_t i = 0; fds && i < got; i++) {
+			int nfd = client_fd_above_stdio(fds[*n_fds + i]);
+
+			/* a failed dup leaves -errno in its place: callers
+			 * see an unusable fd and fail the request */
+			fds[*n_fds + i] = nfd;
+		}
 		if (fds)
 			*n_fds += got;
 		p += n;
@@ -290,7 +314,7 @@ int kvc_connect(const char *socket_path, struct kvc_client **ret)
 	pthread_mutex_init(&c->lock, NULL);
 	for (size_t i = 0; i < MAX_SEGMENTS; i++)
 		c->segs[i] = (struct shm_segment) SHM_SEGMENT_INIT;
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	c->fd = client_fd_above_stdio(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
 	if (c->fd < 0) {
 		r = -errno;
 		goto fail;

@@ -361,7 +361,7 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 			"log_level", "log-level", "poll_us", "device_size", "eviction_high_watermark_ratio",
 			"eviction_ratio", "default_kv_lease_ttl", "promotion_hits", "disk_dir",
 			"disk_size", "disk_compress", "disk_compress_level", "local_hostname", "metadata_server", "protocol",
-			"device_name", "master_server_address",
+			"device_name", "master_server_address", "allow_overcommit",
 		};
 		char text[4096];
 		const char *k = key;
@@ -379,6 +379,15 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 		if (!is_known) {
 			if (warn)
 				warn(k);
+			continue;
+		}
+		if (strcmp(k, "allow_overcommit") == 0) {
+			if (!json_object_is_type(val, json_type_boolean)) {
+				snprintf(err, CONFIG_ERR_MAX, "config key \"%s\": expected true or false", k);
+				r = -EINVAL;
+				goto out;
+			}
+			tmp.allow_overcommit = json_object_get_boolean(val);
 			continue;
 		}
 		r = json_text(val, k, text, sizeof(text),
@@ -432,7 +441,9 @@ int config_load_file(struct config *c, const char *path, char *err, void (*warn)
 	size_t got = 0;
 	int fd, r;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO or a device must not hang the start; it is
+	 * refused below because it is not a regular file */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		r = -errno;
 		snprintf(err, CONFIG_ERR_MAX, "cannot read config file %s: %s", path, strerror(-r));
@@ -486,6 +497,7 @@ enum {
 	OPT_LOG_LEVEL,
 	OPT_POLL_US,
 	OPT_CAPACITY, /* handled by set_capacity_key() under its own name */
+	OPT_OVERCOMMIT,
 };
 
 static const struct option options[] = {
@@ -518,6 +530,8 @@ static const struct option options[] = {
 	{ "disk-compress-level", required_argument, NULL, OPT_CAPACITY },
 	{ "disk_compress_level", required_argument, NULL, OPT_CAPACITY },
 	{ "poll_us", required_argument, NULL, OPT_POLL_US },
+	{ "allow-overcommit", no_argument, NULL, OPT_OVERCOMMIT },
+	{ "allow_overcommit", no_argument, NULL, OPT_OVERCOMMIT },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ 0 },
@@ -552,6 +566,8 @@ void config_usage(FILE *f)
 		"                             (each also spelled with underscores)\n"
 		"      --poll-us N            keep polling client rings this long after the last\n"
 		"                             request before sleeping (default 100; 0 = never spin)\n"
+		"      --allow-overcommit     start even when the memory tiers exceed this\n"
+		"                             machine's physical memory\n"
 		"      --log-level LEVEL      error|warn|notice|info|debug|trace (default notice);\n"
 		"                             $KVCACHE_LOG=\"info,session:debug\" sets it per topic\n"
 		"  -h, --help                 show this help\n"
@@ -623,6 +639,10 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 		case OPT_CONFIG:
 			r = 0;
 			break;
+		case OPT_OVERCOMMIT:
+			c->allow_overcommit = true;
+			r = 0;
+			break;
 		case OPT_LOG_LEVEL:
 			r = set_log_level(c, "--log-level", optarg, err);
 			break;
@@ -650,6 +670,46 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 		snprintf(err, CONFIG_ERR_MAX, "--eviction-ratio (%g) must be below "
 			 "--eviction-high-watermark-ratio (%g)", c->eviction_ratio, c->high_watermark);
 		return -EINVAL;
+	}
+	return 0;
+}
+
+static void human_size(uint64_t v, char *buf, size_t len)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double d = (double) v;
+	unsigned u = 0;
+
+	while (d >= 1024 && u < 6) {
+		d /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%.1f %s", d, units[u]);
+}
+
+int config_check_memory(const struct config *c, uint64_t phys, uint64_t avail, char *err,
+			bool *ret_warn)
+{
+	uint64_t want = c->dram_size + c->device_size;
+	char a[32], b[32];
+
+	*ret_warn = false;
+	if (c->allow_overcommit || phys == 0)
+		return 0;
+	human_size(want, a, sizeof(a));
+	if (want > phys) {
+		human_size(phys, b, sizeof(b));
+		snprintf(err, CONFIG_ERR_MAX,
+			 "the memory tiers (--dram-size + --device-size = %s) exceed this machine's "
+			 "memory (%s); lower them, or pass --allow-overcommit to start anyway", a, b);
+		return -E2BIG;
+	}
+	if (want > avail) {
+		human_size(avail, b, sizeof(b));
+		snprintf(err, CONFIG_ERR_MAX,
+			 "the memory tiers (%s) exceed the memory available now (%s): filling them "
+			 "will swap or meet the OOM killer", a, b);
+		*ret_warn = true;
 	}
 	return 0;
 }

@@ -33,6 +33,7 @@ struct config {
 	bool disk_zstd;
 	int disk_zstd_level;
 	char config_path[4096];
+	bool allow_overcommit;         /* tiers may exceed physical memory */
 
 	/* Mooncake keys, understood so that an existing mooncake.json works;
 	 * the cluster layer reads them. */
@@ -60,3 +61,8 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err);
 int config_parse_hugepages(const char *s, enum shm_hugepages *ret);
 
 void config_usage(FILE *f);
+
+/* Do the memory tiers fit this machine?  0, or -E2BIG with err saying what
+ * to do (allow_overcommit skips the check).  phys and avail in bytes. */
+int config_check_memory(const struct config *c, uint64_t phys, uint64_t avail, char *err,
+			bool *ret_warn);

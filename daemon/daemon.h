@@ -226,6 +226,7 @@ struct disk_counters {
 	uint64_t records, bytes, raw_bytes, writes, write_bytes, reads, read_bytes;
 	uint64_t checksum_failures, io_errors, enospc, recovered, skipped, pending;
 	uint64_t flush_pending;
+	uint64_t flush_unwritten, flush_error; /* how the last flush ended */
 	bool direct, compress;
 };
 bool disk_counters(const struct daemon *d, struct disk_counters *ret);

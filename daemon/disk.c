@@ -111,6 +111,7 @@ struct disk {
 	uint64_t inflight_bytes;
 	uint64_t backoff_until;
 	bool flushing;
+	int last_err;                  /* errno of the latest failed write */
 	struct disk_counters c;
 };
 
@@ -707,6 +708,7 @@ static bool prepared(struct daemon *d)
 		fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
 		if (fd < 0) {
 			k->c.io_errors++;
+			k->last_err = -fd;
 			if (fd == -ENOSPC)
 				k->c.enospc++;
 			if (d->now_ms >= k->backoff_until)
@@ -764,6 +766,7 @@ static void write_done(struct daemon *d, struct disk_io *io, int res)
 		int err = res < 0 ? -res : ENOSPC;
 
 		k->c.io_errors++;
+		k->last_err = err;
 		if (err == ENOSPC)
 			k->c.enospc++;
 		/* once per backoff period, not once per record */
@@ -784,6 +787,7 @@ static void write_done(struct daemon *d, struct disk_io *io, int res)
 	}
 	if (renameat(k->dirfd, io->name, k->dirfd, final) < 0) {
 		k->c.io_errors++;
+		k->last_err = errno;
 		unlinkat(k->dirfd, io->name, 0);
 		o->spill = NULL;
 		return;
@@ -1116,7 +1120,18 @@ bool disk_maintain(struct daemon *d)
 				left = !o->disk_id;
 		if (!left || d->now_ms < k->backoff_until) {
 			k->flushing = false;
-			log_info("flush done: %llu records on disk", (unsigned long long) k->c.records);
+			k->c.flush_unwritten = 0;
+			for (unsigned ti = 0; ti < d->n_tiers && left; ti++)
+				for (struct object *o = d->tiers[ti].lru_head; o; o = o->lru_next)
+					k->c.flush_unwritten += !o->disk_id;
+			k->c.flush_error = left ? (uint64_t) (k->last_err ? k->last_err : EIO) : 0;
+			if (left)
+				log_warn("flush failed: %llu objects could not be written to %s: %s",
+					 (unsigned long long) k->c.flush_unwritten, k->dir,
+					 strerror((int) k->c.flush_error));
+			else
+				log_info("flush done: %llu records on disk",
+					 (unsigned long long) k->c.records);
 		}
 	}
 	disk_submit(d);
@@ -1125,8 +1140,15 @@ bool disk_maintain(struct daemon *d)
 
 void disk_flush_start(struct daemon *d)
 {
-	if (d->disk)
-		d->disk->flushing = true;
+	struct disk *k = d->disk;
+
+	if (!k)
+		return;
+	k->flushing = true;
+	k->c.flush_unwritten = k->c.flush_error = 0;
+	/* a flush asked for now tries now, even right after a failure */
+	k->backoff_until = 0;
+	k->last_err = 0;
 }
 
 bool disk_flushing(const struct daemon *d)

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -11,6 +12,22 @@
 #include "log.h"
 
 #define LOG_TOPIC "main"
+
+/* MemAvailable from /proc/meminfo (0 if unknown). */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	unsigned long long kb = 0;
+	char line[128];
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t) kb * 1024;
+}
 
 int main(int argc, char **argv)
 {
@@ -27,6 +44,25 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		fprintf(stderr, "kvcached: %s\n", err);
 		return 2;
+	}
+	{
+		struct sysinfo si;
+		bool warn;
+
+		if (sysinfo(&si) == 0) {
+			uint64_t unit = si.mem_unit ? si.mem_unit : 1;
+
+			uint64_t avail = mem_available();
+
+			r = config_check_memory(&cfg, (uint64_t) si.totalram * unit,
+						avail ? avail : (uint64_t) si.freeram * unit, err, &warn);
+			if (r < 0) {
+				fprintf(stderr, "kvcached: %s\n", err);
+				return 2;
+			}
+			if (warn)
+				fprintf(stderr, "kvcached: warning: %s\n", err);
+		}
 	}
 	env = getenv("KVCACHE_LOG");
 	if (log_configure(cfg.log_level) < 0 || (env && *env && log_configure(env) < 0)) {

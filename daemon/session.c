@@ -341,6 +341,8 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "disk.skipped", dc.skipped },
 		{ "disk.pending", dc.pending },
 		{ "disk.flush_pending", dc.flush_pending },
+		{ "disk.flush_unwritten", dc.flush_unwritten },
+		{ "disk.flush_error", dc.flush_error },
 		{ "disk.direct_io", dc.direct },
 		{ "disk.compression", dc.compress },
 		/* stored / raw, in per mille: 1000 = no gain */

@@ -94,6 +94,17 @@ static int fail(const char *what, int r)
 	return EXIT_FAIL;
 }
 
+/* Output that could not be written (stdout closed, a full disk, a closed
+ * pipe) is a failure, not a silent success. */
+static int finish_stdout(int r)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "kvcachectl: Failed to write the output: %s\n", strerror(errno));
+		return r == EXIT_OK || r == EXIT_NOTFOUND ? EXIT_FAIL : r;
+	}
+	return r;
+}
+
 static int connect_daemon(struct kvc_client **ret)
 {
 	int r;
@@ -583,6 +594,9 @@ int main(int argc, char **argv)
 		return usage_error("%s", "--soft and --hard apply to pin only");
 	if (a1 && strcmp(cmd, "ls") != 0 && (strlen(a1) == 0 || strlen(a1) > KVC_KEY_MAX))
 		return usage_error("invalid key '%s': keys are 1..511 bytes", a1);
+	if (a1 && strcmp(cmd, "ls") == 0 && strlen(a1) > KVC_KEY_MAX)
+		return usage_error("invalid prefix of %zu bytes: keys are at most 511 bytes",
+				   strlen(a1));
 
 	r = connect_daemon(&c);
 	if (r != EXIT_OK)
@@ -603,10 +617,13 @@ int main(int argc, char **argv)
 		if (r < 0)
 			r = fail(a1, r);
 		else {
-			if (arg_json)
-				printf("{\"key\": %s, \"exists\": %s}\n",
-				       json_object_to_json_string(json_object_new_string(a1)),
+			if (arg_json) {
+				struct json_object *k = json_object_new_string(a1);
+
+				printf("{\"key\": %s, \"exists\": %s}\n", json_object_to_json_string(k),
 				       r ? "true" : "false");
+				json_object_put(k);
+			}
 			r = r ? EXIT_OK : EXIT_NOTFOUND;
 		}
 	} else if (strcmp(cmd, "rm") == 0) {
@@ -636,5 +653,5 @@ int main(int argc, char **argv)
 		}
 	}
 	kvc_disconnect(c);
-	return r;
+	return finish_stdout(r);
 }

@@ -128,17 +128,78 @@ static void test_stale_clock_after_idle(void)
 	test_daemon_stop(&td);
 }
 
+/* The one socket this process has open: the library's control socket. */
+static int client_socket_fd(void)
+{
+	int found = -1;
+
+	for (int fd = 3; fd < 1024; fd++) {
+		char path[64], link[64];
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		if (strncmp(link, "socket:", 7) == 0) {
+			CHECK(found < 0);
+			found = fd;
+		}
+	}
+	CHECK(found >= 0);
+	return found;
+}
+
+/*
+ * The daemon dies while a reply it sent is still unread in the client's
+ * socket: a client waiting on its channel must still notice, and fail with
+ * -ECONNRESET instead of waiting forever.
+ */
+static void test_dead_daemon_unread_reply(void)
+{
+	struct test_daemon td;
+	Kvc__Request q = KVC__REQUEST__INIT;
+	struct kvc_client *c;
+	char buf[16];
+	uint64_t t0;
+	pid_t child;
+
+	test_daemon_start(&td, "--dram-size", "16MB", "--hugepages", "off", "--poll-us", "0", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	CHECK_EQ(kvc_put(c, "k", "v", 1, NULL), 0);
+	/* a reply nobody will read */
+	q.op = KVC__OP__OP_STATUS;
+	raw_send_msg(client_socket_fd(), WIRE_REQUEST, &q.base);
+	usleep(100 * 1000);
+	CHECK(kill(td.pid, SIGKILL) == 0);
+	CHECK_EQ(test_wait(td.pid), 128 + SIGKILL);
+	child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		alarm(30); /* a hang fails the test instead of stalling it */
+		t0 = mono_ms();
+		CHECK_EQ(kvc_get(c, "k", buf, sizeof(buf)), -ECONNRESET);
+		CHECK(mono_ms() - t0 < 20000);
+		_exit(0);
+	}
+	CHECK_EQ(test_wait(child), 0);
+	kvc_disconnect(c);
+	unlink(td.socket);
+	rmdir(td.dir);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
 } cases[] = {
 	{ "doorbell-after-hangup", test_doorbell_after_hangup },
 	{ "stale-clock-after-idle", test_stale_clock_after_idle },
+	{ "dead-daemon-unread-reply", test_dead_daemon_unread_reply },
 };
 
 int main(int argc, char **argv)
 {
-	(void) mono_ms;
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s CASE\n", argv[0]);
 		return 2;

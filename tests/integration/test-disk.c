@@ -341,7 +341,9 @@ static bool test_full_and_readonly(void)
 	start(&td, dir, "64MB", "none");
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	put_and_check_served(c, "full", 24);
-	CHECK_EQ(kvc_flush(c, 20000), 0);
+	/* a flush that could not write everything says so */
+	CHECK_EQ(kvc_flush(c, 20000), -ENOSPC);
+	CHECK(strstr(kvc_last_error_msg(), "could not be written"));
 	CHECK(test_counter(c, "disk.enospc") > 0);
 	CHECK(test_counter(c, "disk.io_errors") > 0);
 	put_and_check_served(c, "full2", 8); /* still serving, nothing lost */
@@ -372,7 +374,8 @@ static bool test_full_and_readonly(void)
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	CHECK(test_counter(c, "disk.io_errors") >= 1); /* said so at start */
 	put_and_check_served(c, "ro", 16);
-	CHECK_EQ(kvc_flush(c, 20000), 0);
+	CHECK_EQ(kvc_flush(c, 20000), -EROFS);
+	CHECK(strstr(kvc_last_error_msg(), "16 objects could not be written"));
 	CHECK_EQ(test_counter(c, "disk.records"), 0);
 	put_and_check_served(c, "ro2", 4);
 	printf("read-only directory: %llu I/O errors counted, all 20 objects served from dram\n",

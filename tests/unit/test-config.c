@@ -158,5 +158,23 @@ int main(void)
 	CHECK_EQ(c.dram_size, UINT64_C(256) << 20);
 	unsetenv("MOONCAKE_CONFIG_PATH");
 	unlink(path);
+
+	/* tiers larger than the machine: refused unless overcommit is asked */
+	{
+		const uint64_t G = UINT64_C(1) << 30;
+		bool warn;
+
+		CHECK_EQ(parse(&c, err, "--dram-size", "60T", NULL), 0);
+		CHECK_EQ(config_check_memory(&c, 24 * G, 20 * G, err, &warn), -E2BIG);
+		CHECK(strstr(err, "--allow-overcommit"));
+		CHECK_EQ(parse(&c, err, "--dram-size", "16G", NULL), 0);
+		CHECK_EQ(config_check_memory(&c, 24 * G, 20 * G, err, &warn), 0);
+		CHECK(!warn);
+		CHECK_EQ(config_check_memory(&c, 24 * G, 8 * G, err, &warn), 0);
+		CHECK(warn);
+		CHECK_EQ(parse(&c, err, "--dram-size", "60T", "--allow-overcommit", NULL), 0);
+		CHECK_EQ(config_check_memory(&c, 24 * G, 20 * G, err, &warn), 0);
+		CHECK_EQ(config_parse_json(&c, "{\"allow_overcommit\": 1}", 22, err, NULL), -EINVAL);
+	}
 	return 0;
 }

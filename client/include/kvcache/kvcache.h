@@ -299,7 +299,9 @@ int kvc_evict(struct kvc_client *c, int tier, uint64_t bytes, uint32_t flags,
 
 /* Write every object held only in memory to the disk tier, for a planned
  * restart; waits until done or timeout_ms passes (-1 = forever).  Returns
- * 0, -ETIMEDOUT, or -EOPNOTSUPP without a disk tier. */
+ * 0, -ETIMEDOUT, -EOPNOTSUPP without a disk tier, or the error that kept
+ * objects from being written (-EROFS, -EACCES, -ENOSPC, -EIO, ...; the
+ * count is in kvc_last_error_msg()). */
 int kvc_flush(struct kvc_client *c, int timeout_ms);
 
 /* The socket path kvc_connect() would use for socket_path. */

@@ -1,0 +1,106 @@
+#!/bin/sh
+# Regression tests for how kvcached and kvcachectl treat their environment:
+# closed standard streams, FIFOs as config files, impossible sizes, a disk
+# tier that cannot be written.  One case per run: test-tools.sh CASE.
+set -eu
+
+: "${KVCACHED:?run through meson test}" "${KVCACHECTL:?run through meson test}"
+case_name=${1:?usage: test-tools.sh CASE}
+dir=$(mktemp -d /tmp/kvc-tools-XXXXXX)
+sock="$dir/kvcached.sock"
+pid=
+mounted=
+cleanup() {
+	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	[ -n "$mounted" ] && umount "$mounted" 2>/dev/null
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; [ -f "$dir/err" ] && cat "$dir/err" >&2; exit 1; }
+ctl() { "$KVCACHECTL" -s "$sock" "$@"; }
+# expect STATUS CMD...: run CMD (at most 20 s) and check its exit status
+expect() {
+	want=$1; shift
+	set +e; timeout 20 "$@" >"$dir/out" 2>"$dir/err"; got=$?; set -e
+	[ "$got" = "$want" ] || fail "'$*' exited $got, expected $want"
+}
+start_daemon() {
+	"$KVCACHED" --socket "$sock" --dram-size 16MB --hugepages off --default-kv-lease-ttl 0 \
+		"$@" 2>"$dir/daemon.log" &
+	pid=$!
+	i=0
+	until [ -S "$sock" ] && ctl status >/dev/null 2>&1; do
+		i=$((i + 1)); [ $i -lt 500 ] || fail "daemon did not start"; sleep 0.01
+	done
+}
+
+case $case_name in
+config-fifo)
+	# a FIFO as --config or MOONCAKE_CONFIG_PATH is refused at once
+	mkfifo "$dir/fifo"
+	expect 2 "$KVCACHED" --socket "$sock" --config "$dir/fifo"
+	grep -q "not a regular file" "$dir/err" || fail "no reason given"
+	expect 2 env MOONCAKE_CONFIG_PATH="$dir/fifo" "$KVCACHED" --socket "$sock"
+	expect 2 "$KVCACHED" --socket "$sock" --config /dev/zero
+	;;
+tiers-exceed-memory)
+	expect 2 "$KVCACHED" --socket "$sock" --dram-size 60T
+	grep -q "exceed this machine's memory" "$dir/err" || fail "no reason given"
+	grep -q -- "--allow-overcommit" "$dir/err" || fail "no way out named"
+	expect 2 "$KVCACHED" --socket "$sock" --dram-size 1G --device-size 60T
+	printf '{"global_segment_size": "60T"}' >"$dir/c.json"
+	expect 2 "$KVCACHED" --socket "$sock" --config "$dir/c.json"
+	;;
+flush-readonly-dir)
+	mkdir "$dir/disk"
+	mount -t tmpfs -o ro,size=4m tmpfs "$dir/disk" 2>/dev/null || { echo "no mount(2) here"; exit 77; }
+	mounted="$dir/disk"
+	start_daemon --disk-dir "$dir/disk"
+	printf 'value' | ctl put k1 -
+	expect 4 "$KVCACHECTL" -s "$sock" flush
+	grep -q "could not be written" "$dir/err" || fail "flush gave no reason"
+	grep -q "Read-only file system" "$dir/err" || fail "flush did not name the error"
+	# still served from memory
+	expect 0 "$KVCACHECTL" -s "$sock" get k1 -
+	[ "$(cat "$dir/out")" = value ] || fail "value changed"
+	;;
+put-stdin-closed)
+	start_daemon
+	expect 4 sh -c "exec '$KVCACHECTL' -s '$sock' put k - <&-"
+	expect 1 "$KVCACHECTL" -s "$sock" exists k
+	;;
+get-stdout-closed)
+	start_daemon
+	printf 'secret' | ctl put k -
+	expect 4 sh -c "exec '$KVCACHECTL' -s '$sock' get k >&-"
+	# the value did not go into the control socket: the daemon is fine
+	expect 0 "$KVCACHECTL" -s "$sock" get k -
+	[ "$(cat "$dir/out")" = secret ] || fail "value changed"
+	expect 0 "$KVCACHECTL" -s "$sock" status
+	;;
+status-stdout-closed)
+	start_daemon
+	expect 4 sh -c "exec '$KVCACHECTL' -s '$sock' status >&-"
+	expect 4 sh -c "exec '$KVCACHECTL' -s '$sock' --json stats >&-"
+	expect 4 sh -c "exec '$KVCACHECTL' -s '$sock' status >/dev/full"
+	;;
+ls-long-prefix)
+	start_daemon
+	long=$(head -c 512 /dev/zero | tr '\0' a)
+	expect 2 "$KVCACHECTL" -s "$sock" ls "$long"
+	expect 0 "$KVCACHECTL" -s "$sock" ls "$(head -c 511 /dev/zero | tr '\0' a)"
+	;;
+json-exists-leak)
+	# under the sanitizers a leak fails the command
+	start_daemon
+	printf 'v' | ctl put k -
+	expect 0 "$KVCACHECTL" -s "$sock" --json exists k
+	grep -q '"exists": true' "$dir/out" || fail "wrong output"
+	expect 1 "$KVCACHECTL" -s "$sock" --json exists missing
+	;;
+*)
+	fail "no case named $case_name"
+	;;
+esac
+echo "ok $case_name"

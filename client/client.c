@@ -279,7 +279,18 @@ static int handshake(struct kvc_client *c)
 			r = -EPROTO;
 			goto out;
 		}
+		if (si->layout_version != SHM_LAYOUT_VERSION) {
+			client_set_msg("the daemon's shared-memory layout differs from this library's");
+			r = -EPROTONOSUPPORT;
+			goto out;
+		}
+		if (si->data_offset < SHM_HEADER_SIZE || si->data_offset > si->size) {
+			r = -EPROTO;
+			goto out;
+		}
 		r = shm_segment_map(&c->segs[i], fds[si->fd_index], si->size);
+		if (r == 0)
+			c->segs[i].hugepages = si->hugepages;
 		fds[si->fd_index] = -1; /* consumed, even on failure */
 		if (r < 0)
 			goto out;

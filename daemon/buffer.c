@@ -19,7 +19,7 @@
 int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg)
 {
 	struct buffer *b;
-	uint64_t total, h;
+	uint64_t total, h, limit;
 	int fd, r;
 	void *base;
 
@@ -29,6 +29,16 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 		return size == 0 ? -EINVAL : -E2BIG;
 	}
 	total = (size + 4095) & ~UINT64_C(4095);
+	/* main() resolves 0 to half of RAM; 0 left here means no limit */
+	limit = s->d->cfg->max_registered ? s->d->cfg->max_registered : UINT64_MAX;
+	if (s->d->registered_bytes > limit || total > limit - s->d->registered_bytes) {
+		snprintf(msg, OPS_MSG_MAX, "registered buffers of all clients would exceed "
+			 "--max-registered-bytes (%llu bytes; %llu in use)",
+			 (unsigned long long) limit,
+			 (unsigned long long) s->d->registered_bytes);
+		s->d->stats.refused_buffers++;
+		return -ENOSPC;
+	}
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
@@ -51,6 +61,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 		return r;
 	}
 	s->buffer_bytes += size;
+	s->d->registered_bytes += total;
 	*ret_handle = h;
 	*ret_fd = fd; /* stays open until the buffer is freed */
 	return 0;
@@ -59,6 +70,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 void buffer_free(struct session *s, struct buffer *b)
 {
 	s->buffer_bytes -= b->size;
+	s->d->registered_bytes -= b->seg.size;
 	shm_segment_done(&b->seg);
 	free(b);
 }

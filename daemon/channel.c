@@ -74,6 +74,12 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 		snprintf(msg, OPS_MSG_MAX, "at most %d channels per connection", SESSION_MAX_CHANNELS);
 		return -EMFILE;
 	}
+	if (s->d->n_channels >= s->d->cfg->max_channels) {
+		snprintf(msg, OPS_MSG_MAX, "kvcached has %u channels open, its limit (--max-channels)",
+			 s->d->n_channels);
+		s->d->stats.refused_channels++;
+		return -EMFILE;
+	}
 	ch = calloc(1, sizeof(*ch));
 	if (!ch)
 		return -ENOMEM;
@@ -112,6 +118,7 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 	/* Start awake: the client's first request needs no doorbell if the
 	 * loop is spinning, and the loop sets the flag before it sleeps. */
 	s->channels[s->n_channels++] = ch;
+	s->d->n_channels++;
 	ch->next = s->d->channels;
 	if (ch->next)
 		ch->next->prev = ch;
@@ -140,6 +147,7 @@ void channel_close(struct channel *ch)
 		free(p);
 	}
 	free(ch->backlog);
+	ch->s->d->n_channels--;
 	if (ch->prev)
 		ch->prev->next = ch->next;
 	else
@@ -215,56 +223,56 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix)
 	return (int) count;
 }
 
-/* Copy between an object and a list of registered-buffer pieces. */
-static int64_t copy_iovs(struct channel *ch, const struct shm_sqe *e, uint8_t *obj, uint64_t obj_len,
-			 bool to_obj)
+#define MAX_IOVS 1024
+
+/*
+ * The iov list of a get_into/put_from, copied out of the arena once: the
+ * client may rewrite the arena at any time, so the list that sized the
+ * object must be the list that fills it.  *ret_total is its byte count.
+ */
+static int load_iovs(struct channel *ch, const struct shm_sqe *e, struct shm_iov *iovs,
+		     uint64_t *ret_total)
 {
-	struct shm_iov iov;
+	uint64_t total = 0;
+
+	if (e->count == 0 || e->count > MAX_IOVS)
+		return -EINVAL;
+	if (!arena_span(ch, e->list_off, (uint64_t) e->count * sizeof(*iovs)))
+		return -EFAULT;
+	memcpy(iovs, ch->arena + e->list_off, (size_t) e->count * sizeof(*iovs));
+	for (uint32_t i = 0; i < e->count; i++) {
+		if (iovs[i].len > (UINT64_C(1) << 30) || total + iovs[i].len > (UINT64_C(1) << 30))
+			return -E2BIG;
+		total += iovs[i].len;
+	}
+	*ret_total = total;
+	return 0;
+}
+
+/* Copy between an object and registered-buffer pieces; every byte of the
+ * object or -EFAULT. */
+static int copy_iovs(struct channel *ch, const struct shm_iov *iovs, uint32_t n, uint8_t *obj,
+		     uint64_t obj_len, bool to_obj)
+{
 	uint64_t done = 0;
 
-	if (e->count == 0 || e->count > 1024)
-		return -EINVAL;
-	if (!arena_span(ch, e->list_off, (uint64_t) e->count * sizeof(iov)))
-		return -EFAULT;
-	for (uint32_t i = 0; i < e->count && done < obj_len; i++) {
-		uint64_t n;
-		uint8_t *p;
+	for (uint32_t i = 0; i < n && done < obj_len; i++) {
+		uint64_t k = iovs[i].len < obj_len - done ? iovs[i].len : obj_len - done;
+		uint8_t *p = buffer_span(ch->s, iovs[i].buffer, iovs[i].off, k);
 
-		memcpy(&iov, ch->arena + e->list_off + (uint64_t) i * sizeof(iov), sizeof(iov));
-		n = iov.len < obj_len - done ? iov.len : obj_len - done;
-		p = buffer_span(ch->s, iov.buffer, iov.off, n);
 		if (!p)
 			return -EFAULT;
 		if (to_obj)
-			memcpy(obj + done, p, n);
+			memcpy(obj + done, p, k);
 		else
-			memcpy(p, obj + done, n);
-		done += n;
+			memcpy(p, obj + done, k);
+		done += k;
 	}
-	return (int64_t) done;
+	return done == obj_len ? 0 : -EFAULT;
 }
 
-static uint64_t iov_total(struct channel *ch, const struct shm_sqe *e, int *ret)
-{
-	struct shm_iov iov;
-	uint64_t total = 0;
-
-	*ret = 0;
-	if (e->count == 0 || e->count > 1024 ||
-	    !arena_span(ch, e->list_off, (uint64_t) e->count * sizeof(iov))) {
-		*ret = e->count == 0 || e->count > 1024 ? -EINVAL : -EFAULT;
-		return 0;
-	}
-	for (uint32_t i = 0; i < e->count; i++) {
-		memcpy(&iov, ch->arena + e->list_off + (uint64_t) i * sizeof(iov), sizeof(iov));
-		if (iov.len > (UINT64_C(1) << 30) || total + iov.len > (UINT64_C(1) << 30)) {
-			*ret = -E2BIG;
-			return 0;
-		}
-		total += iov.len;
-	}
-	return total;
-}
+/* Loop thread only: one list at a time. */
+static struct shm_iov iov_scratch[MAX_IOVS];
 
 static void *extent_ptr(struct daemon *d, const struct extent *x)
 {
@@ -276,19 +284,19 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 {
 	struct session *s = ch->s;
 	struct extent x;
-	int64_t r, cap;
-	int err;
+	uint64_t cap;
+	int64_t r;
 
-	cap = (int64_t) iov_total(ch, e, &err);
-	if (err)
-		return err;
+	r = load_iovs(ch, e, iov_scratch, &cap);
+	if (r < 0)
+		return r;
 	r = ops_acquire(s, key, e->key_len, &x, msg);
 	if (r < 0)
 		return r;
-	if (x.len > (uint64_t) cap)
+	if (x.len > cap)
 		r = -ENOBUFS;
 	else
-		r = copy_iovs(ch, e, extent_ptr(s->d, &x), x.len, false);
+		r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->d, &x), x.len, false);
 	ops_release(s, x.handle, msg);
 	return r < 0 ? r : (int64_t) x.len;
 }
@@ -308,15 +316,16 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 	};
 	struct extent x;
 	int64_t r;
-	int err;
 
-	a.len = iov_total(ch, e, &err);
-	if (err)
-		return err;
+	r = load_iovs(ch, e, iov_scratch, &a.len);
+	if (r < 0)
+		return r;
+	if (a.len == 0)
+		return -EINVAL;
 	r = ops_reserve(s, &a, &x, msg);
 	if (r < 0)
 		return r;
-	r = copy_iovs(ch, e, extent_ptr(s->d, &x), x.len, true);
+	r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->d, &x), x.len, true);
 	if (r < 0) {
 		ops_abort(s, x.handle, msg);
 		return r;

@@ -36,6 +36,8 @@ void config_init(struct config *c)
 	c->disk_size = UINT64_C(10) << 30;
 	c->disk_zstd_level = 3;
 	strcpy(c->protocol, "tcp");
+	c->max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
+	c->max_channels = CONFIG_DEFAULT_MAX_CHANNELS;
 }
 
 int config_parse_hugepages(const char *s, enum shm_hugepages *ret)
@@ -191,6 +193,30 @@ static int set_capacity_key(struct config *c, const char *k, const char *v, char
 			return -EINVAL;
 		}
 		c->disk_zstd = !strcmp(v, "zstd");
+		return 0;
+	}
+	if (!strcmp(k, "max_clients") || !strcmp(k, "max-clients") ||
+	    !strcmp(k, "max_channels") || !strcmp(k, "max-channels")) {
+		uint64_t n;
+		int r = set_u64(&n, k, v, 1000000, err);
+
+		if (r == 0 && n == 0) {
+			snprintf(err, CONFIG_ERR_MAX, "%s must be at least 1", k);
+			return -EINVAL;
+		}
+		if (r == 0 && strstr(k, "clients"))
+			c->max_clients = (uint32_t) n;
+		else if (r == 0)
+			c->max_channels = (uint32_t) n;
+		return r;
+	}
+	if (!strcmp(k, "max_registered_bytes") || !strcmp(k, "max-registered-bytes")) {
+		if (shm_parse_size(v, &c->max_registered) < 0) {
+			snprintf(err, CONFIG_ERR_MAX,
+				 "invalid value '%s' for %s: expected a size like 8GiB (0 = half of RAM)",
+				 v, k);
+			return -EINVAL;
+		}
 		return 0;
 	}
 	if (!strcmp(k, "disk_compress_level") || !strcmp(k, "disk-compress-level")) {
@@ -361,7 +387,8 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 			"log_level", "log-level", "poll_us", "device_size", "eviction_high_watermark_ratio",
 			"eviction_ratio", "default_kv_lease_ttl", "promotion_hits", "disk_dir",
 			"disk_size", "disk_compress", "disk_compress_level", "local_hostname", "metadata_server", "protocol",
-			"device_name", "master_server_address", "allow_overcommit",
+			"device_name", "master_server_address", "allow_overcommit", "max_clients",
+			"max_channels", "max_registered_bytes",
 		};
 		char text[4096];
 		const char *k = key;
@@ -371,7 +398,9 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 			     strcmp(k, "eviction_ratio") == 0;
 		bool whole = sized || strcmp(k, "poll_us") == 0 || strcmp(k, "device_size") == 0 ||
 			     strcmp(k, "default_kv_lease_ttl") == 0 || strcmp(k, "promotion_hits") == 0 ||
-			     strcmp(k, "disk_size") == 0 || strcmp(k, "disk_compress_level") == 0;
+			     strcmp(k, "disk_size") == 0 || strcmp(k, "disk_compress_level") == 0 ||
+			     strcmp(k, "max_clients") == 0 || strcmp(k, "max_channels") == 0 ||
+			     strcmp(k, "max_registered_bytes") == 0;
 		bool is_known = false;
 
 		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
@@ -530,6 +559,12 @@ static const struct option options[] = {
 	{ "disk-compress-level", required_argument, NULL, OPT_CAPACITY },
 	{ "disk_compress_level", required_argument, NULL, OPT_CAPACITY },
 	{ "poll_us", required_argument, NULL, OPT_POLL_US },
+	{ "max-clients", required_argument, NULL, OPT_CAPACITY },
+	{ "max_clients", required_argument, NULL, OPT_CAPACITY },
+	{ "max-channels", required_argument, NULL, OPT_CAPACITY },
+	{ "max_channels", required_argument, NULL, OPT_CAPACITY },
+	{ "max-registered-bytes", required_argument, NULL, OPT_CAPACITY },
+	{ "max_registered_bytes", required_argument, NULL, OPT_CAPACITY },
 	{ "allow-overcommit", no_argument, NULL, OPT_OVERCOMMIT },
 	{ "allow_overcommit", no_argument, NULL, OPT_OVERCOMMIT },
 	{ "help", no_argument, NULL, OPT_HELP },
@@ -566,6 +601,11 @@ void config_usage(FILE *f)
 		"                             (each also spelled with underscores)\n"
 		"      --poll-us N            keep polling client rings this long after the last\n"
 		"                             request before sleeping (default 100; 0 = never spin)\n"
+		"      --max-clients N        connected clients at once (default 1024)\n"
+		"      --max-channels N       shared-memory channels at once (default 4096)\n"
+		"      --max-registered-bytes SIZE\n"
+		"                             registered buffers of all clients together\n"
+		"                             (default 0 = half of this machine's memory)\n"
 		"      --allow-overcommit     start even when the memory tiers exceed this\n"
 		"                             machine's physical memory\n"
 		"      --log-level LEVEL      error|warn|notice|info|debug|trace (default notice);\n"

@@ -16,6 +16,8 @@
 #define CONFIG_DEFAULT_LEASE_TTL_MS 10000
 #define CONFIG_DEFAULT_PROMOTION_HITS 2
 #define CONFIG_MAX_POLL_US 100000
+#define CONFIG_DEFAULT_MAX_CLIENTS 1024
+#define CONFIG_DEFAULT_MAX_CHANNELS 4096
 
 struct config {
 	char socket[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* "" = default */
@@ -34,6 +36,9 @@ struct config {
 	int disk_zstd_level;
 	char config_path[4096];
 	bool allow_overcommit;         /* tiers may exceed physical memory */
+	uint32_t max_clients;          /* connected sessions, daemon-wide */
+	uint32_t max_channels;         /* shared-memory channels, daemon-wide */
+	uint64_t max_registered;       /* registered buffer bytes, daemon-wide; 0 = half of RAM */
 
 	/* Mooncake keys, understood so that an existing mooncake.json works;
 	 * the cluster layer reads them. */

@@ -107,6 +107,7 @@ struct stats {
 	uint64_t promotions, demotions, bytes_moved;
 	uint64_t reserves, aborts, put_conflicts;
 	uint64_t connections, reclaimed_reservations, reclaimed_views;
+	uint64_t refused_clients, refused_channels, refused_buffers; /* daemon-wide limits */
 };
 
 struct session;
@@ -164,6 +165,8 @@ struct daemon {
 	struct channel *channels; /* every session's, for the poller */
 	uint32_t poll_window_us;  /* current adaptive spin window */
 	uint32_t n_sessions;
+	uint32_t n_channels;       /* all sessions' */
+	uint64_t registered_bytes; /* all sessions' registered buffers */
 	uint64_t next_session_id;
 };
 

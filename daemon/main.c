@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -62,6 +63,20 @@ int main(int argc, char **argv)
 			}
 			if (warn)
 				fprintf(stderr, "kvcached: warning: %s\n", err);
+			if (cfg.max_registered == 0)
+				cfg.max_registered = (uint64_t) si.totalram * unit / 2;
+		}
+	}
+	if (cfg.max_registered == 0)
+		cfg.max_registered = UINT64_C(8) << 30;
+	{
+		/* every client costs fds (socket, channels, buffers): take what
+		 * the hard limit allows; the daemon-wide limits keep it in check */
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
 		}
 	}
 	env = getenv("KVCACHE_LOG");

@@ -317,6 +317,9 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "connections", x->connections },
 		{ "reclaimed_reservations", x->reclaimed_reservations },
 		{ "reclaimed_views", x->reclaimed_views },
+		{ "refused_clients", x->refused_clients },
+		{ "refused_channels", x->refused_channels },
+		{ "refused_buffers", x->refused_buffers },
 		{ "registered_bytes", 0 },
 		{ "channels", 0 },
 	};
@@ -673,7 +676,13 @@ static void handle_hello(struct session *s, const struct wire_hdr *h, const uint
 	w.major = KVC_PROTO_MAJOR;
 	w.minor = KVC_PROTO_MINOR;
 	w.version = (char *) KVC_VERSION;
-	if (s->refused) {
+	if (!s->refused && d->n_sessions > d->cfg->max_clients) {
+		w.error = EUSERS;
+		snprintf(msg, sizeof(msg), "kvcached serves at most %u clients at once (--max-clients)",
+			 d->cfg->max_clients);
+		w.error_msg = msg;
+		d->stats.refused_clients++;
+	} else if (s->refused) {
 		w.error = EACCES;
 		snprintf(msg, sizeof(msg), "uid %u gid %u may not use this daemon", (unsigned) s->uid,
 			 (unsigned) s->gid);
@@ -699,6 +708,8 @@ static void handle_hello(struct session *s, const struct wire_hdr *h, const uint
 		si[i].tier = d->tiers[i].kind;
 		si[i].hugepages = d->tiers[i].seg.hugepages;
 		si[i].generation = d->generation;
+		si[i].layout_version = SHM_LAYOUT_VERSION;
+		si[i].data_offset = SHM_HEADER_SIZE; /* never re-read from the segment */
 		sp[i] = &si[i];
 		fds[i] = d->tiers[i].seg.fd;
 	}

@@ -333,7 +333,19 @@ static int move(struct daemon *d, struct object *o, struct tier *to, bool may_ev
  * otherwise.  Returns the bytes freed in t. */
 static uint64_t evict_one(struct daemon *d, struct tier *t, struct object *o, enum evict_reason why)
 {
-	uint64_t size = o->block->size;
+	uint64_t size;
+
+	if (t == &d->disk_tier) {
+		/* only asked for by name: the record goes, and the object */
+		size = o->disk_len;
+		t->st.evictions[why]++;
+		t->st.evicted_bytes += size;
+		d->stats.evictions++;
+		d->stats.evicted_bytes += size;
+		object_drop(d, o);
+		return size;
+	}
+	size = o->block->size;
 
 	if (t->below == &d->disk_tier && o->disk_id && !o->views) {
 		/* a clean copy is on disk: only the memory goes */
@@ -430,8 +442,9 @@ void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all, enum
 	if (t)
 		evict_tier(d, t, bytes, all, why, &freed, &n);
 	else
-		for (unsigned i = 0; i < tier_count(d) && (all || freed < bytes); i++)
-			evict_tier(d, tier_at(d, i), bytes - (freed < bytes ? freed : bytes), all, why,
+		/* every memory tier; the disk tier only when named */
+		for (unsigned i = 0; i < d->n_tiers && (all || freed < bytes); i++)
+			evict_tier(d, &d->tiers[i], bytes - (freed < bytes ? freed : bytes), all, why,
 				   &freed, &n);
 	if (ret_bytes)
 		*ret_bytes = freed;

@@ -152,7 +152,6 @@ int shm_segment_check_seals(int fd)
 
 int shm_segment_map(struct shm_segment *seg, int fd, uint64_t size)
 {
-	const struct shm_seg_header *h;
 	void *p;
 	int r;
 
@@ -162,24 +161,14 @@ int shm_segment_map(struct shm_segment *seg, int fd, uint64_t size)
 		return -EBADMSG;
 	}
 	/* Sealed against shrinking, so the size checked is the size mapped
-	 * for as long as the mapping lives. */
+	 * for as long as the mapping lives.  The header in the segment is
+	 * not read: any client can write it, so what a client relies on
+	 * (layout version, where data starts) comes from the handshake. */
 	r = shm_memfd_map(fd, size, &p);
 	if (r < 0)
 		return r;
-	h = p;
-	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_SEG_MAGIC ||
-	    h->header_size != SHM_HEADER_SIZE || h->size != size ||
-	    h->data_offset < SHM_HEADER_SIZE || h->data_offset > size) {
-		munmap(p, size);
-		return -EBADMSG;
-	}
-	if (h->layout_version != SHM_LAYOUT_VERSION) {
-		munmap(p, size);
-		return -EPROTONOSUPPORT;
-	}
 	seg->base = p;
 	seg->size = size;
-	seg->hugepages = h->flags & SHM_SEG_HUGEPAGES;
 	return 0;
 }
 

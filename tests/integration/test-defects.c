@@ -5,6 +5,7 @@
  * test: test-defects NAME.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 
 #include "helpers.h"
 #include "raw.h"
+#include "shmem.h"
 
 static uint64_t mono_ms(void)
 {
@@ -189,6 +191,342 @@ static void test_dead_daemon_unread_reply(void)
 	rmdir(td.dir);
 }
 
+/*
+ * Every client can write the dram segment, header included.  Zeroing the
+ * header must not lock anyone else out: what a client checks at connect
+ * comes from the handshake.
+ */
+static void test_segment_header_scribble(void)
+{
+	Kvc__Hello hello = KVC__HELLO__INIT;
+	struct test_daemon td;
+	struct kvc_client *c;
+	Kvc__Welcome *w;
+	uint8_t *p, *base;
+	uint32_t len;
+	size_t n_fds;
+	int fds[4], sock;
+	char buf[16];
+
+	test_daemon_start(&td, "--dram-size", "16MB", "--hugepages", "off", "--device-size", "4MB",
+			  NULL);
+	sock = raw_connect(td.socket);
+	hello.major = KVC_PROTO_MAJOR;
+	raw_send_msg(sock, WIRE_HELLO, &hello.base);
+	CHECK_EQ(raw_recv_fds(sock, &p, &len, fds, 4, &n_fds), WIRE_WELCOME);
+	w = kvc__welcome__unpack(NULL, len, p);
+	CHECK(w && w->error == 0 && w->n_segments == n_fds && n_fds == 2);
+	for (size_t i = 0; i < n_fds; i++) {
+		base = mmap(NULL, w->segments[i]->size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+		CHECK(base != MAP_FAILED);
+		memset(base, 0, SHM_HEADER_SIZE); /* magic, version, sizes: all gone */
+		munmap(base, w->segments[i]->size);
+		close(fds[i]);
+	}
+	kvc__welcome__free_unpacked(w, NULL);
+	free(p);
+
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	CHECK_EQ(kvc_put(c, "k", "value", 5, NULL), 0);
+	CHECK_EQ(kvc_get(c, "k", buf, sizeof(buf)), 5);
+	CHECK(memcmp(buf, "value", 5) == 0);
+	kvc_disconnect(c);
+	close(sock);
+	test_daemon_stop(&td);
+}
+
+/* A client's view of a whole segment, by hand. */
+struct raw_segment {
+	int sock;
+	uint8_t *base;
+	uint64_t size;
+};
+
+static void raw_segment_map(struct raw_segment *rs, const char *socket, unsigned index)
+{
+	Kvc__Hello hello = KVC__HELLO__INIT;
+	Kvc__Welcome *w;
+	uint8_t *p;
+	uint32_t len;
+	size_t n_fds;
+	int fds[4];
+
+	rs->sock = raw_connect(socket);
+	hello.major = KVC_PROTO_MAJOR;
+	raw_send_msg(rs->sock, WIRE_HELLO, &hello.base);
+	CHECK_EQ(raw_recv_fds(rs->sock, &p, &len, fds, 4, &n_fds), WIRE_WELCOME);
+	w = kvc__welcome__unpack(NULL, len, p);
+	CHECK(w && w->error == 0 && index < n_fds);
+	rs->size = w->segments[index]->size;
+	rs->base = mmap(NULL, rs->size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[index], 0);
+	CHECK(rs->base != MAP_FAILED);
+	for (size_t i = 0; i < n_fds; i++)
+		close(fds[i]);
+	kvc__welcome__free_unpacked(w, NULL);
+	free(p);
+}
+
+static void raw_segment_unmap(struct raw_segment *rs)
+{
+	munmap(rs->base, rs->size);
+	close(rs->sock);
+}
+
+static volatile bool scribbling;
+
+static void *scribbler(void *arg)
+{
+	struct raw_segment *rs = arg;
+
+	while (__atomic_load_n(&scribbling, __ATOMIC_ACQUIRE))
+		memset(rs->base + SHM_HEADER_SIZE, 0x5a, rs->size - SHM_HEADER_SIZE);
+	return NULL;
+}
+
+static void put_spilled(struct kvc_client *c, int n, uint8_t *buf, size_t len)
+{
+	uint64_t bytes, objects;
+
+	for (int i = 0; i < n; i++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "rec/%d", i);
+		test_fill(buf, len, (uint64_t) i + 77);
+		CHECK_EQ(kvc_put(c, key, buf, len, NULL), 0);
+		if (i % 4 == 3)
+			CHECK_EQ(kvc_flush(c, 20000), 0);
+	}
+	CHECK_EQ(kvc_flush(c, 20000), 0);
+	CHECK_EQ(test_counter(c, "disk.records"), n);
+	/* memory copies go: every read below comes from disk */
+	CHECK_EQ(kvc_evict(c, KVC_TIER_DEFAULT, 0, KVC_EVICT_ALL, &bytes, &objects), 0);
+}
+
+/*
+ * A client scribbling over dram while objects are read back from disk must
+ * not make the daemon condemn (and delete) good records: the checksum is
+ * verified where no client can write.
+ */
+static void run_scribble_readback(const char *compress)
+{
+	enum { N = 24, LEN = 1 << 20 };
+	struct test_daemon td;
+	struct raw_segment rs;
+	struct kvc_client *c;
+	uint8_t *buf = malloc(LEN);
+	char disk[128];
+	pthread_t t;
+
+	snprintf(disk, sizeof(disk), "/var/tmp/kvc-scribble-XXXXXX");
+	CHECK(mkdtemp(disk));
+	test_daemon_start(&td, "--dram-size", "8MB", "--hugepages", "off", "--disk-dir", disk,
+			  "--disk-compress", compress, "--default-kv-lease-ttl", "0", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	put_spilled(c, N, buf, LEN);
+
+	raw_segment_map(&rs, td.socket, 0);
+	scribbling = true;
+	CHECK(pthread_create(&t, NULL, scribbler, &rs) == 0);
+	for (int round = 0; round < 6; round++) {
+		uint64_t bytes, objects;
+
+		for (int i = 0; i < N; i++) {
+			char key[32];
+
+			snprintf(key, sizeof(key), "rec/%d", i);
+			CHECK_EQ(kvc_get(c, key, buf, LEN), LEN); /* bytes: whatever the scribbler left */
+		}
+		CHECK_EQ(kvc_evict(c, KVC_TIER_DEFAULT, 0, KVC_EVICT_ALL, &bytes, &objects), 0);
+	}
+	__atomic_store_n(&scribbling, false, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	raw_segment_unmap(&rs);
+
+	CHECK_EQ(test_counter(c, "disk.checksum_failures"), 0);
+	CHECK_EQ(test_counter(c, "disk.records"), N);
+	for (int i = 0; i < N; i++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "rec/%d", i);
+		CHECK_EQ(kvc_get(c, key, buf, LEN), LEN);
+		CHECK(test_verify(buf, LEN, (uint64_t) i + 77));
+	}
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+	{
+		char cmd[192];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", disk);
+		CHECK(system(cmd) == 0);
+	}
+	free(buf);
+}
+
+static void test_scribble_during_readback(void)
+{
+	run_scribble_readback("none");
+	run_scribble_readback("zstd");
+}
+
+static volatile bool flipping;
+
+static void *iov_flipper(void *arg)
+{
+	struct shm_iov *iov = arg;
+
+	for (uint64_t i = 0; __atomic_load_n(&flipping, __ATOMIC_ACQUIRE); i++)
+		__atomic_store_n(&iov->len, i & 1 ? 4096 : 256 << 10, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+/*
+ * put_from whose iov list changes while the daemon runs it: the list that
+ * sized the object must be the one that fills it, so every stored object is
+ * the buffer's bytes over its whole length, never a short copy.
+ */
+static void test_put_from_iov_race(void)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__BufferReq bq = KVC__BUFFER_REQ__INIT;
+	struct test_daemon td;
+	struct raw_chan rc;
+	struct kvc_client *c;
+	Kvc__Response *resp;
+	struct shm_iov *iov;
+	uint8_t *p, *bufmem, *back = malloc(256 << 10);
+	uint32_t len;
+	size_t n_fds;
+	int fd, stored = 0;
+	uint64_t handle;
+	pthread_t t;
+
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off",
+			  "--default-kv-lease-ttl", "0", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	/* leave dram dirty with other bytes, so a short copy shows */
+	{
+		uint8_t *junk = malloc(256 << 10);
+
+		memset(junk, 0xee, 256 << 10);
+		for (int i = 0; i < 200; i++) {
+			char key[32];
+
+			snprintf(key, sizeof(key), "junk/%d", i);
+			CHECK_EQ(kvc_put(c, key, junk, 256 << 10, NULL), 0);
+			CHECK_EQ(kvc_remove(c, key), 0);
+		}
+		free(junk);
+	}
+	raw_chan_open(&rc, td.socket);
+	q.op = KVC__OP__OP_BUFFER_ALLOC;
+	q.body_case = KVC__REQUEST__BODY_BUFFER;
+	bq.size = 256 << 10;
+	q.buffer = &bq;
+	raw_send_msg(rc.sock, WIRE_REQUEST, &q.base);
+	CHECK_EQ(raw_recv_fds(rc.sock, &p, &len, &fd, 1, &n_fds), WIRE_RESPONSE);
+	CHECK_EQ(n_fds, 1);
+	resp = kvc__response__unpack(NULL, len, p);
+	CHECK(resp && resp->error == 0);
+	handle = resp->extent->handle;
+	kvc__response__free_unpacked(resp, NULL);
+	free(p);
+	bufmem = mmap(NULL, 256 << 10, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(bufmem != MAP_FAILED);
+	close(fd);
+	memset(bufmem, 0xab, 256 << 10);
+
+	/* a long list (the rest empty) widens the window between two reads */
+	iov = (struct shm_iov *) (rc.arena + 4096);
+	for (int i = 0; i < 1024; i++)
+		iov[i] = (struct shm_iov) { .buffer = handle, .off = 0, .len = 0 };
+	iov[0].len = 4096;
+	flipping = true;
+	CHECK(pthread_create(&t, NULL, iov_flipper, iov) == 0);
+	for (int i = 0; i < 3000; i++) {
+		struct shm_sqe e = { .opcode = SHM_OP_PUT_FROM, .count = 1024, .list_off = 4096,
+				     .user_data = (uint64_t) i + 1 };
+		char key[32];
+		int64_t r;
+
+		snprintf(key, sizeof(key), "pf/%d", i);
+		e.key_len = (uint16_t) strlen(key);
+		memcpy(rc.arena, key, e.key_len);
+		r = raw_chan_call(&rc, &e);
+		CHECK(r == 0 || r == -EFAULT);
+		if (r == 0) {
+			ssize_t n = kvc_get(c, key, back, 256 << 10);
+
+			CHECK(n == 4096 || n == 256 << 10);
+			for (ssize_t j = 0; j < n; j++)
+				CHECK_EQ(back[j], 0xab);
+			CHECK_EQ(kvc_remove(c, key), 0);
+			stored++;
+		}
+	}
+	__atomic_store_n(&flipping, false, __ATOMIC_RELEASE);
+	pthread_join(t, NULL);
+	CHECK(stored > 0);
+	munmap(bufmem, 256 << 10);
+	munmap(rc.base, SHM_CHAN_SIZE);
+	close(rc.efd);
+	close(rc.sock);
+	kvc_disconnect(c);
+	free(back);
+	test_daemon_stop(&td);
+}
+
+/* Daemon-wide limits: each refusal is a clear error to that client only. */
+static void test_daemon_wide_limits(void)
+{
+	struct test_daemon td;
+	struct kvc_client *c[4], *extra;
+	struct kvc_buffer b1, b2, b3;
+	char buf[8];
+
+	test_daemon_start(&td, "--dram-size", "16MB", "--hugepages", "off", "--max-clients", "3",
+			  "--max-registered-bytes", "8MB", NULL);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(kvc_connect(td.socket, &c[i]), 0);
+	CHECK_EQ(kvc_connect(td.socket, &extra), -EUSERS);
+	CHECK(strstr(kvc_last_error_msg(), "--max-clients"));
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(kvc_put(c[i], i == 0 ? "a" : i == 1 ? "b" : "c", "v", 1, NULL), 0);
+		CHECK_EQ(kvc_get(c[i], "a", buf, sizeof(buf)), 1);
+	}
+	CHECK_EQ(test_counter(c[0], "refused_clients"), 1);
+	kvc_disconnect(c[2]);
+	usleep(100 * 1000);
+	CHECK_EQ(kvc_connect(td.socket, &c[2]), 0); /* a slot came free */
+
+	/* registered bytes, all clients together */
+	CHECK_EQ(kvc_buffer_alloc(c[0], 6 << 20, &b1), 0);
+	CHECK_EQ(kvc_buffer_alloc(c[1], 4 << 20, &b2), -ENOSPC);
+	CHECK(strstr(kvc_last_error_msg(), "--max-registered-bytes"));
+	CHECK_EQ(kvc_buffer_alloc(c[1], 2 << 20, &b3), 0);
+	CHECK_EQ(kvc_buffer_free(c[0], &b1), 0);
+	CHECK_EQ(kvc_buffer_alloc(c[1], 4 << 20, &b2), 0);
+	CHECK_EQ(test_counter(c[1], "refused_buffers"), 1);
+	CHECK_EQ(kvc_get(c[1], "b", buf, sizeof(buf)), 1);
+	kvc_buffer_free(c[1], &b2);
+	kvc_buffer_free(c[1], &b3);
+	for (int i = 0; i < 3; i++)
+		kvc_disconnect(c[i]);
+	test_daemon_stop(&td);
+
+	/* channels, daemon-wide: every client opens one */
+	test_daemon_start(&td, "--dram-size", "16MB", "--hugepages", "off", "--max-channels", "2",
+			  NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c[0]), 0);
+	CHECK_EQ(kvc_connect(td.socket, &c[1]), 0);
+	CHECK_EQ(kvc_connect(td.socket, &extra), -EMFILE);
+	CHECK(strstr(kvc_last_error_msg(), "--max-channels"));
+	CHECK_EQ(kvc_put(c[1], "x", "y", 1, NULL), 0);
+	CHECK_EQ(test_counter(c[0], "refused_channels"), 1);
+	kvc_disconnect(c[0]);
+	kvc_disconnect(c[1]);
+	test_daemon_stop(&td);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -196,6 +534,10 @@ static const struct {
 	{ "doorbell-after-hangup", test_doorbell_after_hangup },
 	{ "stale-clock-after-idle", test_stale_clock_after_idle },
 	{ "dead-daemon-unread-reply", test_dead_daemon_unread_reply },
+	{ "segment-header-scribble", test_segment_header_scribble },
+	{ "scribble-during-readback", test_scribble_during_readback },
+	{ "put-from-iov-race", test_put_from_iov_race },
+	{ "daemon-wide-limits", test_daemon_wide_limits },
 };
 
 int main(int argc, char **argv)

@@ -99,6 +99,25 @@ json-exists-leak)
 	grep -q '"exists": true' "$dir/out" || fail "wrong output"
 	expect 1 "$KVCACHECTL" -s "$sock" --json exists missing
 	;;
+evict-all-with-disk)
+	# evicting every tier demotes to the disk tier; only naming the disk
+	# tier drops records
+	mkdir "$dir/disk"
+	start_daemon --disk-dir "$dir/disk"
+	head -c 100000 /dev/urandom >"$dir/blob"
+	for i in 1 2 3; do "$KVCACHECTL" -s "$sock" put "k$i" "$dir/blob"; done
+	expect 0 "$KVCACHECTL" -s "$sock" flush
+	expect 0 "$KVCACHECTL" -s "$sock" evict --all
+	grep -q "evicted 3 objects" "$dir/out" || fail "memory copies not evicted"
+	expect 0 "$KVCACHECTL" -s "$sock" get k2 "$dir/back"
+	cmp "$dir/blob" "$dir/back" || fail "bytes differ after demotion"
+	expect 0 "$KVCACHECTL" -s "$sock" evict --all
+	expect 0 "$KVCACHECTL" -s "$sock" evict --tier disk --all
+	grep -q "evicted 3 objects" "$dir/out" || fail "records not dropped"
+	expect 1 "$KVCACHECTL" -s "$sock" exists k1
+	[ -z "$(ls "$dir/disk")" ] || sleep 0.2
+	[ -z "$(ls "$dir/disk")" ] || fail "records left behind: $(ls "$dir/disk")"
+	;;
 *)
 	fail "no case named $case_name"
 	;;

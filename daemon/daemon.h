@@ -87,6 +87,8 @@ struct object {
 struct index {
 	struct object **buckets;
 	size_t n_buckets;
+	struct object **old;   /* the table being grown out of, or NULL */
+	size_t n_old, migrate_pos;
 	size_t n_objects;
 	uint64_t bytes;
 };
@@ -97,6 +99,11 @@ uint64_t index_hash(const void *key, size_t len);
 struct object *index_find(struct index *idx, const void *key, size_t len, uint64_t hash);
 int index_insert(struct index *idx, struct object *o);
 void index_unlink(struct index *idx, struct object *o);
+/* Move up to budget old buckets into a growing table; false if none left. */
+bool index_migrate(struct index *idx, size_t budget);
+/* Every indexed object, O(n): admin and shutdown only.  fn may free o (the
+ * walk does not touch it again) but must not unlink others. */
+void index_walk(struct index *idx, void (*fn)(void *u, struct object *o), void *u);
 
 
 struct stats {

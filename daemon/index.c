@@ -4,6 +4,11 @@
  * only in daemon memory, so a client can corrupt at most the bytes of
  * objects, never the index that says where they are.  (LRU order is per
  * tier, in tier.c.)
+ *
+ * Growing never stops the loop: when the table fills up, a table twice the
+ * size is allocated (calloc: untouched zero pages, no pass over memory) and
+ * the old buckets move over a few at a time, on every insert and in idle
+ * maintenance, as Redis's dict does.  Meanwhile lookups look in both.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -13,6 +18,9 @@
 #include "daemon.h"
 
 #define INITIAL_BUCKETS 1024
+/* Old buckets moved per insert: the old table is empty long before the new
+ * one fills (n inserts move 64n buckets; the old table has n). */
+#define MIGRATE_PER_INSERT 64
 
 int index_init(struct index *idx)
 {
@@ -27,6 +35,7 @@ int index_init(struct index *idx)
 void index_done(struct index *idx)
 {
 	free(idx->buckets);
+	free(idx->old);
 	memset(idx, 0, sizeof(*idx));
 }
 
@@ -35,33 +44,58 @@ uint64_t index_hash(const void *key, size_t len)
 	return XXH3_64bits(key, len);
 }
 
-struct object *index_find(struct index *idx, const void *key, size_t len, uint64_t hash)
+static struct object *chain_find(struct object *o, const void *key, size_t len, uint64_t hash)
 {
-	struct object *o = idx->buckets[hash & (idx->n_buckets - 1)];
-
 	for (; o; o = o->hnext)
 		if (o->hash == hash && o->key_len == len && memcmp(o->key, key, len) == 0)
 			return o;
 	return NULL;
 }
 
-static void grow(struct index *idx)
+struct object *index_find(struct index *idx, const void *key, size_t len, uint64_t hash)
+{
+	struct object *o = chain_find(idx->buckets[hash & (idx->n_buckets - 1)], key, len, hash);
+
+	/* buckets below migrate_pos are empty: no need to look there */
+	if (!o && idx->old && (hash & (idx->n_old - 1)) >= idx->migrate_pos)
+		o = chain_find(idx->old[hash & (idx->n_old - 1)], key, len, hash);
+	return o;
+}
+
+bool index_migrate(struct index *idx, size_t budget)
+{
+	if (!idx->old)
+		return false;
+	while (budget-- && idx->migrate_pos < idx->n_old) {
+		struct object *o = idx->old[idx->migrate_pos], *next;
+
+		for (; o; o = next) {
+			struct object **head = &idx->buckets[o->hash & (idx->n_buckets - 1)];
+
+			next = o->hnext;
+			o->hnext = *head;
+			*head = o;
+		}
+		idx->old[idx->migrate_pos++] = NULL;
+	}
+	if (idx->migrate_pos == idx->n_old) {
+		free(idx->old);
+		idx->old = NULL;
+		idx->n_old = idx->migrate_pos = 0;
+	}
+	return true;
+}
+
+static void start_grow(struct index *idx)
 {
 	size_t n = idx->n_buckets * 2;
 	struct object **b = calloc(n, sizeof(*b));
 
 	if (!b)
 		return; /* longer chains, still correct */
-	for (size_t i = 0; i < idx->n_buckets; i++) {
-		struct object *o = idx->buckets[i], *next;
-
-		for (; o; o = next) {
-			next = o->hnext;
-			o->hnext = b[o->hash & (n - 1)];
-			b[o->hash & (n - 1)] = o;
-		}
-	}
-	free(idx->buckets);
+	idx->old = idx->buckets;
+	idx->n_old = idx->n_buckets;
+	idx->migrate_pos = 0;
 	idx->buckets = b;
 	idx->n_buckets = n;
 }
@@ -70,8 +104,10 @@ int index_insert(struct index *idx, struct object *o)
 {
 	struct object **head;
 
-	if (idx->n_objects >= idx->n_buckets)
-		grow(idx);
+	if (idx->old)
+		index_migrate(idx, MIGRATE_PER_INSERT);
+	else if (idx->n_objects >= idx->n_buckets)
+		start_grow(idx);
 	head = &idx->buckets[o->hash & (idx->n_buckets - 1)];
 	o->hnext = *head;
 	*head = o;
@@ -80,16 +116,36 @@ int index_insert(struct index *idx, struct object *o)
 	return 0;
 }
 
-void index_unlink(struct index *idx, struct object *o)
+static bool chain_unlink(struct object **p, struct object *o)
 {
-	struct object **p = &idx->buckets[o->hash & (idx->n_buckets - 1)];
-
 	for (; *p; p = &(*p)->hnext)
 		if (*p == o) {
 			*p = o->hnext;
 			o->hnext = NULL;
-			idx->n_objects--;
-			idx->bytes -= o->len;
-			return;
+			return true;
+		}
+	return false;
+}
+
+void index_unlink(struct index *idx, struct object *o)
+{
+	if (!chain_unlink(&idx->buckets[o->hash & (idx->n_buckets - 1)], o) &&
+	    !(idx->old && chain_unlink(&idx->old[o->hash & (idx->n_old - 1)], o)))
+		return;
+	idx->n_objects--;
+	idx->bytes -= o->len;
+}
+
+void index_walk(struct index *idx, void (*fn)(void *u, struct object *o), void *u)
+{
+	for (size_t b = 0; b < idx->n_buckets; b++)
+		for (struct object *o = idx->buckets[b], *next; o; o = next) {
+			next = o->hnext; /* fn may free o */
+			fn(u, o);
+		}
+	for (size_t b = idx->migrate_pos; idx->old && b < idx->n_old; b++)
+		for (struct object *o = idx->old[b], *next; o; o = next) {
+			next = o->hnext;
+			fn(u, o);
 		}
 }

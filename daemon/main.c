@@ -30,6 +30,12 @@ static uint64_t mem_available(void)
 	return (uint64_t) kb * 1024;
 }
 
+static void free_at_exit(void *u, struct object *o)
+{
+	o->spill = o->load = NULL;
+	object_free(u, o);
+}
+
 int main(int argc, char **argv)
 {
 	struct config cfg;
@@ -117,14 +123,8 @@ out:
 	/* Wait for disk I/O in flight, then free every object without
 	 * touching its record: records are what survives a restart. */
 	disk_teardown(&d);
-	for (size_t b = 0; d.index.buckets && b < d.index.n_buckets; b++)
-		while (d.index.buckets[b]) {
-			struct object *o = d.index.buckets[b];
-
-			d.index.buckets[b] = o->hnext;
-			o->spill = o->load = NULL;
-			object_free(&d, o);
-		}
+	if (d.index.buckets)
+		index_walk(&d.index, free_at_exit, &d);
 	tier_teardown(&d);
 	index_done(&d.index);
 	if (r == 0)

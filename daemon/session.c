@@ -450,6 +450,11 @@ static void list_add(struct list_acc *a, const struct object *o, uint32_t state)
 	}
 }
 
+static void list_committed(void *u, struct object *o)
+{
+	list_add(u, o, 2 /* KVC_STATE_COMMITTED */);
+}
+
 static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 {
 	struct daemon *d = s->d;
@@ -469,9 +474,7 @@ static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 	}
 	kvc__list_resp__init(a.l);
 	a.l->keys = a.ptrs;
-	for (size_t b = 0; b < d->index.n_buckets; b++)
-		for (const struct object *o = d->index.buckets[b]; o; o = o->hnext)
-			list_add(&a, o, 2 /* KVC_STATE_COMMITTED */);
+	index_walk(&d->index, list_committed, &a);
 	for (struct session *x = d->sessions; x; x = x->next)
 		for (uint32_t i = 0; i < x->n_slots; i++)
 			if (x->slots[i].kind == SLOT_RESERVE)

@@ -594,5 +594,8 @@ bool tier_maintain(struct daemon *d)
 	}
 	if (disk_maintain(d))
 		did = true;
+	/* a growing index finishes in the background too */
+	if (index_migrate(&d->index, 256))
+		did = true;
 	return did;
 }

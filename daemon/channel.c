@@ -33,10 +33,14 @@
  * others. */
 #define ROUND_BUDGET 64
 
-/* A request waiting for its object to come back from disk. */
+/* A request waiting for its object to come back from disk, or (space) a
+ * put waiting for a spill to make room. */
 struct parked {
 	struct disk_waiter w;        /* first: disk.c hands this back */
 	struct parked *next, *prev;  /* in its channel */
+	struct parked *snext, *sprev; /* space: on d->space_head */
+	bool space;
+	uint64_t deadline;           /* space: give up with -EAGAIN */
 	struct channel *ch;
 	struct shm_sqe e;
 };
@@ -137,13 +141,40 @@ fail:
 	return r;
 }
 
+static void space_unlink(struct daemon *d, struct parked *p)
+{
+	if (p->sprev)
+		p->sprev->snext = p->snext;
+	else
+		d->space_head = p->snext;
+	if (p->snext)
+		p->snext->sprev = p->sprev;
+	else
+		d->space_tail = p->sprev;
+	p->snext = p->sprev = NULL;
+}
+
+static void space_append(struct daemon *d, struct parked *p)
+{
+	p->snext = NULL;
+	p->sprev = d->space_tail;
+	if (d->space_tail)
+		d->space_tail->snext = p;
+	else
+		d->space_head = p;
+	d->space_tail = p;
+}
+
 void channel_close(struct channel *ch)
 {
 	while (ch->parked) {
 		struct parked *p = ch->parked;
 
 		ch->parked = p->next;
-		disk_unwait(&p->w);
+		if (p->space)
+			space_unlink(ch->s->d, p);
+		else
+			disk_unwait(&p->w);
 		free(p);
 	}
 	free(ch->backlog);
@@ -481,6 +512,19 @@ static void complete(struct channel *ch, const struct shm_sqe *e, struct shm_cqe
 
 static void park(struct channel *ch, const struct shm_sqe *e);
 
+static void unpark(struct parked *p)
+{
+	struct channel *ch = p->ch;
+
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		ch->parked = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+}
+
+
 /* The object a parked request waited for is in dram (res 0) or is not
  * coming (res < 0): run the request again, or fail it. */
 static void unparked(struct disk_waiter *w, int res)
@@ -491,12 +535,7 @@ static void unparked(struct disk_waiter *w, int res)
 	struct shm_cqe c = { 0 };
 	int64_t r = res;
 
-	if (p->prev)
-		p->prev->next = p->next;
-	else
-		ch->parked = p->next;
-	if (p->next)
-		p->next->prev = p->prev;
+	unpark(p);
 	if (res == 0)
 		r = run(ch, &p->e, &c, msg);
 	else if (res == -EBADMSG)
@@ -529,6 +568,69 @@ static void park(struct channel *ch, const struct shm_sqe *e)
 	ch->parked = p;
 	disk_wait(ch->s->pending, &p->w);
 	ch->s->pending = NULL;
+}
+
+static bool is_put(const struct shm_sqe *e)
+{
+	return e->opcode == SHM_OP_RESERVE || e->opcode == SHM_OP_PUT_FROM;
+}
+
+/* A put that must wait for a spill (back-pressure from the disk tier). */
+static void park_space(struct channel *ch, const struct shm_sqe *e)
+{
+	struct daemon *d = ch->s->d;
+	struct parked *p = calloc(1, sizeof(*p));
+
+	if (!p) {
+		struct shm_cqe c = { 0 };
+
+		complete(ch, e, &c, -ENOMEM, "");
+		return;
+	}
+	p->ch = ch;
+	p->e = *e;
+	p->space = true;
+	p->deadline = d->now_ms + d->cfg->spill_wait_ms;
+	d->stats.spill_waits++;
+	p->next = ch->parked;
+	if (p->next)
+		p->next->prev = p;
+	ch->parked = p;
+	space_append(d, p);
+}
+
+/* Puts waiting for space: run again after a spill ended, in arrival order;
+ * give up at their deadline. */
+static unsigned retry_space(struct daemon *d)
+{
+	struct parked *list = d->space_head;
+	unsigned n = 0;
+
+	if (!list || (d->space_seen == d->space_seq && d->now_ms < list->deadline))
+		return 0;
+	d->space_seen = d->space_seq;
+	d->space_head = d->space_tail = NULL;
+	while (list) {
+		struct parked *p = list;
+		struct channel *ch = p->ch;
+		char msg[OPS_MSG_MAX] = "";
+		struct shm_cqe c = { 0 };
+		int64_t r;
+
+		list = p->snext;
+		p->snext = p->sprev = NULL;
+		r = run(ch, &p->e, &c, msg);
+		if (r == -EAGAIN && d->now_ms < p->deadline) {
+			space_append(d, p);
+			continue;
+		}
+		unpark(p);
+		complete(ch, &p->e, &c, r, msg);
+		free(p);
+		wake_client(ch);
+		n++;
+	}
+	return n;
 }
 
 /* Drain one channel, within the round's budget. */
@@ -564,6 +666,8 @@ static unsigned poll_channel(struct channel *ch)
 		r = run(ch, &e, &c, msg);
 		if (r == -EINPROGRESS && ch->s->pending)
 			park(ch, &e);
+		else if (r == -EAGAIN && is_put(&e) && ch->s->d->cfg->spill_wait_ms)
+			park_space(ch, &e);
 		else
 			complete(ch, &e, &c, r == -EINPROGRESS ? -EIO : r, msg);
 		done++;
@@ -574,7 +678,7 @@ static unsigned poll_channel(struct channel *ch)
 
 unsigned channel_poll_all(struct daemon *d)
 {
-	unsigned n = 0;
+	unsigned n = retry_space(d);
 
 	for (struct channel *ch = d->channels; ch; ch = ch->next)
 		n += poll_channel(ch);

@@ -37,6 +37,7 @@ void config_init(struct config *c)
 	c->disk_zstd_level = 3;
 	strcpy(c->protocol, "tcp");
 	c->max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
+	c->spill_wait_ms = CONFIG_DEFAULT_SPILL_WAIT_MS;
 	c->max_channels = CONFIG_DEFAULT_MAX_CHANNELS;
 }
 
@@ -210,6 +211,8 @@ static int set_capacity_key(struct config *c, const char *k, const char *v, char
 			c->max_channels = (uint32_t) n;
 		return r;
 	}
+	if (!strcmp(k, "spill_wait_ms") || !strcmp(k, "spill-wait-ms"))
+		return set_u64(&c->spill_wait_ms, k, v, 3600000, err);
 	if (!strcmp(k, "max_registered_bytes") || !strcmp(k, "max-registered-bytes")) {
 		if (shm_parse_size(v, &c->max_registered) < 0) {
 			snprintf(err, CONFIG_ERR_MAX,
@@ -388,7 +391,7 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 			"eviction_ratio", "default_kv_lease_ttl", "promotion_hits", "disk_dir",
 			"disk_size", "disk_compress", "disk_compress_level", "local_hostname", "metadata_server", "protocol",
 			"device_name", "master_server_address", "allow_overcommit", "max_clients",
-			"max_channels", "max_registered_bytes",
+			"max_channels", "max_registered_bytes", "spill_wait_ms",
 		};
 		char text[4096];
 		const char *k = key;
@@ -400,7 +403,7 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 			     strcmp(k, "default_kv_lease_ttl") == 0 || strcmp(k, "promotion_hits") == 0 ||
 			     strcmp(k, "disk_size") == 0 || strcmp(k, "disk_compress_level") == 0 ||
 			     strcmp(k, "max_clients") == 0 || strcmp(k, "max_channels") == 0 ||
-			     strcmp(k, "max_registered_bytes") == 0;
+			     strcmp(k, "max_registered_bytes") == 0 || strcmp(k, "spill_wait_ms") == 0;
 		bool is_known = false;
 
 		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
@@ -559,6 +562,8 @@ static const struct option options[] = {
 	{ "disk-compress-level", required_argument, NULL, OPT_CAPACITY },
 	{ "disk_compress_level", required_argument, NULL, OPT_CAPACITY },
 	{ "poll_us", required_argument, NULL, OPT_POLL_US },
+	{ "spill-wait-ms", required_argument, NULL, OPT_CAPACITY },
+	{ "spill_wait_ms", required_argument, NULL, OPT_CAPACITY },
 	{ "max-clients", required_argument, NULL, OPT_CAPACITY },
 	{ "max_clients", required_argument, NULL, OPT_CAPACITY },
 	{ "max-channels", required_argument, NULL, OPT_CAPACITY },
@@ -598,6 +603,9 @@ void config_usage(FILE *f)
 		"      --disk-size SIZE       disk tier capacity (default 10GiB)\n"
 		"      --disk-compress zstd|none  compress records (default none)\n"
 		"      --disk-compress-level N    zstd level 1..19 (default 3)\n"
+		"      --spill-wait-ms MS     with a disk tier, a put that needs room held by\n"
+		"                             objects not yet on disk waits this long for the\n"
+		"                             spill, then fails with EAGAIN (default 5000)\n"
 		"                             (each also spelled with underscores)\n"
 		"      --poll-us N            keep polling client rings this long after the last\n"
 		"                             request before sleeping (default 100; 0 = never spin)\n"

@@ -32,6 +32,28 @@ struct tier_stats {
 	uint64_t bytes_moved;           /* promoted or demoted into this tier */
 };
 
+/*
+ * Each tier keeps its committed objects on one of these lists, chosen by
+ * what protects them (object_class()), most recently used at the head.
+ * Eviction takes the tail of LRU, then SOFT, then ANC: every victim is
+ * found in O(1), however many objects are leased, viewed or pinned.
+ */
+enum obj_list {
+	OL_NONE,   /* not listed: reserved, dropped, or being moved */
+	OL_LRU,    /* unprotected leaves of prefix chains (and non-chain objects) */
+	OL_SOFT,   /* soft-pinned leaves */
+	OL_ANC,    /* unprotected objects that have children: evicted last */
+	OL_LEASED, /* a lease was granted; oldest lease at the tail */
+	OL_HELD,   /* viewed, being spilled or being read back */
+	OL_PINNED, /* hard-pinned */
+	OL_COUNT,
+};
+
+struct olist {
+	struct object *head, *tail;
+	uint64_t n;
+};
+
 struct tier {
 	const char *name;     /* "device", "dram", "disk" */
 	uint32_t kind;        /* enum shm_tier */
@@ -41,7 +63,7 @@ struct tier {
 	uint64_t objects;     /* committed objects living here */
 	uint64_t high;        /* bytes: above this the evictor starts... */
 	uint64_t low;         /* ...and frees down to this */
-	struct object *lru_head, *lru_tail; /* most / least recently used */
+	struct olist lists[OL_COUNT];
 	struct tier *below;   /* where demoted objects go; NULL: they are dropped */
 	struct tier_stats st;
 };
@@ -56,7 +78,8 @@ enum object_flags {
 
 struct object {
 	struct object *hnext;             /* hash chain */
-	struct object *lru_prev, *lru_next; /* in its tier, committed only */
+	struct object *lru_prev, *lru_next; /* in its tier's list o->list */
+	struct object *dirty_prev, *dirty_next; /* d->dirty: no copy on disk yet */
 	/* prefix chains: the previous block of the same prompt, if it was
 	 * stored when this one was committed, and this block's own children */
 	struct object *parent;
@@ -68,8 +91,11 @@ struct object {
 	struct shm_block *block;
 	uint64_t lease_until;             /* ms, monotonic; protects while in the future */
 	uint64_t pin_until;               /* soft pin expiry, ms; 0 = until unpinned */
+	uint64_t committed_ms;            /* fresh objects are not dropped in the background */
 	uint32_t views;
 	uint32_t flags;
+	uint8_t list;                     /* enum obj_list */
+	bool dirty;                       /* on d->dirty */
 	uint32_t hits;                    /* in this tier, for promotion */
 	uint32_t key_len;
 	char *parent_key;                 /* asked for at reserve; linked at commit */
@@ -115,10 +141,13 @@ struct stats {
 	uint64_t reserves, aborts, put_conflicts;
 	uint64_t connections, reclaimed_reservations, reclaimed_views;
 	uint64_t refused_clients, refused_channels, refused_buffers; /* daemon-wide limits */
+	uint64_t evict_examined;   /* objects looked at to choose victims: O(1) each */
+	uint64_t spill_waits;      /* puts that waited for a spill */
 };
 
 struct session;
 struct channel;
+struct parked;
 struct disk;
 struct disk_io;
 
@@ -159,6 +188,13 @@ struct daemon {
 	struct tier *fastest;  /* lookups go fastest first */
 	uint64_t now_ms;       /* monotonic, refreshed every loop round */
 	uint64_t rounds;
+	/* memory objects without a copy on disk, oldest at the tail: what
+	 * spilling takes next (only with a disk tier) */
+	struct olist dirty;
+	uint64_t space_seq;        /* bumped when a spill ends: waiters retry */
+	bool space_waiting;        /* the disk tier has reads waiting for dram */
+	struct parked *space_head, *space_tail; /* puts waiting for a spill (channel.c) */
+	uint64_t space_seen;
 	struct object **promote_q; /* objects waiting to move up */
 	size_t n_promote, cap_promote;
 	struct index index;
@@ -192,19 +228,30 @@ void object_drop(struct daemon *d, struct object *o);
 void object_hit(struct daemon *d, struct object *o, bool lease, bool counts_for_promotion);
 /* What protects it from eviction right now (NULL: nothing). */
 const char *object_protected(const struct daemon *d, const struct object *o, bool soft_ok);
-/* Allocate len bytes in t, evicting unused objects when it is full. */
+/* Put o on the list of its tier that its state calls for (most recent end,
+ * or the least recent with at_tail); call after any change to its views,
+ * lease, pins, children, load or spill.  No-op for uncommitted objects. */
+void object_place(struct daemon *d, struct object *o, bool at_tail);
+void object_unplace(struct daemon *d, struct object *o);
+/* On d->dirty exactly when it is in memory with no copy on disk. */
+void object_dirty_update(struct daemon *d, struct object *o);
+/* Allocate len bytes in t, evicting unused objects when it is full.
+ * -ENOSPC: everything left is protected; -EAGAIN: what could give way has
+ * not reached the disk tier yet (its spill was started: retry when a spill
+ * ends, d->space_seq). */
 int tier_alloc(struct daemon *d, struct tier *t, uint64_t len, struct shm_block **ret);
 /* Evict from t (NULL = every tier): leaves of prefix chains first, least
  * recently used first, unpinned before soft-pinned, never protected ones. */
 void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all,
 		enum evict_reason why, uint64_t *ret_bytes, uint64_t *ret_objects);
+/* The same, at most max objects, and the reason's rules (see tier.c);
+ * 0 or -EAGAIN. */
+int tier_evict_some(struct daemon *d, struct tier *t, uint64_t bytes, bool all, unsigned max,
+		    enum evict_reason why, uint64_t *freed, uint64_t *n);
 /* Why nothing more can be evicted from t, for error messages. */
 void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_t len);
 /* Background work: watermarks, promotions.  True if it did something. */
 bool tier_maintain(struct daemon *d);
-/* A tier's LRU list: most recent at the head. */
-void tier_lru_link(struct tier *t, struct object *o);
-void tier_lru_unlink(struct tier *t, struct object *o);
 /* A disk-only object read back into dram block b. */
 void tier_readmit(struct daemon *d, struct object *o, struct shm_block *b);
 uint64_t tier_capacity(const struct tier *t);
@@ -230,6 +277,8 @@ void disk_forget(struct daemon *d, struct object *o);
 bool disk_maintain(struct daemon *d);
 void disk_flush_start(struct daemon *d);
 bool disk_flushing(const struct daemon *d);
+/* Can the disk tier take o now (healthy, not backing off, room)? */
+bool disk_accepting(const struct daemon *d, const struct object *o);
 int disk_eventfd(const struct daemon *d);
 /* Counters for stats, by name; false when there is no disk tier. */
 struct disk_counters {

@@ -72,6 +72,7 @@ struct disk_io {
 	uint64_t len;
 	char name[32];
 	struct disk_waiter *waiters;   /* reads: requests parked on it */
+	uint64_t deadline;             /* reads: give up waiting for dram */
 };
 
 /* Bounce buffers are kept for reuse: a fresh 16 MiB allocation costs
@@ -114,6 +115,8 @@ struct disk {
 	uint64_t backoff_until;
 	bool flushing;
 	int last_err;                  /* errno of the latest failed write */
+	struct disk_io *space_wait;    /* reads waiting for dram (qnext) */
+	uint64_t space_seen, space_check_ms;
 	struct disk_counters c;
 };
 
@@ -283,7 +286,7 @@ static int recover(struct daemon *d)
 			/* an older version whose removal the crash interrupted */
 			disk_forget(d, old);
 			index_unlink(&d->index, old);
-			tier_lru_unlink(t, old);
+			object_unplace(d, old);
 			t->objects--;
 			free(old);
 		}
@@ -296,7 +299,7 @@ static int recover(struct daemon *d)
 		o->disk_len = disk_record_size(h.key_len, h.stored_len);
 		o->flags |= OBJ_COMMITTED;
 		index_insert(&d->index, o);
-		tier_lru_link(t, o);
+		object_place(d, o, false);
 		t->objects++;
 		k->c.records++;
 		k->c.bytes += o->disk_len;
@@ -483,6 +486,7 @@ void disk_teardown(struct daemon *d)
 		io_uring_cqe_seen(&k->ring, cqe);
 		k->inflight--;
 	}
+	k->space_wait = NULL; /* on k->ios too, freed below */
 	while (k->ios) {
 		if (k->ios->fd >= 0)
 			close(k->ios->fd);
@@ -652,6 +656,8 @@ int disk_spill(struct daemon *d, struct object *o)
 	/* pinned like a view: not moved, not freed while the worker reads it */
 	o->views++;
 	o->spill = io;
+	object_place(d, o, false);
+	object_dirty_update(d, o);
 	k->inflight++;
 	k->inflight_bytes += io->vlen;
 	queue_job(k, io);
@@ -706,6 +712,8 @@ static bool prepared(struct daemon *d)
 				object_free(d, o);
 			goto drop;
 		}
+		/* spilling picks the oldest objects: back to the old end */
+		object_place(d, o, true);
 		io->id = k->next_id++;
 		record_name(io->name, sizeof(io->name), io->id, true);
 		fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
@@ -719,6 +727,7 @@ static bool prepared(struct daemon *d)
 					 strerror(-fd));
 			k->backoff_until = d->now_ms + BACKOFF_MS;
 			o->spill = NULL;
+			object_dirty_update(d, o);
 			goto drop;
 		}
 		io->fd = fd;
@@ -727,6 +736,7 @@ static bool prepared(struct daemon *d)
 			close(fd);
 			unlinkat(k->dirfd, io->name, 0);
 			o->spill = NULL;
+			object_dirty_update(d, o);
 			goto drop;
 		}
 		io_uring_prep_write(sqe, fd, io->buf, (unsigned) io->len, 0);
@@ -737,6 +747,7 @@ drop:
 		k->inflight--;
 		k->inflight_bytes -= io->vlen;
 		io_free(k, io);
+		d->space_seq++;
 	}
 	/* out at once: the next record is being built meanwhile */
 	disk_submit(d);
@@ -764,6 +775,7 @@ static void write_done(struct daemon *d, struct disk_io *io, int res)
 	close(io->fd);
 	io->fd = -1;
 	k->inflight_bytes -= io->vlen;
+	d->space_seq++; /* whoever waits for a spill looks again */
 	if (res != (int) io->len) {
 		/* a short write to a regular file means the filesystem is full */
 		int err = res < 0 ? -res : ENOSPC;
@@ -778,8 +790,10 @@ static void write_done(struct daemon *d, struct disk_io *io, int res)
 				 "spilling paused for %d ms", k->dir, strerror(err), BACKOFF_MS);
 		k->backoff_until = d->now_ms + BACKOFF_MS;
 		unlinkat(k->dirfd, io->name, 0);
-		if (o)
+		if (o) {
 			o->spill = NULL;
+			object_dirty_update(d, o);
+		}
 		return;
 	}
 	record_name(final, sizeof(final), io->id, false);
@@ -793,6 +807,7 @@ static void write_done(struct daemon *d, struct disk_io *io, int res)
 		k->last_err = errno;
 		unlinkat(k->dirfd, io->name, 0);
 		o->spill = NULL;
+		object_dirty_update(d, o);
 		return;
 	}
 	o->spill = NULL;
@@ -908,6 +923,7 @@ int disk_load(struct daemon *d, struct object *o)
 		return -ENOMEM;
 	io->id = o->disk_id;
 	io->len = o->disk_len;
+	io->deadline = d->now_ms + d->cfg->spill_wait_ms;
 	io->buf = buf_get(k, io->len);
 	io->cap = io->len;
 	record_name(io->name, sizeof(io->name), io->id, false);
@@ -924,6 +940,7 @@ int disk_load(struct daemon *d, struct object *o)
 	io_uring_prep_read(sqe, fd, io->buf, (unsigned) io->len, 0);
 	io_uring_sqe_set_data(sqe, io);
 	o->load = io;
+	object_place(d, o, false);
 	k->inflight++;
 	k->queued++;
 	/* reads go out at once: someone is waiting */
@@ -993,6 +1010,7 @@ static void read_finish(struct daemon *d, struct disk_io *io, int r)
 		k->c.read_bytes += io->len;
 		tier_readmit(d, o, io->block);
 	} else {
+		object_place(d, o, false);
 		if (io->block)
 			shm_alloc_free(&d->tiers[0].alloc, io->block);
 		if (r == -EBADMSG) {
@@ -1015,14 +1033,68 @@ static void read_finish(struct daemon *d, struct disk_io *io, int r)
 		object_drop(d, o); /* unlinks the record too */
 }
 
+/* Loop: find dram for a read that is in, and hand it to the worker.  True
+ * if io lives on with the worker.  Dram full of objects that have not
+ * reached disk yet: io waits on k->space_wait for a spill to end. */
+static bool land(struct daemon *d, struct disk_io *io)
+{
+	struct disk *k = d->disk;
+	struct tier *dram = &d->tiers[0];
+	int r;
+
+	/* making room in dram never evicts o itself: it is loading (held) */
+	r = tier_alloc(d, dram, io->o->len, &io->block);
+	if (r == -EAGAIN && d->now_ms < io->deadline) {
+		io->block = NULL;
+		io->qnext = k->space_wait;
+		k->space_wait = io;
+		d->space_waiting = true;
+		return true;
+	}
+	if (r < 0) {
+		io->block = NULL;
+		read_finish(d, io, r);
+		return false;
+	}
+	io->dst = (uint8_t *) dram->seg.base + io->block->offset;
+	io->preparing = true;
+	k->inflight++; /* the worker's until it posts back */
+	queue_job(k, io);
+	return true;
+}
+
+/* Reads waiting for dram: try again after a spill ended, or give up. */
+static bool retry_landing(struct daemon *d)
+{
+	struct disk *k = d->disk;
+	struct disk_io *list = k->space_wait;
+	bool did = false;
+
+	if (!list || (k->space_seen == d->space_seq && d->now_ms < k->space_check_ms))
+		return false;
+	k->space_seen = d->space_seq;
+	k->space_check_ms = d->now_ms + 100;
+	k->space_wait = NULL;
+	while (list) {
+		struct disk_io *io = list;
+
+		list = io->qnext;
+		did = true;
+		if (!io->o) {
+			io_free(k, io); /* its object went away; waiters were told */
+			continue;
+		}
+		if (!land(d, io))
+			io_free(k, io);
+	}
+	return did;
+}
+
 /* Loop: the bytes are in; check the header here (cheap), leave the copy,
  * decompression and checksum to the worker.  True if io lives on. */
 static bool read_done(struct daemon *d, struct disk_io *io, int res)
 {
-	struct disk *k = d->disk;
 	struct object *o = io->o;
-	struct tier *dram = &d->tiers[0];
-	int r;
 
 	close(io->fd);
 	io->fd = -1;
@@ -1039,18 +1111,7 @@ static bool read_done(struct daemon *d, struct disk_io *io, int res)
 		read_finish(d, io, -EBADMSG);
 		return false;
 	}
-	/* making room in dram must not evict o's own record: it is loading,
-	 * which object_protected() honours */
-	r = tier_alloc(d, dram, o->len, &io->block);
-	if (r < 0) {
-		io->block = NULL;
-		read_finish(d, io, r);
-		return false;
-	}
-	io->dst = (uint8_t *) dram->seg.base + io->block->offset;
-	io->preparing = true;
-	queue_job(k, io);
-	return true;
+	return land(d, io);
 }
 
 bool disk_poll(struct daemon *d)
@@ -1074,10 +1135,8 @@ bool disk_poll(struct daemon *d)
 		n++;
 		if (io->kind == IO_WRITE)
 			write_done(d, io, res);
-		else if (io->kind == IO_READ && read_done(d, io, res)) {
-			k->inflight++; /* still ours until the worker is done */
-			continue;
-		}
+		else if (io->kind == IO_READ && read_done(d, io, res))
+			continue; /* the worker's, or waiting for dram */
 		io_free(k, io);
 	}
 	return n > 0;
@@ -1085,29 +1144,26 @@ bool disk_poll(struct daemon *d)
 
 /* ---- background work ---- */
 
-/* Drop disk-only objects, least recently used first, to get under low. */
+/* Drop disk-only objects, least recently used first, to get under low: a
+ * bounded number per call. */
 static bool disk_watermark(struct daemon *d)
 {
 	struct disk *k = d->disk;
 	struct tier *t = disk_tier(d);
-	bool did = false;
+	uint64_t freed = 0, n = 0;
 
 	if (k->c.bytes <= t->high)
 		return false;
-	while (k->c.bytes > t->low) {
-		struct object *o = t->lru_tail;
+	tier_evict_some(d, t, k->c.bytes - t->low, false, 64, EVICT_WATERMARK, &freed, &n);
+	return n > 0;
+}
 
-		while (o && object_protected(d, o, true))
-			o = o->lru_prev;
-		if (!o)
-			break;
-		t->st.evictions[EVICT_WATERMARK]++;
-		t->st.evicted_bytes += o->disk_len;
-		d->stats.evictions++;
-		object_drop(d, o);
-		did = true;
-	}
-	return did;
+bool disk_accepting(const struct daemon *d, const struct object *o)
+{
+	const struct disk *k = d->disk;
+
+	return k && d->now_ms >= k->backoff_until &&
+	       k->c.bytes + o->len + DISK_ALIGN <= d->disk_tier.alloc.size;
 }
 
 bool disk_maintain(struct daemon *d)
@@ -1119,40 +1175,28 @@ bool disk_maintain(struct daemon *d)
 	if (!k)
 		return false;
 	did = disk_watermark(d);
-	/* Spill ahead: clean copies of the coldest objects once dram is past
-	 * its low watermark less a margin, or everything on a flush. */
-	if (d->now_ms >= k->backoff_until && k->c.bytes < d->disk_tier.high) {
-		uint64_t start = lowest->low - lowest->low / 8;
+	did = retry_landing(d) || did;
+	/* Spill ahead: clean copies of the oldest objects without one, once
+	 * dram is past its low watermark less a margin, or all of them on a
+	 * flush.  d->dirty holds exactly those, oldest at the tail: no walk. */
+	if (d->now_ms >= k->backoff_until && k->c.bytes < d->disk_tier.high &&
+	    (k->flushing || lowest->alloc.used > lowest->low - lowest->low / 8)) {
+		struct object *o;
 
-		for (unsigned ti = 0; ti < d->n_tiers; ti++) {
-			struct tier *t = &d->tiers[ti];
+		while ((o = d->dirty.tail)) {
+			int r = disk_spill(d, o); /* takes o off d->dirty */
 
-			if (!k->flushing && (t != lowest || t->alloc.used <= start))
-				continue;
-			for (struct object *o = t->lru_tail; o; o = o->lru_prev) {
-				int r;
-
-				if (o->disk_id || o->spill)
-					continue;
-				r = disk_spill(d, o);
-				if (r == -EAGAIN || r == -ENOMEM || (r < 0 && r != -EALREADY))
-					break;
-				did = true;
-			}
+			if (r < 0)
+				break;
+			did = true;
 		}
 	}
 	if (k->flushing && k->inflight == 0 && !did) {
-		bool left = false;
+		bool left = d->dirty.n > 0;
 
-		for (unsigned ti = 0; ti < d->n_tiers && !left; ti++)
-			for (struct object *o = d->tiers[ti].lru_head; o && !left; o = o->lru_next)
-				left = !o->disk_id;
 		if (!left || d->now_ms < k->backoff_until) {
 			k->flushing = false;
-			k->c.flush_unwritten = 0;
-			for (unsigned ti = 0; ti < d->n_tiers && left; ti++)
-				for (struct object *o = d->tiers[ti].lru_head; o; o = o->lru_next)
-					k->c.flush_unwritten += !o->disk_id;
+			k->c.flush_unwritten = d->dirty.n;
 			k->c.flush_error = left ? (uint64_t) (k->last_err ? k->last_err : EIO) : 0;
 			if (left)
 				log_warn("flush failed: %llu objects could not be written to %s: %s",
@@ -1163,6 +1207,7 @@ bool disk_maintain(struct daemon *d)
 					 (unsigned long long) k->c.records);
 		}
 	}
+	d->space_waiting = k->space_wait != NULL;
 	disk_submit(d);
 	return did;
 }

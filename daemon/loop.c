@@ -352,7 +352,8 @@ int loop_run(struct daemon *d)
 			last_work = now_us();
 			continue;
 		}
-		n = epoll_wait(d->epfd, evs, 64, -1);
+		/* waiters for space give up at a deadline: look now and then */
+		n = epoll_wait(d->epfd, evs, 64, d->space_head || d->space_waiting ? 20 : -1);
 		channel_set_sleeping(d, false);
 		now = now_us();
 		/* whatever woke us is judged by the time now, not by the time

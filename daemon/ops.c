@@ -84,6 +84,8 @@ void slot_release(struct session *s, uint32_t i)
 		o->views--;
 		if (o->views == 0 && (o->flags & OBJ_DEAD))
 			object_free(s->d, o);
+		else if (o->views == 0)
+			object_place(s->d, o, false);
 		break;
 	case SLOT_BUFFER:
 		buffer_free(s, sl->buf);
@@ -162,12 +164,15 @@ int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret,
 	if (r < 0) {
 		object_free(d, o);
 		if (r == -ENOSPC) {
-			char why[160];
+			char why[200];
 
 			tier_explain(d, t, why, sizeof(why));
 			MSG("no space for %llu bytes in the %s tier: %s", (unsigned long long) a->len,
 			    t->name, why);
-		}
+		} else if (r == -EAGAIN)
+			MSG("the %s tier is full of objects not yet written to the disk tier; "
+			    "waited %llu ms for the spill (--spill-wait-ms)", t->name,
+			    (unsigned long long) d->cfg->spill_wait_ms);
 		return r;
 	}
 	r = slot_alloc(s, SLOT_RESERVE, o, &h);
@@ -316,6 +321,7 @@ int ops_pin(struct session *s, const void *key, size_t key_len, bool hard, uint3
 		o->flags |= OBJ_SOFT_PIN;
 		o->pin_until = ttl_ms ? d->now_ms + ttl_ms : 0;
 	}
+	object_place(d, o, false);
 	return 0;
 }
 
@@ -327,6 +333,7 @@ int ops_unpin(struct session *s, const void *key, size_t key_len, char *msg)
 		return -ENOENT;
 	o->flags &= ~(OBJ_SOFT_PIN | OBJ_HARD_PIN);
 	o->pin_until = 0;
+	object_place(s->d, o, false);
 	return 0;
 }
 

@@ -320,6 +320,8 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "refused_clients", x->refused_clients },
 		{ "refused_channels", x->refused_channels },
 		{ "refused_buffers", x->refused_buffers },
+		{ "evict_examined", x->evict_examined },
+		{ "spill_waits", x->spill_waits },
 		{ "registered_bytes", 0 },
 		{ "channels", 0 },
 	};
@@ -394,11 +396,9 @@ static int op_stats(struct session *s, struct reply *rep)
 				"evictions_watermark", "evictions_manual", "evicted_bytes",
 				"bytes_moved", "lease_protected",
 			};
-			uint64_t leased = 0;
+			/* leases not yet seen to expire count until they are */
+			uint64_t leased = t->lists[OL_LEASED].n;
 
-			if ((i - nb) % per_tier == 14)
-				for (const struct object *o = t->lru_head; o; o = o->lru_next)
-					leased += o->lease_until > d->now_ms;
 			{
 				uint64_t v[] = {
 					tier_capacity(t), tier_used(t), t->high, t->objects, t->st.hits,

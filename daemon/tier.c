@@ -9,12 +9,21 @@
  * done to objects nobody holds a view of, so a reader never sees its buffer
  * move or tear.
  *
- * Who may be evicted, in this order (see object_protected()):
+ * Who may be evicted, in this order (the lists of enum obj_list):
  *   1. unpinned objects, least recently used first, leaves of prefix chains
- *      before their ancestors;
- *   2. then soft-pinned ones, likewise;
- *   3. as a last resort, an ancestor whose descendants are all protected.
- * Never an object with a view, a live lease or a hard pin.
+ *      before their ancestors (OL_LRU);
+ *   2. then soft-pinned ones, likewise (OL_SOFT);
+ *   3. as a last resort, an ancestor whose descendants are all protected
+ *      (OL_ANC).
+ * Never an object with a view, a live lease or a hard pin; but a leased,
+ * unviewed object whose bytes are safe on disk may leave memory for the
+ * disk tier, since a lease promises the pool, not dram.  Every victim is
+ * the tail of a list, so the search is O(1) whatever is protected.
+ *
+ * With a disk tier, memory never drops an object that has not reached disk
+ * while the disk can take it: a put that would have to waits for the spill
+ * (-EAGAIN from tier_alloc(), parked by the caller).  The background evictor
+ * never drops a fresh object (committed less than a lease ago).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,30 +38,114 @@
 /* Work per maintenance call, so the fast path never waits long. */
 #define MAINTAIN_MAX_OBJECTS 64
 
-/* ---- LRU, per tier ---- */
+/* ---- lists, per tier ---- */
 
-void tier_lru_link(struct tier *t, struct object *o)
+static void ol_link(struct olist *l, struct object *o, bool at_tail)
 {
-	o->lru_prev = NULL;
-	o->lru_next = t->lru_head;
-	if (o->lru_next)
-		o->lru_next->lru_prev = o;
-	else
-		t->lru_tail = o;
-	t->lru_head = o;
+	if (at_tail) {
+		o->lru_next = NULL;
+		o->lru_prev = l->tail;
+		if (l->tail)
+			l->tail->lru_next = o;
+		else
+			l->head = o;
+		l->tail = o;
+	} else {
+		o->lru_prev = NULL;
+		o->lru_next = l->head;
+		if (l->head)
+			l->head->lru_prev = o;
+		else
+			l->tail = o;
+		l->head = o;
+	}
+	l->n++;
 }
 
-void tier_lru_unlink(struct tier *t, struct object *o)
+static void ol_unlink(struct olist *l, struct object *o)
 {
 	if (o->lru_prev)
 		o->lru_prev->lru_next = o->lru_next;
 	else
-		t->lru_head = o->lru_next;
+		l->head = o->lru_next;
 	if (o->lru_next)
 		o->lru_next->lru_prev = o->lru_prev;
 	else
-		t->lru_tail = o->lru_prev;
+		l->tail = o->lru_prev;
 	o->lru_prev = o->lru_next = NULL;
+	l->n--;
+}
+
+static bool soft_pinned(const struct daemon *d, const struct object *o)
+{
+	return (o->flags & OBJ_SOFT_PIN) && (o->pin_until == 0 || o->pin_until > d->now_ms);
+}
+
+static enum obj_list object_class(const struct daemon *d, const struct object *o)
+{
+	if (!(o->flags & OBJ_COMMITTED))
+		return OL_NONE;
+	if (o->flags & OBJ_HARD_PIN)
+		return OL_PINNED;
+	if (o->views || o->load)
+		return OL_HELD;
+	if (o->lease_until > d->now_ms)
+		return OL_LEASED;
+	if (o->n_children)
+		return OL_ANC;
+	return soft_pinned(d, o) ? OL_SOFT : OL_LRU;
+}
+
+void object_unplace(struct daemon *d, struct object *o)
+{
+	(void) d;
+	if (o->list != OL_NONE) {
+		ol_unlink(&o->tier->lists[o->list], o);
+		o->list = OL_NONE;
+	}
+}
+
+void object_place(struct daemon *d, struct object *o, bool at_tail)
+{
+	enum obj_list l = object_class(d, o);
+
+	object_unplace(d, o);
+	if (l == OL_NONE)
+		return;
+	/* a lease list stays in lease order: new leases at the head */
+	ol_link(&o->tier->lists[l], o, at_tail && l != OL_LEASED);
+	o->list = (uint8_t) l;
+}
+
+void object_dirty_update(struct daemon *d, struct object *o)
+{
+	bool want = d->disk && (o->flags & OBJ_COMMITTED) && o->block && !o->disk_id && !o->spill;
+
+	if (want == o->dirty)
+		return;
+	if (want) {
+		/* newest at the head: spilling takes the oldest, at the tail */
+		o->dirty_prev = NULL;
+		o->dirty_next = d->dirty.head;
+		if (d->dirty.head)
+			d->dirty.head->dirty_prev = o;
+		else
+			d->dirty.tail = o;
+		d->dirty.head = o;
+		d->dirty.n++;
+	} else {
+		if (o->dirty_prev)
+			o->dirty_prev->dirty_next = o->dirty_next;
+		else
+			d->dirty.head = o->dirty_next;
+		if (o->dirty_next)
+			o->dirty_next->dirty_prev = o->dirty_prev;
+		else
+			d->dirty.tail = o->dirty_prev;
+		o->dirty_prev = o->dirty_next = NULL;
+		d->dirty.n--;
+	}
+	o->dirty = want;
 }
 
 /* ---- set-up ---- */
@@ -172,7 +265,9 @@ void object_free(struct daemon *d, struct object *o)
 	free(o);
 }
 
-static void unlink_child(struct object *o)
+/* o lost its place in a prefix chain; its parent may have become a leaf,
+ * which goes back to the least recent end of its list (it is old). */
+static void unlink_child(struct daemon *d, struct object *o)
 {
 	struct object *p = o->parent;
 
@@ -186,7 +281,8 @@ static void unlink_child(struct object *o)
 		o->next_sibling->prev_sibling = o->prev_sibling;
 	o->prev_sibling = o->next_sibling = NULL;
 	o->parent = NULL;
-	p->n_children--;
+	if (--p->n_children == 0 && p->list == OL_ANC)
+		object_place(d, p, true);
 }
 
 void object_publish(struct daemon *d, struct object *o)
@@ -194,8 +290,8 @@ void object_publish(struct daemon *d, struct object *o)
 	struct object *p = NULL;
 
 	o->flags |= OBJ_COMMITTED;
+	o->committed_ms = d->now_ms;
 	index_insert(&d->index, o);
-	tier_lru_link(o->tier, o);
 	o->tier->objects++;
 	if (o->parent_key) {
 		p = index_find(&d->index, o->parent_key, o->parent_len,
@@ -209,8 +305,11 @@ void object_publish(struct daemon *d, struct object *o)
 		if (o->next_sibling)
 			o->next_sibling->prev_sibling = o;
 		p->first_child = o;
-		p->n_children++;
+		if (p->n_children++ == 0 && p->list != OL_NONE)
+			object_place(d, p, false);
 	}
+	object_place(d, o, false);
+	object_dirty_update(d, o);
 }
 
 static void unqueue_promotion(struct daemon *d, struct object *o)
@@ -229,46 +328,41 @@ void object_drop(struct daemon *d, struct object *o)
 {
 	disk_forget(d, o);
 	index_unlink(&d->index, o);
-	tier_lru_unlink(o->tier, o);
+	object_unplace(d, o);
 	o->tier->objects--;
 	unqueue_promotion(d, o);
 	/* children lose their prefix; the parent loses a child */
 	while (o->first_child)
-		unlink_child(o->first_child);
-	unlink_child(o);
+		unlink_child(d, o->first_child);
+	unlink_child(d, o);
 	o->flags &= ~OBJ_COMMITTED;
 	o->flags |= OBJ_DEAD;
+	object_dirty_update(d, o);
 	if (o->views == 0)
 		object_free(d, o);
 }
 
+/* Promotion candidates wait here; bounded, so dropping one stays cheap. */
+#define PROMOTE_QUEUE_MAX 1024
+
 void object_hit(struct daemon *d, struct object *o, bool lease, bool counts)
 {
-	if (o->tier->lru_head != o) {
-		tier_lru_unlink(o->tier, o);
-		tier_lru_link(o->tier, o);
-	}
-	if (o->tier == &d->disk_tier) {
-		if (lease && d->cfg->lease_ttl_ms)
-			o->lease_until = d->now_ms + d->cfg->lease_ttl_ms;
-		if (counts) {
-			for (struct tier *t = d->fastest; t && t != o->tier; t = t->below)
-				t->st.misses++;
-			o->tier->st.hits++;
-		}
-		return;
-	}
 	if (lease && d->cfg->lease_ttl_ms)
 		o->lease_until = d->now_ms + d->cfg->lease_ttl_ms;
+	/* most recently used: the head of its list */
+	object_place(d, o, false);
 	if (!counts)
 		return;
 	/* looked for fastest first: a miss in every tier above this one */
 	for (struct tier *t = d->fastest; t && t != o->tier; t = t->below)
 		t->st.misses++;
 	o->tier->st.hits++;
+	if (o->tier == &d->disk_tier)
+		return;
 	o->hits++;
 	if (o->tier != d->fastest && o->hits >= d->cfg->promotion_hits &&
-	    !(o->flags & OBJ_PROMOTE) && o->len <= d->fastest->alloc.size / 4) {
+	    !(o->flags & OBJ_PROMOTE) && o->len <= d->fastest->alloc.size / 4 &&
+	    d->n_promote < PROMOTE_QUEUE_MAX) {
 		if (d->n_promote == d->cap_promote) {
 			size_t cap = d->cap_promote ? d->cap_promote * 2 : 64;
 			struct object **q = realloc(d->promote_q, cap * sizeof(*q));
@@ -293,7 +387,7 @@ const char *object_protected(const struct daemon *d, const struct object *o, boo
 		return "hard-pinned";
 	if (o->lease_until > d->now_ms)
 		return "leased";
-	if (!soft_ok && (o->flags & OBJ_SOFT_PIN) && (o->pin_until == 0 || o->pin_until > d->now_ms))
+	if (!soft_ok && soft_pinned(d, o))
 		return "soft-pinned";
 	return NULL;
 }
@@ -305,133 +399,176 @@ const char *object_protected(const struct daemon *d, const struct object *o, boo
 static int move(struct daemon *d, struct object *o, struct tier *to, bool may_evict)
 {
 	struct tier *from = o->tier;
+	bool placed = o->list != OL_NONE;
 	struct shm_block *b;
 	int r;
 
 	if (o->views)
 		return -EBUSY;
-	/* evicting in `to` never touches o, which lives in `from` */
+	/* making room in `to` must not pick o itself */
+	object_unplace(d, o);
 	r = may_evict ? tier_alloc(d, to, o->len, &b) : shm_alloc_block(&to->alloc, o->len, &b);
-	if (r < 0)
+	if (r < 0) {
+		if (placed)
+			object_place(d, o, false);
 		return r;
+	}
 	memcpy((uint8_t *) to->seg.base + b->offset, (uint8_t *) from->seg.base + o->block->offset,
 	       o->len);
-	tier_lru_unlink(from, o);
 	from->objects--;
 	shm_alloc_free(&from->alloc, o->block);
 	o->block = b;
 	o->tier = to;
 	o->hits = 0;
 	to->objects++;
-	tier_lru_link(to, o);
+	object_place(d, o, false);
 	to->st.bytes_moved += o->len;
 	d->stats.bytes_moved += o->len;
 	return 0;
 }
 
+/* o's bytes are on disk already: only its memory goes. */
+static uint64_t demote_to_disk(struct daemon *d, struct tier *t, struct object *o)
+{
+	struct tier *disk = &d->disk_tier;
+	uint64_t size = o->block->size;
+
+	object_unplace(d, o);
+	t->objects--;
+	shm_alloc_free(&t->alloc, o->block);
+	o->block = NULL;
+	o->tier = disk;
+	o->hits = 0;
+	disk->objects++;
+	object_place(d, o, false);
+	disk->st.demotions++;
+	disk->st.bytes_moved += o->len;
+	d->stats.demotions++;
+	d->stats.bytes_moved += o->len;
+	return size;
+}
+
+static bool clean(const struct object *o)
+{
+	return o->disk_id && !o->spill;
+}
+
+static bool fresh(const struct daemon *d, const struct object *o)
+{
+	return o->committed_ms + d->cfg->lease_ttl_ms > d->now_ms;
+}
+
 /* Free one victim's space in t: demote it if there is a tier below, drop it
- * otherwise.  Returns the bytes freed in t. */
-static uint64_t evict_one(struct daemon *d, struct tier *t, struct object *o, enum evict_reason why)
+ * otherwise.  Returns the bytes freed in t; 0 when o must stay (a fresh
+ * object and the background evictor); -EAGAIN when o must reach disk
+ * first (its spill is started). */
+static int64_t evict_one(struct daemon *d, struct tier *t, struct object *o, enum evict_reason why)
 {
 	uint64_t size;
 
 	if (t == &d->disk_tier) {
-		/* only asked for by name: the record goes, and the object */
+		/* only asked for by name, or the disk's own watermark: the
+		 * record goes, and the object */
 		size = o->disk_len;
-		t->st.evictions[why]++;
-		t->st.evicted_bytes += size;
-		d->stats.evictions++;
-		d->stats.evicted_bytes += size;
-		object_drop(d, o);
-		return size;
+		goto drop;
 	}
 	size = o->block->size;
+	if (t->below == &d->disk_tier) {
+		if (clean(o))
+			return (int64_t) demote_to_disk(d, t, o);
+		if (why != EVICT_MANUAL && disk_accepting(d, o)) {
+			/* never drop what has not reached disk while the disk
+			 * can take it: wait for the spill */
+			disk_spill(d, o);
+			return -EAGAIN;
+		}
+	} else if (t->below && why != EVICT_MANUAL) {
+		int r = move(d, o, t->below, true);
 
-	if (t->below == &d->disk_tier && o->disk_id && !o->views) {
-		/* a clean copy is on disk: only the memory goes */
-		struct tier *disk = t->below;
-
-		tier_lru_unlink(t, o);
-		t->objects--;
-		shm_alloc_free(&t->alloc, o->block);
-		o->block = NULL;
-		o->tier = disk;
-		o->hits = 0;
-		disk->objects++;
-		tier_lru_link(disk, o);
-		disk->st.demotions++;
-		disk->st.bytes_moved += o->len;
-		d->stats.demotions++;
-		d->stats.bytes_moved += o->len;
-		return size;
+		if (r == 0) {
+			t->below->st.demotions++;
+			d->stats.demotions++;
+			return (int64_t) size;
+		}
+		if (r == -EAGAIN)
+			return r;
 	}
-	if (t->below && t->below != &d->disk_tier && why != EVICT_MANUAL &&
-	    move(d, o, t->below, true) == 0) {
-		t->below->st.demotions++;
-		d->stats.demotions++;
-		return size;
-	}
+	if (why == EVICT_WATERMARK && fresh(d, o))
+		return 0;
+drop:
 	t->st.evictions[why]++;
 	t->st.evicted_bytes += size;
 	d->stats.evictions++;
 	d->stats.evicted_bytes += size;
 	object_drop(d, o);
-	return size;
+	return (int64_t) size;
 }
 
-/* The next victim in t, or NULL.  pass 0: unpinned leaves; 1: soft-pinned
- * leaves too; 2: anything unprotected, ancestors included. */
-static struct object *victim(struct daemon *d, struct tier *t, int pass)
+/* Leases that ran out protect nothing: back to the list their state says,
+ * a bounded number per call (the oldest lease is at the tail). */
+static void expire_leases(struct daemon *d, struct tier *t, unsigned budget)
 {
-	for (struct object *o = t->lru_tail; o; o = o->lru_prev) {
-		if (object_protected(d, o, pass >= 1))
-			continue;
-		if (pass < 2 && o->n_children)
-			continue;
-		return o;
+	struct object *o;
+
+	while (budget-- && (o = t->lists[OL_LEASED].tail) && o->lease_until <= d->now_ms) {
+		d->stats.evict_examined++;
+		object_place(d, o, false);
+	}
+}
+
+/* The next victim in t, or NULL: the tail of the first non-empty list.
+ * evict_examined counts what a put's eviction looks at (the background
+ * evictor's idle checks are not a put's cost). */
+static struct object *victim(struct daemon *d, struct tier *t, enum evict_reason why)
+{
+	static const enum obj_list order[] = { OL_LRU, OL_SOFT, OL_ANC };
+
+	expire_leases(d, t, 64);
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		d->stats.evict_examined += why == EVICT_CAPACITY;
+		if (t->lists[order[i]].tail)
+			return t->lists[order[i]].tail;
 	}
 	return NULL;
 }
 
-/* Above a disk tier: the least recently used object that already has a
- * record (freeing it loses nothing), leaves first. */
-static struct object *clean_victim(struct daemon *d, struct tier *t)
+/* Above a disk tier, when everything else is protected: a leased, unviewed
+ * object with a clean copy on disk may leave memory (a lease promises the
+ * pool, not dram).  Looks at a few of the oldest leases only. */
+static struct object *leased_clean(struct daemon *d, struct tier *t)
 {
+	unsigned budget = 16;
+
 	if (t->below != &d->disk_tier)
 		return NULL;
-	for (struct object *o = t->lru_tail; o; o = o->lru_prev)
-		if (o->disk_id && !o->n_children && !object_protected(d, o, false))
+	for (struct object *o = t->lists[OL_LEASED].tail; o && budget--; o = o->lru_prev) {
+		d->stats.evict_examined++;
+		if (clean(o))
 			return o;
+	}
 	return NULL;
 }
 
-static void evict_tier(struct daemon *d, struct tier *t, uint64_t bytes, bool all,
-		       enum evict_reason why, uint64_t *freed, uint64_t *n)
+/* Evict from t until `bytes` are freed (or everything evictable with all),
+ * at most max objects.  0, or -EAGAIN (see evict_one()). */
+int tier_evict_some(struct daemon *d, struct tier *t, uint64_t bytes, bool all, unsigned max,
+		      enum evict_reason why, uint64_t *freed, uint64_t *n)
 {
-	int pass = 0;
+	while ((all || *freed < bytes) && max--) {
+		struct object *o = victim(d, t, why);
+		int64_t r;
 
-	if (why != EVICT_MANUAL) {
-		struct object *o;
-
-		while ((all || *freed < bytes) && (o = clean_victim(d, t))) {
-			*freed += evict_one(d, t, o, why);
-			(*n)++;
-		}
-	}
-
-	while (pass < 3 && (all || *freed < bytes)) {
-		struct object *o = victim(d, t, pass);
-
-		if (!o) {
-			pass++;
-			continue;
-		}
-		*freed += evict_one(d, t, o, why);
+		if (!o && why == EVICT_CAPACITY)
+			o = leased_clean(d, t);
+		if (!o)
+			return 0;
+		r = evict_one(d, t, o, why);
+		if (r <= 0)
+			return (int) r;
+		*freed += (uint64_t) r;
 		(*n)++;
-		/* a leaf gone may have made its parent a leaf: back to the
-		 * cheapest pass */
-		pass = 0;
 	}
+	return 0;
 }
 
 void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all, enum evict_reason why,
@@ -440,12 +577,12 @@ void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all, enum
 	uint64_t freed = 0, n = 0;
 
 	if (t)
-		evict_tier(d, t, bytes, all, why, &freed, &n);
+		tier_evict_some(d, t, bytes, all, UINT32_MAX, why, &freed, &n);
 	else
 		/* every memory tier; the disk tier only when named */
 		for (unsigned i = 0; i < d->n_tiers && (all || freed < bytes); i++)
-			evict_tier(d, &d->tiers[i], bytes - (freed < bytes ? freed : bytes), all, why,
-				   &freed, &n);
+			tier_evict_some(d, &d->tiers[i], bytes - (freed < bytes ? freed : bytes), all,
+				   UINT32_MAX, why, &freed, &n);
 	if (ret_bytes)
 		*ret_bytes = freed;
 	if (ret_objects)
@@ -455,15 +592,17 @@ void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all, enum
 int tier_alloc(struct daemon *d, struct tier *t, uint64_t len, struct shm_block **ret)
 {
 	for (;;) {
-		uint64_t n, free_bytes = t->alloc.size - t->alloc.used;
+		uint64_t freed = 0, n = 0, free_bytes = t->alloc.size - t->alloc.used;
 		int r = shm_alloc_block(&t->alloc, len, ret);
 
 		if (r != -ENOSPC)
 			return r;
 		/* Free at least the shortfall; fragmentation may need more
 		 * rounds, each of which frees one more victim at least. */
-		tier_evict(d, t, len > free_bytes ? len - free_bytes : len, false, EVICT_CAPACITY,
-			   NULL, &n);
+		r = tier_evict_some(d, t, len > free_bytes ? len - free_bytes : len, false, UINT32_MAX,
+			       EVICT_CAPACITY, &freed, &n);
+		if (r < 0)
+			return r;
 		if (n == 0)
 			return -ENOSPC;
 	}
@@ -471,42 +610,29 @@ int tier_alloc(struct daemon *d, struct tier *t, uint64_t len, struct shm_block 
 
 void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_t len)
 {
-	uint64_t n[5] = { 0 }, bytes = 0; /* viewed, hard, leased, soft, other */
+	const struct olist *l = t->lists;
 
-	for (const struct object *o = t->lru_head; o; o = o->lru_next) {
-		const char *why = object_protected(d, o, false);
-
-		bytes += o->block->size;
-		if (!why)
-			n[4]++;
-		else if (!strcmp(why, "viewed"))
-			n[0]++;
-		else if (!strcmp(why, "hard-pinned"))
-			n[1]++;
-		else if (!strcmp(why, "leased"))
-			n[2]++;
-		else
-			n[3]++;
-	}
-	snprintf(buf, len, "%llu viewed, %llu hard-pinned, %llu leased, %llu soft-pinned, %llu other "
-		 "(%llu bytes in objects, %llu allocated, largest free block %llu)",
-		 (unsigned long long) n[0], (unsigned long long) n[1], (unsigned long long) n[2],
-		 (unsigned long long) n[3], (unsigned long long) n[4], (unsigned long long) bytes,
+	snprintf(buf, len, "%llu viewed or in transit, %llu hard-pinned, %llu leased, %llu evictable "
+		 "(%llu bytes allocated, largest free block %llu)",
+		 (unsigned long long) l[OL_HELD].n, (unsigned long long) l[OL_PINNED].n,
+		 (unsigned long long) l[OL_LEASED].n,
+		 (unsigned long long) (l[OL_LRU].n + l[OL_SOFT].n + l[OL_ANC].n),
 		 (unsigned long long) t->alloc.used,
 		 (unsigned long long) shm_alloc_largest_free(&t->alloc));
+	(void) d;
 }
 
 void tier_readmit(struct daemon *d, struct object *o, struct shm_block *b)
 {
 	struct tier *dram = &d->tiers[0], *disk = o->tier;
 
-	tier_lru_unlink(disk, o);
+	object_unplace(d, o);
 	disk->objects--;
 	o->tier = dram;
 	o->block = b;
 	o->hits = 0;
 	dram->objects++;
-	tier_lru_link(dram, o);
+	object_place(d, o, false);
 	dram->st.promotions++;
 	dram->st.bytes_moved += o->len;
 	d->stats.promotions++;
@@ -544,24 +670,14 @@ bool tier_maintain(struct daemon *d)
 	/* watermarks: once above high, free down to low, a slice at a time */
 	for (unsigned i = 0; i < d->n_tiers; i++) {
 		struct tier *t = &d->tiers[i];
-		unsigned budget = MAINTAIN_MAX_OBJECTS;
+		uint64_t freed = 0, n = 0;
 
+		expire_leases(d, t, MAINTAIN_MAX_OBJECTS);
 		if (t->alloc.used <= t->high)
 			continue;
-		while (t->alloc.used > t->low && budget--) {
-			struct object *o = clean_victim(d, t);
-
-			if (!o)
-				o = victim(d, t, 0);
-			if (!o)
-				o = victim(d, t, 1);
-			if (!o)
-				o = victim(d, t, 2);
-			if (!o)
-				break;
-			evict_one(d, t, o, EVICT_WATERMARK);
-			did = true;
-		}
+		tier_evict_some(d, t, t->alloc.used - t->low, false, MAINTAIN_MAX_OBJECTS,
+			   EVICT_WATERMARK, &freed, &n);
+		did = did || n > 0;
 	}
 	/* one promotion per call: copies can be large.  Objects someone is
 	 * reading stay queued (a get holds a view while it copies). */
@@ -576,19 +692,20 @@ bool tier_maintain(struct daemon *d)
 		if (o->tier == up)
 			continue;
 		/* Make room up there first.  Demoting into dram may evict in
-		 * dram, where o lives: hold it like a view meanwhile. */
+		 * dram, where o lives: off its list meanwhile, it cannot be
+		 * picked. */
+		object_unplace(d, o);
 		if (up->alloc.used + o->len > up->high) {
-			uint64_t n;
+			uint64_t freed = 0, n = 0;
 
-			o->views++;
-			tier_evict(d, up, up->alloc.used + o->len - up->low, false, EVICT_WATERMARK,
-				   NULL, &n);
-			o->views--;
+			tier_evict_some(d, up, up->alloc.used + o->len - up->low, false, UINT32_MAX,
+				   EVICT_WATERMARK, &freed, &n);
 		}
 		if (move(d, o, up, false) == 0) {
 			up->st.promotions++;
 			d->stats.promotions++;
-		}
+		} else
+			object_place(d, o, false);
 		did = true;
 		break;
 	}

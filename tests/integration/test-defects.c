@@ -527,6 +527,215 @@ static void test_daemon_wide_limits(void)
 	test_daemon_stop(&td);
 }
 
+static void rm_rf(const char *dir)
+{
+	char cmd[192];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
+}
+
+static void disk_key(char *buf, size_t len, int i)
+{
+	snprintf(buf, len, "spilled/%d", i);
+}
+
+/*
+ * A burst of puts into a small dram over a disk tier: a put must not push
+ * out an object that has not reached disk faster than the disk takes it.
+ * Every object of the burst is still there afterwards, byte for byte.
+ */
+static void test_put_burst_over_disk(void)
+{
+	enum { N = 300, LEN = 1 << 20 };
+	struct test_daemon td;
+	struct kvc_client *c;
+	uint8_t *buf = malloc(LEN);
+	char disk[64], key[32];
+
+	snprintf(disk, sizeof(disk), "/var/tmp/kvc-burst-XXXXXX");
+	CHECK(mkdtemp(disk));
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk,
+			  "--default-kv-lease-ttl", "0", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	for (int i = 0; i < N; i++) {
+		disk_key(key, sizeof(key), i);
+		test_fill(buf, LEN, (uint64_t) i);
+		CHECK_EQ(kvc_put(c, key, buf, LEN, NULL), 0);
+	}
+	printf("burst of %d puts stored; %llu dropped from dram\n", N,
+	       (unsigned long long) test_counter(c, "dram.evictions"));
+	fflush(stdout);
+	for (int i = 0; i < N; i++) {
+		disk_key(key, sizeof(key), i);
+		memset(buf, 0, LEN);
+		CHECK_EQ(kvc_get(c, key, buf, LEN), LEN);
+		CHECK(test_verify(buf, LEN, (uint64_t) i));
+	}
+	CHECK_EQ(test_counter(c, "dram.evictions"), 0); /* demoted, never dropped */
+	printf("%d puts into 64 MiB over a disk tier: all kept; %llu waited for a spill\n", N,
+	       (unsigned long long) test_counter(c, "spill_waits"));
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+	rm_rf(disk);
+	free(buf);
+}
+
+/*
+ * Reads of objects that are only on disk, while dram is full of leased
+ * objects: a lease keeps an object in the pool, not in dram, so a leased
+ * object with a clean copy on disk gives way.  Every read succeeds, through
+ * every kind of get.
+ */
+static void test_disk_reads_under_leases(void)
+{
+	enum { N = 300, LEN = 1 << 20 };
+	struct test_daemon td;
+	struct kvc_client *c;
+	struct kvc_buffer rb;
+	uint8_t *buf = malloc(LEN);
+	char disk[64], key[32];
+
+	snprintf(disk, sizeof(disk), "/var/tmp/kvc-leases-XXXXXX");
+	CHECK(mkdtemp(disk));
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	for (int i = 0; i < N; i++) {
+		disk_key(key, sizeof(key), i);
+		test_fill(buf, LEN, (uint64_t) i);
+		CHECK_EQ(kvc_put(c, key, buf, LEN, NULL), 0);
+	}
+	CHECK_EQ(kvc_flush(c, 30000), 0);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+
+	/* restart: everything is on disk only; each read leases its object
+	 * for the default 10 s, far longer than this test */
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	CHECK_EQ(kvc_buffer_alloc(c, LEN, &rb), 0);
+	for (int i = 0; i < N; i++) {
+		struct kvc_view v;
+
+		disk_key(key, sizeof(key), i);
+		switch (i % 4) {
+		case 0:
+			CHECK_EQ(kvc_get(c, key, buf, LEN), LEN);
+			CHECK(test_verify(buf, LEN, (uint64_t) i));
+			break;
+		case 1:
+			CHECK_EQ(kvc_get_into(c, key, &rb, 0, LEN), LEN);
+			CHECK(test_verify(rb.data, LEN, (uint64_t) i));
+			break;
+		case 2:
+			CHECK_EQ(kvc_acquire(c, key, &v), 0);
+			CHECK(test_verify(v.data, v.len, (uint64_t) i));
+			CHECK_EQ(kvc_release(c, &v), 0);
+			break;
+		default: {
+			const char *keys[1] = { key };
+			struct kvc_iovec iov = { buf, LEN };
+			const struct kvc_iovec *iovs[1] = { &iov };
+			size_t n_iov = 1;
+			ssize_t res;
+
+			CHECK_EQ(kvc_batch_get(c, 1, keys, iovs, &n_iov, &res), 1);
+			CHECK_EQ(res, LEN);
+			CHECK(test_verify(buf, LEN, (uint64_t) i));
+			break;
+		}
+		}
+	}
+	CHECK_EQ(test_counter(c, "disk.records"), N);
+	kvc_buffer_free(c, &rb);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+	rm_rf(disk);
+	free(buf);
+}
+
+/*
+ * Everything else in dram is leased: a fresh object must not be dropped by
+ * the background evictor right after its put returned 0.
+ */
+static void test_fresh_object_kept(void)
+{
+	enum { LEN = 1 << 20 };
+	struct test_daemon td;
+	struct kvc_client *c;
+	uint8_t *buf = malloc(LEN);
+	char key[32];
+
+	/* high 18 MiB, low 17 MiB */
+	test_daemon_start(&td, "--dram-size", "20MB", "--hugepages", "off",
+			  "--eviction-high-watermark-ratio", "0.9", "--eviction-ratio", "0.05", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	test_fill(buf, LEN, 5);
+	for (int i = 0; i < 17; i++) {
+		snprintf(key, sizeof(key), "leased/%d", i);
+		CHECK_EQ(kvc_put(c, key, buf, LEN, NULL), 0);
+		CHECK_EQ(kvc_exists(c, key), 1); /* leased for 10 s */
+	}
+	CHECK_EQ(kvc_put(c, "fresh-a", buf, LEN, NULL), 0);
+	CHECK_EQ(kvc_put(c, "fresh-b", buf, LEN, NULL), 0); /* now above high */
+	usleep(50 * 1000); /* the background evictor had its turns */
+	CHECK_EQ(kvc_get(c, "fresh-a", buf, LEN), LEN);
+	CHECK_EQ(kvc_get(c, "fresh-b", buf, LEN), LEN);
+	CHECK(test_verify(buf, LEN, 5));
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+	free(buf);
+}
+
+/*
+ * Choosing a victim looks at a bounded number of objects, however many at
+ * the old end of the LRU are hard-pinned or leased.
+ */
+static void test_victim_search_bounded(void)
+{
+	enum { PINNED = 20000, LEN = 512 };
+	struct kvc_put_opts hard = { .flags = KVC_PUT_HARD_PIN };
+	struct test_daemon td;
+	struct kvc_client *c;
+	uint8_t buf[LEN];
+	uint64_t examined, evictions;
+	char key[32];
+
+	memset(buf, 7, sizeof(buf));
+	test_daemon_start(&td, "--dram-size", "32MB", "--hugepages", "off",
+			  "--default-kv-lease-ttl", "60000", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	for (int i = 0; i < PINNED; i++) {
+		snprintf(key, sizeof(key), "pinned/%d", i);
+		CHECK_EQ(kvc_put(c, key, buf, LEN, &hard), 0);
+	}
+	for (int i = 0; i < PINNED; i++) {
+		snprintf(key, sizeof(key), "leased/%d", i);
+		CHECK_EQ(kvc_put(c, key, buf, LEN, NULL), 0);
+		CHECK_EQ(kvc_exists(c, key), 1);
+	}
+	/* 3x the rest of the pool in unprotected puts */
+	for (int i = 0; i < 150000; i++) {
+		snprintf(key, sizeof(key), "churn/%d", i);
+		CHECK_EQ(kvc_put(c, key, buf, LEN, NULL), 0);
+	}
+	examined = test_counter(c, "evict_examined");
+	evictions = test_counter(c, "dram.evictions");
+	printf("%llu evictions examined %llu objects\n", (unsigned long long) evictions,
+	       (unsigned long long) examined);
+	fflush(stdout);
+	CHECK(evictions > 50000);
+	CHECK(examined < 8 * evictions);
+	for (int i = 0; i < PINNED; i += 997) {
+		snprintf(key, sizeof(key), "pinned/%d", i);
+		CHECK_EQ(kvc_get(c, key, buf, LEN), LEN);
+		snprintf(key, sizeof(key), "leased/%d", i);
+		CHECK_EQ(kvc_get(c, key, buf, LEN), LEN);
+	}
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -538,6 +747,10 @@ static const struct {
 	{ "scribble-during-readback", test_scribble_during_readback },
 	{ "put-from-iov-race", test_put_from_iov_race },
 	{ "daemon-wide-limits", test_daemon_wide_limits },
+	{ "put-burst-over-disk", test_put_burst_over_disk },
+	{ "disk-reads-under-leases", test_disk_reads_under_leases },
+	{ "fresh-object-kept", test_fresh_object_kept },
+	{ "victim-search-bounded", test_victim_search_bounded },
 };
 
 int main(int argc, char **argv)

@@ -55,6 +55,9 @@ int kvc_status_get(struct kvc_client *c, struct kvc_status **ret)
 		.layout_version = s->layout_version,
 		.n_tiers = s->n_tiers,
 		.tiers = p->tiers,
+		.recovering = s->recovering,
+		.recovered = s->recovered,
+		.recovery_total = s->recovery_total,
 	};
 	for (size_t i = 0; i < s->n_tiers; i++)
 		p->tiers[i] = (struct kvc_tier_status) {

@@ -286,6 +286,7 @@ struct disk_counters {
 	uint64_t checksum_failures, io_errors, enospc, recovered, skipped, pending;
 	uint64_t flush_pending;
 	uint64_t flush_unwritten, flush_error; /* how the last flush ended */
+	uint64_t recovering, recovery_total;   /* records found at start */
 	bool direct, compress;
 };
 bool disk_counters(const struct daemon *d, struct disk_counters *ret);

@@ -115,6 +115,13 @@ struct disk {
 	uint64_t backoff_until;
 	bool flushing;
 	int last_err;                  /* errno of the latest failed write */
+	/* recovery (see recover()): the thread's list, under q_lock */
+	pthread_t rec_thread;
+	bool rec_running, rec_stop, rec_thread_done, recovering;
+	struct found *rec_found;
+	size_t rec_n;
+	uint64_t rec_posted, rec_taken, rec_skipped;
+	struct rec_item *rec_ready, **rec_tail;
 	struct disk_io *space_wait;    /* reads waiting for dram (qnext) */
 	uint64_t space_seen, space_check_ms;
 	struct disk_counters c;
@@ -208,31 +215,191 @@ static int cmp_found(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Rebuild the index from the records in the directory: oldest first, so the
- * newest record of a key wins and LRU order follows age. */
-static int recover(struct daemon *d)
+/*
+ * Recovery.  At start the directory is listed (one getdents pass: fast) and
+ * the ids sorted; records are indexed newest first, each at the old end of
+ * the LRU, so the newest record of a key wins and LRU order follows age.  Reading the records' headers (an open and a 4 KiB read
+ * each: seconds for 100K records) is done by a thread; the loop indexes what
+ * it posts, a bounded batch per turn, and serves clients meanwhile.  Objects
+ * not yet indexed are misses.  A put made meanwhile gets an id above every
+ * recovered one, so an older record of its key, found later, is deleted.
+ */
+struct rec_item {
+	struct rec_item *next;
+	uint64_t id;
+	uint64_t file_size;
+	struct disk_record_hdr h;
+	char key[];
+};
+
+#define RECOVER_BATCH 1024
+
+static void *recover_main(void *arg)
+{
+	struct daemon *d = arg;
+	struct disk *k = d->disk;
+	uint8_t *buf = aligned_alloc(DISK_ALIGN, DISK_ALIGN);
+	const char *pause_env = getenv("KVCACHE_TEST_RECOVERY_PAUSE_MS");
+	unsigned pause_ms = pause_env ? (unsigned) atoi(pause_env) : 0;
+	uint64_t one = 1;
+
+	for (size_t i = 0; buf && i < k->rec_n && !__atomic_load_n(&k->rec_stop, __ATOMIC_ACQUIRE);
+	     i++) {
+		struct disk_record_hdr h;
+		struct rec_item *it;
+		struct stat st;
+		char name[32];
+		ssize_t got = -1;
+		int fd;
+
+		if (pause_ms && i % 1000 == 0) /* tests: recovery that takes a while */
+			usleep(pause_ms * 1000);
+		/* newest first: the first record of a key wins, and each older
+		 * one goes behind it on the LRU */
+		record_name(name, sizeof(name), k->rec_found[k->rec_n - 1 - i].id, false);
+		fd = openat(k->dirfd, name, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0 && fstat(fd, &st) == 0)
+			got = pread(fd, buf, DISK_ALIGN, 0);
+		if (fd >= 0)
+			close(fd);
+		if (got < 0 || disk_record_check(buf, (size_t) got, (uint64_t) st.st_size, &h) < 0) {
+			log_warn("skipping damaged or partial record %s/%s", k->dir, name);
+			unlinkat(k->dirfd, name, 0);
+			__atomic_add_fetch(&k->rec_skipped, 1, __ATOMIC_RELAXED);
+			continue;
+		}
+		it = malloc(sizeof(*it) + h.key_len + 1);
+		if (!it)
+			break;
+		it->next = NULL;
+		it->id = k->rec_found[k->rec_n - 1 - i].id;
+		it->file_size = (uint64_t) st.st_size;
+		it->h = h;
+		memcpy(it->key, buf + sizeof(h), h.key_len);
+		it->key[h.key_len] = '\0';
+		pthread_mutex_lock(&k->q_lock);
+		*k->rec_tail = it;
+		k->rec_tail = &it->next;
+		pthread_mutex_unlock(&k->q_lock);
+		if (__atomic_add_fetch(&k->rec_posted, 1, __ATOMIC_RELEASE) % 256 == 0 &&
+		    write(k->efd, &one, sizeof(one)) < 0)
+			break;
+	}
+	free(buf);
+	__atomic_store_n(&k->rec_thread_done, true, __ATOMIC_RELEASE);
+	if (write(k->efd, &one, sizeof(one)) < 0)
+		return NULL;
+	return NULL;
+}
+
+/* Loop: index one recovered record. */
+static void recover_one(struct daemon *d, struct rec_item *it)
 {
 	struct disk *k = d->disk;
 	struct tier *t = disk_tier(d);
+	uint64_t hash = index_hash(it->key, it->h.key_len);
+	struct object *o, *old = index_find(&d->index, it->key, it->h.key_len, hash);
+
+	if (old) {
+		if (!old->disk_id || old->disk_id > it->id) {
+			/* stored since the start, or a newer record of the
+			 * key: this record is an older version */
+			char name[32];
+
+			record_name(name, sizeof(name), it->id, false);
+			unlinkat(k->dirfd, name, 0);
+			k->c.skipped++;
+			return;
+		}
+		/* cannot happen (newest first); kept for safety */
+		object_drop(d, old);
+	}
+	o = object_new(it->key, it->h.key_len);
+	if (!o)
+		return;
+	o->len = it->h.value_len;
+	o->tier = t;
+	o->disk_id = it->id;
+	o->disk_len = disk_record_size(it->h.key_len, it->h.stored_len);
+	o->flags |= OBJ_COMMITTED;
+	index_insert(&d->index, o);
+	object_place(d, o, true); /* older than anything stored since the start */
+	t->objects++;
+	k->c.records++;
+	k->c.bytes += o->disk_len;
+	t->alloc.used = k->c.bytes;
+	k->c.raw_bytes += it->h.value_len;
+	k->c.recovered++;
+}
+
+/* Loop: index what the recovery thread posted, a batch per call. */
+static bool recover_poll(struct daemon *d)
+{
+	struct disk *k = d->disk;
+	struct rec_item *list, *rest;
+	unsigned n = 0;
+
+	if (!k->recovering || (__atomic_load_n(&k->rec_posted, __ATOMIC_ACQUIRE) == k->rec_taken &&
+			       !__atomic_load_n(&k->rec_thread_done, __ATOMIC_ACQUIRE)))
+		return false;
+	pthread_mutex_lock(&k->q_lock);
+	list = k->rec_ready;
+	k->rec_ready = NULL;
+	k->rec_tail = &k->rec_ready;
+	pthread_mutex_unlock(&k->q_lock);
+	while (list && n < RECOVER_BATCH) {
+		struct rec_item *it = list;
+
+		list = it->next;
+		recover_one(d, it);
+		free(it);
+		n++;
+	}
+	k->rec_taken += n;
+	if (list) {
+		/* the rest goes back in front of what came meanwhile */
+		for (rest = list; rest->next; rest = rest->next)
+			;
+		pthread_mutex_lock(&k->q_lock);
+		rest->next = k->rec_ready;
+		if (!k->rec_ready)
+			k->rec_tail = &rest->next;
+		k->rec_ready = list;
+		pthread_mutex_unlock(&k->q_lock);
+		return true;
+	}
+	if (__atomic_load_n(&k->rec_thread_done, __ATOMIC_ACQUIRE) &&
+	    k->rec_taken == __atomic_load_n(&k->rec_posted, __ATOMIC_ACQUIRE)) {
+		pthread_join(k->rec_thread, NULL);
+		k->rec_running = false;
+		k->recovering = false;
+		k->c.skipped += __atomic_load_n(&k->rec_skipped, __ATOMIC_RELAXED);
+		free(k->rec_found);
+		k->rec_found = NULL;
+		log_notice("recovered %llu objects from %s, skipped %llu partial, damaged or stale",
+			   (unsigned long long) k->c.recovered, k->dir,
+			   (unsigned long long) k->c.skipped);
+	}
+	return n > 0;
+}
+
+/* List the directory (fast), then start the thread that reads headers. */
+static int recover(struct daemon *d)
+{
+	struct disk *k = d->disk;
 	struct found *f = NULL;
 	size_t n = 0, cap = 0;
-	uint8_t *buf = aligned_alloc(DISK_ALIGN, DISK_ALIGN);
 	struct dirent *e;
 	DIR *dir;
-	int dfd;
+	int dfd, r;
 
-	if (!buf)
-		return -ENOMEM;
 	dfd = dup(k->dirfd);
 	dir = dfd >= 0 ? fdopendir(dfd) : NULL;
-	if (!dir) {
-		free(buf);
+	if (!dir)
 		return -errno;
-	}
 	while ((e = readdir(dir))) {
 		unsigned long long id;
 		char ext[8];
-		struct stat st;
 
 		if (sscanf(e->d_name, "%16llx.%3s", &id, ext) != 2 || strlen(e->d_name) != 20)
 			continue;
@@ -242,7 +409,7 @@ static int recover(struct daemon *d)
 			k->c.skipped++;
 			continue;
 		}
-		if (strcmp(ext, "kvr") || fstatat(k->dirfd, e->d_name, &st, 0) < 0)
+		if (strcmp(ext, "kvr"))
 			continue;
 		if (n == cap) {
 			struct found *nf = realloc(f, (cap = cap ? cap * 2 : 256) * sizeof(*f));
@@ -250,68 +417,33 @@ static int recover(struct daemon *d)
 			if (!nf) {
 				closedir(dir);
 				free(f);
-				free(buf);
 				return -ENOMEM;
 			}
 			f = nf;
 		}
-		f[n++] = (struct found) { id, (uint64_t) st.st_size };
+		f[n++] = (struct found) { id, 0 };
 		if (id >= k->next_id)
 			k->next_id = id + 1;
 	}
 	closedir(dir);
-	if (n)
-		qsort(f, n, sizeof(*f), cmp_found);
-
-	for (size_t i = 0; i < n; i++) {
-		struct disk_record_hdr h;
-		struct object *o, *old;
-		char name[32];
-		ssize_t got;
-		int fd;
-
-		record_name(name, sizeof(name), f[i].id, false);
-		fd = openat(k->dirfd, name, O_RDONLY | O_CLOEXEC);
-		got = fd >= 0 ? pread(fd, buf, DISK_ALIGN, 0) : -1;
-		if (fd >= 0)
-			close(fd);
-		if (got < 0 || disk_record_check(buf, (size_t) got, f[i].size, &h) < 0) {
-			log_warn("skipping damaged or partial record %s/%s", k->dir, name);
-			unlinkat(k->dirfd, name, 0);
-			k->c.skipped++;
-			continue;
-		}
-		old = index_find(&d->index, buf + sizeof(h), h.key_len, index_hash(buf + sizeof(h), h.key_len));
-		if (old) {
-			/* an older version whose removal the crash interrupted */
-			disk_forget(d, old);
-			index_unlink(&d->index, old);
-			object_unplace(d, old);
-			t->objects--;
-			free(old);
-		}
-		o = object_new(buf + sizeof(h), h.key_len);
-		if (!o)
-			break;
-		o->len = h.value_len;
-		o->tier = t;
-		o->disk_id = f[i].id;
-		o->disk_len = disk_record_size(h.key_len, h.stored_len);
-		o->flags |= OBJ_COMMITTED;
-		index_insert(&d->index, o);
-		object_place(d, o, false);
-		t->objects++;
-		k->c.records++;
-		k->c.bytes += o->disk_len;
-		t->alloc.used = k->c.bytes;
-		k->c.raw_bytes += h.value_len;
-		k->c.recovered++;
+	if (!n) {
+		free(f);
+		return 0;
 	}
-	free(f);
-	free(buf);
-	if (k->c.recovered || k->c.skipped)
-		log_notice("recovered %llu objects from %s, skipped %llu partial or damaged",
-			   (unsigned long long) k->c.recovered, k->dir, (unsigned long long) k->c.skipped);
+	qsort(f, n, sizeof(*f), cmp_found);
+	k->rec_found = f;
+	k->rec_n = n;
+	k->rec_tail = &k->rec_ready;
+	k->recovering = true;
+	r = -pthread_create(&k->rec_thread, NULL, recover_main, d);
+	if (r < 0) {
+		k->recovering = false;
+		free(f);
+		k->rec_found = NULL;
+		return r;
+	}
+	k->rec_running = true;
+	log_info("recovering %zu records from %s while serving", n, k->dir);
 	return 0;
 }
 
@@ -379,12 +511,12 @@ int disk_setup(struct daemon *d)
 	r = loop_watch_doorbell(d, k->efd, &k->src);
 	if (r < 0)
 		return r;
-	r = recover(d);
-	if (r < 0)
-		return r;
 	pthread_mutex_init(&k->q_lock, NULL);
 	pthread_cond_init(&k->q_cond, NULL);
 	k->jobs_tail = &k->jobs;
+	r = recover(d);
+	if (r < 0)
+		return r;
 	r = -pthread_create(&k->worker, NULL, worker_main, d);
 	if (r < 0)
 		return r;
@@ -462,6 +594,17 @@ void disk_teardown(struct daemon *d)
 
 	if (!k)
 		return;
+	if (k->rec_running) {
+		__atomic_store_n(&k->rec_stop, true, __ATOMIC_RELEASE);
+		pthread_join(k->rec_thread, NULL);
+		while (k->rec_ready) {
+			struct rec_item *it = k->rec_ready;
+
+			k->rec_ready = it->next;
+			free(it);
+		}
+		free(k->rec_found);
+	}
 	if (k->worker_running) {
 		pthread_mutex_lock(&k->q_lock);
 		k->stop = true;
@@ -1124,6 +1267,8 @@ bool disk_poll(struct daemon *d)
 		return false;
 	if (prepared(d))
 		n++;
+	if (k->recovering && recover_poll(d))
+		n++;
 	if (!io_uring_cq_ready(&k->ring))
 		return n > 0;
 	while (io_uring_peek_cqe(&k->ring, &cqe) == 0) {
@@ -1237,6 +1382,8 @@ bool disk_counters(const struct daemon *d, struct disk_counters *ret)
 	*ret = d->disk->c;
 	ret->pending = d->disk->inflight;
 	ret->flush_pending = d->disk->flushing;
+	ret->recovering = d->disk->recovering;
+	ret->recovery_total = d->disk->rec_n;
 	ret->direct = d->disk->direct;
 	ret->compress = d->disk->zstd;
 	return true;

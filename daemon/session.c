@@ -280,6 +280,15 @@ static int op_status(struct session *s, struct reply *rep)
 	st->protocol_major = KVC_PROTO_MAJOR;
 	st->protocol_minor = KVC_PROTO_MINOR;
 	st->layout_version = SHM_LAYOUT_VERSION;
+	{
+		struct disk_counters dc;
+
+		if (disk_counters(d, &dc)) {
+			st->recovering = dc.recovering;
+			st->recovered = dc.recovered;
+			st->recovery_total = dc.recovery_total;
+		}
+	}
 	rep->resp.body_case = KVC__RESPONSE__BODY_STATUS;
 	rep->resp.status = st;
 	rep->free1 = ts;
@@ -348,6 +357,8 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "disk.flush_pending", dc.flush_pending },
 		{ "disk.flush_unwritten", dc.flush_unwritten },
 		{ "disk.flush_error", dc.flush_error },
+		{ "disk.recovering", dc.recovering },
+		{ "disk.recovery_total", dc.recovery_total },
 		{ "disk.direct_io", dc.direct },
 		{ "disk.compression", dc.compress },
 		/* stored / raw, in per mille: 1000 = no gain */

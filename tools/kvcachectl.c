@@ -181,6 +181,14 @@ static int cmd_status(struct kvc_client *c)
 			json_object_array_add(tiers, t);
 		}
 		json_object_object_add(o, "tiers", tiers);
+		if (s->recovery_total) {
+			struct json_object *rec = json_object_new_object();
+
+			json_object_object_add(rec, "done", json_object_new_boolean(!s->recovering));
+			json_object_object_add(rec, "indexed", json_object_new_uint64(s->recovered));
+			json_object_object_add(rec, "total", json_object_new_uint64(s->recovery_total));
+			json_object_object_add(o, "recovery", rec);
+		}
 		print_json(o);
 	} else {
 		printf("kvcached %s (pid %u) on %s\n", s->version, s->pid, s->socket);
@@ -190,6 +198,9 @@ static int cmd_status(struct kvc_client *c)
 		printf("hugepages:  %s\n", s->hugepages ? "yes (2 MiB pages)" : "no (4 KiB pages)");
 		printf("clients:    %u\n", s->clients);
 		printf("objects:    %" PRIu64 "\n", s->objects);
+		if (s->recovering)
+			printf("recovery:   %" PRIu64 " of %" PRIu64 " disk records indexed so far "
+			       "(the rest are misses until then)\n", s->recovered, s->recovery_total);
 		printf("%-8s %12s %12s %6s %12s %10s\n", "TIER", "CAPACITY", "USED", "USE%",
 		       "HIGH-WATER", "OBJECTS");
 		for (size_t i = 0; i < s->n_tiers; i++) {

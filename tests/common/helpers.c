@@ -174,3 +174,23 @@ uint64_t test_tier_used(struct kvc_client *c, const char *tier)
 	snprintf(name, sizeof(name), "%s.used", tier);
 	return test_counter(c, name);
 }
+
+void test_wait_recovered(const char *socket)
+{
+	struct kvc_client *c;
+
+	CHECK_EQ(kvc_connect(socket, &c), 0);
+	for (int i = 0;; i++) {
+		struct kvc_status *s;
+		bool done;
+
+		CHECK_EQ(kvc_status_get(c, &s), 0);
+		done = !s->recovering;
+		kvc_status_free(s);
+		if (done)
+			break;
+		CHECK(i < 6000);
+		usleep(10000);
+	}
+	kvc_disconnect(c);
+}

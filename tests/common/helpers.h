@@ -60,3 +60,5 @@ uint64_t test_rand(uint64_t *state);
 struct kvc_client;
 uint64_t test_counter(struct kvc_client *c, const char *name);
 uint64_t test_tier_used(struct kvc_client *c, const char *tier);
+/* Wait (up to 60 s) until the daemon has indexed its disk records. */
+void test_wait_recovered(const char *socket);

@@ -612,6 +612,7 @@ static void test_disk_reads_under_leases(void)
 	/* restart: everything is on disk only; each read leases its object
 	 * for the default 10 s, far longer than this test */
 	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
+	test_wait_recovered(td.socket);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	CHECK_EQ(kvc_buffer_alloc(c, LEN, &rb), 0);
 	for (int i = 0; i < N; i++) {
@@ -736,6 +737,74 @@ static void test_victim_search_bounded(void)
 	test_daemon_stop(&td);
 }
 
+/*
+ * A restart over many records answers at once: records are indexed in the
+ * background (those not yet indexed are misses), status shows progress,
+ * and a put made meanwhile wins over an older record of its key.
+ */
+static void test_serve_while_recovering(void)
+{
+	enum { N = 20000, LEN = 4096 };
+	struct test_daemon td;
+	struct kvc_client *c;
+	struct kvc_status *st;
+	uint8_t buf[LEN];
+	char disk[64], key[32];
+	uint64_t t0;
+
+	snprintf(disk, sizeof(disk), "/var/tmp/kvc-recover-XXXXXX");
+	CHECK(mkdtemp(disk));
+	test_daemon_start(&td, "--dram-size", "16MB", "--hugepages", "off", "--disk-dir", disk,
+			  "--default-kv-lease-ttl", "0", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	for (int i = 0; i < N; i++) {
+		disk_key(key, sizeof(key), i);
+		test_fill(buf, LEN, (uint64_t) i);
+		CHECK_EQ(kvc_put(c, key, buf, LEN, NULL), 0);
+	}
+	CHECK_EQ(kvc_flush(c, 60000), 0);
+	CHECK_EQ(test_counter(c, "disk.records"), N);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+
+	/* the recovery thread pauses 20 ms per 1000 records: about 0.4 s */
+	setenv("KVCACHE_TEST_RECOVERY_PAUSE_MS", "20", 1);
+	t0 = mono_ms();
+	test_daemon_start(&td, "--dram-size", "16MB", "--hugepages", "off", "--disk-dir", disk,
+			  "--default-kv-lease-ttl", "0", NULL);
+	unsetenv("KVCACHE_TEST_RECOVERY_PAUSE_MS");
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	CHECK_EQ(kvc_status_get(c, &st), 0);
+	printf("first status %llu ms after start: recovering %d, %llu of %llu indexed\n",
+	       (unsigned long long) (mono_ms() - t0), st->recovering,
+	       (unsigned long long) st->recovered, (unsigned long long) st->recovery_total);
+	CHECK(st->recovering);
+	CHECK_EQ(st->recovery_total, N);
+	CHECK(st->recovered < N);
+	kvc_status_free(st);
+	/* served meanwhile: new puts, and a newer value of a recovering key */
+	CHECK_EQ(kvc_put(c, "new-during-recovery", "x", 1, NULL), 0);
+	disk_key(key, sizeof(key), 7);
+	memset(buf, 0x42, LEN);
+	CHECK_EQ(kvc_put(c, key, buf, LEN, &(struct kvc_put_opts) { .flags = KVC_PUT_REPLACE }), 0);
+
+	test_wait_recovered(td.socket);
+	CHECK_EQ(kvc_get(c, key, buf, LEN), LEN);
+	for (int j = 0; j < LEN; j++)
+		CHECK_EQ(buf[j], 0x42); /* the older record lost */
+	for (int i = 0; i < N; i += 7) {
+		if (i == 7)
+			continue;
+		disk_key(key, sizeof(key), i);
+		CHECK_EQ(kvc_get(c, key, buf, LEN), LEN);
+		CHECK(test_verify(buf, LEN, (uint64_t) i));
+	}
+	CHECK_EQ(kvc_exists(c, "new-during-recovery"), 1);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+	rm_rf(disk);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -751,6 +820,7 @@ static const struct {
 	{ "disk-reads-under-leases", test_disk_reads_under_leases },
 	{ "fresh-object-kept", test_fresh_object_kept },
 	{ "victim-search-bounded", test_victim_search_bounded },
+	{ "serve-while-recovering", test_serve_while_recovering },
 };
 
 int main(int argc, char **argv)

@@ -62,6 +62,7 @@ static void start(struct test_daemon *td, const char *dir, const char *dram, con
 static void restart(struct test_daemon *td, const char *dir, const char *dram)
 {
 	start(td, dir, dram, "none");
+	test_wait_recovered(td->socket);
 }
 
 static void test_round_trip(const char *compress)

@@ -243,6 +243,10 @@ struct kvc_status {
 	uint32_t protocol_major, protocol_minor, layout_version;
 	size_t n_tiers;
 	struct kvc_tier_status *tiers;
+	/* the disk tier's records are still being indexed (those not yet
+	 * indexed are misses): recovered of recovery_total so far */
+	bool recovering;
+	uint64_t recovered, recovery_total;
 };
 
 int kvc_status_get(struct kvc_client *c, struct kvc_status **ret);

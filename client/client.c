@@ -279,12 +279,14 @@ static int handshake(struct kvc_client *c)
 			r = -EPROTO;
 			goto out;
 		}
-		if (si->layout_version != SHM_LAYOUT_VERSION) {
+		/* 0: a daemon of an earlier minor, which does not say; the
+		 * major already matched */
+		if (si->layout_version && si->layout_version != SHM_LAYOUT_VERSION) {
 			client_set_msg("the daemon's shared-memory layout differs from this library's");
 			r = -EPROTONOSUPPORT;
 			goto out;
 		}
-		if (si->data_offset < SHM_HEADER_SIZE || si->data_offset > si->size) {
+		if (si->data_offset && (si->data_offset < SHM_HEADER_SIZE || si->data_offset > si->size)) {
 			r = -EPROTO;
 			goto out;
 		}

@@ -143,6 +143,7 @@ struct stats {
 	uint64_t refused_clients, refused_channels, refused_buffers; /* daemon-wide limits */
 	uint64_t evict_examined;   /* objects looked at to choose victims: O(1) each */
 	uint64_t spill_waits;      /* puts that waited for a spill */
+	uint64_t longest_turn_us;  /* the longest loop turn (wall clock, preemption too) */
 };
 
 struct session;

@@ -295,6 +295,18 @@ static uint64_t now_us(void)
 	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
 }
 
+/* The clock, and the longest stretch between two reads of it while the
+ * loop works (a turn: polling, running requests, maintenance). */
+static uint64_t tick(struct daemon *d, uint64_t *prev)
+{
+	uint64_t t = now_us();
+
+	if (t - *prev > d->stats.longest_turn_us)
+		d->stats.longest_turn_us = t - *prev;
+	*prev = t;
+	return t;
+}
+
 uint64_t loop_clock(struct daemon *d)
 {
 	d->now_ms = now_us() / 1000;
@@ -315,7 +327,7 @@ int loop_run(struct daemon *d)
 {
 	const uint32_t base = d->cfg->poll_us, max = base * 64;
 	struct epoll_event evs[64];
-	uint64_t last_work = now_us();
+	uint64_t last_work = now_us(), prev = last_work;
 
 	d->poll_window_us = base;
 	d->now_ms = last_work / 1000;
@@ -324,14 +336,14 @@ int loop_run(struct daemon *d)
 		int n;
 
 		if (channel_poll_all(d) | disk_poll(d)) {
-			last_work = now_us();
+			last_work = tick(d, &prev);
 			d->now_ms = last_work / 1000;
 			/* the evictor and promotions keep up under load too */
 			if (++d->rounds % 16 == 0)
 				tier_maintain(d);
 			continue;
 		}
-		now = now_us();
+		now = tick(d, &prev);
 		d->now_ms = now / 1000;
 		if (tier_maintain(d))
 			continue;
@@ -349,13 +361,13 @@ int loop_run(struct daemon *d)
 		channel_set_sleeping(d, true);
 		if (channel_poll_all(d) | disk_poll(d)) { /* raced with a submission */
 			channel_set_sleeping(d, false);
-			last_work = now_us();
+			last_work = tick(d, &prev);
 			continue;
 		}
 		/* waiters for space give up at a deadline: look now and then */
 		n = epoll_wait(d->epfd, evs, 64, d->space_head || d->space_waiting ? 20 : -1);
 		channel_set_sleeping(d, false);
-		now = now_us();
+		now = prev = now_us(); /* sleeping is not a turn */
 		/* whatever woke us is judged by the time now, not by the time
 		 * we went to sleep (leases expire meanwhile) */
 		d->now_ms = now / 1000;

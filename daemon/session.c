@@ -331,6 +331,7 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "refused_buffers", x->refused_buffers },
 		{ "evict_examined", x->evict_examined },
 		{ "spill_waits", x->spill_waits },
+		{ "loop_longest_turn_us", x->longest_turn_us },
 		{ "registered_bytes", 0 },
 		{ "channels", 0 },
 	};

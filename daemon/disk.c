@@ -46,6 +46,7 @@
 
 enum io_kind {
 	IO_WRITE,
+	IO_RENAME,  /* a written record: <id>.tmp becomes <id>.kvr */
 	IO_READ,
 	IO_UNLINK,
 };
@@ -71,6 +72,7 @@ struct disk_io {
 	uint64_t cap;                  /* buf's size, for the pool */
 	uint64_t len;
 	char name[32];
+	char final[32];                /* writes: the name it is renamed to */
 	struct disk_waiter *waiters;   /* reads: requests parked on it */
 	uint64_t deadline;             /* reads: give up waiting for dram */
 };
@@ -191,14 +193,14 @@ static int open_record(struct disk *k, const char *name, int flags)
 {
 	int fd = -1;
 
-	if (k->direct) {
+	/* the worker opens records it writes, the loop those it reads */
+	if (__atomic_load_n(&k->direct, __ATOMIC_RELAXED)) {
 		fd = openat(k->dirfd, name, flags | O_DIRECT | O_CLOEXEC, 0600);
-		if (fd < 0 && errno == EINVAL) {
+		if (fd < 0 && errno == EINVAL &&
+		    __atomic_exchange_n(&k->direct, false, __ATOMIC_RELAXED))
 			log_warn("%s refuses O_DIRECT; using buffered I/O", k->dir);
-			k->direct = false;
-		}
 	}
-	if (fd < 0 && !k->direct)
+	if (fd < 0 && !__atomic_load_n(&k->direct, __ATOMIC_RELAXED))
 		fd = openat(k->dirfd, name, flags | O_CLOEXEC, 0600);
 	return fd < 0 ? -errno : fd;
 }
@@ -750,9 +752,12 @@ static void *worker_main(void *arg)
 			k->jobs_tail = &k->jobs;
 		pthread_mutex_unlock(&k->q_lock);
 
-		if (io->kind == IO_WRITE)
+		if (io->kind == IO_WRITE) {
 			build_record(k, io);
-		else
+			/* creating a file can take a while in a big directory:
+			 * here, never on the loop thread */
+			io->fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
+		} else
 			decode_record(k, io);
 
 		pthread_mutex_lock(&k->q_lock);
@@ -796,6 +801,8 @@ int disk_spill(struct daemon *d, struct object *o)
 	memcpy(io->key, o->key, o->key_len);
 	io->key_len = o->key_len;
 	io->preparing = true;
+	io->id = k->next_id++;
+	record_name(io->name, sizeof(io->name), io->id, true);
 	/* pinned like a view: not moved, not freed while the worker reads it */
 	o->views++;
 	o->spill = io;
@@ -849,6 +856,11 @@ static bool prepared(struct daemon *d)
 		}
 		o->views--;
 		if (io->cancelled || (o->flags & OBJ_DEAD)) {
+			if (io->fd >= 0) {
+				close(io->fd);
+				io->fd = -1;
+				unlinkat(k->dirfd, io->name, 0);
+			}
 			if (o->spill == io)
 				o->spill = NULL;
 			if (o->views == 0 && (o->flags & OBJ_DEAD))
@@ -857,9 +869,8 @@ static bool prepared(struct daemon *d)
 		}
 		/* spilling picks the oldest objects: back to the old end */
 		object_place(d, o, true);
-		io->id = k->next_id++;
-		record_name(io->name, sizeof(io->name), io->id, true);
-		fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
+		fd = io->fd; /* opened by the worker */
+		io->fd = -1;
 		if (fd < 0) {
 			k->c.io_errors++;
 			k->last_err = -fd;
@@ -909,16 +920,18 @@ void disk_submit(struct daemon *d)
 	}
 }
 
-static void write_done(struct daemon *d, struct disk_io *io, int res)
+/* The record is written: rename it into place, through io_uring (a
+ * rename in a big directory is no call for the loop to wait on).  True if
+ * io lives on. */
+static bool write_done(struct daemon *d, struct disk_io *io, int res)
 {
 	struct disk *k = d->disk;
 	struct object *o = io->o;
-	char final[32];
+	struct io_uring_sqe *sqe;
 
 	close(io->fd);
 	io->fd = -1;
 	k->inflight_bytes -= io->vlen;
-	d->space_seq++; /* whoever waits for a spill looks again */
 	if (res != (int) io->len) {
 		/* a short write to a regular file means the filesystem is full */
 		int err = res < 0 ? -res : ENOSPC;
@@ -937,20 +950,48 @@ static void write_done(struct daemon *d, struct disk_io *io, int res)
 			o->spill = NULL;
 			object_dirty_update(d, o);
 		}
+		d->space_seq++; /* whoever waits for a spill looks again */
+		return false;
+	}
+	record_name(io->final, sizeof(io->final), io->id, false);
+	sqe = get_sqe(d);
+	if (!sqe) {
+		unlinkat(k->dirfd, io->name, 0);
+		if (o) {
+			o->spill = NULL;
+			object_dirty_update(d, o);
+		}
+		d->space_seq++;
+		return false;
+	}
+	io->kind = IO_RENAME;
+	io_uring_prep_renameat(sqe, k->dirfd, io->name, k->dirfd, io->final, 0);
+	io_uring_sqe_set_data(sqe, io);
+	k->inflight++;
+	k->queued++;
+	disk_submit(d);
+	return true;
+}
+
+static void rename_done(struct daemon *d, struct disk_io *io, int res)
+{
+	struct disk *k = d->disk;
+	struct object *o = io->o;
+
+	d->space_seq++; /* whoever waits for a spill looks again */
+	if (res < 0) {
+		k->c.io_errors++;
+		k->last_err = -res;
+		unlinkat(k->dirfd, io->name, 0);
+		if (o) {
+			o->spill = NULL;
+			object_dirty_update(d, o);
+		}
 		return;
 	}
-	record_name(final, sizeof(final), io->id, false);
 	if (!o) {
 		/* its object went away meanwhile */
-		unlinkat(k->dirfd, io->name, 0);
-		return;
-	}
-	if (renameat(k->dirfd, io->name, k->dirfd, final) < 0) {
-		k->c.io_errors++;
-		k->last_err = errno;
-		unlinkat(k->dirfd, io->name, 0);
-		o->spill = NULL;
-		object_dirty_update(d, o);
+		unlinkat(k->dirfd, io->final, 0);
 		return;
 	}
 	o->spill = NULL;
@@ -1278,8 +1319,11 @@ bool disk_poll(struct daemon *d)
 		io_uring_cqe_seen(&k->ring, cqe);
 		k->inflight--;
 		n++;
-		if (io->kind == IO_WRITE)
-			write_done(d, io, res);
+		if (io->kind == IO_WRITE) {
+			if (write_done(d, io, res))
+				continue; /* renaming */
+		} else if (io->kind == IO_RENAME)
+			rename_done(d, io, res);
 		else if (io->kind == IO_READ && read_done(d, io, res))
 			continue; /* the worker's, or waiting for dram */
 		io_free(k, io);
@@ -1384,7 +1428,7 @@ bool disk_counters(const struct daemon *d, struct disk_counters *ret)
 	ret->flush_pending = d->disk->flushing;
 	ret->recovering = d->disk->recovering;
 	ret->recovery_total = d->disk->rec_n;
-	ret->direct = d->disk->direct;
+	ret->direct = __atomic_load_n(&d->disk->direct, __ATOMIC_RELAXED);
 	ret->compress = d->disk->zstd;
 	return true;
 }

@@ -1101,7 +1101,7 @@ static int run_objects(void)
 	if (!lat || !mkdtemp(tmpdir))
 		die(0, "%s", "cannot set up");
 	if (arg_fill_disk) {
-		const char *extra[] = { "--dram-size", "256MiB", "--disk-dir", disk, "--disk-size",
+		const char *extra[] = { "--dram-size", "64MiB", "--disk-dir", disk, "--disk-size",
 					"64GiB", "--default-kv-lease-ttl", "0", NULL };
 
 		snprintf(disk, sizeof(disk), "%s/bench-disk-XXXXXX", arg_dir ? arg_dir : "/var/tmp");
@@ -1115,7 +1115,7 @@ static int run_objects(void)
 	counters_init(&k, (pid_t) st->pid);
 	kvc_status_free(st);
 	printf("kvcache-bench local --objects %" PRIu64 "%s: values of 1 KiB, %.1f s per cell\n", n,
-	       arg_fill_disk ? " --fill-disk (256 MiB dram, the rest on disk)" : "", arg_duration);
+	       arg_fill_disk ? " --fill-disk (64 MiB dram, the rest on disk)" : "", arg_duration);
 	fill_small(c, "obj", 0, 1000, NULL);
 	measure_small(c, &k, "1K objects", &ex1, &get1);
 	prober_start(&pr, sock);

@@ -345,6 +345,50 @@ int kvc_flush(struct kvc_client *c, int timeout_ms)
 	}
 }
 
+int64_t kvc_remove_prefix(struct kvc_client *c, const char *prefix, uint32_t flags,
+			  uint64_t *ret_skipped)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__RemoveReq rq = KVC__REMOVE_REQ__INIT;
+	uint64_t removed = 0, skipped = 0;
+	size_t len = prefix ? strnlen(prefix, KVC_KEY_MAX + 1) : 0;
+
+	if (!c || len > KVC_KEY_MAX || (flags & ~KVC_REMOVE_FORCE))
+		return -EINVAL;
+	q.op = KVC__OP__OP_REMOVE_PREFIX;
+	q.body_case = KVC__REQUEST__BODY_REMOVE;
+	q.remove = &rq;
+	rq.prefix = (ProtobufCBinaryData) { .len = len, .data = (uint8_t *) prefix };
+	rq.flags = flags;
+	for (;;) {
+		Kvc__Response *resp;
+		bool done;
+		int r = client_rpc(c, &q, &resp);
+
+		if (r < 0)
+			return r;
+		if (resp->body_case != KVC__RESPONSE__BODY_REMOVE) {
+			kvc__response__free_unpacked(resp, NULL);
+			return -EPROTO;
+		}
+		removed += resp->remove->removed;
+		skipped += resp->remove->skipped;
+		rq.cursor = resp->remove->cursor;
+		done = resp->remove->done;
+		kvc__response__free_unpacked(resp, NULL);
+		if (done)
+			break;
+	}
+	if (ret_skipped)
+		*ret_skipped = skipped;
+	return (int64_t) removed;
+}
+
+int64_t kvc_remove_all(struct kvc_client *c, uint32_t flags, uint64_t *ret_skipped)
+{
+	return kvc_remove_prefix(c, "", flags, ret_skipped);
+}
+
 const char *kvc_strerror(int err)
 {
 	switch (err < 0 ? -err : err) {

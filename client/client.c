@@ -561,6 +561,23 @@ int kvc_remove(struct kvc_client *c, const char *key)
 	return r < 0 ? (int) r : 0;
 }
 
+int kvc_remove_force(struct kvc_client *c, const char *key)
+{
+	struct shm_sqe e;
+	uint32_t t;
+	int64_t r;
+
+	if (!c || client_check_key(key) < 0)
+		return -EINVAL;
+	r = chan_tag_get(c, TAG_SYNC, true, &t);
+	if (r < 0)
+		return (int) r;
+	chan_prep_key(&c->chan, t, &e, SHM_OP_REMOVE, key, NULL);
+	e.arg = SHM_REMOVE_FORCE;
+	r = chan_call(c, &e, t, NULL);
+	return r < 0 ? (int) r : 0;
+}
+
 /*
  * Many keys: each chunk that fits one tag's arena slot is one descriptor;
  * all chunks go out before any answer is awaited.

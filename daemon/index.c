@@ -149,3 +149,18 @@ void index_walk(struct index *idx, void (*fn)(void *u, struct object *o), void *
 			fn(u, o);
 		}
 }
+
+uint64_t index_walk_some(struct index *idx, uint64_t cursor, size_t max_buckets,
+			 void (*fn)(void *u, struct object *o), void *u)
+{
+	if (idx->old) {
+		index_migrate(idx, max_buckets);
+		return cursor;
+	}
+	for (; cursor < idx->n_buckets && max_buckets--; cursor++)
+		for (struct object *o = idx->buckets[cursor], *next; o; o = next) {
+			next = o->hnext; /* fn may free o */
+			fn(u, o);
+		}
+	return cursor < idx->n_buckets ? cursor : UINT64_MAX;
+}

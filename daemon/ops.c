@@ -287,7 +287,7 @@ int ops_release(struct session *s, uint64_t handle, char *msg)
 	return 0;
 }
 
-int ops_remove(struct session *s, const void *key, size_t key_len, char *msg)
+int ops_remove(struct session *s, const void *key, size_t key_len, bool force, char *msg)
 {
 	struct daemon *d = s->d;
 	struct object *o = lookup(d, key, key_len);
@@ -298,7 +298,7 @@ int ops_remove(struct session *s, const void *key, size_t key_len, char *msg)
 		MSG("object is held by %u view(s)", o->views);
 		return -EBUSY;
 	}
-	if (o->lease_until > d->now_ms) {
+	if (!force && o->lease_until > d->now_ms) {
 		MSG("object is leased for %llu ms more", (unsigned long long) (o->lease_until - d->now_ms));
 		return -EBUSY;
 	}
@@ -350,4 +350,43 @@ bool ops_exists(struct session *s, const void *key, size_t key_len, bool prefetc
 	if (prefetch && o->tier == &d->disk_tier)
 		disk_load(d, o);
 	return true;
+}
+
+struct remove_walk {
+	struct daemon *d;
+	const void *prefix;
+	size_t prefix_len;
+	bool force;
+	uint64_t removed, skipped;
+};
+
+static void remove_matching(void *u, struct object *o)
+{
+	struct remove_walk *w = u;
+
+	if (o->key_len < w->prefix_len || memcmp(o->key, w->prefix, w->prefix_len) != 0)
+		return;
+	if (o->views || (!w->force && o->lease_until > w->d->now_ms)) {
+		w->skipped++;
+		return;
+	}
+	object_drop(w->d, o);
+	w->d->stats.removes++;
+	w->removed++;
+}
+
+/* A bounded slice of the index per call: the loop never stops for a whole
+ * walk.  Keys stored behind the cursor meanwhile are not seen. */
+#define REMOVE_BUCKETS_PER_CALL 16384
+
+uint64_t ops_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
+			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped)
+{
+	struct remove_walk w = { .d = d, .prefix = prefix, .prefix_len = len, .force = force };
+	uint64_t next = index_walk_some(&d->index, cursor, REMOVE_BUCKETS_PER_CALL,
+					remove_matching, &w);
+
+	*ret_removed = w.removed;
+	*ret_skipped = w.skipped;
+	return next;
 }

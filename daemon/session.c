@@ -523,6 +523,26 @@ static int op_evict(struct session *s, const Kvc__EvictReq *eq, struct reply *re
 	return 0;
 }
 
+static int op_remove_prefix(struct session *s, const Kvc__RemoveReq *rq, struct reply *rep)
+{
+	Kvc__RemoveResp *rr = calloc(1, sizeof(*rr));
+	uint64_t next;
+
+	if (!rr)
+		return -ENOMEM;
+	kvc__remove_resp__init(rr);
+	next = ops_remove_prefix(s->d, rq->prefix.data, rq->prefix.len, rq->flags & 1, rq->cursor,
+				 &rr->removed, &rr->skipped);
+	rr->done = next == UINT64_MAX;
+	rr->cursor = rr->done ? 0 : next;
+	if (rr->removed)
+		log_info("client[pid=%d]: removed %llu objects by prefix", (int) s->pid,
+			 (unsigned long long) rr->removed);
+	rep->resp.body_case = KVC__RESPONSE__BODY_REMOVE;
+	rep->resp.remove = rr;
+	return 0;
+}
+
 static void reply_free(struct reply *rep)
 {
 	switch (rep->resp.body_case) {
@@ -539,6 +559,9 @@ static void reply_free(struct reply *rep)
 		break;
 	case KVC__RESPONSE__BODY_EVICT:
 		free(rep->resp.evict);
+		break;
+	case KVC__RESPONSE__BODY_REMOVE:
+		free(rep->resp.remove);
 		break;
 	default:
 		break;
@@ -593,7 +616,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_keys(s, q->keys, true, &rep);
 		break;
 	case KVC__OP__OP_REMOVE:
-		r = ops_remove(s, q->key->key.data, q->key->key.len, rep.msg);
+		r = ops_remove(s, q->key->key.data, q->key->key.len, false, rep.msg);
 		break;
 	case KVC__OP__OP_STATUS:
 		r = op_status(s, &rep);
@@ -633,6 +656,9 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 			disk_flush_start(d);
 			r = 0;
 		}
+		break;
+	case KVC__OP__OP_REMOVE_PREFIX:
+		r = op_remove_prefix(s, q->remove, &rep);
 		break;
 	case KVC__OP__OP_PIN:
 		r = ops_pin(s, q->pin->key.data, q->pin->key.len, q->pin->hard, q->pin->ttl_ms, rep.msg);

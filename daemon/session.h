@@ -89,7 +89,14 @@ int ops_commit(struct session *s, uint64_t handle, char *msg);
 int ops_abort(struct session *s, uint64_t handle, char *msg);
 int ops_acquire(struct session *s, const void *key, size_t key_len, struct extent *ret, char *msg);
 int ops_release(struct session *s, uint64_t handle, char *msg);
-int ops_remove(struct session *s, const void *key, size_t key_len, char *msg);
+/* force: a lease does not refuse it (a view still does). */
+int ops_remove(struct session *s, const void *key, size_t key_len, bool force, char *msg);
+/* Remove committed objects whose key starts with prefix, in a bounded
+ * slice of the index from cursor; returns the next cursor, UINT64_MAX when
+ * the walk is done.  Viewed objects, and leased ones without force, are
+ * counted in *ret_skipped. */
+uint64_t ops_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
+			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped);
 int ops_pin(struct session *s, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
 	    char *msg);
 int ops_unpin(struct session *s, const void *key, size_t key_len, char *msg);

@@ -175,6 +175,18 @@ static int validate(const Kvc__Request *q, const char **why)
 		if (q->body_case != KVC__REQUEST__BODY_EVICT)
 			break;
 		return 0;
+	case KVC__OP__OP_REMOVE_PREFIX:
+		if (q->body_case != KVC__REQUEST__BODY_REMOVE)
+			break;
+		if (q->remove->prefix.len > WIRE_MAX_KEY) {
+			*why = "prefix longer than 511 bytes";
+			return -EINVAL;
+		}
+		if (q->remove->flags & ~1u) {
+			*why = "unknown remove flags";
+			return -EINVAL;
+		}
+		return 0;
 	default:
 		*why = "unknown operation";
 		return -EOPNOTSUPP;

@@ -45,7 +45,10 @@ static void usage(FILE *f)
 		"  put KEY [FILE|-]             store FILE (or stdin) under KEY\n"
 		"  get KEY [FILE|-]             write the object to FILE (or stdout)\n"
 		"  exists KEY                   exit 0 if present, 1 if not\n"
-		"  rm KEY                       remove KEY (refused while viewed or leased)\n"
+		"  rm [--force] KEY             remove KEY (refused while viewed, or leased\n"
+		"                               unless --force)\n"
+		"  rm [--force] --prefix P | --all\n"
+		"                               remove every key starting with P, or every key\n"
 		"  pin KEY [--soft TTL|--hard]  protect KEY from eviction: soft (evicted after\n"
 		"                               unpinned objects; TTL ms, 0 = until unpinned)\n"
 		"                               or hard (never); default --soft 0\n"
@@ -499,8 +502,12 @@ int main(int argc, char **argv)
 		{ "all", no_argument, NULL, 'a' },
 		{ "soft", required_argument, NULL, 'S' },
 		{ "hard", no_argument, NULL, 'H' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "prefix", required_argument, NULL, 'P' },
 		{ 0 },
 	};
+	const char *prefix = NULL;
+	bool force = false;
 	struct kvc_client *c = NULL;
 	const char *cmd, *a1, *a2;
 	uint64_t limit = 0, bytes = 0;
@@ -563,6 +570,12 @@ int main(int argc, char **argv)
 		case 'H':
 			hard = true;
 			break;
+		case 'f':
+			force = true;
+			break;
+		case 'P':
+			prefix = optarg;
+			break;
 		default:
 			fprintf(stderr, "Try 'kvcachectl --help'.\n");
 			return EXIT_USAGE;
@@ -588,8 +601,13 @@ int main(int argc, char **argv)
 	} else if (strcmp(cmd, "pin") == 0) {
 		if (nargs != 1 || (hard && have_soft))
 			return usage_error("%s", "usage: pin KEY [--soft TTL|--hard]");
-	} else if (strcmp(cmd, "exists") == 0 || strcmp(cmd, "rm") == 0 ||
-		   strcmp(cmd, "unpin") == 0) {
+	} else if (strcmp(cmd, "rm") == 0) {
+		if ((prefix || all) ? nargs != 0 || (prefix && all) : nargs != 1)
+			return usage_error("%s", "usage: rm [--force] (KEY | --prefix P | --all)");
+		if (prefix && strlen(prefix) > KVC_KEY_MAX)
+			return usage_error("invalid prefix of %zu bytes: keys are at most 511 bytes",
+					   strlen(prefix));
+	} else if (strcmp(cmd, "exists") == 0 || strcmp(cmd, "unpin") == 0) {
 		if (nargs != 1)
 			return usage_error("usage: %s KEY", cmd);
 	} else if (strcmp(cmd, "evict") == 0) {
@@ -599,8 +617,12 @@ int main(int argc, char **argv)
 		return usage_error("unknown command '%s'", cmd);
 	if (have_limit && strcmp(cmd, "ls") != 0)
 		return usage_error("%s", "--limit applies to ls only");
-	if ((have_tier || have_bytes || all) && strcmp(cmd, "evict") != 0)
-		return usage_error("%s", "--tier, --bytes and --all apply to evict only");
+	if ((have_tier || have_bytes) && strcmp(cmd, "evict") != 0)
+		return usage_error("%s", "--tier and --bytes apply to evict only");
+	if (all && strcmp(cmd, "evict") != 0 && strcmp(cmd, "rm") != 0)
+		return usage_error("%s", "--all applies to evict and rm only");
+	if ((force || prefix) && strcmp(cmd, "rm") != 0)
+		return usage_error("%s", "--force and --prefix apply to rm only");
 	if ((hard || have_soft) && strcmp(cmd, "pin") != 0)
 		return usage_error("%s", "--soft and --hard apply to pin only");
 	if (a1 && strcmp(cmd, "ls") != 0 && (strlen(a1) == 0 || strlen(a1) > KVC_KEY_MAX))
@@ -637,8 +659,24 @@ int main(int argc, char **argv)
 			}
 			r = r ? EXIT_OK : EXIT_NOTFOUND;
 		}
+	} else if (strcmp(cmd, "rm") == 0 && (prefix || all)) {
+		uint64_t skipped = 0;
+		int64_t n = kvc_remove_prefix(c, prefix, force ? KVC_REMOVE_FORCE : 0, &skipped);
+
+		if (n < 0)
+			r = fail("rm", (int) n);
+		else {
+			if (arg_json)
+				printf("{\"removed\": %" PRId64 ", \"skipped\": %" PRIu64 "}\n", n, skipped);
+			else
+				printf("removed %" PRId64 " objects\n", n);
+			if (skipped && !arg_json)
+				fprintf(stderr, "kvcachectl: %" PRIu64 " objects in use were kept (viewed%s)\n",
+					skipped, force ? "" : " or leased; --force removes leased ones");
+			r = EXIT_OK;
+		}
 	} else if (strcmp(cmd, "rm") == 0) {
-		r = kvc_remove(c, a1);
+		r = force ? kvc_remove_force(c, a1) : kvc_remove(c, a1);
 		r = r < 0 ? fail(a1, r) : EXIT_OK;
 	} else if (strcmp(cmd, "pin") == 0) {
 		r = kvc_pin(c, a1, hard ? KVC_PIN_HARD : 0, (uint32_t) soft_ttl);

@@ -362,6 +362,58 @@ static void test_full_pool_evicts_lru(struct kvc_client *c)
 	CHECK_EQ(kvc_evict(c, 0, 0, KVC_EVICT_ALL, NULL, NULL), 0);
 }
 
+/* Mooncake's remove(key, force), remove_all, and removal by prefix. */
+static void test_remove_parity(void)
+{
+	struct test_daemon t2;
+	struct kvc_client *c;
+	struct kvc_view v;
+	struct kvc_buf b;
+	uint64_t skipped = 99;
+	char key[32];
+
+	test_daemon_start(&t2, "--dram-size", "16MB", "--hugepages", "off",
+			  "--default-kv-lease-ttl", "60000", NULL);
+	CHECK_EQ(kvc_connect(t2.socket, &c), 0);
+	for (int i = 0; i < 50; i++) {
+		snprintf(key, sizeof(key), "%s/%d", i % 2 ? "odd" : "even", i);
+		CHECK_EQ(kvc_put(c, key, "v", 1, NULL), 0);
+	}
+	/* force ignores a lease, never a view */
+	CHECK_EQ(kvc_exists(c, "even/0"), 1);
+	CHECK_EQ(kvc_remove(c, "even/0"), -EBUSY);
+	CHECK_EQ(kvc_remove_force(c, "even/0"), 0);
+	CHECK_EQ(kvc_remove_force(c, "even/0"), -ENOENT);
+	CHECK_EQ(kvc_acquire(c, "even/2", &v), 0);
+	CHECK_EQ(kvc_remove_force(c, "even/2"), -EBUSY);
+	CHECK_EQ(kvc_remove_force(c, NULL), -EINVAL);
+
+	/* by prefix: leased ones stay without force, viewed ones always */
+	CHECK_EQ(kvc_exists(c, "odd/1"), 1);
+	CHECK_EQ(kvc_remove_prefix(c, "odd/", 0, &skipped), 24);
+	CHECK_EQ(skipped, 1);
+	CHECK_EQ(kvc_exists(c, "odd/1"), 1);
+	CHECK_EQ(kvc_exists(c, "even/4"), 1);
+	CHECK_EQ(kvc_remove_prefix(c, "odd/", KVC_REMOVE_FORCE, &skipped), 1);
+	CHECK_EQ(skipped, 0);
+	CHECK_EQ(kvc_remove_prefix(c, "nothing/", 0, NULL), 0);
+	CHECK_EQ(kvc_remove_prefix(c, "x", 2, NULL), -EINVAL);
+
+	/* all, with a reservation in progress: it is not an object yet */
+	CHECK_EQ(kvc_reserve(c, "pending", 8, NULL, &b), 0);
+	CHECK_EQ(kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped), 23); /* even/4..48 but even/2 */
+	CHECK_EQ(skipped, 1);
+	memcpy(b.data, "complete", 8);
+	CHECK_EQ(kvc_commit(c, &b), 0);
+	CHECK_EQ(kvc_exists(c, "pending"), 1);
+	CHECK_EQ(kvc_release(c, &v), 0);
+	CHECK_EQ(kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped), 2);
+	CHECK_EQ(skipped, 0);
+	CHECK_EQ(test_counter(c, "removes"), 50 + 1);
+	kvc_disconnect(c);
+	test_daemon_stop(&t2);
+}
+
 int main(void)
 {
 	struct kvc_client *c;
@@ -381,6 +433,7 @@ int main(void)
 	test_stats(c);
 	test_evict(c);
 	test_full_pool_evicts_lru(c);
+	test_remove_parity();
 	kvc_disconnect(c);
 	test_daemon_stop(&td);
 	return 0;

@@ -97,6 +97,21 @@ expect 0 ctl --json evict --all
 grep -q '"objects": 1' "$dir/out" || fail "evict --all takes soft-pinned objects last, but takes them"
 [ -z "$(ctl ls)" ] || fail "pool empty after evict"
 
+# rm --force, --prefix, --all
+for i in 1 2 3; do printf x | ctl put "job/a/$i"; printf y | ctl put "job/b/$i"; done
+printf z | ctl put keep
+expect 2 ctl rm --prefix job/a/ job/a/1
+expect 2 ctl rm --prefix job/ --all
+expect 2 ctl exists --force keep
+expect 0 ctl rm --prefix job/a/
+grep -q "removed 3 objects" "$dir/out" || fail "rm --prefix removed the wrong count"
+expect 1 ctl exists job/a/2
+expect 0 ctl exists job/b/2
+expect 0 ctl rm --force job/b/1
+expect 0 ctl --json rm --all
+grep -q '"removed": 3' "$dir/out" || fail "rm --all removed the wrong count"
+[ -z "$(ctl ls)" ] || fail "pool empty after rm --all"
+
 kill "$pid"; wait "$pid"; pid=
 [ ! -e "$sock" ] || fail "socket removed at shutdown"
 echo "kvcachectl: all checks passed"

@@ -89,6 +89,25 @@ int kvc_exists(struct kvc_client *c, const char *key);
  * --default-kv-lease-ttl ms) holds the object. */
 int kvc_remove(struct kvc_client *c, const char *key);
 
+/* Mooncake's remove(key, force=True): a lease does not refuse it; a view
+ * still does (-EBUSY), and a reservation is never touched.  0, -ENOENT,
+ * -EBUSY. */
+int kvc_remove_force(struct kvc_client *c, const char *key);
+
+enum kvc_remove_flags {
+	KVC_REMOVE_FORCE = 1u << 0, /* leased objects go too (never viewed ones) */
+};
+
+/* Remove every committed object whose key starts with prefix (NULL or ""
+ * = all; Mooncake's remove_all, and remove_by_regex for the common case of
+ * a prefix).  Returns how many were removed, or -errno; *ret_skipped (may
+ * be NULL) counts those kept because a view (or, without
+ * KVC_REMOVE_FORCE, a lease) holds them.  Objects stored while it runs may
+ * survive. */
+int64_t kvc_remove_prefix(struct kvc_client *c, const char *prefix, uint32_t flags,
+			  uint64_t *ret_skipped);
+int64_t kvc_remove_all(struct kvc_client *c, uint32_t flags, uint64_t *ret_skipped);
+
 /* Zero-copy write: the object becomes visible at commit.  Same errors as
  * kvc_put at reserve; commit fails with -EEXIST if another client committed
  * the key meanwhile (the space is released either way). */

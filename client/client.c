@@ -13,6 +13,18 @@
 #include "shmem.h"
 #include "client-private.h"
 
+/* The public names of wire values are the wire's (proto/values.h). */
+#define SAME(a, b) ((int) (a) == (int) (b))
+_Static_assert(SAME(KVC_PUT_REPLACE, WIRE_PUT_REPLACE) && SAME(KVC_PUT_SOFT_PIN, WIRE_PUT_SOFT_PIN) &&
+	       SAME(KVC_PUT_HARD_PIN, WIRE_PUT_HARD_PIN), "put flags");
+_Static_assert(SAME(KVC_TIER_DEFAULT, WIRE_TIER_DEFAULT) && SAME(KVC_TIER_DEVICE, WIRE_TIER_DEVICE) &&
+	       SAME(KVC_TIER_DRAM, WIRE_TIER_DRAM) && SAME(KVC_TIER_DISK, WIRE_TIER_DISK), "tiers");
+_Static_assert(SAME(KVC_STATE_RESERVED, WIRE_STATE_RESERVED) &&
+	       SAME(KVC_STATE_COMMITTED, WIRE_STATE_COMMITTED), "key states");
+_Static_assert(SAME(KVC_REMOVE_FORCE, WIRE_REMOVE_FORCE), "remove flags");
+_Static_assert(SAME(KVC_EVICT_ALL, WIRE_EVICT_ALL), "evict flags");
+#undef SAME
+
 static __thread char last_msg[256];
 
 const char *kvc_last_error_msg(void)
@@ -573,7 +585,7 @@ int kvc_remove_force(struct kvc_client *c, const char *key)
 	if (r < 0)
 		return (int) r;
 	chan_prep_key(&c->chan, t, &e, SHM_OP_REMOVE, key, NULL);
-	e.arg = SHM_REMOVE_FORCE;
+	e.arg = WIRE_REMOVE_FORCE;
 	r = chan_call(c, &e, t, NULL);
 	return r < 0 ? (int) r : 0;
 }

@@ -426,9 +426,9 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_ABORT:
 		return ops_abort(s, e->arg, msg);
 	case SHM_OP_REMOVE:
-		if (e->arg & ~(uint64_t) SHM_REMOVE_FORCE)
+		if (e->arg & ~(uint64_t) WIRE_REMOVE_KNOWN)
 			return -EINVAL;
-		return ops_remove(s, key, e->key_len, e->arg & SHM_REMOVE_FORCE, msg);
+		return ops_remove(s, key, e->key_len, e->arg & WIRE_REMOVE_FORCE, msg);
 	case SHM_OP_BATCH_EXISTS:
 		return run_keys(ch, e, false);
 	case SHM_OP_PREFIX_LOOKUP:

@@ -114,14 +114,13 @@ static void set_extent(struct extent *e, uint64_t handle, const struct object *o
 int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret, char *msg)
 {
 	struct daemon *d = s->d;
-	const uint32_t known = 0x7; /* REPLACE | SOFT_PIN | HARD_PIN */
 	struct object *o;
 	struct tier *t;
 	uint64_t h;
 	int r;
 
-	if (a->flags & ~known) {
-		MSG("unknown put flags 0x%x", a->flags & ~known);
+	if (a->flags & ~(uint32_t) WIRE_PUT_KNOWN) {
+		MSG("unknown put flags 0x%x", a->flags & ~(uint32_t) WIRE_PUT_KNOWN);
 		return -EINVAL;
 	}
 	t = tier_for(d, a->tier);
@@ -138,18 +137,18 @@ int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret,
 		    (unsigned long long) a->len, t->name, (unsigned long long) t->alloc.size);
 		return -E2BIG;
 	}
-	if (!(a->flags & 1) && lookup(d, a->key, a->key_len))
+	if (!(a->flags & WIRE_PUT_REPLACE) && lookup(d, a->key, a->key_len))
 		return -EEXIST;
 	o = object_new(a->key, a->key_len);
 	if (!o)
 		return -ENOMEM;
 	o->len = a->len;
 	o->tier = t;
-	if (a->flags & 2) {
+	if (a->flags & WIRE_PUT_SOFT_PIN) {
 		o->flags |= OBJ_SOFT_PIN;
 		o->pin_until = a->pin_ttl_ms ? d->now_ms + a->pin_ttl_ms : 0;
 	}
-	if (a->flags & 4)
+	if (a->flags & WIRE_PUT_HARD_PIN)
 		o->flags |= OBJ_HARD_PIN;
 	if (a->parent && a->parent_len) {
 		o->parent_key = malloc(a->parent_len);
@@ -181,7 +180,7 @@ int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret,
 		MSG("too many outstanding reservations and views on this connection");
 		return r;
 	}
-	s->slots[(uint32_t) h - 1].replace = a->flags & 1;
+	s->slots[(uint32_t) h - 1].replace = (a->flags & WIRE_PUT_REPLACE) != 0;
 	d->stats.reserves++;
 	set_extent(ret, h, o);
 	return 0;

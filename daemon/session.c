@@ -464,7 +464,7 @@ static void list_add(struct list_acc *a, const struct object *o, uint32_t state)
 
 static void list_committed(void *u, struct object *o)
 {
-	list_add(u, o, 2 /* KVC_STATE_COMMITTED */);
+	list_add(u, o, WIRE_STATE_COMMITTED);
 }
 
 static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
@@ -490,7 +490,7 @@ static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 	for (struct session *x = d->sessions; x; x = x->next)
 		for (uint32_t i = 0; i < x->n_slots; i++)
 			if (x->slots[i].kind == SLOT_RESERVE)
-				list_add(&a, x->slots[i].obj, 1 /* KVC_STATE_RESERVED */);
+				list_add(&a, x->slots[i].obj, WIRE_STATE_RESERVED);
 	rep->resp.body_case = KVC__RESPONSE__BODY_LIST;
 	rep->resp.list = a.l;
 	rep->free1 = a.infos;
@@ -531,7 +531,8 @@ static int op_remove_prefix(struct session *s, const Kvc__RemoveReq *rq, struct 
 	if (!rr)
 		return -ENOMEM;
 	kvc__remove_resp__init(rr);
-	next = ops_remove_prefix(s->d, rq->prefix.data, rq->prefix.len, rq->flags & 1, rq->cursor,
+	next = ops_remove_prefix(s->d, rq->prefix.data, rq->prefix.len,
+				 rq->flags & WIRE_REMOVE_FORCE, rq->cursor,
 				 &rr->removed, &rr->skipped);
 	rr->done = next == UINT64_MAX;
 	rr->cursor = rr->done ? 0 : next;

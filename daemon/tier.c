@@ -38,6 +38,11 @@
 /* Work per maintenance call, so the fast path never waits long. */
 #define MAINTAIN_MAX_OBJECTS 64
 
+/* Segments record their tier in shared memory with the wire's numbers. */
+_Static_assert((int) SHM_TIER_DEVICE == (int) WIRE_TIER_DEVICE &&
+	       (int) SHM_TIER_DRAM == (int) WIRE_TIER_DRAM &&
+	       (int) SHM_TIER_DISK == (int) WIRE_TIER_DISK, "tiers");
+
 /* ---- lists, per tier ---- */
 
 static void ol_link(struct olist *l, struct object *o, bool at_tail)

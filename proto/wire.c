@@ -182,7 +182,7 @@ static int validate(const Kvc__Request *q, const char **why)
 			*why = "prefix longer than 511 bytes";
 			return -EINVAL;
 		}
-		if (q->remove->flags & ~1u) {
+		if (q->remove->flags & ~(uint32_t) WIRE_REMOVE_KNOWN) {
 			*why = "unknown remove flags";
 			return -EINVAL;
 		}

@@ -15,9 +15,10 @@
 #include <sys/types.h>
 
 #include "kvcache.pb-c.h"
+#include "values.h"
 
 #define KVC_PROTO_MAJOR 1
-#define KVC_PROTO_MINOR 0
+#define KVC_PROTO_MINOR 1 /* 1: SegmentInfo layout, StatusResp recovery, OP_REMOVE_PREFIX */
 
 #define WIRE_MAGIC 0x4b56u /* "KV" */
 #define WIRE_HDR_SIZE 16u

@@ -141,8 +141,7 @@ struct shm_iov {
 };
 _Static_assert(sizeof(struct shm_iov) == 24, "iov size");
 
-/* SHM_OP_REMOVE's arg. */
-#define SHM_REMOVE_FORCE UINT64_C(1) /* a lease does not refuse it */
+/* SHM_OP_REMOVE's arg: enum wire_remove_flags (proto/values.h). */
 
 /* 64 bytes. */
 struct shm_cqe {

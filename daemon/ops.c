@@ -146,7 +146,7 @@ int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret,
 	o->tier = t;
 	if (a->flags & WIRE_PUT_SOFT_PIN) {
 		o->flags |= OBJ_SOFT_PIN;
-		o->pin_until = a->pin_ttl_ms ? d->now_ms + a->pin_ttl_ms : 0;
+		o->pin_until = a->pin_ttl_ms ? now_ms(d) + a->pin_ttl_ms : 0;
 	}
 	if (a->flags & WIRE_PUT_HARD_PIN)
 		o->flags |= OBJ_HARD_PIN;
@@ -208,9 +208,9 @@ int ops_commit(struct session *s, uint64_t handle, char *msg)
 		d->stats.put_conflicts++;
 		return -EEXIST;
 	}
-	if (old && old->lease_until > d->now_ms) {
+	if (old && old->lease_until > now_ms(d)) {
 		MSG("the object it would replace is leased for %llu ms more",
-		    (unsigned long long) (old->lease_until - d->now_ms));
+		    (unsigned long long) (old->lease_until - now_ms(d)));
 		slot_release(s, i);
 		return -EBUSY;
 	}
@@ -297,8 +297,8 @@ int ops_remove(struct session *s, const void *key, size_t key_len, bool force, c
 		MSG("object is held by %u view(s)", o->views);
 		return -EBUSY;
 	}
-	if (!force && o->lease_until > d->now_ms) {
-		MSG("object is leased for %llu ms more", (unsigned long long) (o->lease_until - d->now_ms));
+	if (!force && o->lease_until > now_ms(d)) {
+		MSG("object is leased for %llu ms more", (unsigned long long) (o->lease_until - now_ms(d)));
 		return -EBUSY;
 	}
 	object_drop(d, o);
@@ -318,7 +318,7 @@ int ops_pin(struct session *s, const void *key, size_t key_len, bool hard, uint3
 		o->flags |= OBJ_HARD_PIN;
 	} else {
 		o->flags |= OBJ_SOFT_PIN;
-		o->pin_until = ttl_ms ? d->now_ms + ttl_ms : 0;
+		o->pin_until = ttl_ms ? now_ms(d) + ttl_ms : 0;
 	}
 	object_place(d, o, false);
 	return 0;
@@ -363,9 +363,9 @@ static void remove_matching(void *u, struct object *o)
 {
 	struct remove_walk *w = u;
 
-	if (o->key_len < w->prefix_len || memcmp(o->key, w->prefix, w->prefix_len) != 0)
+	if (w->prefix_len && (o->key_len < w->prefix_len || memcmp(o->key, w->prefix, w->prefix_len) != 0))
 		return;
-	if (o->views || (!w->force && o->lease_until > w->d->now_ms)) {
+	if (o->views || (!w->force && o->lease_until > now_ms(w->d))) {
 		w->skipped++;
 		return;
 	}

@@ -47,6 +47,7 @@ struct parked {
 
 struct channel {
 	struct channel *next, *prev; /* all channels of the daemon */
+	struct loop_source *bell;    /* efd in the loop: wakes it when it sleeps */
 	struct parked *parked;
 	struct shm_cqe *backlog;     /* completions that found the ring full */
 	size_t n_backlog, cap_backlog;
@@ -116,7 +117,7 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 	ring_side_init(&ch->cq, (struct shm_ring *) (ch->base + SHM_CHAN_CQ_OFF),
 		       ch->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
 	ch->arena = ch->base + SHM_CHAN_ARENA_OFF;
-	r = loop_watch_doorbell(s->d, ch->efd, &s->d->doorbell_src);
+	r = loop_add_doorbell(s->d->loop, ch->efd, &ch->bell);
 	if (r < 0)
 		goto fail;
 	/* Start awake: the client's first request needs no doorbell if the
@@ -185,7 +186,7 @@ void channel_close(struct channel *ch)
 		ch->s->d->channels = ch->next;
 	if (ch->next)
 		ch->next->prev = ch->prev;
-	loop_unwatch_doorbell(ch->s->d, ch->efd);
+	loop_source_free(ch->bell);
 	close(ch->efd);
 	close(ch->memfd);
 	munmap(ch->base, SHM_CHAN_SIZE);
@@ -592,13 +593,15 @@ static void park_space(struct channel *ch, const struct shm_sqe *e)
 	p->ch = ch;
 	p->e = *e;
 	p->space = true;
-	p->deadline = d->now_ms + d->cfg->spill_wait_ms;
+	p->deadline = now_ms(d) + d->cfg->spill_wait_ms;
 	d->stats.spill_waits++;
 	p->next = ch->parked;
 	if (p->next)
 		p->next->prev = p;
 	ch->parked = p;
 	space_append(d, p);
+	if (!d->space_head->snext)
+		loop_timer_arm(d->space_timer, p->deadline); /* wake a sleeping loop then */
 }
 
 /* Puts waiting for space: run again after a spill ended, in arrival order;
@@ -608,7 +611,7 @@ static unsigned retry_space(struct daemon *d)
 	struct parked *list = d->space_head;
 	unsigned n = 0;
 
-	if (!list || (d->space_seen == d->space_seq && d->now_ms < list->deadline))
+	if (!list || (d->space_seen == d->space_seq && now_ms(d) < list->deadline))
 		return 0;
 	d->space_seen = d->space_seq;
 	d->space_head = d->space_tail = NULL;
@@ -622,7 +625,7 @@ static unsigned retry_space(struct daemon *d)
 		list = p->snext;
 		p->snext = p->sprev = NULL;
 		r = run(ch, &p->e, &c, msg);
-		if (r == -EAGAIN && d->now_ms < p->deadline) {
+		if (r == -EAGAIN && now_ms(d) < p->deadline) {
 			space_append(d, p);
 			continue;
 		}
@@ -632,6 +635,7 @@ static unsigned retry_space(struct daemon *d)
 		wake_client(ch);
 		n++;
 	}
+	loop_timer_arm(d->space_timer, d->space_head ? d->space_head->deadline : 0);
 	return n;
 }
 
@@ -691,4 +695,29 @@ void channel_set_sleeping(struct daemon *d, bool sleeping)
 {
 	for (struct channel *ch = d->channels; ch; ch = ch->next)
 		ring_set_need_wakeup(ch->sq.r, sleeping);
+}
+
+static bool poll_channels(void *userdata)
+{
+	return channel_poll_all(userdata) > 0;
+}
+
+static void channels_sleeping(void *userdata, bool sleeping)
+{
+	channel_set_sleeping(userdata, sleeping);
+}
+
+/* Puts waiting for a spill give up at a deadline: this timer only wakes a
+ * sleeping loop for it; retry_space() does the rest. */
+static void space_deadline(struct loop_source *s, void *userdata)
+{
+}
+
+int channel_setup(struct daemon *d)
+{
+	int r = loop_add_poller(d->loop, poll_channels, channels_sleeping, d, &d->channels_src);
+
+	if (r < 0)
+		return r;
+	return loop_add_timer(d->loop, space_deadline, d, &d->space_timer);
 }

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "loop.h"
 #include "shmem.h"
 #include "wire.h"
 
@@ -148,7 +149,6 @@ struct stats {
 	uint64_t refused_clients, refused_channels, refused_buffers; /* daemon-wide limits */
 	uint64_t evict_examined;   /* objects looked at to choose victims: O(1) each */
 	uint64_t spill_waits;      /* puts that waited for a spill */
-	uint64_t longest_turn_us;  /* the longest loop turn (wall clock, preemption too) */
 };
 
 struct session;
@@ -157,34 +157,16 @@ struct parked;
 struct disk;
 struct disk_io;
 
-/* First member of everything registered with epoll. */
-enum loop_kind {
-	LOOP_DISK,    /* io_uring completions */
-	LOOP_CONTROL, /* the control set (ctl_epfd) inside the main set */
-	LOOP_LISTEN,
-	LOOP_SIGNAL,
-	LOOP_SESSION,
-	LOOP_CHANNEL,
-};
-
-struct loop_source {
-	enum loop_kind kind;
-};
-
 struct daemon {
 	struct config *cfg;
+	struct loop *loop;
 	char socket_path[sizeof(((struct config *) 0)->socket)];
 	char lock_path[sizeof(((struct config *) 0)->socket) + 8];
-	int epfd;     /* what the loop sleeps on: channel doorbells + ctl_epfd */
-	int ctl_epfd; /* control: listening socket, client sockets, signals */
 	int listen_fd, signal_fd, lock_fd;
-	uint32_t ctl_ready; /* set by the watcher thread, cleared by the loop */
-	pthread_t watcher;
-	bool watcher_running, watcher_stopping;
-	int watcher_stop;   /* eventfd: tells the watcher to exit */
+	struct loop_source *listen_src, *signal_src;
+	struct loop_source *channels_src, *maintain_src, *space_timer;
 	uint64_t generation;
 	struct timespec started;
-	bool quit;
 	bool hugepages;
 
 	struct tier tiers[DAEMON_MAX_TIERS]; /* by segment index: dram first */
@@ -192,13 +174,10 @@ struct daemon {
 	struct tier disk_tier; /* valid when disk != NULL; no segment */
 	struct disk *disk;
 	struct tier *fastest;  /* lookups go fastest first */
-	uint64_t now_ms;       /* monotonic, refreshed every loop round */
-	uint64_t rounds;
 	/* memory objects without a copy on disk, oldest at the tail: what
 	 * spilling takes next (only with a disk tier) */
 	struct olist dirty;
 	uint64_t space_seq;        /* bumped when a spill ends: waiters retry */
-	bool space_waiting;        /* the disk tier has reads waiting for dram */
 	struct parked *space_head, *space_tail; /* puts waiting for a spill (channel.c) */
 	uint64_t space_seen;
 	struct object **promote_q; /* objects waiting to move up */
@@ -206,13 +185,8 @@ struct daemon {
 	struct index index;
 	struct stats stats;
 
-	struct loop_source listen_src, signal_src, ctl_src;
-	/* Every channel doorbell carries this one tag, never its channel:
-	 * a doorbell event may arrive after its channel was freed. */
-	struct loop_source doorbell_src;
 	struct session *sessions; /* doubly linked through session->next/prev */
 	struct channel *channels; /* every session's, for the poller */
-	uint32_t poll_window_us;  /* current adaptive spin window */
 	uint32_t n_sessions;
 	uint32_t n_channels;       /* all sessions' */
 	uint64_t registered_bytes; /* all sessions' registered buffers */
@@ -312,16 +286,13 @@ int session_new(struct daemon *d, int fd);
 void session_free(struct session *s);
 void session_event(struct session *s, uint32_t events);
 
-/* Event loop (loop.c). */
-int loop_setup(struct daemon *d);
-int loop_run(struct daemon *d);
-void loop_teardown(struct daemon *d);
-/* Control fds (sockets, signals). */
-int loop_watch(struct daemon *d, int fd, uint32_t events, struct loop_source *src, bool modify);
-/* Channel doorbells: only wake the loop when it sleeps. */
-int loop_watch_doorbell(struct daemon *d, int fd, struct loop_source *src);
-void loop_unwatch_doorbell(struct daemon *d, int fd);
-/* The monotonic clock in ms, read now (vDSO, no system call); also
- * refreshes d->now_ms, which requests are judged against. */
-uint64_t loop_clock(struct daemon *d);
+/* The listening socket and the signals (server.c). */
+int server_setup(struct daemon *d);
+void server_teardown(struct daemon *d);
+
+/* The time requests are judged against (the loop's, per turn). */
+static inline uint64_t now_ms(const struct daemon *d)
+{
+	return loop_now_ms(d->loop);
+}
 

@@ -104,7 +104,7 @@ struct disk {
 	char dir[4096];
 	struct io_uring ring;
 	int efd;
-	struct loop_source src;
+	struct loop_source *bell, *poller, *space_timer;
 	bool direct;                   /* O_DIRECT works here */
 	bool zstd;
 	int level;
@@ -451,6 +451,17 @@ static int recover(struct daemon *d)
 
 static void *worker_main(void *arg);
 
+static bool disk_poller(void *userdata)
+{
+	return disk_poll(userdata);
+}
+
+/* Reads waiting for dram look again now and then, even when nothing else
+ * wakes the loop; retry_landing() does the work in maintenance. */
+static void space_deadline(struct loop_source *s, void *userdata)
+{
+}
+
 int disk_setup(struct daemon *d)
 {
 	struct tier *t = disk_tier(d);
@@ -493,6 +504,15 @@ int disk_setup(struct daemon *d)
 		free(k);
 		return r;
 	}
+	{
+		/* Blocking work (allocating writes, renames, unlinks) runs on
+		 * io_uring's worker threads; a few are enough for one disk, and
+		 * dozens of runnable kernel workers would take the CPUs the loop
+		 * and clients need.  Not fatal where the kernel lacks it. */
+		unsigned int max[2] = { 2, 2 };
+
+		io_uring_register_iowq_max_workers(&k->ring, max);
+	}
 	k->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (k->efd < 0 || io_uring_register_eventfd(&k->ring, k->efd) < 0) {
 		r = -errno;
@@ -509,8 +529,13 @@ int disk_setup(struct daemon *d)
 			     (d->cfg->high_watermark - d->cfg->eviction_ratio));
 	/* the lowest memory tier spills here */
 	d->tiers[0].below = t;
-	k->src.kind = LOOP_DISK;
-	r = loop_watch_doorbell(d, k->efd, &k->src);
+	/* completions and the worker's results: the loop polls for them,
+	 * and the eventfd wakes it when it sleeps */
+	r = loop_add_doorbell(d->loop, k->efd, &k->bell);
+	if (r == 0)
+		r = loop_add_poller(d->loop, disk_poller, NULL, d, &k->poller);
+	if (r == 0)
+		r = loop_add_timer(d->loop, space_deadline, d, &k->space_timer);
 	if (r < 0)
 		return r;
 	pthread_mutex_init(&k->q_lock, NULL);
@@ -638,6 +663,9 @@ void disk_teardown(struct daemon *d)
 		io_free(k, k->ios);
 	}
 	io_uring_queue_exit(&k->ring);
+	loop_source_free(k->bell);
+	loop_source_free(k->poller);
+	loop_source_free(k->space_timer);
 	close(k->efd);
 	close(k->dirfd);
 	ZSTD_freeCCtx(k->cctx);
@@ -783,7 +811,7 @@ int disk_spill(struct daemon *d, struct object *o)
 		return -EALREADY;
 	if (k->inflight >= MAX_INFLIGHT || k->inflight_bytes + o->len > MAX_INFLIGHT_BYTES)
 		return -EAGAIN;
-	if (d->now_ms < k->backoff_until)
+	if (now_ms(d) < k->backoff_until)
 		return -EAGAIN;
 	bound = disk_record_size(o->key_len, k->zstd ? ZSTD_compressBound(o->len) : o->len);
 	buf = buf_get(k, bound);
@@ -876,10 +904,10 @@ static bool prepared(struct daemon *d)
 			k->last_err = -fd;
 			if (fd == -ENOSPC)
 				k->c.enospc++;
-			if (d->now_ms >= k->backoff_until)
+			if (now_ms(d) >= k->backoff_until)
 				log_warn("Failed to create a record in %s: %s; spilling paused", k->dir,
 					 strerror(-fd));
-			k->backoff_until = d->now_ms + BACKOFF_MS;
+			k->backoff_until = now_ms(d) + BACKOFF_MS;
 			o->spill = NULL;
 			object_dirty_update(d, o);
 			goto drop;
@@ -941,10 +969,10 @@ static bool write_done(struct daemon *d, struct disk_io *io, int res)
 		if (err == ENOSPC)
 			k->c.enospc++;
 		/* once per backoff period, not once per record */
-		if (d->now_ms >= k->backoff_until)
+		if (now_ms(d) >= k->backoff_until)
 			log_warn("Failed to write a record to %s: %s; objects stay in memory, "
 				 "spilling paused for %d ms", k->dir, strerror(err), BACKOFF_MS);
-		k->backoff_until = d->now_ms + BACKOFF_MS;
+		k->backoff_until = now_ms(d) + BACKOFF_MS;
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
 			o->spill = NULL;
@@ -1107,7 +1135,7 @@ int disk_load(struct daemon *d, struct object *o)
 		return -ENOMEM;
 	io->id = o->disk_id;
 	io->len = o->disk_len;
-	io->deadline = d->now_ms + d->cfg->spill_wait_ms;
+	io->deadline = now_ms(d) + d->cfg->spill_wait_ms;
 	io->buf = buf_get(k, io->len);
 	io->cap = io->len;
 	record_name(io->name, sizeof(io->name), io->id, false);
@@ -1228,11 +1256,11 @@ static bool land(struct daemon *d, struct disk_io *io)
 
 	/* making room in dram never evicts o itself: it is loading (held) */
 	r = tier_alloc(d, dram, io->o->len, &io->block);
-	if (r == -EAGAIN && d->now_ms < io->deadline) {
+	if (r == -EAGAIN && now_ms(d) < io->deadline) {
 		io->block = NULL;
 		io->qnext = k->space_wait;
 		k->space_wait = io;
-		d->space_waiting = true;
+		loop_timer_arm(k->space_timer, now_ms(d) + 20);
 		return true;
 	}
 	if (r < 0) {
@@ -1254,10 +1282,10 @@ static bool retry_landing(struct daemon *d)
 	struct disk_io *list = k->space_wait;
 	bool did = false;
 
-	if (!list || (k->space_seen == d->space_seq && d->now_ms < k->space_check_ms))
+	if (!list || (k->space_seen == d->space_seq && now_ms(d) < k->space_check_ms))
 		return false;
 	k->space_seen = d->space_seq;
-	k->space_check_ms = d->now_ms + 100;
+	k->space_check_ms = now_ms(d) + 100;
 	k->space_wait = NULL;
 	while (list) {
 		struct disk_io *io = list;
@@ -1351,7 +1379,7 @@ bool disk_accepting(const struct daemon *d, const struct object *o)
 {
 	const struct disk *k = d->disk;
 
-	return k && d->now_ms >= k->backoff_until &&
+	return k && now_ms(d) >= k->backoff_until &&
 	       k->c.bytes + o->len + DISK_ALIGN <= d->disk_tier.alloc.size;
 }
 
@@ -1368,7 +1396,7 @@ bool disk_maintain(struct daemon *d)
 	/* Spill ahead: clean copies of the oldest objects without one, once
 	 * dram is past its low watermark less a margin, or all of them on a
 	 * flush.  d->dirty holds exactly those, oldest at the tail: no walk. */
-	if (d->now_ms >= k->backoff_until && k->c.bytes < d->disk_tier.high &&
+	if (now_ms(d) >= k->backoff_until && k->c.bytes < d->disk_tier.high &&
 	    (k->flushing || lowest->alloc.used > lowest->low - lowest->low / 8)) {
 		struct object *o;
 
@@ -1383,7 +1411,7 @@ bool disk_maintain(struct daemon *d)
 	if (k->flushing && k->inflight == 0 && !did) {
 		bool left = d->dirty.n > 0;
 
-		if (!left || d->now_ms < k->backoff_until) {
+		if (!left || now_ms(d) < k->backoff_until) {
 			k->flushing = false;
 			k->c.flush_unwritten = d->dirty.n;
 			k->c.flush_error = left ? (uint64_t) (k->last_err ? k->last_err : EIO) : 0;
@@ -1396,7 +1424,8 @@ bool disk_maintain(struct daemon *d)
 					 (unsigned long long) k->c.records);
 		}
 	}
-	d->space_waiting = k->space_wait != NULL;
+	if (k->space_wait)
+		loop_timer_arm(k->space_timer, now_ms(d) + 20);
 	disk_submit(d);
 	return did;
 }

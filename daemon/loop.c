@@ -1,291 +1,69 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The listening socket and the epoll loop.  One thread serves every client:
- * each request is a few hash lookups and an allocator call, so the loop is
- * never the bottleneck of the socket path.
+ * The event loop (loop.h).  Two epoll sets: the control set holds io
+ * sources and is watched by a watcher thread; the main set, which the loop
+ * sleeps on, holds the doorbells and the control set itself.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/file.h>
 #include <sys/eventfd.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "log.h"
+#include "loop.h"
 #include "ring.h"
-#include "session.h"
 
 #define LOG_TOPIC "loop"
 
-int loop_watch(struct daemon *d, int fd, uint32_t events, struct loop_source *src, bool modify)
-{
-	struct epoll_event ev = { .events = events, .data.ptr = src };
+enum source_kind {
+	SRC_IO,
+	SRC_DOORBELL,
+	SRC_POLLER,
+	SRC_IDLE,
+	SRC_TIMER,
+};
 
-	if (epoll_ctl(d->ctl_epfd, modify ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0)
-		return -errno;
-	return 0;
-}
-
-int loop_watch_doorbell(struct daemon *d, int fd, struct loop_source *src)
-{
-	/* Edge-triggered: a doorbell is a wake-up, never read, so the loop
-	 * never touches a channel that a hang-up in the same batch freed. */
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = src };
-
-	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-		return -errno;
-	return 0;
-}
-
-void loop_unwatch_doorbell(struct daemon *d, int fd)
-{
-	/* Explicitly: the client holds the same eventfd (it came over
-	 * SCM_RIGHTS), so closing ours would leave the registration alive
-	 * and a later ring would still wake the loop. */
-	epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
-}
-
-/*
- * The watcher thread: blocks until a control fd is ready, raises ctl_ready,
- * and waits for the loop to take it down.  The loop only reads a flag while
- * it spins, so a busy daemon makes no system call to notice the socket.
- */
-static void *watcher_main(void *arg)
-{
-	struct daemon *d = arg;
-
-	for (;;) {
-		struct pollfd p[2] = {
-			{ .fd = d->ctl_epfd, .events = POLLIN },
-			{ .fd = d->watcher_stop, .events = POLLIN },
-		};
-
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
-			return NULL;
-		if (p[1].revents)
-			return NULL;
-		__atomic_store_n(&d->ctl_ready, 1, __ATOMIC_RELEASE);
-		while (__atomic_load_n(&d->ctl_ready, __ATOMIC_ACQUIRE)) {
-			/* in slices, so a stop request is never missed */
-			struct timespec ts = { 0, 50 * 1000 * 1000 };
-
-			syscall(SYS_futex, &d->ctl_ready, FUTEX_WAIT, 1, &ts, NULL, 0);
-			if (__atomic_load_n(&d->watcher_stopping, __ATOMIC_ACQUIRE))
-				return NULL;
-		}
-	}
-}
-
-/* Is a daemon answering on this path right now? */
-static bool socket_alive(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	bool alive;
+struct loop_source {
+	enum source_kind kind;
+	struct loop *loop;
+	struct loop_source *next, *prev; /* in its kind's list, or the dead list */
 	int fd;
+	uint32_t events;
+	bool dead;
+	loop_io_fn io;
+	loop_poll_fn poll;
+	loop_sleep_fn sleep;
+	loop_timer_fn timer;
+	void *userdata;
+	uint64_t at_ms;                  /* timers: 0 = disarmed */
+};
 
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return false;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	alive = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
-	close(fd);
-	return alive;
-}
+enum { L_IO, L_DOORBELL, L_POLLER, L_IDLE, L_TIMER, L_DEAD, L_COUNT };
 
-static int open_socket(struct daemon *d)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct stat st;
-	int fd, r;
+struct loop {
+	int epfd;     /* what the loop sleeps on: doorbells + ctl_epfd */
+	int ctl_epfd; /* io sources */
+	uint32_t ctl_ready; /* set by the watcher thread, cleared by the loop */
+	pthread_t watcher;
+	bool watcher_running, watcher_stopping;
+	int watcher_stop;   /* eventfd: tells the watcher to exit */
+	struct loop_source *lists[L_COUNT];
+	uint64_t now_ms;
+	uint64_t longest_turn_us;
+	uint32_t poll_us, window_us;
+	uint64_t rounds;
+	bool quit;
+};
 
-	/* The lock decides between two daemons starting at once; the connect
-	 * probe catches a live daemon that holds no lock on this path. */
-	snprintf(d->lock_path, sizeof(d->lock_path), "%s.lock", d->socket_path);
-	d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (d->lock_fd < 0) {
-		r = -errno;
-		log_error("Failed to open lock file %s: %m", d->lock_path);
-		return r;
-	}
-	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		log_error("another kvcached is already serving %s; not starting", d->socket_path);
-		close(d->lock_fd);
-		d->lock_fd = -1;
-		return -EADDRINUSE;
-	}
-	if (lstat(d->socket_path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			log_error("%s exists and is not a socket; not replacing it", d->socket_path);
-			return -EEXIST;
-		}
-		if (socket_alive(d->socket_path)) {
-			log_error("another kvcached is already serving %s; not starting",
-				  d->socket_path);
-			return -EADDRINUSE;
-		}
-		log_notice("replacing stale socket %s left by a daemon that is gone", d->socket_path);
-		unlink(d->socket_path);
-	}
-
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return -errno;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->socket_path);
-	if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
-		r = -errno;
-		log_error("Failed to bind %s: %m", d->socket_path);
-		close(fd);
-		return r;
-	}
-	if (chmod(d->socket_path, 0660) < 0 || listen(fd, 256) < 0) {
-		r = -errno;
-		log_error("Failed to listen on %s: %m", d->socket_path);
-		unlink(d->socket_path);
-		close(fd);
-		return r;
-	}
-	d->listen_fd = fd;
-	return 0;
-}
-
-int loop_setup(struct daemon *d)
-{
-	sigset_t mask;
-	int r;
-
-	d->epfd = d->ctl_epfd = d->listen_fd = d->signal_fd = d->lock_fd = d->watcher_stop = -1;
-	d->epfd = epoll_create1(EPOLL_CLOEXEC);
-	d->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (d->epfd < 0 || d->ctl_epfd < 0)
-		return -errno;
-	{
-		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &d->ctl_src };
-
-		d->ctl_src.kind = LOOP_CONTROL;
-		d->doorbell_src.kind = LOOP_CHANNEL;
-		if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->ctl_epfd, &ev) < 0)
-			return -errno;
-	}
-
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	d->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (d->signal_fd < 0)
-		return -errno;
-	d->signal_src.kind = LOOP_SIGNAL;
-	d->listen_src.kind = LOOP_LISTEN;
-	r = loop_watch(d, d->signal_fd, EPOLLIN, &d->signal_src, false);
-	if (r < 0)
-		return r;
-
-	r = open_socket(d);
-	if (r < 0)
-		return r;
-	r = loop_watch(d, d->listen_fd, EPOLLIN, &d->listen_src, false);
-	if (r < 0)
-		return r;
-	/* signals stay blocked in the watcher: they arrive through signalfd */
-	d->watcher_stop = eventfd(0, EFD_CLOEXEC);
-	if (d->watcher_stop < 0)
-		return -errno;
-	r = -pthread_create(&d->watcher, NULL, watcher_main, d);
-	if (r < 0)
-		return r;
-	d->watcher_running = true;
-	return 0;
-}
-
-static void on_accept(struct daemon *d)
-{
-	for (;;) {
-		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-
-		if (fd < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN)
-				log_warn("Failed to accept a client: %m");
-			return;
-		}
-		if (session_new(d, fd) < 0)
-			log_warn("Failed to set up a client session");
-	}
-}
-
-static void on_signal(struct daemon *d)
-{
-	struct signalfd_siginfo si;
-
-	while (read(d->signal_fd, &si, sizeof(si)) == sizeof(si)) {
-		log_notice("received %s, shutting down", strsignal((int) si.ssi_signo));
-		d->quit = true;
-	}
-}
-
-static void dispatch_control(struct daemon *d);
-
-static void dispatch(struct daemon *d, struct epoll_event *evs, int n)
-{
-	for (int i = 0; i < n; i++) {
-		struct loop_source *src = evs[i].data.ptr;
-
-		switch (src->kind) {
-		case LOOP_CONTROL:
-			dispatch_control(d);
-			break;
-		case LOOP_LISTEN:
-			on_accept(d);
-			break;
-		case LOOP_SIGNAL:
-			on_signal(d);
-			break;
-		case LOOP_SESSION:
-			session_event((struct session *) src, evs[i].events);
-			break;
-		case LOOP_CHANNEL:
-			/* A doorbell: only a wake-up, tagged with the shared
-			 * d->doorbell_src, so nothing freed is read here; the
-			 * poller finds the work itself. */
-			break;
-		case LOOP_DISK: {
-			uint64_t v;
-
-			/* io_uring completions: drained by disk_poll() */
-			if (read(disk_eventfd(d), &v, sizeof(v)) < 0 && errno != EAGAIN)
-				log_debug("disk eventfd: %m");
-			break;
-		}
-		}
-	}
-}
-
-/* Everything ready on the control set, then let the watcher look again. */
-static void dispatch_control(struct daemon *d)
-{
-	struct epoll_event evs[64];
-	int n = epoll_wait(d->ctl_epfd, evs, 64, 0);
-
-	if (n > 0)
-		dispatch(d, evs, n);
-	if (__atomic_exchange_n(&d->ctl_ready, 0, __ATOMIC_ACQ_REL))
-		syscall(SYS_futex, &d->ctl_ready, FUTEX_WAKE, 1, NULL, NULL, 0);
-}
+/* epoll tags of the main set that are not a source */
+static char tag_control, tag_doorbell;
 
 static uint64_t now_us(void)
 {
@@ -295,82 +73,432 @@ static uint64_t now_us(void)
 	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
 }
 
-/* The clock, and the longest stretch between two reads of it while the
- * loop works (a turn: polling, running requests, maintenance). */
-static uint64_t tick(struct daemon *d, uint64_t *prev)
+static void list_add(struct loop *l, int which, struct loop_source *s)
 {
-	uint64_t t = now_us();
-
-	if (t - *prev > d->stats.longest_turn_us)
-		d->stats.longest_turn_us = t - *prev;
-	*prev = t;
-	return t;
+	s->prev = NULL;
+	s->next = l->lists[which];
+	if (s->next)
+		s->next->prev = s;
+	l->lists[which] = s;
 }
 
-uint64_t loop_clock(struct daemon *d)
+static void list_del(struct loop *l, int which, struct loop_source *s)
 {
-	d->now_ms = now_us() / 1000;
-	return d->now_ms;
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		l->lists[which] = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	s->next = s->prev = NULL;
+}
+
+static int list_of(const struct loop_source *s)
+{
+	switch (s->kind) {
+	case SRC_IO: return L_IO;
+	case SRC_DOORBELL: return L_DOORBELL;
+	case SRC_POLLER: return L_POLLER;
+	case SRC_IDLE: return L_IDLE;
+	default: return L_TIMER;
+	}
 }
 
 /*
- * Spin, then sleep.  After the last request the loop keeps polling the
- * channels for a window (--poll-us) because waking a sleeping CPU costs tens
- * of microseconds on these machines while a spinning poller answers in well
- * under one.  The window adapts: a request arriving soon after the loop went
- * to sleep stretches it to 1.5x the gap since the previous one (up to 64x
- * --poll-us, for clients that spend milliseconds copying large values between
- * requests); a window that passes idle halves it back.
- * While spinning, the control socket costs one flag read (see watcher_main).
+ * The watcher thread: blocks until a control fd is ready, raises ctl_ready,
+ * and waits for the loop to take it down.  The loop only reads a flag while
+ * it spins, so a busy daemon makes no system call to notice its sockets.
  */
-int loop_run(struct daemon *d)
+static void *watcher_main(void *arg)
 {
-	const uint32_t base = d->cfg->poll_us, max = base * 64;
+	struct loop *l = arg;
+
+	for (;;) {
+		struct pollfd p[2] = {
+			{ .fd = l->ctl_epfd, .events = POLLIN },
+			{ .fd = l->watcher_stop, .events = POLLIN },
+		};
+
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return NULL;
+		if (p[1].revents)
+			return NULL;
+		__atomic_store_n(&l->ctl_ready, 1, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&l->ctl_ready, __ATOMIC_ACQUIRE)) {
+			/* in slices, so a stop request is never missed */
+			struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+			syscall(SYS_futex, &l->ctl_ready, FUTEX_WAIT, 1, &ts, NULL, 0);
+			if (__atomic_load_n(&l->watcher_stopping, __ATOMIC_ACQUIRE))
+				return NULL;
+		}
+	}
+}
+
+int loop_new(uint32_t poll_us, struct loop **ret)
+{
+	struct loop *l = calloc(1, sizeof(*l));
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &tag_control };
+	int r;
+
+	if (!l)
+		return -ENOMEM;
+	l->poll_us = l->window_us = poll_us;
+	l->now_ms = now_us() / 1000;
+	l->watcher_stop = -1;
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	l->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->epfd < 0 || l->ctl_epfd < 0 ||
+	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->ctl_epfd, &ev) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	l->watcher_stop = eventfd(0, EFD_CLOEXEC);
+	if (l->watcher_stop < 0) {
+		r = -errno;
+		goto fail;
+	}
+	r = -pthread_create(&l->watcher, NULL, watcher_main, l);
+	if (r < 0)
+		goto fail;
+	l->watcher_running = true;
+	*ret = l;
+	return 0;
+fail:
+	loop_free(l);
+	return r;
+}
+
+static void source_destroy(struct loop_source *s)
+{
+	free(s);
+}
+
+struct loop *loop_free(struct loop *l)
+{
+	if (!l)
+		return NULL;
+	if (l->watcher_running) {
+		uint64_t one = 1;
+
+		/* cooperative stop: cancellation and sanitizers do not mix */
+		__atomic_store_n(&l->watcher_stopping, true, __ATOMIC_RELEASE);
+		if (write(l->watcher_stop, &one, sizeof(one)) < 0)
+			log_warn("Failed to signal the watcher thread: %m");
+		__atomic_store_n(&l->ctl_ready, 0, __ATOMIC_RELEASE);
+		syscall(SYS_futex, &l->ctl_ready, FUTEX_WAKE, 1, NULL, NULL, 0);
+		pthread_join(l->watcher, NULL);
+	}
+	for (int i = 0; i < L_COUNT; i++)
+		while (l->lists[i]) {
+			struct loop_source *s = l->lists[i];
+
+			list_del(l, i, s);
+			source_destroy(s);
+		}
+	if (l->watcher_stop >= 0)
+		close(l->watcher_stop);
+	if (l->ctl_epfd >= 0)
+		close(l->ctl_epfd);
+	if (l->epfd >= 0)
+		close(l->epfd);
+	free(l);
+	return NULL;
+}
+
+static struct loop_source *source_new(struct loop *l, enum source_kind kind, void *userdata)
+{
+	struct loop_source *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->kind = kind;
+	s->loop = l;
+	s->fd = -1;
+	s->userdata = userdata;
+	return s;
+}
+
+int loop_add_io(struct loop *l, int fd, uint32_t events, loop_io_fn fn, void *userdata,
+		struct loop_source **ret)
+{
+	struct loop_source *s = source_new(l, SRC_IO, userdata);
+	struct epoll_event ev = { .events = events };
+
+	if (!s)
+		return -ENOMEM;
+	s->fd = fd;
+	s->events = events;
+	s->io = fn;
+	ev.data.ptr = s;
+	if (epoll_ctl(l->ctl_epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		int r = -errno;
+
+		free(s);
+		return r;
+	}
+	list_add(l, L_IO, s);
+	*ret = s;
+	return 0;
+}
+
+int loop_set_io_events(struct loop_source *s, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = s };
+
+	if (s->dead || s->events == events)
+		return 0;
+	if (epoll_ctl(s->loop->ctl_epfd, EPOLL_CTL_MOD, s->fd, &ev) < 0)
+		return -errno;
+	s->events = events;
+	return 0;
+}
+
+int loop_add_doorbell(struct loop *l, int fd, struct loop_source **ret)
+{
+	struct loop_source *s = source_new(l, SRC_DOORBELL, NULL);
+	/* Edge-triggered and tagged with a shared tag, never the source: a
+	 * doorbell only ends a sleep, and it may ring after its owner went
+	 * (the peer holding the other end of an eventfd keeps it alive). */
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = &tag_doorbell };
+
+	if (!s)
+		return -ENOMEM;
+	s->fd = fd;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		int r = -errno;
+
+		free(s);
+		return r;
+	}
+	list_add(l, L_DOORBELL, s);
+	*ret = s;
+	return 0;
+}
+
+int loop_add_poller(struct loop *l, loop_poll_fn poll, loop_sleep_fn sleep, void *userdata,
+		    struct loop_source **ret)
+{
+	struct loop_source *s = source_new(l, SRC_POLLER, userdata);
+
+	if (!s)
+		return -ENOMEM;
+	s->poll = poll;
+	s->sleep = sleep;
+	list_add(l, L_POLLER, s);
+	*ret = s;
+	return 0;
+}
+
+int loop_add_idle(struct loop *l, loop_poll_fn fn, void *userdata, struct loop_source **ret)
+{
+	struct loop_source *s = source_new(l, SRC_IDLE, userdata);
+
+	if (!s)
+		return -ENOMEM;
+	s->poll = fn;
+	list_add(l, L_IDLE, s);
+	*ret = s;
+	return 0;
+}
+
+int loop_add_timer(struct loop *l, loop_timer_fn fn, void *userdata, struct loop_source **ret)
+{
+	struct loop_source *s = source_new(l, SRC_TIMER, userdata);
+
+	if (!s)
+		return -ENOMEM;
+	s->timer = fn;
+	list_add(l, L_TIMER, s);
+	*ret = s;
+	return 0;
+}
+
+void loop_timer_arm(struct loop_source *s, uint64_t at_ms)
+{
+	s->at_ms = at_ms;
+}
+
+void loop_source_free(struct loop_source *s)
+{
+	struct loop *l;
+
+	if (!s || s->dead)
+		return;
+	l = s->loop;
+	if (s->kind == SRC_IO)
+		epoll_ctl(l->ctl_epfd, EPOLL_CTL_DEL, s->fd, NULL);
+	else if (s->kind == SRC_DOORBELL)
+		/* explicitly: a peer may hold the same file, which would keep
+		 * the registration alive after our fd is closed */
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+	list_del(l, list_of(s), s);
+	s->dead = true;
+	list_add(l, L_DEAD, s);
+}
+
+/* Sources freed during the turn go now: no event can name them any more. */
+static void reap(struct loop *l)
+{
+	while (l->lists[L_DEAD]) {
+		struct loop_source *s = l->lists[L_DEAD];
+
+		list_del(l, L_DEAD, s);
+		source_destroy(s);
+	}
+}
+
+void loop_quit(struct loop *l)
+{
+	l->quit = true;
+}
+
+uint64_t loop_now_ms(const struct loop *l)
+{
+	return l->now_ms;
+}
+
+uint64_t loop_longest_turn_us(const struct loop *l)
+{
+	return l->longest_turn_us;
+}
+
+/* The clock, and the longest stretch between two reads of it while the
+ * loop works (a turn: polling, callbacks, maintenance). */
+static uint64_t tick(struct loop *l, uint64_t *prev)
+{
+	uint64_t t = now_us();
+
+	if (t - *prev > l->longest_turn_us)
+		l->longest_turn_us = t - *prev;
+	*prev = t;
+	l->now_ms = t / 1000;
+	return t;
+}
+
+static bool poll_all(struct loop *l)
+{
+	bool did = false;
+
+	for (struct loop_source *s = l->lists[L_POLLER], *next; s; s = next) {
+		next = s->next;
+		did |= s->poll(s->userdata);
+	}
+	return did;
+}
+
+static void set_sleeping(struct loop *l, bool sleeping)
+{
+	for (struct loop_source *s = l->lists[L_POLLER]; s; s = s->next)
+		if (s->sleep)
+			s->sleep(s->userdata, sleeping);
+}
+
+static bool idle_all(struct loop *l)
+{
+	bool did = false;
+
+	for (struct loop_source *s = l->lists[L_IDLE], *next; s; s = next) {
+		next = s->next;
+		did |= s->poll(s->userdata);
+	}
+	return did;
+}
+
+/* Timers due now run; returns ms until the next one (-1: none). */
+static int timers(struct loop *l)
+{
+	uint64_t next = 0;
+
+	for (struct loop_source *s = l->lists[L_TIMER], *n; s; s = n) {
+		n = s->next;
+		if (!s->at_ms)
+			continue;
+		if (s->at_ms <= l->now_ms) {
+			s->at_ms = 0;
+			s->timer(s, s->userdata); /* may re-arm */
+		}
+		if (s->at_ms && !s->dead && (!next || s->at_ms < next))
+			next = s->at_ms;
+	}
+	if (!next)
+		return -1;
+	return next > l->now_ms ? (int) (next - l->now_ms < 60000 ? next - l->now_ms : 60000) : 0;
+}
+
+/* Everything ready on the control set, then let the watcher look again. */
+static void dispatch_control(struct loop *l)
+{
+	struct epoll_event evs[64];
+	int n = epoll_wait(l->ctl_epfd, evs, 64, 0);
+
+	for (int i = 0; i < n; i++) {
+		struct loop_source *s = evs[i].data.ptr;
+
+		/* a callback earlier in this batch may have freed it: freed
+		 * sources stay allocated until reap() */
+		if (!s->dead)
+			s->io(s, s->fd, evs[i].events, s->userdata);
+	}
+	if (__atomic_exchange_n(&l->ctl_ready, 0, __ATOMIC_ACQ_REL))
+		syscall(SYS_futex, &l->ctl_ready, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/*
+ * Spin, then sleep.  The window adapts: a request arriving soon after the
+ * loop went to sleep stretches it to 1.5x the gap since the previous one (up
+ * to 64x --poll-us, for clients that spend milliseconds between requests); a
+ * window that passes idle halves it back.  While spinning, the control
+ * sockets cost one flag read (see watcher_main).
+ */
+int loop_run(struct loop *l)
+{
+	const uint32_t base = l->poll_us, max = base * 64;
 	struct epoll_event evs[64];
 	uint64_t last_work = now_us(), prev = last_work;
 
-	d->poll_window_us = base;
-	d->now_ms = last_work / 1000;
-	while (!d->quit) {
+	l->window_us = base;
+	l->now_ms = last_work / 1000;
+	while (!l->quit) {
 		uint64_t now;
-		int n;
+		int n, timeout;
 
-		if (channel_poll_all(d) | disk_poll(d)) {
-			last_work = tick(d, &prev);
-			d->now_ms = last_work / 1000;
-			/* the evictor and promotions keep up under load too */
-			if (++d->rounds % 16 == 0)
-				tier_maintain(d);
+		reap(l);
+		if (poll_all(l)) {
+			last_work = tick(l, &prev);
+			/* maintenance keeps up under load too */
+			if (++l->rounds % 16 == 0)
+				idle_all(l);
+			timers(l);
 			continue;
 		}
-		now = tick(d, &prev);
-		d->now_ms = now / 1000;
-		if (tier_maintain(d))
+		now = tick(l, &prev);
+		timeout = timers(l);
+		if (idle_all(l))
 			continue;
-		if (__atomic_load_n(&d->ctl_ready, __ATOMIC_ACQUIRE)) {
-			dispatch_control(d);
+		if (__atomic_load_n(&l->ctl_ready, __ATOMIC_ACQUIRE)) {
+			dispatch_control(l);
 			continue;
 		}
-		if (base && now - last_work < d->poll_window_us) {
+		if (base && now - last_work < l->window_us) {
 			cpu_relax();
 			continue;
 		}
-		if (base && d->poll_window_us > base)
-			d->poll_window_us /= 2; /* a whole window went idle */
+		if (base && l->window_us > base)
+			l->window_us /= 2; /* a whole window went idle */
 
-		channel_set_sleeping(d, true);
-		if (channel_poll_all(d) | disk_poll(d)) { /* raced with a submission */
-			channel_set_sleeping(d, false);
-			last_work = tick(d, &prev);
+		set_sleeping(l, true);
+		if (poll_all(l)) { /* raced with a submission */
+			set_sleeping(l, false);
+			last_work = tick(l, &prev);
 			continue;
 		}
-		/* waiters for space give up at a deadline: look now and then */
-		n = epoll_wait(d->epfd, evs, 64, d->space_head || d->space_waiting ? 20 : -1);
-		channel_set_sleeping(d, false);
+		n = epoll_wait(l->epfd, evs, 64, timeout);
+		set_sleeping(l, false);
 		now = prev = now_us(); /* sleeping is not a turn */
 		/* whatever woke us is judged by the time now, not by the time
 		 * we went to sleep (leases expire meanwhile) */
-		d->now_ms = now / 1000;
+		l->now_ms = now / 1000;
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -382,44 +510,15 @@ int loop_run(struct daemon *d)
 			 * requests for about now - last_work; cover that gap */
 			uint64_t gap = now - last_work, want = gap + gap / 2;
 
-			if (want > d->poll_window_us)
-				d->poll_window_us = (uint32_t) (want < max ? want : max);
+			if (want > l->window_us)
+				l->window_us = (uint32_t) (want < max ? want : max);
 		}
 		last_work = now;
-		dispatch(d, evs, n);
+		for (int i = 0; i < n; i++)
+			if (evs[i].data.ptr == &tag_control)
+				dispatch_control(l);
+		/* doorbells: only a wake-up; the pollers find the work */
 	}
+	reap(l);
 	return 0;
-}
-
-void loop_teardown(struct daemon *d)
-{
-	if (d->watcher_running) {
-		uint64_t one = 1;
-
-		/* cooperative stop: cancellation and sanitizers do not mix */
-		__atomic_store_n(&d->watcher_stopping, true, __ATOMIC_RELEASE);
-		if (write(d->watcher_stop, &one, sizeof(one)) < 0)
-			log_warn("Failed to signal the watcher thread: %m");
-		__atomic_store_n(&d->ctl_ready, 0, __ATOMIC_RELEASE);
-		syscall(SYS_futex, &d->ctl_ready, FUTEX_WAKE, 1, NULL, NULL, 0);
-		pthread_join(d->watcher, NULL);
-	}
-	if (d->watcher_stop >= 0)
-		close(d->watcher_stop);
-	while (d->sessions)
-		session_free(d->sessions);
-	if (d->listen_fd >= 0) {
-		close(d->listen_fd);
-		unlink(d->socket_path);
-	}
-	if (d->lock_fd >= 0) {
-		unlink(d->lock_path);
-		close(d->lock_fd);
-	}
-	if (d->signal_fd >= 0)
-		close(d->signal_fd);
-	if (d->ctl_epfd >= 0)
-		close(d->ctl_epfd);
-	if (d->epfd >= 0)
-		close(d->epfd);
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "daemon.h"
 #include "kvc-config.h"
 #include "log.h"
+#include "session.h"
 
 #define LOG_TOPIC "main"
 
@@ -28,6 +30,13 @@ static uint64_t mem_available(void)
 			break;
 	fclose(f);
 	return (uint64_t) kb * 1024;
+}
+
+/* Memory tiers' watermarks, promotions, the disk tier's spilling and the
+ * index's growth: each step bounded (tier_maintain()). */
+static bool maintain(void *userdata)
+{
+	return tier_maintain(userdata);
 }
 
 static void free_at_exit(void *u, struct object *o)
@@ -99,14 +108,36 @@ int main(int argc, char **argv)
 	if (getrandom(&d.generation, sizeof(d.generation), 0) != sizeof(d.generation))
 		d.generation = (uint64_t) getpid() << 32 ^ (uint64_t) time(NULL);
 	clock_gettime(CLOCK_MONOTONIC, &d.started);
-	d.now_ms = (uint64_t) d.started.tv_sec * 1000 + (uint64_t) d.started.tv_nsec / 1000000;
 	if (cfg.config_path[0])
 		log_info("configuration read from %s", cfg.config_path);
+	d.listen_fd = d.signal_fd = d.lock_fd = -1;
 
+	/* Before any thread starts: every thread inherits the mask, and the
+	 * signals arrive through a signalfd only. */
+	{
+		sigset_t mask;
+
+		sigemptyset(&mask);
+		sigaddset(&mask, SIGTERM);
+		sigaddset(&mask, SIGINT);
+		sigprocmask(SIG_BLOCK, &mask, NULL);
+	}
 	r = index_init(&d.index);
 	if (r < 0)
 		return 1;
-	r = loop_setup(&d);
+	r = loop_new(cfg.poll_us, &d.loop);
+	if (r < 0) {
+		log_error("Failed to set up the event loop: %s", strerror(-r));
+		index_done(&d.index);
+		return 1;
+	}
+	r = server_setup(&d);
+	if (r < 0)
+		goto out;
+	r = channel_setup(&d);
+	if (r < 0)
+		goto out;
+	r = loop_add_idle(d.loop, maintain, &d, &d.maintain_src);
 	if (r < 0)
 		goto out;
 	r = tier_setup(&d);
@@ -117,9 +148,9 @@ int main(int argc, char **argv)
 		goto out;
 	log_notice("kvcached %s listening on %s (dram %llu bytes, %s pages)", KVC_VERSION,
 		   d.socket_path, (unsigned long long) cfg.dram_size, d.hugepages ? "2 MiB" : "4 KiB");
-	r = loop_run(&d);
+	r = loop_run(d.loop);
 out:
-	loop_teardown(&d);
+	server_teardown(&d);
 	/* Wait for disk I/O in flight, then free every object without
 	 * touching its record: records are what survives a restart. */
 	disk_teardown(&d);
@@ -127,6 +158,7 @@ out:
 		index_walk(&d.index, free_at_exit, &d);
 	tier_teardown(&d);
 	index_done(&d.index);
+	loop_free(d.loop);
 	if (r == 0)
 		log_notice("stopped");
 	return r < 0 ? 1 : 0;

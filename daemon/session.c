@@ -36,7 +36,7 @@ static void update_events(struct session *s)
 
 	if (want != s->events && !s->closing) {
 		s->events = want;
-		loop_watch(s->d, s->fd, want, &s->src, true);
+		loop_set_io_events(s->src, want);
 	}
 }
 
@@ -331,7 +331,7 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "refused_buffers", x->refused_buffers },
 		{ "evict_examined", x->evict_examined },
 		{ "spill_waits", x->spill_waits },
-		{ "loop_longest_turn_us", x->longest_turn_us },
+		{ "loop_longest_turn_us", loop_longest_turn_us(d->loop) },
 		{ "registered_bytes", 0 },
 		{ "channels", 0 },
 	};
@@ -886,6 +886,11 @@ static void on_readable(struct session *s)
 	}
 }
 
+static void session_io(struct loop_source *src, int fd, uint32_t events, void *userdata)
+{
+	session_event(userdata, events);
+}
+
 void session_event(struct session *s, uint32_t events)
 {
 	if (events & EPOLLOUT) {
@@ -934,8 +939,7 @@ int session_new(struct daemon *d, int fd)
 	 * operator loosened by hand. */
 	s->refused = !(cred.uid == 0 || cred.uid == geteuid() || cred.gid == getegid());
 	s->events = EPOLLIN;
-	s->src.kind = LOOP_SESSION;
-	r = loop_watch(d, fd, EPOLLIN, &s->src, false);
+	r = loop_add_io(d->loop, fd, EPOLLIN, session_io, s, &s->src);
 	if (r < 0) {
 		free(s->in);
 		free(s);
@@ -982,6 +986,7 @@ void session_free(struct session *s)
 	if (s->next)
 		s->next->prev = s->prev;
 	d->n_sessions--;
+	loop_source_free(s->src); /* before the fd closes: it leaves the set */
 	close(s->fd);
 	free(s->slots);
 	free(s->in);

@@ -34,7 +34,7 @@ struct slot {
 };
 
 struct session {
-	struct loop_source src; /* first: the loop's epoll tag */
+	struct loop_source *src;  /* its socket in the loop */
 	struct session *next, *prev;
 	struct daemon *d;
 	int fd;
@@ -124,5 +124,7 @@ int channel_open(struct session *s, int *ret_fds, char *msg);
 void channel_close(struct channel *ch);
 /* Run what every channel has queued; returns how many requests it handled. */
 unsigned channel_poll_all(struct daemon *d);
+/* Register the channels' poller (and their timer) with the loop. */
+int channel_setup(struct daemon *d);
 /* Going to sleep (true) or awake (false): tells clients whether to ring. */
 void channel_set_sleeping(struct daemon *d, bool sleeping);

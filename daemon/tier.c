@@ -83,7 +83,7 @@ static void ol_unlink(struct olist *l, struct object *o)
 
 static bool soft_pinned(const struct daemon *d, const struct object *o)
 {
-	return (o->flags & OBJ_SOFT_PIN) && (o->pin_until == 0 || o->pin_until > d->now_ms);
+	return (o->flags & OBJ_SOFT_PIN) && (o->pin_until == 0 || o->pin_until > now_ms(d));
 }
 
 static enum obj_list object_class(const struct daemon *d, const struct object *o)
@@ -94,7 +94,7 @@ static enum obj_list object_class(const struct daemon *d, const struct object *o
 		return OL_PINNED;
 	if (o->views || o->load)
 		return OL_HELD;
-	if (o->lease_until > d->now_ms)
+	if (o->lease_until > now_ms(d))
 		return OL_LEASED;
 	if (o->n_children)
 		return OL_ANC;
@@ -295,7 +295,7 @@ void object_publish(struct daemon *d, struct object *o)
 	struct object *p = NULL;
 
 	o->flags |= OBJ_COMMITTED;
-	o->committed_ms = d->now_ms;
+	o->committed_ms = now_ms(d);
 	index_insert(&d->index, o);
 	o->tier->objects++;
 	if (o->parent_key) {
@@ -353,7 +353,7 @@ void object_drop(struct daemon *d, struct object *o)
 void object_hit(struct daemon *d, struct object *o, bool lease, bool counts)
 {
 	if (lease && d->cfg->lease_ttl_ms)
-		o->lease_until = d->now_ms + d->cfg->lease_ttl_ms;
+		o->lease_until = now_ms(d) + d->cfg->lease_ttl_ms;
 	/* most recently used: the head of its list */
 	object_place(d, o, false);
 	if (!counts)
@@ -390,7 +390,7 @@ const char *object_protected(const struct daemon *d, const struct object *o, boo
 		return "loading";
 	if (o->flags & OBJ_HARD_PIN)
 		return "hard-pinned";
-	if (o->lease_until > d->now_ms)
+	if (o->lease_until > now_ms(d))
 		return "leased";
 	if (!soft_ok && soft_pinned(d, o))
 		return "soft-pinned";
@@ -460,7 +460,7 @@ static bool clean(const struct object *o)
 
 static bool fresh(const struct daemon *d, const struct object *o)
 {
-	return o->committed_ms + d->cfg->lease_ttl_ms > d->now_ms;
+	return o->committed_ms + d->cfg->lease_ttl_ms > now_ms(d);
 }
 
 /* Free one victim's space in t: demote it if there is a tier below, drop it
@@ -515,7 +515,7 @@ static void expire_leases(struct daemon *d, struct tier *t, unsigned budget)
 {
 	struct object *o;
 
-	while (budget-- && (o = t->lists[OL_LEASED].tail) && o->lease_until <= d->now_ms) {
+	while (budget-- && (o = t->lists[OL_LEASED].tail) && o->lease_until <= now_ms(d)) {
 		d->stats.evict_examined++;
 		object_place(d, o, false);
 	}

@@ -89,7 +89,7 @@ enum shm_op {
 	SHM_OP_RESERVE = 4,       /* key, arg = len, put_flags, key2 = parent, tier, pin_ttl */
 	SHM_OP_COMMIT = 5,        /* arg = handle */
 	SHM_OP_ABORT = 6,         /* arg = handle */
-	SHM_OP_REMOVE = 7,        /* key; arg: SHM_REMOVE_FORCE */
+	SHM_OP_REMOVE = 7,        /* key; arg: enum wire_remove_flags */
 	SHM_OP_BATCH_EXISTS = 8,  /* count key refs at list_off -> count bytes at out_off */
 	SHM_OP_PREFIX_LOOKUP = 9, /* count key refs at list_off -> res = leading hits */
 	SHM_OP_GET_INTO = 10,     /* key, count iovs at list_off; res = length */

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The event loop: one thread that runs registered sources and knows nothing
+ * of sessions, channels, disks or tiers.
+ *
+ *   io        a control fd (socket, signalfd): watched by a watcher thread,
+ *             so a loop that spins polling rings makes no system call to
+ *             notice it; the callback runs on the loop thread.
+ *   doorbell  a wake-only fd (eventfd) in the set the loop sleeps on; never
+ *             read, never dereferenced: it only ends a sleep.
+ *   poller    polled every turn (rings, completion queues): true if it did
+ *             work.  Told before the loop sleeps and after it wakes, so it
+ *             can ask its peers to ring (need-wakeup flags).
+ *   idle      maintenance, run when the pollers found nothing (and every 16
+ *             busy turns); must bound its own work; true if it did some.
+ *   timer     a callback at a time, armed and disarmed at will; a sleeping
+ *             loop wakes for it.
+ *
+ * Spin, then sleep: after the last work the loop keeps polling for an
+ * adaptive window (--poll-us), because waking a sleeping CPU costs tens of
+ * microseconds on these machines while a spinning poller answers in well
+ * under one.  loop_source_free() is safe inside any callback: the source is
+ * unhooked at once and freed after the turn, so an event already fetched
+ * for it is dropped, never dispatched.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct loop;
+struct loop_source;
+
+typedef void (*loop_io_fn)(struct loop_source *s, int fd, uint32_t revents, void *userdata);
+typedef bool (*loop_poll_fn)(void *userdata);
+typedef void (*loop_sleep_fn)(void *userdata, bool sleeping);
+typedef void (*loop_timer_fn)(struct loop_source *s, void *userdata);
+
+/* poll_us: the spin window after the last work (0 = always sleep). */
+int loop_new(uint32_t poll_us, struct loop **ret);
+struct loop *loop_free(struct loop *l); /* NULL-safe; frees every source */
+
+int loop_add_io(struct loop *l, int fd, uint32_t events, loop_io_fn fn, void *userdata,
+		struct loop_source **ret);
+int loop_set_io_events(struct loop_source *s, uint32_t events);
+int loop_add_doorbell(struct loop *l, int fd, struct loop_source **ret);
+int loop_add_poller(struct loop *l, loop_poll_fn poll, loop_sleep_fn sleep, void *userdata,
+		    struct loop_source **ret);
+int loop_add_idle(struct loop *l, loop_poll_fn fn, void *userdata, struct loop_source **ret);
+int loop_add_timer(struct loop *l, loop_timer_fn fn, void *userdata, struct loop_source **ret);
+/* Run the timer once at (monotonic) ms; 0 disarms it. */
+void loop_timer_arm(struct loop_source *s, uint64_t at_ms);
+/* Unhook now (an io source leaves its epoll set), free after this turn.
+ * The caller may close the fd right after.  NULL-safe. */
+void loop_source_free(struct loop_source *s);
+
+int loop_run(struct loop *l);
+void loop_quit(struct loop *l);
+
+/* Monotonic ms, read at the start of the current turn and again after
+ * every sleep: what requests are judged against. */
+uint64_t loop_now_ms(const struct loop *l);
+/* The longest turn so far (wall clock, preemption included). */
+uint64_t loop_longest_turn_us(const struct loop *l);

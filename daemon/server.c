@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The listening socket, its lock file and the signals that stop the daemon:
+ * io sources of the loop.  A second daemon on a live socket refuses to
+ * start; a stale socket left by a crashed one is replaced.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+#define LOG_TOPIC "server"
+
+/* Is a daemon answering on this path right now? */
+static bool socket_alive(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	bool alive;
+	int fd;
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	alive = connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0;
+	close(fd);
+	return alive;
+}
+
+static int open_socket(struct daemon *d)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, r;
+
+	/* The lock decides between two daemons starting at once; the connect
+	 * probe catches a live daemon that holds no lock on this path. */
+	snprintf(d->lock_path, sizeof(d->lock_path), "%s.lock", d->socket_path);
+	d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (d->lock_fd < 0) {
+		r = -errno;
+		log_error("Failed to open lock file %s: %m", d->lock_path);
+		return r;
+	}
+	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		log_error("another kvcached is already serving %s; not starting", d->socket_path);
+		close(d->lock_fd);
+		d->lock_fd = -1;
+		return -EADDRINUSE;
+	}
+	if (lstat(d->socket_path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			log_error("%s exists and is not a socket; not replacing it", d->socket_path);
+			return -EEXIST;
+		}
+		if (socket_alive(d->socket_path)) {
+			log_error("another kvcached is already serving %s; not starting",
+				  d->socket_path);
+			return -EADDRINUSE;
+		}
+		log_notice("replacing stale socket %s left by a daemon that is gone", d->socket_path);
+		unlink(d->socket_path);
+	}
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->socket_path);
+	if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+		r = -errno;
+		log_error("Failed to bind %s: %m", d->socket_path);
+		close(fd);
+		return r;
+	}
+	if (chmod(d->socket_path, 0660) < 0 || listen(fd, 256) < 0) {
+		r = -errno;
+		log_error("Failed to listen on %s: %m", d->socket_path);
+		unlink(d->socket_path);
+		close(fd);
+		return r;
+	}
+	d->listen_fd = fd;
+	return 0;
+}
+
+static void on_accept(struct loop_source *src, int fd, uint32_t revents, void *userdata)
+{
+	struct daemon *d = userdata;
+
+	for (;;) {
+		int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		if (cfd < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				log_warn("Failed to accept a client: %m");
+			return;
+		}
+		if (session_new(d, cfd) < 0)
+			log_warn("Failed to set up a client session");
+	}
+}
+
+static void on_signal(struct loop_source *src, int fd, uint32_t revents, void *userdata)
+{
+	struct daemon *d = userdata;
+	struct signalfd_siginfo si;
+
+	while (read(fd, &si, sizeof(si)) == sizeof(si)) {
+		log_notice("received %s, shutting down", strsignal((int) si.ssi_signo));
+		loop_quit(d->loop);
+	}
+}
+
+int server_setup(struct daemon *d)
+{
+	sigset_t mask;
+	int r;
+
+	d->listen_fd = d->signal_fd = d->lock_fd = -1;
+	signal(SIGPIPE, SIG_IGN);
+	/* blocked in every thread (they inherit it): signals arrive through
+	 * signalfd only */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	d->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (d->signal_fd < 0)
+		return -errno;
+	r = loop_add_io(d->loop, d->signal_fd, EPOLLIN, on_signal, d, &d->signal_src);
+	if (r < 0)
+		return r;
+	r = open_socket(d);
+	if (r < 0)
+		return r;
+	return loop_add_io(d->loop, d->listen_fd, EPOLLIN, on_accept, d, &d->listen_src);
+}
+
+void server_teardown(struct daemon *d)
+{
+	while (d->sessions)
+		session_free(d->sessions);
+	loop_source_free(d->listen_src);
+	loop_source_free(d->signal_src);
+	d->listen_src = d->signal_src = NULL;
+	if (d->listen_fd >= 0) {
+		close(d->listen_fd);
+		unlink(d->socket_path);
+	}
+	if (d->lock_fd >= 0) {
+		unlink(d->lock_path);
+		close(d->lock_fd);
+	}
+	if (d->signal_fd >= 0)
+		close(d->signal_fd);
+	d->listen_fd = d->lock_fd = d->signal_fd = -1;
+}

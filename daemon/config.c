@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,239 +53,6 @@ int config_parse_hugepages(const char *s, enum shm_hugepages *ret)
 	else
 		return -EINVAL;
 	return 0;
-}
-
-static int set_dram_size(struct config *c, const char *what, const char *v, char *err)
-{
-	uint64_t n;
-	int r = shm_parse_size(v, &n);
-
-	if (r < 0) {
-		snprintf(err, CONFIG_ERR_MAX,
-			 "invalid value '%s' for %s: expected a size like 4096, 512MB or 1GiB", v, what);
-		return -EINVAL;
-	}
-	if (n < CONFIG_MIN_DRAM_SIZE) {
-		snprintf(err, CONFIG_ERR_MAX, "%s must be at least 1MiB (got '%s')", what, v);
-		return -EINVAL;
-	}
-	c->dram_size = n;
-	return 0;
-}
-
-static int set_poll_us(struct config *c, const char *what, const char *v, char *err)
-{
-	char *end;
-	unsigned long n;
-
-	errno = 0;
-	n = strtoul(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-' || n > CONFIG_MAX_POLL_US) {
-		snprintf(err, CONFIG_ERR_MAX,
-			 "invalid value '%s' for %s: expected microseconds, 0..%u", v, what,
-			 CONFIG_MAX_POLL_US);
-		return -EINVAL;
-	}
-	c->poll_us = (uint32_t) n;
-	return 0;
-}
-
-static int set_ratio(double *dst, const char *what, const char *v, double lo, double hi,
-		     bool lo_open, char *err)
-{
-	char *end;
-	double x;
-
-	errno = 0;
-	x = strtod(v, &end);
-	if (errno || end == v || *end || !(x <= hi) || (lo_open ? !(x > lo) : !(x >= lo))) {
-		snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected a ratio in %c%g, %g]",
-			 v, what, lo_open ? '(' : '[', lo, hi);
-		return -EINVAL;
-	}
-	*dst = x;
-	return 0;
-}
-
-static int set_u64(uint64_t *dst, const char *what, const char *v, uint64_t max, char *err)
-{
-	char *end;
-	unsigned long long n;
-
-	errno = 0;
-	n = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-' || n > max) {
-		snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected 0..%llu", v, what,
-			 (unsigned long long) max);
-		return -EINVAL;
-	}
-	*dst = n;
-	return 0;
-}
-
-static int set_device_size(struct config *c, const char *what, const char *v, char *err)
-{
-	uint64_t n;
-
-	if (shm_parse_size(v, &n) < 0) {
-		snprintf(err, CONFIG_ERR_MAX,
-			 "invalid value '%s' for %s: expected a size like 0, 256MB or 1GiB", v, what);
-		return -EINVAL;
-	}
-	if (n && n < CONFIG_MIN_DRAM_SIZE) {
-		snprintf(err, CONFIG_ERR_MAX, "%s must be 0 (off) or at least 1MiB (got '%s')", what, v);
-		return -EINVAL;
-	}
-	c->device_size = n;
-	return 0;
-}
-
-static int set_promotion_hits(struct config *c, const char *what, const char *v, char *err)
-{
-	uint64_t n;
-	int r = set_u64(&n, what, v, 1000000, err);
-
-	if (r == 0 && n == 0) {
-		snprintf(err, CONFIG_ERR_MAX, "%s must be at least 1", what);
-		return -EINVAL;
-	}
-	if (r == 0)
-		c->promotion_hits = (uint32_t) n;
-	return r;
-}
-
-static int set_string(char *dst, size_t cap, const char *what, const char *v, char *err);
-
-/* Keys shared by the command line (with -- and dashes or underscores) and
- * the JSON file. */
-static int set_capacity_key(struct config *c, const char *k, const char *v, char *err)
-{
-	if (!strcmp(k, "device_size") || !strcmp(k, "device-size"))
-		return set_device_size(c, k, v, err);
-	if (!strcmp(k, "eviction_high_watermark_ratio") || !strcmp(k, "eviction-high-watermark-ratio"))
-		return set_ratio(&c->high_watermark, k, v, 0, 1, true, err);
-	if (!strcmp(k, "eviction_ratio") || !strcmp(k, "eviction-ratio"))
-		return set_ratio(&c->eviction_ratio, k, v, 0, 1, false, err);
-	if (!strcmp(k, "default_kv_lease_ttl") || !strcmp(k, "default-kv-lease-ttl"))
-		return set_u64(&c->lease_ttl_ms, k, v, UINT64_C(86400000) * 365, err);
-	if (!strcmp(k, "promotion_hits") || !strcmp(k, "promotion-hits"))
-		return set_promotion_hits(c, k, v, err);
-	if (!strcmp(k, "disk_dir") || !strcmp(k, "disk-dir")) {
-		if (!*v) {
-			snprintf(err, CONFIG_ERR_MAX, "%s must not be empty", k);
-			return -EINVAL;
-		}
-		return set_string(c->disk_dir, sizeof(c->disk_dir), k, v, err);
-	}
-	if (!strcmp(k, "disk_size") || !strcmp(k, "disk-size")) {
-		uint64_t n;
-
-		if (shm_parse_size(v, &n) < 0 || n < CONFIG_MIN_DRAM_SIZE) {
-			snprintf(err, CONFIG_ERR_MAX,
-				 "invalid value '%s' for %s: expected a size of at least 1MiB", v, k);
-			return -EINVAL;
-		}
-		c->disk_size = n;
-		return 0;
-	}
-	if (!strcmp(k, "disk_compress") || !strcmp(k, "disk-compress")) {
-		if (strcmp(v, "zstd") && strcmp(v, "none")) {
-			snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected zstd or none",
-				 v, k);
-			return -EINVAL;
-		}
-		c->disk_zstd = !strcmp(v, "zstd");
-		return 0;
-	}
-	if (!strcmp(k, "max_clients") || !strcmp(k, "max-clients") ||
-	    !strcmp(k, "max_channels") || !strcmp(k, "max-channels")) {
-		uint64_t n;
-		int r = set_u64(&n, k, v, 1000000, err);
-
-		if (r == 0 && n == 0) {
-			snprintf(err, CONFIG_ERR_MAX, "%s must be at least 1", k);
-			return -EINVAL;
-		}
-		if (r == 0 && strstr(k, "clients"))
-			c->max_clients = (uint32_t) n;
-		else if (r == 0)
-			c->max_channels = (uint32_t) n;
-		return r;
-	}
-	if (!strcmp(k, "spill_wait_ms") || !strcmp(k, "spill-wait-ms"))
-		return set_u64(&c->spill_wait_ms, k, v, 3600000, err);
-	if (!strcmp(k, "max_registered_bytes") || !strcmp(k, "max-registered-bytes")) {
-		if (shm_parse_size(v, &c->max_registered) < 0) {
-			snprintf(err, CONFIG_ERR_MAX,
-				 "invalid value '%s' for %s: expected a size like 8GiB (0 = half of RAM)",
-				 v, k);
-			return -EINVAL;
-		}
-		return 0;
-	}
-	if (!strcmp(k, "disk_compress_level") || !strcmp(k, "disk-compress-level")) {
-		uint64_t n;
-		int r = set_u64(&n, k, v, 19, err);
-
-		if (r == 0 && n == 0) {
-			snprintf(err, CONFIG_ERR_MAX, "%s must be 1..19", k);
-			return -EINVAL;
-		}
-		if (r == 0)
-			c->disk_zstd_level = (int) n;
-		return r;
-	}
-	return 1;
-}
-
-static int set_string(char *dst, size_t cap, const char *what, const char *v, char *err)
-{
-	if (strlen(v) >= cap) {
-		snprintf(err, CONFIG_ERR_MAX, "%s is too long (at most %zu bytes)", what, cap - 1);
-		return -EINVAL;
-	}
-	strcpy(dst, v);
-	return 0;
-}
-
-static int set_socket(struct config *c, const char *what, const char *v, char *err)
-{
-	if (!*v) {
-		snprintf(err, CONFIG_ERR_MAX, "%s must not be empty", what);
-		return -EINVAL;
-	}
-	return set_string(c->socket, sizeof(c->socket), what, v, err);
-}
-
-static int set_log_level(struct config *c, const char *what, const char *v, char *err)
-{
-	if (log_level_parse(v) < 0) {
-		snprintf(err, CONFIG_ERR_MAX,
-			 "invalid value '%s' for %s: expected error, warn, notice, info, debug or trace",
-			 v, what);
-		return -EINVAL;
-	}
-	return set_string(c->log_level, sizeof(c->log_level), what, v, err);
-}
-
-static int set_hugepages(struct config *c, const char *what, const char *v, char *err)
-{
-	if (config_parse_hugepages(v, &c->hugepages) < 0) {
-		snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected auto, on or off", v,
-			 what);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-static int set_protocol(struct config *c, const char *what, const char *v, char *err)
-{
-	if (strcmp(v, "tcp") != 0 && strcmp(v, "rdma") != 0) {
-		snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected tcp or rdma", v,
-			 what);
-		return -EINVAL;
-	}
-	return set_string(c->protocol, sizeof(c->protocol), what, v, err);
 }
 
 /* A JSON value as text: strings as they are, integers printed.  Sizes may be
@@ -345,6 +113,252 @@ static int json_text(struct json_object *o, const char *key, char *buf, size_t c
 	return -EINVAL;
 }
 
+/*
+ * Every option, once: its flag (dashes), its JSON key and the Mooncake
+ * spellings (underscores: every name is accepted both ways), its type and
+ * limits, and its --help line.  The command line, the JSON file and --help
+ * are all driven by this table.
+ */
+enum opt_type {
+	T_SIZE,        /* 4096, 512MB, 1GiB; min..max */
+	T_U64,         /* a whole number, min..max */
+	T_U32,
+	T_RATIO,       /* a fraction; lo_open: min excluded */
+	T_STRING,      /* fits the field; nonempty unless min == 0 */
+	T_HUGEPAGES,
+	T_LOG_LEVEL,
+	T_PROTOCOL,
+	T_ZSTD,        /* zstd | none: bool */
+	T_FLAG,        /* command line: no argument; JSON: true/false */
+	T_CONFIG,      /* --config: read first, by config_parse_args() */
+};
+
+struct opt_def {
+	const char *name;      /* dashes; the JSON key is the same with underscores */
+	const char *alias;     /* another spelling (Mooncake's), or NULL */
+	char short_name;
+	enum opt_type type;
+	size_t offset, size;   /* the field in struct config */
+	double min, max;
+	bool lo_open;          /* ratio: min itself is not allowed */
+	bool json_only;        /* Mooncake keys the daemon reads but has no flag for */
+	const char *arg;       /* --help: the argument's name */
+	const char *help;      /* --help: what it does (\n continues the line) */
+};
+
+#define FIELD(f) offsetof(struct config, f), sizeof(((struct config *) 0)->f)
+#define KiB1 1024.0
+#define MiB1 (1024.0 * 1024.0)
+
+static const struct opt_def opts[] = {
+	{ "socket", NULL, 's', T_STRING, FIELD(socket), 1, 0, false, false, "PATH",
+	  "control socket (default: $KVCACHE_SOCKET,\n"
+	  "$XDG_RUNTIME_DIR/kvcached.sock, /tmp/kvcached-<uid>.sock)" },
+	{ "dram-size", "global-segment-size", 0, T_SIZE, FIELD(dram_size), MiB1, 0, false, false,
+	  "SIZE", "DRAM tier capacity, e.g. 512MB, 4GiB (default 1GiB);\n"
+	  "also --global-segment-size, --global_segment_size" },
+	{ "hugepages", NULL, 0, T_HUGEPAGES, FIELD(hugepages), 0, 0, false, false, "MODE",
+	  "auto|on|off: 2 MiB pages for shared segments (default auto)" },
+	{ "config", NULL, 0, T_CONFIG, 0, 0, 0, 0, false, false, "FILE",
+	  "JSON config; mooncake.json keys are understood\n"
+	  "(default: $MOONCAKE_CONFIG_PATH if set)" },
+	{ "device-size", NULL, 0, T_SIZE, FIELD(device_size), MiB1, 0, false, false, "SIZE",
+	  "capacity of the device tier (default 0 = off)" },
+	{ "eviction-high-watermark-ratio", NULL, 0, T_RATIO, FIELD(high_watermark), 0, 1, true, false,
+	  "R", "a tier above R x capacity is evicted down to\n"
+	  "(R - --eviction-ratio) x capacity (default 0.95)" },
+	{ "eviction-ratio", NULL, 0, T_RATIO, FIELD(eviction_ratio), 0, 1, false, false, "R",
+	  "see above (default 0.05)" },
+	{ "default-kv-lease-ttl", NULL, 0, T_U64, FIELD(lease_ttl_ms), 0, 86400000.0 * 365, false,
+	  false, "MS", "a hit protects an object this long (default 10000)" },
+	{ "promotion-hits", NULL, 0, T_U32, FIELD(promotion_hits), 1, 1000000, false, false, "N",
+	  "dram hits before an object moves to device (default 2)" },
+	{ "disk-dir", NULL, 0, T_STRING, FIELD(disk_dir), 1, 0, false, false, "DIR",
+	  "spill to record files here (default: no disk tier);\n"
+	  "records found there at start are served again" },
+	{ "disk-size", NULL, 0, T_SIZE, FIELD(disk_size), MiB1, 0, false, false, "SIZE",
+	  "disk tier capacity (default 10GiB)" },
+	{ "disk-compress", NULL, 0, T_ZSTD, FIELD(disk_zstd), 0, 0, false, false, "zstd|none",
+	  "compress records (default none)" },
+	{ "disk-compress-level", NULL, 0, T_U32, FIELD(disk_zstd_level), 1, 19, false, false, "N",
+	  "zstd level 1..19 (default 3)" },
+	{ "spill-wait-ms", NULL, 0, T_U64, FIELD(spill_wait_ms), 0, 3600000, false, false, "MS",
+	  "with a disk tier, a put that needs room held by\n"
+	  "objects not yet on disk waits this long for the\n"
+	  "spill, then fails with EAGAIN (default 5000)" },
+	{ "max-clients", NULL, 0, T_U32, FIELD(max_clients), 1, 1000000, false, false, "N",
+	  "connected clients at once (default 1024)" },
+	{ "max-channels", NULL, 0, T_U32, FIELD(max_channels), 1, 1000000, false, false, "N",
+	  "shared-memory channels at once (default 4096)" },
+	{ "max-registered-bytes", NULL, 0, T_SIZE, FIELD(max_registered), 0, 0, false, false, "SIZE",
+	  "registered buffers of all clients together\n"
+	  "(default 0 = half of this machine's memory)" },
+	{ "allow-overcommit", NULL, 0, T_FLAG, FIELD(allow_overcommit), 0, 0, false, false, NULL,
+	  "start even when the memory tiers exceed this\n"
+	  "machine's physical memory" },
+	{ "poll-us", NULL, 0, T_U32, FIELD(poll_us), 0, CONFIG_MAX_POLL_US, false, false, "N",
+	  "keep polling client rings this long after the last\n"
+	  "request before sleeping (default 100; 0 = never spin)" },
+	{ "log-level", NULL, 0, T_LOG_LEVEL, FIELD(log_level), 0, 0, false, false, "LEVEL",
+	  "error|warn|notice|info|debug|trace (default notice);\n"
+	  "$KVCACHE_LOG=\"info,session:debug\" sets it per topic" },
+	/* mooncake.json keys for the cluster layer: read, kept, not yet used */
+	{ "local-hostname", NULL, 0, T_STRING, FIELD(local_hostname), 0, 0, false, true, NULL, NULL },
+	{ "metadata-server", NULL, 0, T_STRING, FIELD(metadata_server), 0, 0, false, true, NULL, NULL },
+	{ "protocol", NULL, 0, T_PROTOCOL, FIELD(protocol), 0, 0, false, true, NULL, NULL },
+	{ "device-name", NULL, 0, T_STRING, FIELD(device_name), 0, 0, false, true, NULL, NULL },
+	{ "master-server-address", NULL, 0, T_STRING, FIELD(master_server_address), 0, 0, false, true,
+	  NULL, NULL },
+};
+
+#define N_OPTS (sizeof(opts) / sizeof(opts[0]))
+
+/* Does `key` spell `name` (dashes and underscores alike)? */
+static bool same_name(const char *key, const char *name)
+{
+	for (; *key && *name; key++, name++)
+		if (*key != *name && !((*key == '_' || *key == '-') && *name == '-'))
+			return false;
+	return !*key && !*name;
+}
+
+static const struct opt_def *find_opt(const char *key)
+{
+	for (size_t i = 0; i < N_OPTS; i++)
+		if (same_name(key, opts[i].name) || (opts[i].alias && same_name(key, opts[i].alias)))
+			return &opts[i];
+	return NULL;
+}
+
+static int parse_whole(const char *v, uint64_t *ret)
+{
+	char *end;
+	unsigned long long n;
+
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-')
+		return -EINVAL;
+	*ret = n;
+	return 0;
+}
+
+/* Set option o from text v; `what` is the name as the user spelled it. */
+static int set_opt(struct config *c, const struct opt_def *o, const char *what, const char *v,
+		   char *err)
+{
+	void *field = (uint8_t *) c + o->offset;
+	uint64_t n;
+	double x;
+	char *end;
+
+	switch (o->type) {
+	case T_SIZE:
+		if (shm_parse_size(v, &n) < 0) {
+			snprintf(err, CONFIG_ERR_MAX,
+				 "invalid value '%s' for %s: expected a size like 4096, 512MB or 1GiB",
+				 v, what);
+			return -EINVAL;
+		}
+		if (o->min && n && n < (uint64_t) o->min) {
+			snprintf(err, CONFIG_ERR_MAX, "%s must be %sat least 1MiB (got '%s')", what,
+				 strcmp(o->name, "device-size") == 0 ? "0 (off) or " : "", v);
+			return -EINVAL;
+		}
+		if (o->min && !n && strcmp(o->name, "device-size") != 0) {
+			snprintf(err, CONFIG_ERR_MAX, "%s must be at least 1MiB (got '%s')", what, v);
+			return -EINVAL;
+		}
+		*(uint64_t *) field = n;
+		return 0;
+	case T_U64:
+	case T_U32:
+		if (parse_whole(v, &n) < 0 || (double) n < o->min || (double) n > o->max) {
+			snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected %.0f..%.0f", v,
+				 what, o->min, o->max);
+			return -EINVAL;
+		}
+		if (o->type == T_U64)
+			*(uint64_t *) field = n;
+		else if (o->size == sizeof(int))
+			*(uint32_t *) field = (uint32_t) n;
+		return 0;
+	case T_RATIO:
+		errno = 0;
+		x = strtod(v, &end);
+		if (errno || end == v || *end || !(x <= o->max) ||
+		    (o->lo_open ? !(x > o->min) : !(x >= o->min))) {
+			snprintf(err, CONFIG_ERR_MAX,
+				 "invalid value '%s' for %s: expected a ratio in %c%g, %g]", v, what,
+				 o->lo_open ? '(' : '[', o->min, o->max);
+			return -EINVAL;
+		}
+		*(double *) field = x;
+		return 0;
+	case T_STRING:
+		if (o->min && !*v) {
+			snprintf(err, CONFIG_ERR_MAX, "%s must not be empty", what);
+			return -EINVAL;
+		}
+		if (strlen(v) >= o->size) {
+			snprintf(err, CONFIG_ERR_MAX, "%s is too long (at most %zu bytes)", what,
+				 o->size - 1);
+			return -EINVAL;
+		}
+		strcpy(field, v);
+		return 0;
+	case T_HUGEPAGES:
+		if (config_parse_hugepages(v, field) < 0) {
+			snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected auto, on or off",
+				 v, what);
+			return -EINVAL;
+		}
+		return 0;
+	case T_LOG_LEVEL:
+		if (log_level_parse(v) < 0 || strlen(v) >= o->size) {
+			snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected error, warn, "
+				 "notice, info, debug or trace", v, what);
+			return -EINVAL;
+		}
+		strcpy(field, v);
+		return 0;
+	case T_PROTOCOL:
+		if (strcmp(v, "tcp") != 0 && strcmp(v, "rdma") != 0) {
+			snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected tcp or rdma", v,
+				 what);
+			return -EINVAL;
+		}
+		strcpy(field, v);
+		return 0;
+	case T_ZSTD:
+		if (strcmp(v, "zstd") && strcmp(v, "none")) {
+			snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected zstd or none", v,
+				 what);
+			return -EINVAL;
+		}
+		*(bool *) field = !strcmp(v, "zstd");
+		return 0;
+	case T_FLAG:
+		*(bool *) field = true;
+		return 0;
+	case T_CONFIG:
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int check_ratios(const struct config *c, bool flags, char *err)
+{
+	if (c->eviction_ratio >= c->high_watermark) {
+		snprintf(err, CONFIG_ERR_MAX, "%s (%g) must be below %s (%g)",
+			 flags ? "--eviction-ratio" : "eviction_ratio", c->eviction_ratio,
+			 flags ? "--eviction-high-watermark-ratio" : "eviction_high_watermark_ratio",
+			 c->high_watermark);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 		      void (*warn)(const char *key))
 {
@@ -385,80 +399,37 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 	}
 
 	json_object_object_foreach(root, key, val) {
-		static const char *const known[] = {
-			"global_segment_size", "dram_size", "dram-size", "socket", "hugepages",
-			"log_level", "log-level", "poll_us", "device_size", "eviction_high_watermark_ratio",
-			"eviction_ratio", "default_kv_lease_ttl", "promotion_hits", "disk_dir",
-			"disk_size", "disk_compress", "disk_compress_level", "local_hostname", "metadata_server", "protocol",
-			"device_name", "master_server_address", "allow_overcommit", "max_clients",
-			"max_channels", "max_registered_bytes", "spill_wait_ms",
-		};
+		const struct opt_def *o = find_opt(key);
+		enum json_kind kind;
 		char text[4096];
-		const char *k = key;
-		bool sized = strcmp(k, "global_segment_size") == 0 || strcmp(k, "dram_size") == 0 ||
-			     strcmp(k, "dram-size") == 0;
-		bool ratio = strcmp(k, "eviction_high_watermark_ratio") == 0 ||
-			     strcmp(k, "eviction_ratio") == 0;
-		bool whole = sized || strcmp(k, "poll_us") == 0 || strcmp(k, "device_size") == 0 ||
-			     strcmp(k, "default_kv_lease_ttl") == 0 || strcmp(k, "promotion_hits") == 0 ||
-			     strcmp(k, "disk_size") == 0 || strcmp(k, "disk_compress_level") == 0 ||
-			     strcmp(k, "max_clients") == 0 || strcmp(k, "max_channels") == 0 ||
-			     strcmp(k, "max_registered_bytes") == 0 || strcmp(k, "spill_wait_ms") == 0;
-		bool is_known = false;
 
-		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-			is_known = is_known || strcmp(k, known[i]) == 0;
-		if (!is_known) {
+		if (!o || o->type == T_CONFIG) {
 			if (warn)
-				warn(k);
+				warn(key);
 			continue;
 		}
-		if (strcmp(k, "allow_overcommit") == 0) {
+		if (o->type == T_FLAG) {
 			if (!json_object_is_type(val, json_type_boolean)) {
-				snprintf(err, CONFIG_ERR_MAX, "config key \"%s\": expected true or false", k);
+				snprintf(err, CONFIG_ERR_MAX, "config key \"%s\": expected true or false",
+					 key);
 				r = -EINVAL;
 				goto out;
 			}
-			tmp.allow_overcommit = json_object_get_boolean(val);
+			*(bool *) ((uint8_t *) &tmp + o->offset) = json_object_get_boolean(val);
 			continue;
 		}
-		r = json_text(val, k, text, sizeof(text),
-			      ratio ? JSON_NUMBER : whole ? JSON_WHOLE : JSON_STRING, err);
-		if (r < 0)
-			goto out;
-		if (sized)
-			r = set_dram_size(&tmp, k, text, err);
-		else if (strcmp(k, "poll_us") == 0)
-			r = set_poll_us(&tmp, k, text, err);
-		else if ((r = set_capacity_key(&tmp, k, text, err)) <= 0)
-			; /* handled */
-		else if (strcmp(k, "socket") == 0)
-			r = set_socket(&tmp, k, text, err);
-		else if (strcmp(k, "hugepages") == 0)
-			r = set_hugepages(&tmp, k, text, err);
-		else if (strcmp(k, "log_level") == 0 || strcmp(k, "log-level") == 0)
-			r = set_log_level(&tmp, k, text, err);
-		else if (strcmp(k, "local_hostname") == 0)
-			r = set_string(tmp.local_hostname, sizeof(tmp.local_hostname), k, text, err);
-		else if (strcmp(k, "metadata_server") == 0)
-			r = set_string(tmp.metadata_server, sizeof(tmp.metadata_server), k, text, err);
-		else if (strcmp(k, "protocol") == 0)
-			r = set_protocol(&tmp, k, text, err);
-		else if (strcmp(k, "device_name") == 0)
-			r = set_string(tmp.device_name, sizeof(tmp.device_name), k, text, err);
-		else
-			r = set_string(tmp.master_server_address, sizeof(tmp.master_server_address), k,
-				       text, err);
+		kind = o->type == T_RATIO ? JSON_NUMBER :
+		       o->type == T_SIZE || o->type == T_U64 || o->type == T_U32 ? JSON_WHOLE :
+		       JSON_STRING;
+		r = json_text(val, key, text, sizeof(text), kind, err);
+		if (r == 0)
+			r = set_opt(&tmp, o, key, text, err);
 		if (r < 0)
 			goto out;
 	}
-	if (tmp.eviction_ratio >= tmp.high_watermark) {
-		snprintf(err, CONFIG_ERR_MAX, "eviction_ratio (%g) must be below "
-			 "eviction_high_watermark_ratio (%g)", tmp.eviction_ratio, tmp.high_watermark);
-		r = -EINVAL;
-		goto out;
-	}
-	*c = tmp;
+	r = check_ratios(&tmp, false, err);
+	if (r == 0)
+		*c = tmp;
 out:
 	if (root)
 		json_object_put(root);
@@ -519,128 +490,95 @@ out:
 	return r;
 }
 
-enum {
-	OPT_SOCKET = 's',
-	OPT_HELP = 'h',
-	OPT_VERSION = 'V',
-	OPT_DRAM_SIZE = 0x100,
-	OPT_HUGEPAGES,
-	OPT_CONFIG,
-	OPT_LOG_LEVEL,
-	OPT_POLL_US,
-	OPT_CAPACITY, /* handled by set_capacity_key() under its own name */
-	OPT_OVERCOMMIT,
-};
-
-static const struct option options[] = {
-	{ "socket", required_argument, NULL, OPT_SOCKET },
-	{ "dram-size", required_argument, NULL, OPT_DRAM_SIZE },
-	{ "dram_size", required_argument, NULL, OPT_DRAM_SIZE },
-	{ "global-segment-size", required_argument, NULL, OPT_DRAM_SIZE },
-	{ "global_segment_size", required_argument, NULL, OPT_DRAM_SIZE },
-	{ "hugepages", required_argument, NULL, OPT_HUGEPAGES },
-	{ "config", required_argument, NULL, OPT_CONFIG },
-	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
-	{ "log_level", required_argument, NULL, OPT_LOG_LEVEL },
-	{ "poll-us", required_argument, NULL, OPT_POLL_US },
-	{ "device-size", required_argument, NULL, OPT_CAPACITY },
-	{ "device_size", required_argument, NULL, OPT_CAPACITY },
-	{ "eviction-high-watermark-ratio", required_argument, NULL, OPT_CAPACITY },
-	{ "eviction_high_watermark_ratio", required_argument, NULL, OPT_CAPACITY },
-	{ "eviction-ratio", required_argument, NULL, OPT_CAPACITY },
-	{ "eviction_ratio", required_argument, NULL, OPT_CAPACITY },
-	{ "default-kv-lease-ttl", required_argument, NULL, OPT_CAPACITY },
-	{ "default_kv_lease_ttl", required_argument, NULL, OPT_CAPACITY },
-	{ "promotion-hits", required_argument, NULL, OPT_CAPACITY },
-	{ "promotion_hits", required_argument, NULL, OPT_CAPACITY },
-	{ "disk-dir", required_argument, NULL, OPT_CAPACITY },
-	{ "disk_dir", required_argument, NULL, OPT_CAPACITY },
-	{ "disk-size", required_argument, NULL, OPT_CAPACITY },
-	{ "disk_size", required_argument, NULL, OPT_CAPACITY },
-	{ "disk-compress", required_argument, NULL, OPT_CAPACITY },
-	{ "disk_compress", required_argument, NULL, OPT_CAPACITY },
-	{ "disk-compress-level", required_argument, NULL, OPT_CAPACITY },
-	{ "disk_compress_level", required_argument, NULL, OPT_CAPACITY },
-	{ "poll_us", required_argument, NULL, OPT_POLL_US },
-	{ "spill-wait-ms", required_argument, NULL, OPT_CAPACITY },
-	{ "spill_wait_ms", required_argument, NULL, OPT_CAPACITY },
-	{ "max-clients", required_argument, NULL, OPT_CAPACITY },
-	{ "max_clients", required_argument, NULL, OPT_CAPACITY },
-	{ "max-channels", required_argument, NULL, OPT_CAPACITY },
-	{ "max_channels", required_argument, NULL, OPT_CAPACITY },
-	{ "max-registered-bytes", required_argument, NULL, OPT_CAPACITY },
-	{ "max_registered_bytes", required_argument, NULL, OPT_CAPACITY },
-	{ "allow-overcommit", no_argument, NULL, OPT_OVERCOMMIT },
-	{ "allow_overcommit", no_argument, NULL, OPT_OVERCOMMIT },
-	{ "help", no_argument, NULL, OPT_HELP },
-	{ "version", no_argument, NULL, OPT_VERSION },
-	{ 0 },
-};
-
-void config_usage(FILE *f)
-{
-	fprintf(f,
-		"Usage: kvcached [OPTIONS]\n"
-		"\n"
-		"The node-local KV-cache daemon.\n"
-		"\n"
-		"  -s, --socket PATH          control socket (default: $KVCACHE_SOCKET,\n"
-		"                             $XDG_RUNTIME_DIR/kvcached.sock, /tmp/kvcached-<uid>.sock)\n"
-		"      --dram-size SIZE       DRAM tier capacity, e.g. 512MB, 4GiB (default 1GiB);\n"
-		"                             also --global-segment-size, --global_segment_size\n"
-		"      --hugepages MODE       auto|on|off: 2 MiB pages for shared segments (default auto)\n"
-		"      --config FILE          JSON config; mooncake.json keys are understood\n"
-		"                             (default: $MOONCAKE_CONFIG_PATH if set)\n"
-		"      --device-size SIZE     capacity of the device tier (default 0 = off)\n"
-		"      --eviction-high-watermark-ratio R\n"
-		"                             a tier above R x capacity is evicted down to\n"
-		"      --eviction-ratio R     (R_high - R) x capacity (defaults 0.95 and 0.05)\n"
-		"      --default-kv-lease-ttl MS\n"
-		"                             a hit protects an object this long (default 10000)\n"
-		"      --promotion-hits N     dram hits before an object moves to device (default 2)\n"
-		"      --disk-dir DIR         spill to record files here (default: no disk tier);\n"
-		"                             records found there at start are served again\n"
-		"      --disk-size SIZE       disk tier capacity (default 10GiB)\n"
-		"      --disk-compress zstd|none  compress records (default none)\n"
-		"      --disk-compress-level N    zstd level 1..19 (default 3)\n"
-		"      --spill-wait-ms MS     with a disk tier, a put that needs room held by\n"
-		"                             objects not yet on disk waits this long for the\n"
-		"                             spill, then fails with EAGAIN (default 5000)\n"
-		"                             (each also spelled with underscores)\n"
-		"      --poll-us N            keep polling client rings this long after the last\n"
-		"                             request before sleeping (default 100; 0 = never spin)\n"
-		"      --max-clients N        connected clients at once (default 1024)\n"
-		"      --max-channels N       shared-memory channels at once (default 4096)\n"
-		"      --max-registered-bytes SIZE\n"
-		"                             registered buffers of all clients together\n"
-		"                             (default 0 = half of this machine's memory)\n"
-		"      --allow-overcommit     start even when the memory tiers exceed this\n"
-		"                             machine's physical memory\n"
-		"      --log-level LEVEL      error|warn|notice|info|debug|trace (default notice);\n"
-		"                             $KVCACHE_LOG=\"info,session:debug\" sets it per topic\n"
-		"  -h, --help                 show this help\n"
-		"  -V, --version              print daemon, protocol and shm layout versions\n"
-		"\n"
-		"Command-line flags override the config file.\n");
-}
-
 static void print_version(void)
 {
 	printf("kvcached %s\nprotocol %u.%u\nshm-layout %u\n", KVC_VERSION, KVC_PROTO_MAJOR,
 	       KVC_PROTO_MINOR, SHM_LAYOUT_VERSION);
 }
 
+/* getopt's table: every option under its name and its alias, each with
+ * dashes and with underscores.  Index i of the table maps to opts[i / 4]. */
+static struct option long_opts[N_OPTS * 4 + 3];
+static char long_names[N_OPTS * 4][64];
+
+static void build_long_opts(void)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const char *names[2] = { opts[i].name, opts[i].alias };
+
+		for (int a = 0; a < 2; a++)
+			for (int u = 0; u < 2; u++) {
+				char *p = long_names[i * 4 + (size_t) a * 2 + (size_t) u];
+
+				long_opts[n] = (struct option) { 0 };
+				if (!names[a] || opts[i].json_only)
+					continue;
+				snprintf(p, 64, "%s", names[a]);
+				for (char *q = p; u && *q; q++)
+					if (*q == '-')
+						*q = '_';
+				if (u && !strcmp(p, names[a]))
+					continue; /* no dash: one spelling */
+				long_opts[n++] = (struct option) {
+					.name = p,
+					.has_arg = opts[i].type == T_FLAG ? no_argument : required_argument,
+					.val = 0x100 + (int) i,
+				};
+			}
+	}
+	long_opts[n++] = (struct option) { "help", no_argument, NULL, 'h' };
+	long_opts[n++] = (struct option) { "version", no_argument, NULL, 'V' };
+	long_opts[n] = (struct option) { 0 };
+}
+
+void config_usage(FILE *f)
+{
+	fprintf(f, "Usage: kvcached [OPTIONS]\n\nThe node-local KV-cache daemon.\n\n");
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct opt_def *o = &opts[i];
+		char left[80];
+		const char *h = o->help;
+
+		if (o->json_only)
+			continue;
+		snprintf(left, sizeof(left), "%c%c%c --%s%s%s", o->short_name ? '-' : ' ',
+			 o->short_name ? o->short_name : ' ', o->short_name ? ',' : ' ', o->name,
+			 o->arg ? " " : "", o->arg ? o->arg : "");
+		if (strlen(left) > 28) {
+			fprintf(f, "  %s\n", left);
+			left[0] = '\0';
+		}
+		while (h) {
+			const char *nl = strchr(h, '\n');
+			int len = nl ? (int) (nl - h) : (int) strlen(h);
+
+			fprintf(f, "  %-28s %.*s\n", left, len, h);
+			left[0] = '\0';
+			h = nl ? nl + 1 : NULL;
+		}
+	}
+	fprintf(f, "  -h, --help                   show this help\n"
+		   "  -V, --version                print daemon, protocol and shm layout versions\n"
+		   "\n"
+		   "Every flag is also accepted with underscores (--dram_size), and as a key of the\n"
+		   "JSON config with underscores (dram_size).  Command-line flags override the file.\n");
+}
+
 int config_parse_args(struct config *c, int argc, char **argv, char *err)
 {
+	const struct opt_def *cfg_opt = find_opt("config");
 	const char *config_path = NULL;
 	int opt, r, idx = 0;
 
+	build_long_opts();
 	/* First pass: only find --config, so the file can be applied before
 	 * the flags that override it. */
 	opterr = 0;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "s:hV", options, NULL)) != -1)
-		if (opt == OPT_CONFIG)
+	while ((opt = getopt_long(argc, argv, "s:hV", long_opts, NULL)) != -1)
+		if (opt >= 0x100 && &opts[opt - 0x100] == cfg_opt)
 			config_path = optarg;
 	if (!config_path) {
 		const char *e = getenv("MOONCAKE_CONFIG_PATH");
@@ -649,9 +587,12 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 			config_path = e;
 	}
 	if (config_path) {
-		r = set_string(c->config_path, sizeof(c->config_path), "--config", config_path, err);
-		if (r < 0)
-			return r;
+		if (strlen(config_path) >= sizeof(c->config_path)) {
+			snprintf(err, CONFIG_ERR_MAX, "--config is too long (at most %zu bytes)",
+				 sizeof(c->config_path) - 1);
+			return -EINVAL;
+		}
+		strcpy(c->config_path, config_path);
 		r = config_load_file(c, config_path, err, warn_unknown);
 		if (r < 0)
 			return -EINVAL;
@@ -659,53 +600,28 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 
 	opterr = 1;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "s:hV", options, &idx)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:hV", long_opts, &idx)) != -1) {
+		char name[80];
+
 		switch (opt) {
-		case OPT_CAPACITY: {
-			char name[64];
-
-			/* errors name the flag as the user spelled it */
-			snprintf(name, sizeof(name), "--%s", options[idx].name);
-			r = set_capacity_key(c, options[idx].name, optarg, err);
-			if (r < 0 && !strstr(err, name)) {
-				char inner[CONFIG_ERR_MAX];
-
-				snprintf(inner, sizeof(inner), "%s", err);
-				snprintf(err, CONFIG_ERR_MAX, "%s: %.180s", name, inner);
-			}
-			break;
-		}
-		case OPT_SOCKET:
-			r = set_socket(c, "--socket", optarg, err);
-			break;
-		case OPT_DRAM_SIZE:
-			r = set_dram_size(c, "--dram-size", optarg, err);
-			break;
-		case OPT_HUGEPAGES:
-			r = set_hugepages(c, "--hugepages", optarg, err);
-			break;
-		case OPT_CONFIG:
-			r = 0;
-			break;
-		case OPT_OVERCOMMIT:
-			c->allow_overcommit = true;
-			r = 0;
-			break;
-		case OPT_LOG_LEVEL:
-			r = set_log_level(c, "--log-level", optarg, err);
-			break;
-		case OPT_POLL_US:
-			r = set_poll_us(c, "--poll-us", optarg, err);
-			break;
-		case OPT_HELP:
+		case 'h':
 			config_usage(stdout);
 			return 1;
-		case OPT_VERSION:
+		case 'V':
 			print_version();
 			return 1;
+		case 's':
+			r = set_opt(c, find_opt("socket"), "--socket", optarg, err);
+			break;
 		default:
-			snprintf(err, CONFIG_ERR_MAX, "unknown or incomplete option (see --help)");
-			return -EINVAL;
+			if (opt < 0x100 || opt >= 0x100 + (int) N_OPTS) {
+				snprintf(err, CONFIG_ERR_MAX, "unknown or incomplete option (see --help)");
+				return -EINVAL;
+			}
+			/* errors name the flag as the user spelled it */
+			snprintf(name, sizeof(name), "--%s", long_opts[idx].name);
+			r = set_opt(c, &opts[opt - 0x100], name, optarg ? optarg : "", err);
+			break;
 		}
 		if (r < 0)
 			return r;
@@ -714,12 +630,7 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 		snprintf(err, CONFIG_ERR_MAX, "unexpected argument '%s'", argv[optind]);
 		return -EINVAL;
 	}
-	if (c->eviction_ratio >= c->high_watermark) {
-		snprintf(err, CONFIG_ERR_MAX, "--eviction-ratio (%g) must be below "
-			 "--eviction-high-watermark-ratio (%g)", c->eviction_ratio, c->high_watermark);
-		return -EINVAL;
-	}
-	return 0;
+	return check_ratios(c, true, err);
 }
 
 static void human_size(uint64_t v, char *buf, size_t len)

@@ -159,6 +159,33 @@ int main(void)
 	unsetenv("MOONCAKE_CONFIG_PATH");
 	unlink(path);
 
+	/* one table: every flag in both spellings, and as a JSON key */
+	CHECK_EQ(parse(&c, err, "--spill_wait_ms", "7", "--max_clients", "9", "--max-channels=11",
+		       "--max_registered_bytes", "1GiB", "--disk_compress", "zstd", "--poll_us", "5",
+		       NULL), 0);
+	CHECK_EQ(c.spill_wait_ms, 7);
+	CHECK_EQ(c.max_clients, 9);
+	CHECK_EQ(c.max_channels, 11);
+	CHECK_EQ(c.max_registered, UINT64_C(1) << 30);
+	CHECK(c.disk_zstd);
+	CHECK_EQ(c.poll_us, 5);
+	CHECK_EQ(json(&c, "{\"spill-wait-ms\": 8, \"max_clients\": \"12\", \"disk_compress_level\": 5,"
+			  " \"allow_overcommit\": true}", err), 0);
+	CHECK_EQ(c.spill_wait_ms, 8);
+	CHECK_EQ(c.max_clients, 12);
+	CHECK_EQ(c.disk_zstd_level, 5);
+	CHECK(c.allow_overcommit);
+	CHECK_EQ(parse(&c, err, "--max-clients", "0", NULL), -EINVAL);
+	CHECK(strstr(err, "--max-clients"));
+	CHECK_EQ(parse(&c, err, "--disk-compress-level", "20", NULL), -EINVAL);
+	CHECK_EQ(json(&c, "{\"max_clients\": 1.5}", err), -EINVAL);
+	CHECK(strstr(err, "max_clients"));
+	/* Mooncake keys without a flag stay JSON-only */
+	CHECK_EQ(parse(&c, err, "--local-hostname", "x", NULL), -EINVAL);
+	unknown_seen[0] = '\0';
+	CHECK_EQ(json(&c, "{\"config\": \"/x\"}", err), 0);
+	CHECK(strcmp(unknown_seen, "config") == 0);
+
 	/* tiers larger than the machine: refused unless overcommit is asked */
 	{
 		const uint64_t G = UINT64_C(1) << 30;

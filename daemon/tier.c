@@ -114,6 +114,9 @@ void object_place(struct daemon *d, struct object *o, bool at_tail)
 {
 	enum obj_list l = object_class(d, o);
 
+	/* the common case of a hit: already the most recent of its list */
+	if (l == o->list && l != OL_NONE && !at_tail && o->tier->lists[l].head == o)
+		return;
 	object_unplace(d, o);
 	if (l == OL_NONE)
 		return;

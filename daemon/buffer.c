@@ -54,7 +54,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 	}
 	b->seg = (struct shm_segment) { .fd = fd, .base = base, .size = total };
 	b->size = size;
-	r = slot_alloc(s, SLOT_BUFFER, b, &h);
+	r = holder_alloc(&s->h, SLOT_BUFFER, b, &h);
 	if (r < 0) {
 		shm_segment_done(&b->seg);
 		free(b);
@@ -77,11 +77,15 @@ void buffer_free(struct session *s, struct buffer *b)
 
 void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len)
 {
+	struct buffer *b;
 	struct slot *sl;
 	uint32_t i;
 
-	sl = slot_get(s, id, SLOT_BUFFER, &i);
-	if (!sl || off > sl->buf->size || len > sl->buf->size - off)
+	sl = holder_get(&s->h, id, SLOT_BUFFER, &i);
+	if (!sl)
 		return NULL;
-	return (uint8_t *) sl->buf->seg.base + off;
+	b = sl->buf;
+	if (off > b->size || len > b->size - off)
+		return NULL;
+	return (uint8_t *) b->seg.base + off;
 }

@@ -244,7 +244,7 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix)
 
 			if (r < 0)
 				return r;
-			hit = ops_exists(ch->s, key, refs[j].len, prefix);
+			hit = ops_exists(ch->s->d, key, refs[j].len, prefix);
 			count += hit;
 			if (out)
 				out[i + j] = hit;
@@ -322,14 +322,14 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 	r = load_iovs(ch, e, iov_scratch, &cap);
 	if (r < 0)
 		return r;
-	r = ops_acquire(s, key, e->key_len, &x, msg);
+	r = ops_acquire(&s->h, key, e->key_len, &x, &s->pending, msg);
 	if (r < 0)
 		return r;
 	if (x.len > cap)
 		r = -ENOBUFS;
 	else
 		r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->d, &x), x.len, false);
-	ops_release(s, x.handle, msg);
+	ops_release(&s->h, x.handle, msg);
 	return r < 0 ? r : (int64_t) x.len;
 }
 
@@ -354,15 +354,15 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 		return r;
 	if (a.len == 0)
 		return -EINVAL;
-	r = ops_reserve(s, &a, &x, msg);
+	r = ops_reserve(&s->h, &a, &x, msg);
 	if (r < 0)
 		return r;
 	r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->d, &x), x.len, true);
 	if (r < 0) {
-		ops_abort(s, x.handle, msg);
+		ops_abort(&s->h, x.handle, msg);
 		return r;
 	}
-	return ops_commit(s, x.handle, msg);
+	return ops_commit(&s->h, x.handle, msg);
 }
 
 /* Run one descriptor (already copied out of the ring). */
@@ -399,12 +399,12 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_NOP:
 		return 0;
 	case SHM_OP_EXISTS:
-		return ops_exists(s, key, e->key_len, false);
+		return ops_exists(s->d, key, e->key_len, false);
 	case SHM_OP_ACQUIRE:
-		r = ops_acquire(s, key, e->key_len, &x, msg);
+		r = ops_acquire(&s->h, key, e->key_len, &x, &s->pending, msg);
 		break;
 	case SHM_OP_RELEASE:
-		return ops_release(s, e->arg, msg);
+		return ops_release(&s->h, e->arg, msg);
 	case SHM_OP_RESERVE: {
 		struct put_args a = {
 			.key = key,
@@ -419,17 +419,17 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 
 		if (e->arg == 0)
 			return -EINVAL;
-		r = ops_reserve(s, &a, &x, msg);
+		r = ops_reserve(&s->h, &a, &x, msg);
 		break;
 	}
 	case SHM_OP_COMMIT:
-		return ops_commit(s, e->arg, msg);
+		return ops_commit(&s->h, e->arg, msg);
 	case SHM_OP_ABORT:
-		return ops_abort(s, e->arg, msg);
+		return ops_abort(&s->h, e->arg, msg);
 	case SHM_OP_REMOVE:
 		if (e->arg & ~(uint64_t) WIRE_REMOVE_KNOWN)
 			return -EINVAL;
-		return ops_remove(s, key, e->key_len, e->arg & WIRE_REMOVE_FORCE, msg);
+		return ops_remove(s->d, key, e->key_len, e->arg & WIRE_REMOVE_FORCE, msg);
 	case SHM_OP_BATCH_EXISTS:
 		return run_keys(ch, e, false);
 	case SHM_OP_PREFIX_LOOKUP:

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Object operations, whichever transport carried the request.  Everything a
- * client holds (reservations, views, buffers) is a slot in its session, so
- * a hang-up gives it all back.
+ * client holds (reservations, views, buffers) is a slot of its holder, so a
+ * hang-up gives it all back (holder.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -12,89 +12,6 @@
 #include "session.h"
 
 #define MSG(...) snprintf(msg, OPS_MSG_MAX, __VA_ARGS__)
-
-int slot_alloc(struct session *s, uint8_t kind, void *ptr, uint64_t *ret_handle)
-{
-	struct slot *sl;
-	uint32_t i;
-
-	if (s->free_slot) {
-		i = s->free_slot - 1;
-		s->free_slot = s->slots[i].next_free;
-	} else {
-		if (s->n_slots == SESSION_MAX_SLOTS)
-			return -EMFILE;
-		if (s->n_slots < 16 || (s->n_slots & (s->n_slots - 1)) == 0) {
-			uint32_t cap = s->n_slots < 16 ? 16 : s->n_slots * 2;
-			struct slot *n = realloc(s->slots, cap * sizeof(*n));
-
-			if (!n)
-				return -ENOMEM;
-			s->slots = n;
-		}
-		i = s->n_slots++;
-		s->slots[i] = (struct slot) { .gen = 1 };
-	}
-	sl = &s->slots[i];
-	sl->kind = kind;
-	sl->obj = ptr;
-	sl->replace = 0;
-	sl->next_free = 0;
-	s->used_slots++;
-	*ret_handle = (uint64_t) sl->gen << 32 | (i + 1);
-	return 0;
-}
-
-struct slot *slot_get(struct session *s, uint64_t handle, uint8_t kind, uint32_t *ret_i)
-{
-	uint32_t i = (uint32_t) handle - 1, gen = (uint32_t) (handle >> 32);
-
-	if ((uint32_t) handle == 0 || i >= s->n_slots)
-		return NULL;
-	if (s->slots[i].kind != kind || s->slots[i].gen != gen)
-		return NULL;
-	*ret_i = i;
-	return &s->slots[i];
-}
-
-static void slot_put(struct session *s, uint32_t i)
-{
-	struct slot *sl = &s->slots[i];
-
-	sl->kind = SLOT_FREE;
-	sl->obj = NULL;
-	sl->gen++;
-	if (sl->gen == 0)
-		sl->gen = 1;
-	sl->next_free = s->free_slot;
-	s->free_slot = i + 1;
-	s->used_slots--;
-}
-
-void slot_release(struct session *s, uint32_t i)
-{
-	struct slot *sl = &s->slots[i];
-	struct object *o = sl->obj;
-
-	switch (sl->kind) {
-	case SLOT_RESERVE:
-		object_free(s->d, o);
-		break;
-	case SLOT_VIEW:
-		o->views--;
-		if (o->views == 0 && (o->flags & OBJ_DEAD))
-			object_free(s->d, o);
-		else if (o->views == 0)
-			object_place(s->d, o, false);
-		break;
-	case SLOT_BUFFER:
-		buffer_free(s, sl->buf);
-		break;
-	default:
-		break;
-	}
-	slot_put(s, i);
-}
 
 static struct object *lookup(struct daemon *d, const void *key, size_t len)
 {
@@ -111,12 +28,12 @@ static void set_extent(struct extent *e, uint64_t handle, const struct object *o
 	};
 }
 
-int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret, char *msg)
+int ops_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg)
 {
-	struct daemon *d = s->d;
+	struct daemon *d = h->d;
 	struct object *o;
 	struct tier *t;
-	uint64_t h;
+	uint64_t handle;
 	int r;
 
 	if (a->flags & ~(uint32_t) WIRE_PUT_KNOWN) {
@@ -174,27 +91,27 @@ int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret,
 			    (unsigned long long) d->cfg->spill_wait_ms);
 		return r;
 	}
-	r = slot_alloc(s, SLOT_RESERVE, o, &h);
+	r = holder_alloc(h, SLOT_RESERVE, o, &handle);
 	if (r < 0) {
 		object_free(d, o);
 		MSG("too many outstanding reservations and views on this connection");
 		return r;
 	}
-	s->slots[(uint32_t) h - 1].replace = (a->flags & WIRE_PUT_REPLACE) != 0;
+	h->slots[(uint32_t) handle - 1].replace = (a->flags & WIRE_PUT_REPLACE) != 0;
 	d->stats.reserves++;
-	set_extent(ret, h, o);
+	set_extent(ret, handle, o);
 	return 0;
 }
 
-int ops_commit(struct session *s, uint64_t handle, char *msg)
+int ops_commit(struct holder *h, uint64_t handle, char *msg)
 {
-	struct daemon *d = s->d;
+	struct daemon *d = h->d;
 	struct object *o, *old;
 	struct slot *sl;
 	uint32_t i;
 	bool replace;
 
-	sl = slot_get(s, handle, SLOT_RESERVE, &i);
+	sl = holder_get(h, handle, SLOT_RESERVE, &i);
 	if (!sl) {
 		MSG("no such reservation");
 		return -ESTALE;
@@ -204,43 +121,44 @@ int ops_commit(struct session *s, uint64_t handle, char *msg)
 	old = index_find(&d->index, o->key, o->key_len, o->hash);
 	if (old && !replace) {
 		/* Another client committed first: exactly one wins. */
-		slot_release(s, i);
+		holder_release(h, i);
 		d->stats.put_conflicts++;
 		return -EEXIST;
 	}
 	if (old && old->lease_until > now_ms(d)) {
 		MSG("the object it would replace is leased for %llu ms more",
 		    (unsigned long long) (old->lease_until - now_ms(d)));
-		slot_release(s, i);
+		holder_release(h, i);
 		return -EBUSY;
 	}
 	if (old)
 		object_drop(d, old); /* views on it keep their bytes until released */
-	slot_put(s, i);
+	holder_put(h, i);
 	object_publish(d, o);
 	d->stats.puts++;
 	d->stats.bytes_in += o->len;
 	return 0;
 }
 
-int ops_abort(struct session *s, uint64_t handle, char *msg)
+int ops_abort(struct holder *h, uint64_t handle, char *msg)
 {
 	uint32_t i;
 
-	if (!slot_get(s, handle, SLOT_RESERVE, &i)) {
+	if (!holder_get(h, handle, SLOT_RESERVE, &i)) {
 		MSG("no such reservation");
 		return -ESTALE;
 	}
-	slot_release(s, i);
-	s->d->stats.aborts++;
+	holder_release(h, i);
+	h->d->stats.aborts++;
 	return 0;
 }
 
-int ops_acquire(struct session *s, const void *key, size_t key_len, struct extent *ret, char *msg)
+int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
+		struct object **ret_pending, char *msg)
 {
-	struct daemon *d = s->d;
+	struct daemon *d = h->d;
 	struct object *o = lookup(d, key, key_len);
-	uint64_t h;
+	uint64_t handle;
 	int r;
 
 	d->stats.gets++;
@@ -258,10 +176,10 @@ int ops_acquire(struct session *s, const void *key, size_t key_len, struct exten
 			MSG("failed to read the object back from disk");
 			return r;
 		}
-		s->pending = o;
+		*ret_pending = o;
 		return -EINPROGRESS;
 	}
-	r = slot_alloc(s, SLOT_VIEW, o, &h);
+	r = holder_alloc(h, SLOT_VIEW, o, &handle);
 	if (r < 0) {
 		MSG("too many outstanding reservations and views on this connection");
 		return r;
@@ -270,25 +188,24 @@ int ops_acquire(struct session *s, const void *key, size_t key_len, struct exten
 	object_hit(d, o, true, true);
 	d->stats.hits++;
 	d->stats.bytes_out += o->len;
-	set_extent(ret, h, o);
+	set_extent(ret, handle, o);
 	return 0;
 }
 
-int ops_release(struct session *s, uint64_t handle, char *msg)
+int ops_release(struct holder *h, uint64_t handle, char *msg)
 {
 	uint32_t i;
 
-	if (!slot_get(s, handle, SLOT_VIEW, &i)) {
+	if (!holder_get(h, handle, SLOT_VIEW, &i)) {
 		MSG("no such view");
 		return -ESTALE;
 	}
-	slot_release(s, i);
+	holder_release(h, i);
 	return 0;
 }
 
-int ops_remove(struct session *s, const void *key, size_t key_len, bool force, char *msg)
+int ops_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg)
 {
-	struct daemon *d = s->d;
 	struct object *o = lookup(d, key, key_len);
 
 	if (!o)
@@ -306,10 +223,9 @@ int ops_remove(struct session *s, const void *key, size_t key_len, bool force, c
 	return 0;
 }
 
-int ops_pin(struct session *s, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
+int ops_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
 	    char *msg)
 {
-	struct daemon *d = s->d;
 	struct object *o = lookup(d, key, key_len);
 
 	if (!o)
@@ -324,21 +240,20 @@ int ops_pin(struct session *s, const void *key, size_t key_len, bool hard, uint3
 	return 0;
 }
 
-int ops_unpin(struct session *s, const void *key, size_t key_len, char *msg)
+int ops_unpin(struct daemon *d, const void *key, size_t key_len, char *msg)
 {
-	struct object *o = lookup(s->d, key, key_len);
+	struct object *o = lookup(d, key, key_len);
 
 	if (!o)
 		return -ENOENT;
 	o->flags &= ~(OBJ_SOFT_PIN | OBJ_HARD_PIN);
 	o->pin_until = 0;
-	object_place(s->d, o, false);
+	object_place(d, o, false);
 	return 0;
 }
 
-bool ops_exists(struct session *s, const void *key, size_t key_len, bool prefetch)
+bool ops_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch)
 {
-	struct daemon *d = s->d;
 	struct object *o = lookup(d, key, key_len);
 
 	d->stats.exists++;

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,7 +186,7 @@ static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply
 			a.parent_len = rq->opts->parent_key.len;
 		}
 	}
-	r = ops_reserve(s, &a, &e, rep->msg);
+	r = ops_reserve(&s->h, &a, &e, rep->msg);
 	if (r == 0)
 		set_extent(rep, &e);
 	return r;
@@ -194,7 +195,8 @@ static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply
 static int op_acquire(struct session *s, const ProtobufCBinaryData *key, struct reply *rep)
 {
 	struct extent e;
-	int r = ops_acquire(s, key->data, key->len, &e, rep->msg);
+	struct object *pending = NULL;
+	int r = ops_acquire(&s->h, key->data, key->len, &e, &pending, rep->msg);
 
 	if (r == -EINPROGRESS) {
 		/* the socket has no way to finish later: the read goes on,
@@ -219,7 +221,7 @@ static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struc
 		rep->free1 = present;
 	}
 	for (size_t i = 0; i < kq->n_keys; i++) {
-		if (ops_exists(s, kq->keys[i].data, kq->keys[i].len, prefix)) {
+		if (ops_exists(s->d, kq->keys[i].data, kq->keys[i].len, prefix)) {
 			count++;
 			if (present)
 				present[i] = 1;
@@ -488,9 +490,9 @@ static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 	a.l->keys = a.ptrs;
 	index_walk(&d->index, list_committed, &a);
 	for (struct session *x = d->sessions; x; x = x->next)
-		for (uint32_t i = 0; i < x->n_slots; i++)
-			if (x->slots[i].kind == SLOT_RESERVE)
-				list_add(&a, x->slots[i].obj, WIRE_STATE_RESERVED);
+		for (uint32_t i = 0; i < x->h.n_slots; i++)
+			if (x->h.slots[i].kind == SLOT_RESERVE)
+				list_add(&a, x->h.slots[i].obj, WIRE_STATE_RESERVED);
 	rep->resp.body_case = KVC__RESPONSE__BODY_LIST;
 	rep->resp.list = a.l;
 	rep->free1 = a.infos;
@@ -591,16 +593,16 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_reserve(s, q->reserve, &rep);
 		break;
 	case KVC__OP__OP_COMMIT:
-		r = ops_commit(s, q->handle->handle, rep.msg);
+		r = ops_commit(&s->h, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_ABORT:
-		r = ops_abort(s, q->handle->handle, rep.msg);
+		r = ops_abort(&s->h, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_ACQUIRE:
 		r = op_acquire(s, &q->key->key, &rep);
 		break;
 	case KVC__OP__OP_RELEASE:
-		r = ops_release(s, q->handle->handle, rep.msg);
+		r = ops_release(&s->h, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_EXISTS: {
 		Kvc__KeysReq one = KVC__KEYS_REQ__INIT;
@@ -617,7 +619,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_keys(s, q->keys, true, &rep);
 		break;
 	case KVC__OP__OP_REMOVE:
-		r = ops_remove(s, q->key->key.data, q->key->key.len, false, rep.msg);
+		r = ops_remove(d, q->key->key.data, q->key->key.len, false, rep.msg);
 		break;
 	case KVC__OP__OP_STATUS:
 		r = op_status(s, &rep);
@@ -662,17 +664,17 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_remove_prefix(s, q->remove, &rep);
 		break;
 	case KVC__OP__OP_PIN:
-		r = ops_pin(s, q->pin->key.data, q->pin->key.len, q->pin->hard, q->pin->ttl_ms, rep.msg);
+		r = ops_pin(d, q->pin->key.data, q->pin->key.len, q->pin->hard, q->pin->ttl_ms, rep.msg);
 		break;
 	case KVC__OP__OP_UNPIN:
-		r = ops_unpin(s, q->key->key.data, q->key->key.len, rep.msg);
+		r = ops_unpin(d, q->key->key.data, q->key->key.len, rep.msg);
 		break;
 	case KVC__OP__OP_BUFFER_FREE: {
 		uint32_t i;
 
 		r = -ESTALE;
-		if (slot_get(s, q->handle->handle, SLOT_BUFFER, &i)) {
-			slot_release(s, i);
+		if (holder_get(&s->h, q->handle->handle, SLOT_BUFFER, &i)) {
+			holder_release(&s->h, i);
 			r = 0;
 		}
 		break;
@@ -909,6 +911,18 @@ void session_event(struct session *s, uint32_t events)
 		session_free(s);
 }
 
+/* A registered buffer slot given back: the buffer goes with it. */
+static void release_buffer(struct holder *h, void *buf)
+{
+	struct session *s = (struct session *) ((char *) h - offsetof(struct session, h));
+
+	buffer_free(s, buf);
+}
+
+static const struct holder_ops session_holder_ops = {
+	.release_buffer = release_buffer,
+};
+
 int session_new(struct daemon *d, int fd)
 {
 	struct ucred cred;
@@ -929,6 +943,7 @@ int session_new(struct daemon *d, int fd)
 	}
 	s->in_cap = IN_INITIAL;
 	s->d = d;
+	holder_init(&s->h, d, &session_holder_ops);
 	s->fd = fd;
 	s->pid = cred.pid;
 	s->uid = cred.uid;
@@ -965,15 +980,7 @@ void session_free(struct session *s)
 	d = s->d;
 	for (unsigned i = 0; i < s->n_channels; i++)
 		channel_close(s->channels[i]);
-	for (uint32_t i = 0; i < s->n_slots; i++) {
-		if (s->slots[i].kind == SLOT_RESERVE)
-			res++;
-		else if (s->slots[i].kind == SLOT_VIEW)
-			views++;
-		/* buffers: nothing to report, they are the client's own memory */
-		if (s->slots[i].kind != SLOT_FREE)
-			slot_release(s, i);
-	}
+	holder_done(&s->h, &res, &views);
 	d->stats.reclaimed_reservations += res;
 	d->stats.reclaimed_views += views;
 	if (s->welcomed || res || views)
@@ -988,7 +995,6 @@ void session_free(struct session *s)
 	d->n_sessions--;
 	loop_source_free(s->src); /* before the fd closes: it leaves the set */
 	close(s->fd);
-	free(s->slots);
 	free(s->in);
 	free(s->out);
 	free(s);

@@ -7,31 +7,13 @@
 #pragma once
 
 #include "daemon.h"
+#include "holder.h"
 
-#define SESSION_MAX_SLOTS (1u << 16) /* outstanding reservations + views + buffers */
 #define SESSION_MAX_CHANNELS 16
 #define OPS_MSG_MAX 256
 
-enum slot_kind {
-	SLOT_FREE,
-	SLOT_RESERVE,
-	SLOT_VIEW,
-	SLOT_BUFFER,
-};
-
 struct buffer;
 struct channel;
-
-struct slot {
-	uint32_t gen;
-	uint32_t next_free; /* index + 1 of the next free slot, 0 = none */
-	uint8_t kind;
-	uint8_t replace;    /* reservation made with KVC_PUT_REPLACE */
-	union {
-		struct object *obj;
-		struct buffer *buf;
-	};
-};
 
 struct session {
 	struct loop_source *src;  /* its socket in the loop */
@@ -53,8 +35,7 @@ struct session {
 	int out_fds[WIRE_MAX_FDS]; /* not yet sent with the first out byte */
 	size_t n_out_fds;
 
-	struct slot *slots;
-	uint32_t n_slots, free_slot, used_slots;
+	struct holder h;          /* its reservations, views and buffers */
 
 	struct channel *channels[SESSION_MAX_CHANNELS];
 	unsigned n_channels;
@@ -82,32 +63,29 @@ struct put_args {
 };
 
 /* Each returns 0 or -errno; msg (OPS_MSG_MAX bytes) may explain an error.
- * ops_acquire() returns -EINPROGRESS for an object being read back from
- * disk, with s->pending naming it: run the request again once it is in. */
-int ops_reserve(struct session *s, const struct put_args *a, struct extent *ret, char *msg);
-int ops_commit(struct session *s, uint64_t handle, char *msg);
-int ops_abort(struct session *s, uint64_t handle, char *msg);
-int ops_acquire(struct session *s, const void *key, size_t key_len, struct extent *ret, char *msg);
-int ops_release(struct session *s, uint64_t handle, char *msg);
+ * What a holder takes (reservations, views) is its until given back or
+ * holder_done().  ops_acquire() returns -EINPROGRESS for an object being
+ * read back from disk, with *ret_pending naming it: run the request again
+ * once it is in. */
+int ops_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg);
+int ops_commit(struct holder *h, uint64_t handle, char *msg);
+int ops_abort(struct holder *h, uint64_t handle, char *msg);
+int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
+		struct object **ret_pending, char *msg);
+int ops_release(struct holder *h, uint64_t handle, char *msg);
 /* force: a lease does not refuse it (a view still does). */
-int ops_remove(struct session *s, const void *key, size_t key_len, bool force, char *msg);
+int ops_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg);
 /* Remove committed objects whose key starts with prefix, in a bounded
  * slice of the index from cursor; returns the next cursor, UINT64_MAX when
  * the walk is done.  Viewed objects, and leased ones without force, are
  * counted in *ret_skipped. */
 uint64_t ops_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
 			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped);
-int ops_pin(struct session *s, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
+int ops_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
 	    char *msg);
-int ops_unpin(struct session *s, const void *key, size_t key_len, char *msg);
+int ops_unpin(struct daemon *d, const void *key, size_t key_len, char *msg);
 /* Present or not; a hit counts as a use for LRU and grants a lease. */
-bool ops_exists(struct session *s, const void *key, size_t key_len, bool prefetch);
-
-/* Slots: handle = generation << 32 | (index + 1). */
-int slot_alloc(struct session *s, uint8_t kind, void *ptr, uint64_t *ret_handle);
-struct slot *slot_get(struct session *s, uint64_t handle, uint8_t kind, uint32_t *ret_i);
-/* Give back what the slot holds, then the slot. */
-void slot_release(struct session *s, uint32_t i);
+bool ops_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch);
 
 /* Registered buffers (buffer.c): memory both the client and the daemon map. */
 struct buffer {

@@ -40,6 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (q->body_case == KVC__REQUEST__BODY_KEY &&
 			    (q->key->key.len == 0 || q->key->key.len > WIRE_MAX_KEY))
 				__builtin_trap();
+			if (q->body_case == KVC__REQUEST__BODY_REMOVE &&
+			    (q->remove->prefix.len > WIRE_MAX_KEY ||
+			     (q->remove->flags & ~(uint32_t) WIRE_REMOVE_KNOWN)))
+				__builtin_trap();
 			kvc__request__free_unpacked(q, NULL);
 		}
 		break;

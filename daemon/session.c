@@ -35,7 +35,7 @@ static void update_events(struct session *s)
 	 * read its answers gets no more of them. */
 	uint32_t want = s->out_off < s->out_len ? EPOLLOUT : EPOLLIN;
 
-	if (want != s->events && !s->closing) {
+	if (want != s->events && !s->closing && !s->parked.active) {
 		s->events = want;
 		loop_set_io_events(s->src, want);
 	}
@@ -192,17 +192,34 @@ static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply
 	return r;
 }
 
-static int op_acquire(struct session *s, const ProtobufCBinaryData *key, struct reply *rep)
+static void process(struct session *s);
+static void parked_done(struct disk_waiter *w, int res);
+
+/* -EINPROGRESS: the answer comes later (the object is read back from disk;
+ * the session waits on it, see parked_done()). */
+static int op_acquire(struct session *s, uint32_t seq, const ProtobufCBinaryData *key,
+		      struct reply *rep)
 {
 	struct extent e;
 	struct object *pending = NULL;
 	int r = ops_acquire(&s->h, key->data, key->len, &e, &pending, rep->msg);
 
+	if (r == -EINPROGRESS && pending && pending->load && key->len <= sizeof(s->parked.key)) {
+		s->parked.active = true;
+		s->parked.seq = seq;
+		memcpy(s->parked.key, key->data, key->len);
+		s->parked.key_len = (uint32_t) key->len;
+		s->parked.w.done = parked_done;
+		disk_wait(pending, &s->parked.w);
+		/* read nothing more until it is answered (a hang-up is still
+		 * reported) */
+		s->events = 0;
+		loop_set_io_events(s->src, 0);
+		return r;
+	}
 	if (r == -EINPROGRESS) {
-		/* the socket has no way to finish later: the read goes on,
-		 * the caller retries (libkvcache uses the channel, which waits) */
-		snprintf(rep->msg, sizeof(rep->msg), "object is being read back from disk; retry");
-		r = -EAGAIN;
+		snprintf(rep->msg, sizeof(rep->msg), "the object could not be read back from disk");
+		r = -EIO;
 	}
 	if (r == 0)
 		set_extent(rep, &e);
@@ -573,6 +590,25 @@ static void reply_free(struct reply *rep)
 	free(rep->free2);
 }
 
+static void send_reply(struct session *s, uint32_t seq, uint32_t op, int r, struct reply *rep)
+{
+	if (r < 0) {
+		if (r != -ENOENT && r != -EEXIST)
+			s->d->stats.errors++;
+		reply_free(rep);
+		rep->resp = (Kvc__Response) KVC__RESPONSE__INIT;
+		rep->resp.error = -r;
+		rep->resp.error_msg = rep->msg[0] ? rep->msg : (char *) "";
+		rep->free1 = rep->free2 = NULL;
+		rep->n_fds = 0;
+		log_debug("client[pid=%d]: op %u failed: %s %s", (int) s->pid, op, strerror(-r),
+			  rep->msg);
+	}
+	if (send_frame(s, WIRE_RESPONSE, seq, &rep->resp.base, rep->fds, rep->n_fds) < 0)
+		s->closing = true;
+	reply_free(rep);
+}
+
 static void handle_request(struct session *s, const struct wire_hdr *h, const uint8_t *payload)
 {
 	struct daemon *d = s->d;
@@ -599,7 +635,12 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = ops_abort(&s->h, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_ACQUIRE:
-		r = op_acquire(s, &q->key->key, &rep);
+		r = op_acquire(s, h->seq, &q->key->key, &rep);
+		if (r == -EINPROGRESS) {
+			/* answered by parked_done() */
+			kvc__request__free_unpacked(q, NULL);
+			return;
+		}
 		break;
 	case KVC__OP__OP_RELEASE:
 		r = ops_release(&s->h, q->handle->handle, rep.msg);
@@ -683,22 +724,35 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = -EOPNOTSUPP; /* wire_request_decode() let through an op we forgot */
 		break;
 	}
-	if (r < 0) {
-		if (r != -ENOENT && r != -EEXIST)
-			d->stats.errors++;
-		reply_free(&rep);
-		rep.resp = (Kvc__Response) KVC__RESPONSE__INIT;
-		rep.resp.error = -r;
-		rep.resp.error_msg = rep.msg[0] ? rep.msg : (char *) "";
-		rep.free1 = rep.free2 = NULL;
-		rep.n_fds = 0;
-		log_debug("client[pid=%d]: op %u failed: %s %s", (int) s->pid, q->op, strerror(-r),
-			  rep.msg);
-	}
-	if (send_frame(s, WIRE_RESPONSE, h->seq, &rep.resp.base, rep.fds, rep.n_fds) < 0)
-		s->closing = true;
-	reply_free(&rep);
+	send_reply(s, h->seq, q->op, r, &rep);
 	kvc__request__free_unpacked(q, NULL);
+}
+
+/* The object a parked acquire waited for is in dram (res 0), or is not
+ * coming: answer it, then go on with what the client sent meanwhile. */
+static void parked_done(struct disk_waiter *w, int res)
+{
+	struct session *s = (struct session *) ((char *) w - offsetof(struct session, parked.w));
+	struct reply rep = { .resp = KVC__RESPONSE__INIT, .extent = KVC__EXTENT__INIT,
+			     .exists = KVC__EXISTS_RESP__INIT };
+	ProtobufCBinaryData key = { .len = s->parked.key_len, .data = s->parked.key };
+	int r = res;
+
+	s->parked.active = false;
+	if (res == 0) {
+		r = op_acquire(s, s->parked.seq, &key, &rep);
+		if (r == -EINPROGRESS)
+			return; /* evicted again before it ran: waits again */
+	} else if (res == -EBADMSG)
+		snprintf(rep.msg, sizeof(rep.msg),
+			 "the object's record on disk is damaged; it was dropped");
+	send_reply(s, s->parked.seq, KVC__OP__OP_ACQUIRE, r, &rep);
+	if (!s->closing) {
+		update_events(s);
+		process(s);
+	}
+	if (s->closing)
+		session_free(s);
 }
 
 static void handle_hello(struct session *s, const struct wire_hdr *h, const uint8_t *payload)
@@ -801,7 +855,8 @@ static void process(struct session *s)
 {
 	size_t off = 0;
 
-	while (!s->closing && s->out_off == s->out_len && s->in_len - off >= WIRE_HDR_SIZE) {
+	while (!s->closing && !s->parked.active && s->out_off == s->out_len &&
+	       s->in_len - off >= WIRE_HDR_SIZE) {
 		struct wire_hdr h;
 		int r;
 
@@ -978,6 +1033,8 @@ void session_free(struct session *s)
 	if (!s)
 		return;
 	d = s->d;
+	if (s->parked.active)
+		disk_unwait(&s->parked.w);
 	for (unsigned i = 0; i < s->n_channels; i++)
 		channel_close(s->channels[i]);
 	holder_done(&s->h, &res, &views);

@@ -40,6 +40,15 @@ struct session {
 	struct channel *channels[SESSION_MAX_CHANNELS];
 	unsigned n_channels;
 	struct object *pending; /* set with -EINPROGRESS: what the request waits for */
+	/* an acquire on the socket waiting for its object to come back from
+	 * disk: the session reads nothing more until it is answered */
+	struct {
+		struct disk_waiter w;   /* first: disk.c hands this back */
+		bool active;
+		uint32_t seq;
+		uint8_t key[WIRE_MAX_KEY];
+		uint32_t key_len;
+	} parked;
 	uint64_t buffer_bytes;
 };
 

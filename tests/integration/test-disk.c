@@ -14,6 +14,7 @@
 #include <kvcache/kvcache.h>
 
 #include "helpers.h"
+#include "raw.h"
 
 #define MiB (1u << 20)
 
@@ -387,6 +388,63 @@ static bool test_full_and_readonly(void)
 	return true;
 }
 
+/* Acquire over the control socket: the request waits for the read-back
+ * (no -EAGAIN), and requests pipelined behind it are answered after it, in
+ * order. */
+static void test_socket_acquire(void)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__KeyReq kq = KVC__KEY_REQ__INIT;
+	struct test_daemon td;
+	struct kvc_client *c;
+	uint64_t bytes, objects;
+	static uint8_t buf[MiB];
+	char dir[128];
+	uint8_t *p;
+	uint32_t len;
+	int sock;
+
+	snprintf(dir, sizeof(dir), "%s/sock", base);
+	CHECK(mkdir(dir, 0700) == 0);
+	start(&td, dir, "16MB", "none");
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	test_fill(buf, sizeof(buf), 5);
+	CHECK_EQ(kvc_put(c, "sock/a", buf, sizeof(buf), NULL), 0);
+	CHECK_EQ(kvc_flush(c, 20000), 0);
+	CHECK_EQ(kvc_evict(c, KVC_TIER_DEFAULT, 0, KVC_EVICT_ALL, &bytes, &objects), 0);
+	CHECK(on_disk(c, "sock/a", NULL));
+
+	sock = raw_connect(td.socket);
+	CHECK_EQ(raw_hello(sock, KVC_PROTO_MAJOR), 0);
+	q.op = KVC__OP__OP_ACQUIRE;
+	q.body_case = KVC__REQUEST__BODY_KEY;
+	kq.key = (ProtobufCBinaryData) { .len = 6, .data = (uint8_t *) "sock/a" };
+	q.key = &kq;
+	raw_send_msg(sock, WIRE_REQUEST, &q.base);   /* waits for the disk */
+	q.op = KVC__OP__OP_EXISTS;
+	raw_send_msg(sock, WIRE_REQUEST, &q.base);   /* queued behind it */
+	for (int i = 0; i < 2; i++) {
+		Kvc__Response *resp;
+
+		CHECK_EQ(raw_recv(sock, &p, &len), WIRE_RESPONSE);
+		resp = kvc__response__unpack(NULL, len, p);
+		CHECK(resp);
+		CHECK_EQ(resp->error, 0);
+		if (i == 0) {
+			CHECK_EQ(resp->body_case, KVC__RESPONSE__BODY_EXTENT);
+			CHECK_EQ(resp->extent->len, MiB);
+		} else
+			CHECK_EQ(resp->body_case, KVC__RESPONSE__BODY_EXISTS);
+		kvc__response__free_unpacked(resp, NULL);
+		free(p);
+	}
+	close(sock); /* gives the view back */
+	CHECK_EQ(kvc_get(c, "sock/a", buf, sizeof(buf)), MiB);
+	CHECK(test_verify(buf, sizeof(buf), 5));
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+}
+
 int main(int argc, char **argv)
 {
 	struct io_uring_params p = { 0 };
@@ -407,6 +465,7 @@ int main(int argc, char **argv)
 		test_round_trip("zstd");
 		test_crash();
 		test_corruption();
+		test_socket_acquire();
 	} else if (geteuid() != 0 || !test_full_and_readonly()) {
 		/* making a small or read-only filesystem needs mount(2) */
 		ret = EXIT_SKIP;

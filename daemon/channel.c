@@ -36,7 +36,7 @@
 /* A request waiting for its object to come back from disk, or (space) a
  * put waiting for a spill to make room. */
 struct parked {
-	struct disk_waiter w;        /* first: disk.c hands this back */
+	struct waiter w;             /* first: the fetch hands this back */
 	struct parked *next, *prev;  /* in its channel */
 	struct parked *snext, *sprev; /* space: on d->space_head */
 	bool space;
@@ -175,7 +175,7 @@ void channel_close(struct channel *ch)
 		if (p->space)
 			space_unlink(ch->s->d, p);
 		else
-			disk_unwait(&p->w);
+			fetch_unwait(&p->w);
 		free(p);
 	}
 	free(ch->backlog);
@@ -530,7 +530,7 @@ static void unpark(struct parked *p)
 
 /* The object a parked request waited for is in dram (res 0) or is not
  * coming (res < 0): run the request again, or fail it. */
-static void unparked(struct disk_waiter *w, int res)
+static void unparked(struct waiter *w, int res)
 {
 	struct parked *p = (struct parked *) w;
 	struct channel *ch = p->ch;
@@ -569,7 +569,7 @@ static void park(struct channel *ch, const struct shm_sqe *e)
 	if (p->next)
 		p->next->prev = p;
 	ch->parked = p;
-	disk_wait(ch->s->pending, &p->w);
+	fetch_wait(ch->s->pending, &p->w);
 	ch->s->pending = NULL;
 }
 

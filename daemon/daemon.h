@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "fetch.h"
 #include "loop.h"
 #include "shmem.h"
 #include "wire.h"
@@ -106,7 +107,8 @@ struct object {
 	uint64_t disk_id;
 	uint64_t disk_len;
 	struct disk_io *spill;            /* a record being written */
-	struct disk_io *load;             /* being read back into dram */
+	struct disk_io *load;             /* disk.c: the read bringing it back */
+	struct fetch *fetch;              /* coming back into memory (fetch.c) */
 	char key[];                       /* NUL-terminated */
 };
 
@@ -174,6 +176,7 @@ struct daemon {
 	struct tier disk_tier; /* valid when disk != NULL; no segment */
 	struct disk *disk;
 	struct tier *fastest;  /* lookups go fastest first */
+	struct backend below;  /* what holds copies below memory: the disk tier */
 	/* memory objects without a copy on disk, oldest at the tail: what
 	 * spilling takes next (only with a disk tier) */
 	struct olist dirty;
@@ -243,22 +246,12 @@ struct tier *tier_at(struct daemon *d, unsigned i);
 /* Disk tier (disk.c). */
 int disk_setup(struct daemon *d);           /* recovers what the directory holds */
 void disk_teardown(struct daemon *d);
-/* Write a clean copy of a memory object; 0 queued, -errno not. */
-int disk_spill(struct daemon *d, struct object *o);
-/* Start reading a disk-only object back into dram (no-op if under way). */
-int disk_load(struct daemon *d, struct object *o);
 /* Completions ready; true if it handled any.  No system call when none. */
 bool disk_poll(struct daemon *d);
 /* Submit what maintenance queued (one system call for the batch). */
 void disk_submit(struct daemon *d);
-/* The object is going away: forget its record (unlinked) and any I/O. */
-void disk_forget(struct daemon *d, struct object *o);
-/* Background work for the disk tier; true if it did something. */
-bool disk_maintain(struct daemon *d);
 void disk_flush_start(struct daemon *d);
 bool disk_flushing(const struct daemon *d);
-/* Can the disk tier take o now (healthy, not backing off, room)? */
-bool disk_accepting(const struct daemon *d, const struct object *o);
 int disk_eventfd(const struct daemon *d);
 /* Counters for stats, by name; false when there is no disk tier. */
 struct disk_counters {
@@ -271,15 +264,6 @@ struct disk_counters {
 };
 bool disk_counters(const struct daemon *d, struct disk_counters *ret);
 
-/* Someone waiting for an object to come back from disk (disk.c keeps them
- * on the object's load; the owner removes its waiters if it goes first). */
-struct disk_waiter {
-	struct disk_waiter *next, *prev;
-	struct disk_io *io;
-	void (*done)(struct disk_waiter *w, int res);
-};
-void disk_wait(struct object *o, struct disk_waiter *w);
-void disk_unwait(struct disk_waiter *w);
 
 /* Sessions (session.c). */
 int session_new(struct daemon *d, int fd);

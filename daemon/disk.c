@@ -73,7 +73,6 @@ struct disk_io {
 	uint64_t len;
 	char name[32];
 	char final[32];                /* writes: the name it is renamed to */
-	struct disk_waiter *waiters;   /* reads: requests parked on it */
 	uint64_t deadline;             /* reads: give up waiting for dram */
 };
 
@@ -130,6 +129,12 @@ struct disk {
 };
 
 static void queue_job(struct disk *k, struct disk_io *io);
+static int disk_spill(struct daemon *d, struct object *o);
+static void disk_forget(struct daemon *d, struct object *o);
+static int disk_load(struct daemon *d, struct object *o);
+static bool disk_accepting(const struct daemon *d, const struct object *o);
+static bool disk_maintain(struct daemon *d);
+static const struct backend_ops disk_backend;
 static void decode_record(struct disk *k, struct disk_io *io);
 static void read_finish(struct daemon *d, struct disk_io *io, int r);
 
@@ -529,6 +534,7 @@ int disk_setup(struct daemon *d)
 			     (d->cfg->high_watermark - d->cfg->eviction_ratio));
 	/* the lowest memory tier spills here */
 	d->tiers[0].below = t;
+	d->below = (struct backend) { &disk_backend, d };
 	/* completions and the worker's results: the loop polls for them,
 	 * and the eventfd wakes it when it sleeps */
 	r = loop_add_doorbell(d->loop, k->efd, &k->bell);
@@ -676,6 +682,7 @@ void disk_teardown(struct daemon *d)
 		free(k->pool[i].buf);
 	free(k);
 	d->disk = NULL;
+	d->below = (struct backend) { 0 };
 }
 
 int disk_eventfd(const struct daemon *d)
@@ -800,7 +807,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-int disk_spill(struct daemon *d, struct object *o)
+static int disk_spill(struct daemon *d, struct object *o)
 {
 	struct disk *k = d->disk;
 	uint64_t bound;
@@ -1054,7 +1061,7 @@ static void unlink_record(struct daemon *d, uint64_t id)
 	k->queued++;
 }
 
-void disk_forget(struct daemon *d, struct object *o)
+static void disk_forget(struct daemon *d, struct object *o)
 {
 	struct disk *k = d->disk;
 
@@ -1068,17 +1075,9 @@ void disk_forget(struct daemon *d, struct object *o)
 		o->spill = NULL;
 	}
 	if (o->load) {
-		/* parked requests are told the object is gone */
-		struct disk_io *io = o->load;
-
-		io->o = NULL;
+		/* the read finishes for nobody (core tells the waiters) */
+		o->load->o = NULL;
 		o->load = NULL;
-		while (io->waiters) {
-			struct disk_waiter *w = io->waiters;
-
-			disk_unwait(w);
-			w->done(w, -ENOENT);
-		}
 	}
 	if (o->disk_id) {
 		k->c.records--;
@@ -1093,33 +1092,9 @@ void disk_forget(struct daemon *d, struct object *o)
 
 /* ---- reading back ---- */
 
-void disk_wait(struct object *o, struct disk_waiter *w)
-{
-	struct disk_io *io = o->load;
-
-	w->io = io;
-	w->prev = NULL;
-	w->next = io->waiters;
-	if (w->next)
-		w->next->prev = w;
-	io->waiters = w;
-}
-
-void disk_unwait(struct disk_waiter *w)
-{
-	if (!w->io)
-		return;
-	if (w->prev)
-		w->prev->next = w->next;
-	else
-		w->io->waiters = w->next;
-	if (w->next)
-		w->next->prev = w->prev;
-	w->io = NULL;
-	w->next = w->prev = NULL;
-}
-
-int disk_load(struct daemon *d, struct object *o)
+/* The backend's fetch: read o's record back (core keeps one fetch per
+ * object, so this runs once per read-back). */
+static int disk_load(struct daemon *d, struct object *o)
 {
 	struct disk *k = d->disk;
 	struct io_uring_sqe *sqe;
@@ -1235,12 +1210,7 @@ static void read_finish(struct daemon *d, struct disk_io *io, int r)
 		}
 	}
 	io->block = NULL;
-	while (io->waiters) {
-		struct disk_waiter *w = io->waiters;
-
-		disk_unwait(w);
-		w->done(w, r);
-	}
+	fetch_done(d, o, r); /* the waiters run their requests, or fail them */
 	if (r == -EBADMSG)
 		object_drop(d, o); /* unlinks the record too */
 }
@@ -1375,7 +1345,7 @@ static bool disk_watermark(struct daemon *d)
 	return n > 0;
 }
 
-bool disk_accepting(const struct daemon *d, const struct object *o)
+static bool disk_accepting(const struct daemon *d, const struct object *o)
 {
 	const struct disk *k = d->disk;
 
@@ -1383,7 +1353,7 @@ bool disk_accepting(const struct daemon *d, const struct object *o)
 	       k->c.bytes + o->len + DISK_ALIGN <= d->disk_tier.alloc.size;
 }
 
-bool disk_maintain(struct daemon *d)
+static bool disk_maintain(struct daemon *d)
 {
 	struct disk *k = d->disk;
 	struct tier *lowest = &d->tiers[0];
@@ -1461,3 +1431,39 @@ bool disk_counters(const struct daemon *d, struct disk_counters *ret)
 	ret->compress = d->disk->zstd;
 	return true;
 }
+
+/* ---- the disk tier as the backend below memory ---- */
+
+static int be_fetch(void *be, struct object *o)
+{
+	return disk_load(be, o);
+}
+
+static int be_spill(void *be, struct object *o)
+{
+	return disk_spill(be, o);
+}
+
+static void be_forget(void *be, struct object *o)
+{
+	disk_forget(be, o);
+}
+
+static bool be_accepting(void *be, const struct object *o)
+{
+	return disk_accepting(be, o);
+}
+
+static bool be_maintain(void *be)
+{
+	return disk_maintain(be);
+}
+
+static const struct backend_ops disk_backend = {
+	.name = "disk",
+	.fetch = be_fetch,
+	.spill = be_spill,
+	.forget = be_forget,
+	.accepting = be_accepting,
+	.maintain = be_maintain,
+};

@@ -42,6 +42,7 @@ static bool maintain(void *userdata)
 static void free_at_exit(void *u, struct object *o)
 {
 	o->spill = o->load = NULL;
+	free(o->fetch); /* its waiters went with their sessions */
 	object_free(u, o);
 }
 

@@ -154,7 +154,7 @@ int ops_abort(struct holder *h, uint64_t handle, char *msg)
 }
 
 int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
-		struct object **ret_pending, char *msg)
+		struct fetch **ret_fetch, char *msg)
 {
 	struct daemon *d = h->d;
 	struct object *o = lookup(d, key, key_len);
@@ -169,14 +169,13 @@ int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent
 		return -ENOENT;
 	}
 	if (o->tier == &d->disk_tier) {
-		/* on disk: start reading it back; the caller parks the request */
+		/* below memory: bring it back; the caller waits on the fetch */
 		object_hit(d, o, true, true);
-		r = disk_load(d, o);
+		r = store_fetch(d, o, ret_fetch);
 		if (r < 0) {
 			MSG("failed to read the object back from disk");
 			return r;
 		}
-		*ret_pending = o;
 		return -EINPROGRESS;
 	}
 	r = holder_alloc(h, SLOT_VIEW, o, &handle);
@@ -261,8 +260,11 @@ bool ops_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch
 		return false;
 	object_hit(d, o, true, false);
 	/* a prefix hit on disk: the engine will want it next */
-	if (prefetch && o->tier == &d->disk_tier)
-		disk_load(d, o);
+	if (prefetch && o->tier == &d->disk_tier) {
+		struct fetch *f;
+
+		store_fetch(d, o, &f);
+	}
 	return true;
 }
 

@@ -193,7 +193,7 @@ static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply
 }
 
 static void process(struct session *s);
-static void parked_done(struct disk_waiter *w, int res);
+static void parked_done(struct waiter *w, int res);
 
 /* -EINPROGRESS: the answer comes later (the object is read back from disk;
  * the session waits on it, see parked_done()). */
@@ -201,16 +201,16 @@ static int op_acquire(struct session *s, uint32_t seq, const ProtobufCBinaryData
 		      struct reply *rep)
 {
 	struct extent e;
-	struct object *pending = NULL;
+	struct fetch *pending = NULL;
 	int r = ops_acquire(&s->h, key->data, key->len, &e, &pending, rep->msg);
 
-	if (r == -EINPROGRESS && pending && pending->load && key->len <= sizeof(s->parked.key)) {
+	if (r == -EINPROGRESS && pending && key->len <= sizeof(s->parked.key)) {
 		s->parked.active = true;
 		s->parked.seq = seq;
 		memcpy(s->parked.key, key->data, key->len);
 		s->parked.key_len = (uint32_t) key->len;
 		s->parked.w.done = parked_done;
-		disk_wait(pending, &s->parked.w);
+		fetch_wait(pending, &s->parked.w);
 		/* read nothing more until it is answered (a hang-up is still
 		 * reported) */
 		s->events = 0;
@@ -730,7 +730,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 
 /* The object a parked acquire waited for is in dram (res 0), or is not
  * coming: answer it, then go on with what the client sent meanwhile. */
-static void parked_done(struct disk_waiter *w, int res)
+static void parked_done(struct waiter *w, int res)
 {
 	struct session *s = (struct session *) ((char *) w - offsetof(struct session, parked.w));
 	struct reply rep = { .resp = KVC__RESPONSE__INIT, .extent = KVC__EXTENT__INIT,
@@ -1034,7 +1034,7 @@ void session_free(struct session *s)
 		return;
 	d = s->d;
 	if (s->parked.active)
-		disk_unwait(&s->parked.w);
+		fetch_unwait(&s->parked.w);
 	for (unsigned i = 0; i < s->n_channels; i++)
 		channel_close(s->channels[i]);
 	holder_done(&s->h, &res, &views);

@@ -39,11 +39,11 @@ struct session {
 
 	struct channel *channels[SESSION_MAX_CHANNELS];
 	unsigned n_channels;
-	struct object *pending; /* set with -EINPROGRESS: what the request waits for */
+	struct fetch *pending;  /* set with -EINPROGRESS: what the request waits for */
 	/* an acquire on the socket waiting for its object to come back from
 	 * disk: the session reads nothing more until it is answered */
 	struct {
-		struct disk_waiter w;   /* first: disk.c hands this back */
+		struct waiter w;        /* on the fetch */
 		bool active;
 		uint32_t seq;
 		uint8_t key[WIRE_MAX_KEY];
@@ -74,13 +74,13 @@ struct put_args {
 /* Each returns 0 or -errno; msg (OPS_MSG_MAX bytes) may explain an error.
  * What a holder takes (reservations, views) is its until given back or
  * holder_done().  ops_acquire() returns -EINPROGRESS for an object being
- * read back from disk, with *ret_pending naming it: run the request again
- * once it is in. */
+ * brought back from below memory, with *ret_fetch the fetch to wait on: run
+ * the request again once it is done. */
 int ops_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg);
 int ops_commit(struct holder *h, uint64_t handle, char *msg);
 int ops_abort(struct holder *h, uint64_t handle, char *msg);
 int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
-		struct object **ret_pending, char *msg);
+		struct fetch **ret_fetch, char *msg);
 int ops_release(struct holder *h, uint64_t handle, char *msg);
 /* force: a lease does not refuse it (a view still does). */
 int ops_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg);

@@ -92,7 +92,7 @@ static enum obj_list object_class(const struct daemon *d, const struct object *o
 		return OL_NONE;
 	if (o->flags & OBJ_HARD_PIN)
 		return OL_PINNED;
-	if (o->views || o->load)
+	if (o->views || o->fetch)
 		return OL_HELD;
 	if (o->lease_until > now_ms(d))
 		return OL_LEASED;
@@ -334,7 +334,9 @@ static void unqueue_promotion(struct daemon *d, struct object *o)
 
 void object_drop(struct daemon *d, struct object *o)
 {
-	disk_forget(d, o);
+	if (d->below.ops)
+		d->below.ops->forget(d->below.be, o);
+	fetch_done(d, o, -ENOENT); /* whoever waited for it: it is gone */
 	index_unlink(&d->index, o);
 	object_unplace(d, o);
 	o->tier->objects--;
@@ -389,7 +391,7 @@ const char *object_protected(const struct daemon *d, const struct object *o, boo
 {
 	if (o->views)
 		return "viewed";
-	if (o->load)
+	if (o->fetch)
 		return "loading";
 	if (o->flags & OBJ_HARD_PIN)
 		return "hard-pinned";
@@ -484,10 +486,10 @@ static int64_t evict_one(struct daemon *d, struct tier *t, struct object *o, enu
 	if (t->below == &d->disk_tier) {
 		if (clean(o))
 			return (int64_t) demote_to_disk(d, t, o);
-		if (why != EVICT_MANUAL && disk_accepting(d, o)) {
+		if (why != EVICT_MANUAL && d->below.ops->accepting(d->below.be, o)) {
 			/* never drop what has not reached disk while the disk
 			 * can take it: wait for the spill */
-			disk_spill(d, o);
+			d->below.ops->spill(d->below.be, o);
 			return -EAGAIN;
 		}
 	} else if (t->below && why != EVICT_MANUAL) {
@@ -717,7 +719,7 @@ bool tier_maintain(struct daemon *d)
 		did = true;
 		break;
 	}
-	if (disk_maintain(d))
+	if (d->below.ops && d->below.ops->maintain(d->below.be))
 		did = true;
 	/* a growing index finishes in the background too */
 	if (index_migrate(&d->index, 256))

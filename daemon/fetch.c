@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/* Fetches and their waiters (fetch.h). */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "daemon.h"
+#include "fetch.h"
+
+int store_fetch(struct daemon *d, struct object *o, struct fetch **ret)
+{
+	struct fetch *f;
+	int r;
+
+	if (o->fetch) { /* single flight */
+		*ret = o->fetch;
+		return 0;
+	}
+	if (!d->below.ops || !d->below.ops->fetch)
+		return -EIO;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->o = o;
+	o->fetch = f;
+	r = d->below.ops->fetch(d->below.be, o);
+	if (r < 0) {
+		o->fetch = NULL;
+		free(f);
+		return r;
+	}
+	object_place(d, o, false); /* held while it comes back */
+	*ret = f;
+	return 0;
+}
+
+void fetch_wait(struct fetch *f, struct waiter *w)
+{
+	w->fetch = f;
+	w->prev = NULL;
+	w->next = f->waiters;
+	if (w->next)
+		w->next->prev = w;
+	f->waiters = w;
+}
+
+void fetch_unwait(struct waiter *w)
+{
+	if (!w->fetch)
+		return;
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		w->fetch->waiters = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	w->fetch = NULL;
+	w->next = w->prev = NULL;
+}
+
+void fetch_done(struct daemon *d, struct object *o, int res)
+{
+	struct fetch *f = o->fetch;
+
+	if (!f)
+		return;
+	o->fetch = NULL;
+	if (o->flags & OBJ_COMMITTED)
+		object_place(d, o, false);
+	/* each waiter leaves the list before its done() runs, which may
+	 * start a new fetch of o, or free its owner (and unwait others) */
+	while (f->waiters) {
+		struct waiter *w = f->waiters;
+
+		fetch_unwait(w);
+		w->done(w, res);
+	}
+	free(f);
+}

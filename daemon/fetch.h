@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fetches: "bring this object back into memory", whoever holds its bytes
+ * below (the disk tier now, another node next).  One fetch per object at a
+ * time (single flight): every request that needs the object waits on the
+ * same one.  A backend starts the transfer and calls fetch_done() when it
+ * ends; each waiter's done() then runs exactly once, never from inside the
+ * call that queued it.
+ */
+#pragma once
+
+#include <stdbool.h>
+
+struct daemon;
+struct object;
+struct fetch;
+
+struct waiter {
+	struct waiter *next, *prev;
+	struct fetch *fetch;                    /* NULL when not waiting */
+	void (*done)(struct waiter *w, int res); /* 0: in memory; or -errno */
+};
+
+struct fetch {
+	struct object *o;
+	struct waiter *waiters;
+};
+
+/* What lies below memory (disk.c registers itself; a remote backend will
+ * too).  Every call runs on the loop thread and never blocks. */
+struct backend_ops {
+	const char *name;
+	/* o's bytes are only below: start bringing them into dram; the
+	 * backend calls fetch_done() when they are in or will not come */
+	int (*fetch)(void *be, struct object *o);
+	/* take a clean copy of o (memory-resident): 0 queued, -errno not */
+	int (*spill)(void *be, struct object *o);
+	/* o is going away: drop its copy and any transfer */
+	void (*forget)(void *be, struct object *o);
+	/* could a copy of o be taken now (healthy, room)? */
+	bool (*accepting)(void *be, const struct object *o);
+	/* background work, bounded; true if it did something */
+	bool (*maintain)(void *be);
+};
+
+struct backend {
+	const struct backend_ops *ops; /* NULL: nothing below memory */
+	void *be;
+};
+
+/* Start (or join) the fetch of o: 0 with *ret set, or -errno (nothing
+ * below holds it, or the transfer could not start). */
+int store_fetch(struct daemon *d, struct object *o, struct fetch **ret);
+void fetch_wait(struct fetch *f, struct waiter *w);
+void fetch_unwait(struct waiter *w); /* idempotent */
+/* The backend is done with o's fetch; res 0: o is in memory. */
+void fetch_done(struct daemon *d, struct object *o, int res);

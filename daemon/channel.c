@@ -552,7 +552,9 @@ static void unparked(struct waiter *w, int res)
 	wake_client(ch);
 }
 
-static void park(struct channel *ch, const struct shm_sqe *e)
+/* A request that waits: on the channel's list, or completed with -ENOMEM
+ * (NULL). */
+static struct parked *parked_new(struct channel *ch, const struct shm_sqe *e)
 {
 	struct parked *p = calloc(1, sizeof(*p));
 
@@ -560,15 +562,24 @@ static void park(struct channel *ch, const struct shm_sqe *e)
 		struct shm_cqe c = { 0 };
 
 		complete(ch, e, &c, -ENOMEM, "");
-		return;
+		return NULL;
 	}
 	p->ch = ch;
 	p->e = *e;
-	p->w.done = unparked;
 	p->next = ch->parked;
 	if (p->next)
 		p->next->prev = p;
 	ch->parked = p;
+	return p;
+}
+
+static void park(struct channel *ch, const struct shm_sqe *e)
+{
+	struct parked *p = parked_new(ch, e);
+
+	if (!p)
+		return;
+	p->w.done = unparked;
 	fetch_wait(ch->s->pending, &p->w);
 	ch->s->pending = NULL;
 }
@@ -582,23 +593,13 @@ static bool is_put(const struct shm_sqe *e)
 static void park_space(struct channel *ch, const struct shm_sqe *e)
 {
 	struct daemon *d = ch->s->d;
-	struct parked *p = calloc(1, sizeof(*p));
+	struct parked *p = parked_new(ch, e);
 
-	if (!p) {
-		struct shm_cqe c = { 0 };
-
-		complete(ch, e, &c, -ENOMEM, "");
+	if (!p)
 		return;
-	}
-	p->ch = ch;
-	p->e = *e;
 	p->space = true;
 	p->deadline = now_ms(d) + d->cfg->spill_wait_ms;
 	d->stats.spill_waits++;
-	p->next = ch->parked;
-	if (p->next)
-		p->next->prev = p;
-	ch->parked = p;
 	space_append(d, p);
 	if (!d->space_head->snext)
 		loop_timer_arm(d->space_timer, p->deadline); /* wake a sleeping loop then */

@@ -540,6 +540,18 @@ static void disk_key(char *buf, size_t len, int i)
 	snprintf(buf, len, "spilled/%d", i);
 }
 
+/* Objects disk_key(0..n-1), back to back, each its own bytes. */
+static void put_numbered(struct kvc_client *c, int n, uint8_t *buf, size_t len)
+{
+	char key[32];
+
+	for (int i = 0; i < n; i++) {
+		disk_key(key, sizeof(key), i);
+		test_fill(buf, len, (uint64_t) i);
+		CHECK_EQ(kvc_put(c, key, buf, len, NULL), 0);
+	}
+}
+
 /*
  * A burst of puts into a small dram over a disk tier: a put must not push
  * out an object that has not reached disk faster than the disk takes it.
@@ -558,11 +570,7 @@ static void test_put_burst_over_disk(void)
 	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk,
 			  "--default-kv-lease-ttl", "0", NULL);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
-	for (int i = 0; i < N; i++) {
-		disk_key(key, sizeof(key), i);
-		test_fill(buf, LEN, (uint64_t) i);
-		CHECK_EQ(kvc_put(c, key, buf, LEN, NULL), 0);
-	}
+	put_numbered(c, N, buf, LEN);
 	printf("burst of %d puts stored; %llu dropped from dram\n", N,
 	       (unsigned long long) test_counter(c, "dram.evictions"));
 	fflush(stdout);
@@ -600,11 +608,7 @@ static void test_disk_reads_under_leases(void)
 	CHECK(mkdtemp(disk));
 	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
-	for (int i = 0; i < N; i++) {
-		disk_key(key, sizeof(key), i);
-		test_fill(buf, LEN, (uint64_t) i);
-		CHECK_EQ(kvc_put(c, key, buf, LEN, NULL), 0);
-	}
+	put_numbered(c, N, buf, LEN);
 	CHECK_EQ(kvc_flush(c, 30000), 0);
 	kvc_disconnect(c);
 	test_daemon_stop(&td);
@@ -757,11 +761,7 @@ static void test_serve_while_recovering(void)
 	test_daemon_start(&td, "--dram-size", "16MB", "--hugepages", "off", "--disk-dir", disk,
 			  "--default-kv-lease-ttl", "0", NULL);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
-	for (int i = 0; i < N; i++) {
-		disk_key(key, sizeof(key), i);
-		test_fill(buf, LEN, (uint64_t) i);
-		CHECK_EQ(kvc_put(c, key, buf, LEN, NULL), 0);
-	}
+	put_numbered(c, N, buf, LEN);
 	CHECK_EQ(kvc_flush(c, 60000), 0);
 	CHECK_EQ(test_counter(c, "disk.records"), N);
 	kvc_disconnect(c);

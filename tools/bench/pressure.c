@@ -5,6 +5,15 @@
 /* ---- pressure: many objects, pins, leases, a full disk tier, bursts ---- */
 
 
+static void remove_dir(const char *dir)
+{
+	char cmd[400];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "kvcache-bench: could not remove %s\n", dir);
+}
+
 /* A second client doing exists in a loop: the longest answer it saw is the
  * longest the daemon's loop stopped serving. */
 struct prober {
@@ -149,13 +158,8 @@ int run_objects(void)
 	counters_done(&k);
 	kvc_disconnect(c);
 	stop_daemon();
-	if (arg_fill_disk) {
-		char cmd[400];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", disk);
-		if (system(cmd) != 0)
-			fprintf(stderr, "kvcache-bench: could not remove %s\n", disk);
-	}
+	if (arg_fill_disk)
+		remove_dir(disk);
 	rmdir(tmpdir);
 	return 0;
 }
@@ -268,7 +272,7 @@ int run_burst(void)
 {
 	enum { N = 300, LEN = 1 << 20 };
 	const char *dir = arg_dir ? arg_dir : "/var/tmp";
-	char sock[200], disk[300], key[64], cmd[400];
+	char sock[200], disk[300], key[64];
 	uint8_t *v = malloc(LEN), *out = malloc(LEN);
 	struct kvc_client *c;
 	uint64_t t0, lost = 0, t_put;
@@ -303,9 +307,7 @@ int run_burst(void)
 	       counter(c, "dram.evictions"));
 	kvc_disconnect(c);
 	stop_daemon();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", disk);
-	if (system(cmd) != 0)
-		fprintf(stderr, "kvcache-bench: could not remove %s\n", disk);
+	remove_dir(disk);
 	rmdir(tmpdir);
 	free(v);
 	free(out);
@@ -318,7 +320,7 @@ int run_recovery(void)
 {
 	uint64_t n = arg_objects ? arg_objects : 100000;
 	const char *dir = arg_dir ? arg_dir : "/var/tmp";
-	char sock[200], disk[300], cmd[400];
+	char sock[200], disk[300];
 	static uint8_t v[4096];
 	const char *extra[] = { "--dram-size", "64MiB", "--disk-dir", disk, "--disk-size", "8GiB",
 				"--default-kv-lease-ttl", "0", NULL };
@@ -363,9 +365,7 @@ int run_recovery(void)
 	       (double) n / ((double) t_done / 1e9), counter(c, "disk.records"));
 	kvc_disconnect(c);
 	stop_daemon();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", disk);
-	if (system(cmd) != 0)
-		fprintf(stderr, "kvcache-bench: could not remove %s\n", disk);
+	remove_dir(disk);
 	rmdir(tmpdir);
 	return 0;
 }

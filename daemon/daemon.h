@@ -243,37 +243,6 @@ uint64_t tier_used(const struct tier *t);
 unsigned tier_count(const struct daemon *d);
 struct tier *tier_at(struct daemon *d, unsigned i);
 
-/* Disk tier (disk.c). */
-int disk_setup(struct daemon *d);           /* recovers what the directory holds */
-void disk_teardown(struct daemon *d);
-/* Completions ready; true if it handled any.  No system call when none. */
-bool disk_poll(struct daemon *d);
-/* Submit what maintenance queued (one system call for the batch). */
-void disk_submit(struct daemon *d);
-void disk_flush_start(struct daemon *d);
-bool disk_flushing(const struct daemon *d);
-int disk_eventfd(const struct daemon *d);
-/* Counters for stats, by name; false when there is no disk tier. */
-struct disk_counters {
-	uint64_t records, bytes, raw_bytes, writes, write_bytes, reads, read_bytes;
-	uint64_t checksum_failures, io_errors, enospc, recovered, skipped, pending;
-	uint64_t flush_pending;
-	uint64_t flush_unwritten, flush_error; /* how the last flush ended */
-	uint64_t recovering, recovery_total;   /* records found at start */
-	bool direct, compress;
-};
-bool disk_counters(const struct daemon *d, struct disk_counters *ret);
-
-
-/* Sessions (session.c). */
-int session_new(struct daemon *d, int fd);
-void session_free(struct session *s);
-void session_event(struct session *s, uint32_t events);
-
-/* The listening socket and the signals (server.c). */
-int server_setup(struct daemon *d);
-void server_teardown(struct daemon *d);
-
 /* The time requests are judged against (the loop's, per turn). */
 static inline uint64_t now_ms(const struct daemon *d)
 {

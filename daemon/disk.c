@@ -33,7 +33,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "daemon.h"
+#include "disk.h"
 #include "disk-record.h"
 #include "log.h"
 
@@ -74,6 +74,16 @@ struct disk_io {
 	char name[32];
 	char final[32];                /* writes: the name it is renamed to */
 	uint64_t deadline;             /* reads: give up waiting for dram */
+};
+
+/* Counters for stats (be_stats()); false when there is no disk tier. */
+struct disk_counters {
+	uint64_t records, bytes, raw_bytes, writes, write_bytes, reads, read_bytes;
+	uint64_t checksum_failures, io_errors, enospc, recovered, skipped, pending;
+	uint64_t flush_pending;
+	uint64_t flush_unwritten, flush_error; /* how the last flush ended */
+	uint64_t recovering, recovery_total;   /* records found at start */
+	bool direct, compress;
 };
 
 /* Bounce buffers are kept for reuse: a fresh 16 MiB allocation costs
@@ -129,6 +139,10 @@ struct disk {
 };
 
 static void queue_job(struct disk *k, struct disk_io *io);
+static bool disk_poll(struct daemon *d);
+static void disk_submit(struct daemon *d);
+static void disk_flush_start(struct daemon *d);
+
 static int disk_spill(struct daemon *d, struct object *o);
 static void disk_forget(struct daemon *d, struct object *o);
 static int disk_load(struct daemon *d, struct object *o);
@@ -685,11 +699,6 @@ void disk_teardown(struct daemon *d)
 	d->below = (struct backend) { 0 };
 }
 
-int disk_eventfd(const struct daemon *d)
-{
-	return d->disk ? d->disk->efd : -1;
-}
-
 /* ---- writing ---- */
 
 static struct disk_io *io_new(struct disk *k, enum io_kind kind, struct object *o)
@@ -943,7 +952,7 @@ drop:
 	return any;
 }
 
-void disk_submit(struct daemon *d)
+static void disk_submit(struct daemon *d)
 {
 	struct disk *k = d->disk;
 
@@ -1296,7 +1305,7 @@ static bool read_done(struct daemon *d, struct disk_io *io, int res)
 	return land(d, io);
 }
 
-bool disk_poll(struct daemon *d)
+static bool disk_poll(struct daemon *d)
 {
 	struct disk *k = d->disk;
 	struct io_uring_cqe *cqe;
@@ -1400,7 +1409,7 @@ static bool disk_maintain(struct daemon *d)
 	return did;
 }
 
-void disk_flush_start(struct daemon *d)
+static void disk_flush_start(struct daemon *d)
 {
 	struct disk *k = d->disk;
 
@@ -1413,12 +1422,7 @@ void disk_flush_start(struct daemon *d)
 	k->last_err = 0;
 }
 
-bool disk_flushing(const struct daemon *d)
-{
-	return d->disk && d->disk->flushing;
-}
-
-bool disk_counters(const struct daemon *d, struct disk_counters *ret)
+static bool disk_counters(const struct daemon *d, struct disk_counters *ret)
 {
 	if (!d->disk)
 		return false;
@@ -1459,8 +1463,46 @@ static bool be_maintain(void *be)
 	return disk_maintain(be);
 }
 
+static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u)
+{
+	struct disk_counters dc;
+
+	if (!disk_counters(be, &dc))
+		return;
+	emit(u, "disk.records", dc.records);
+	emit(u, "disk.bytes", dc.bytes);
+	emit(u, "disk.raw_bytes", dc.raw_bytes);
+	emit(u, "disk.writes", dc.writes);
+	emit(u, "disk.write_bytes", dc.write_bytes);
+	emit(u, "disk.reads", dc.reads);
+	emit(u, "disk.read_bytes", dc.read_bytes);
+	emit(u, "disk.checksum_failures", dc.checksum_failures);
+	emit(u, "disk.io_errors", dc.io_errors);
+	emit(u, "disk.enospc", dc.enospc);
+	emit(u, "disk.recovered", dc.recovered);
+	emit(u, "disk.skipped", dc.skipped);
+	emit(u, "disk.pending", dc.pending);
+	emit(u, "disk.flush_pending", dc.flush_pending);
+	emit(u, "disk.flush_unwritten", dc.flush_unwritten);
+	emit(u, "disk.flush_error", dc.flush_error);
+	emit(u, "disk.recovering", dc.recovering);
+	emit(u, "disk.recovery_total", dc.recovery_total);
+	emit(u, "disk.direct_io", dc.direct);
+	emit(u, "disk.compression", dc.compress);
+	/* stored / raw, in per mille: 1000 = no gain */
+	emit(u, "disk.compression_permille", dc.raw_bytes ? dc.bytes * 1000 / dc.raw_bytes : 1000);
+}
+
+static int be_flush(void *be)
+{
+	disk_flush_start(be);
+	return 0;
+}
+
 static const struct backend_ops disk_backend = {
 	.name = "disk",
+	.stats = be_stats,
+	.flush = be_flush,
 	.fetch = be_fetch,
 	.spill = be_spill,
 	.forget = be_forget,

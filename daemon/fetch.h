@@ -10,6 +10,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct daemon;
 struct object;
@@ -41,6 +42,10 @@ struct backend_ops {
 	bool (*accepting)(void *be, const struct object *o);
 	/* background work, bounded; true if it did something */
 	bool (*maintain)(void *be);
+	/* its counters, each under its full name ("disk.records") */
+	void (*stats)(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u);
+	/* start copying every memory-only object below (kvcachectl flush) */
+	int (*flush)(void *be);
 };
 
 struct backend {

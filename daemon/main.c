@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "kvc-config.h"
 #include "log.h"
+#include "disk.h"
 #include "session.h"
 
 #define LOG_TOPIC "main"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "session.h"
+#include "store.h"
 
 #define MSG(...) snprintf(msg, OPS_MSG_MAX, __VA_ARGS__)
 

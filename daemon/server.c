@@ -17,8 +17,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "log.h"
+#include "session.h"
 
 #define LOG_TOPIC "server"
 

@@ -261,6 +261,37 @@ static uint64_t uptime_s(struct daemon *d)
 	return (uint64_t) (now.tv_sec - d->started.tv_sec);
 }
 
+/* The counters of what lies below memory (the disk tier), by name. */
+struct below_stats {
+	const char *name[32];
+	uint64_t value[32];
+	size_t n;
+};
+
+static void below_emit(void *u, const char *name, uint64_t v)
+{
+	struct below_stats *b = u;
+
+	if (b->n < 32) {
+		b->name[b->n] = name;
+		b->value[b->n++] = v;
+	}
+}
+
+static void below_stats(struct daemon *d, struct below_stats *b)
+{
+	if (d->below.ops && d->below.ops->stats)
+		d->below.ops->stats(d->below.be, below_emit, b);
+}
+
+static uint64_t below_stat(const struct below_stats *b, const char *name)
+{
+	for (size_t i = 0; i < b->n; i++)
+		if (strcmp(b->name[i], name) == 0)
+			return b->value[i];
+	return 0;
+}
+
 static int op_status(struct session *s, struct reply *rep)
 {
 	struct daemon *d = s->d;
@@ -300,13 +331,12 @@ static int op_status(struct session *s, struct reply *rep)
 	st->protocol_minor = KVC_PROTO_MINOR;
 	st->layout_version = SHM_LAYOUT_VERSION;
 	{
-		struct disk_counters dc;
+		struct below_stats b = { 0 };
 
-		if (disk_counters(d, &dc)) {
-			st->recovering = dc.recovering;
-			st->recovered = dc.recovered;
-			st->recovery_total = dc.recovery_total;
-		}
+		below_stats(d, &b);
+		st->recovering = below_stat(&b, "disk.recovering");
+		st->recovered = below_stat(&b, "disk.recovered");
+		st->recovery_total = below_stat(&b, "disk.recovery_total");
 	}
 	rep->resp.body_case = KVC__RESPONSE__BODY_STATUS;
 	rep->resp.status = st;
@@ -355,42 +385,17 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "channels", 0 },
 	};
 	const size_t nb = sizeof(base) / sizeof(base[0]), per_tier = 15;
-	struct disk_counters dc = { 0 };
-	bool has_disk = disk_counters(d, &dc);
-	struct {
-		const char *name;
-		uint64_t value;
-	} disk[] = {
-		{ "disk.records", dc.records },
-		{ "disk.bytes", dc.bytes },
-		{ "disk.raw_bytes", dc.raw_bytes },
-		{ "disk.writes", dc.writes },
-		{ "disk.write_bytes", dc.write_bytes },
-		{ "disk.reads", dc.reads },
-		{ "disk.read_bytes", dc.read_bytes },
-		{ "disk.checksum_failures", dc.checksum_failures },
-		{ "disk.io_errors", dc.io_errors },
-		{ "disk.enospc", dc.enospc },
-		{ "disk.recovered", dc.recovered },
-		{ "disk.skipped", dc.skipped },
-		{ "disk.pending", dc.pending },
-		{ "disk.flush_pending", dc.flush_pending },
-		{ "disk.flush_unwritten", dc.flush_unwritten },
-		{ "disk.flush_error", dc.flush_error },
-		{ "disk.recovering", dc.recovering },
-		{ "disk.recovery_total", dc.recovery_total },
-		{ "disk.direct_io", dc.direct },
-		{ "disk.compression", dc.compress },
-		/* stored / raw, in per mille: 1000 = no gain */
-		{ "disk.compression_permille", dc.raw_bytes ? dc.bytes * 1000 / dc.raw_bytes : 1000 },
-	};
-	const size_t nd = has_disk ? sizeof(disk) / sizeof(disk[0]) : 0;
+	struct below_stats disk = { 0 };
+	size_t nd;
 	const unsigned nt = tier_count(d);
-	size_t n = nb + nt * per_tier + nd;
+	size_t n;
 	Kvc__StatsResp *st;
 	Kvc__Counter *cs, **cp;
 	char *names;
 
+	below_stats(d, &disk);
+	nd = disk.n;
+	n = nb + nt * per_tier + nd;
 	for (struct session *x2 = d->sessions; x2; x2 = x2->next) {
 		registered += x2->buffer_bytes;
 		channels += x2->n_channels;
@@ -417,8 +422,8 @@ static int op_stats(struct session *s, struct reply *rep)
 			snprintf(cs[i].name, 64, "%s", base[i].name);
 			cs[i].value = base[i].value;
 		} else if (i >= nb + nt * per_tier) {
-			snprintf(cs[i].name, 64, "%s", disk[i - nb - nt * per_tier].name);
-			cs[i].value = disk[i - nb - nt * per_tier].value;
+			snprintf(cs[i].name, 64, "%s", disk.name[i - nb - nt * per_tier]);
+			cs[i].value = disk.value[i - nb - nt * per_tier];
 		} else {
 			const struct tier *t = tier_at(d, (unsigned) ((i - nb) / per_tier));
 			static const char *const what[] = {
@@ -693,13 +698,11 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		}
 		break;
 	case KVC__OP__OP_FLUSH:
-		if (!d->disk) {
+		if (!d->below.ops || !d->below.ops->flush) {
 			snprintf(rep.msg, sizeof(rep.msg), "this daemon has no disk tier (--disk-dir)");
 			r = -EOPNOTSUPP;
-		} else {
-			disk_flush_start(d);
-			r = 0;
-		}
+		} else
+			r = d->below.ops->flush(d->below.be);
 		break;
 	case KVC__OP__OP_REMOVE_PREFIX:
 		r = op_remove_prefix(s, q->remove, &rep);

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A client connection and what it holds.  The object operations here are
- * shared by both transports: the control socket (session.c) and the
- * shared-memory channels (channel.c).
+ * A client connection and what it holds: its control socket (session.c),
+ * its shared-memory channels (channel.c), its registered buffers
+ * (buffer.c), and the listening socket that makes them (server.c).
  */
 #pragma once
 
 #include "daemon.h"
 #include "holder.h"
+#include "store.h"
 
 #define SESSION_MAX_CHANNELS 16
-#define OPS_MSG_MAX 256
 
 struct buffer;
 struct channel;
@@ -52,50 +52,6 @@ struct session {
 	uint64_t buffer_bytes;
 };
 
-/* Where an object's bytes are, as a client sees them. */
-struct extent {
-	uint64_t handle;
-	uint32_t segment;
-	uint64_t offset;
-	uint64_t len;
-};
-
-struct put_args {
-	const void *key;
-	size_t key_len;
-	uint64_t len;
-	uint32_t flags;
-	const void *parent;   /* may be NULL */
-	size_t parent_len;
-	uint32_t pin_ttl_ms;
-	int tier;
-};
-
-/* Each returns 0 or -errno; msg (OPS_MSG_MAX bytes) may explain an error.
- * What a holder takes (reservations, views) is its until given back or
- * holder_done().  ops_acquire() returns -EINPROGRESS for an object being
- * brought back from below memory, with *ret_fetch the fetch to wait on: run
- * the request again once it is done. */
-int ops_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg);
-int ops_commit(struct holder *h, uint64_t handle, char *msg);
-int ops_abort(struct holder *h, uint64_t handle, char *msg);
-int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
-		struct fetch **ret_fetch, char *msg);
-int ops_release(struct holder *h, uint64_t handle, char *msg);
-/* force: a lease does not refuse it (a view still does). */
-int ops_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg);
-/* Remove committed objects whose key starts with prefix, in a bounded
- * slice of the index from cursor; returns the next cursor, UINT64_MAX when
- * the walk is done.  Viewed objects, and leased ones without force, are
- * counted in *ret_skipped. */
-uint64_t ops_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
-			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped);
-int ops_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
-	    char *msg);
-int ops_unpin(struct daemon *d, const void *key, size_t key_len, char *msg);
-/* Present or not; a hit counts as a use for LRU and grants a lease. */
-bool ops_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch);
-
 /* Registered buffers (buffer.c): memory both the client and the daemon map. */
 struct buffer {
 	struct shm_segment seg;
@@ -115,3 +71,12 @@ unsigned channel_poll_all(struct daemon *d);
 int channel_setup(struct daemon *d);
 /* Going to sleep (true) or awake (false): tells clients whether to ring. */
 void channel_set_sleeping(struct daemon *d, bool sleeping);
+
+/* Sessions (session.c). */
+int session_new(struct daemon *d, int fd);
+void session_free(struct session *s);
+void session_event(struct session *s, uint32_t events);
+
+/* The listening socket and the signals (server.c). */
+int server_setup(struct daemon *d);
+void server_teardown(struct daemon *d);

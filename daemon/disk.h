@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The disk tier: record files below memory, registered with the store as
+ * its backend (fetch.h) and with the loop as a poller.  main.c starts and
+ * stops it; everything else reaches it through d->below.
+ */
+#pragma once
+
+#include "daemon.h"
+
+/* Set up the tier in --disk-dir and start recovering what it holds; 0
+ * without --disk-dir. */
+int disk_setup(struct daemon *d);
+void disk_teardown(struct daemon *d);

@@ -18,7 +18,6 @@
 
 #include "log.h"
 #include "loop.h"
-#include "ring.h"
 
 #define LOG_TOPIC "loop"
 
@@ -64,6 +63,16 @@ struct loop {
 
 /* epoll tags of the main set that are not a source */
 static char tag_control, tag_doorbell;
+
+/* While spinning: let the sibling hyperthread run. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
 
 static uint64_t now_us(void)
 {

@@ -1,0 +1,57 @@
+#!/bin/sh
+# The dependency rules of docs/ARCHITECTURE.rst, checked by name: every
+# #include "..." of a directory must name a header of a directory it may
+# use.  (Meson also gives each daemon library only the include directories
+# it may use; this catches what a shared directory would let through.)
+set -eu
+cd "${MESON_SOURCE_ROOT:-$(dirname "$0")/..}"
+
+# where a header lives: its directory, as used in the rules below
+where() {
+	case $1 in
+	kvc-config.h) echo build; return ;;
+	kvcache.pb-c.h) echo proto; return ;;
+	kvcache/kvcache.h) echo public; return ;;
+	esac
+	for d in daemon/base daemon/core daemon/local daemon/disk daemon proto shmem client \
+		client/include tools/bench tests/common; do
+		[ -f "$d/$1" ] && { echo "$d"; return; }
+	done
+	echo unknown
+}
+
+# allowed DIR: the directories a source directory may include from
+allowed() {
+	case $1 in
+	daemon/base) echo "daemon/base build" ;;
+	daemon/core) echo "daemon/base daemon/core daemon shmem proto build" ;;
+	daemon/local) echo "daemon/base daemon/core daemon/local daemon shmem proto build" ;;
+	daemon/disk) echo "daemon/base daemon/core daemon/disk daemon shmem proto build" ;;
+	daemon) echo "daemon/base daemon/core daemon/local daemon/disk daemon shmem proto build" ;;
+	proto) echo "proto build" ;;
+	shmem) echo "shmem build" ;;
+	client) echo "client client/include public shmem proto build" ;;
+	tools | tools/bench) echo "tools/bench public build" ;;
+	esac
+}
+
+bad=0
+for dir in daemon/base daemon/core daemon/local daemon/disk daemon proto shmem client tools \
+	tools/bench; do
+	ok=$(allowed "$dir")
+	for f in "$dir"/*.c "$dir"/*.h; do
+		[ -f "$f" ] || continue
+		for inc in $(sed -n 's/^#include "\(.*\)".*/\1/p' "$f"); do
+			home=$(where "$inc")
+			case " $ok " in
+			*" $home "*) ;;
+			*)
+				echo "$f includes \"$inc\" from $home: $dir may use only: $ok" >&2
+				bad=1
+				;;
+			esac
+		done
+	done
+done
+[ "$bad" = 0 ] && echo "includes: every directory uses only what it may"
+exit "$bad"

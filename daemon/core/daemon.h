@@ -78,6 +78,27 @@ enum object_flags {
 	OBJ_PROMOTE = 1u << 4,   /* queued for promotion */
 };
 
+/*
+ * Where an object's bytes are:
+ *
+ *  RESERVED --commit--> MEMORY --evicted, copy below--> BELOW
+ *                        ^  |                             |
+ *                        |  +--evicted, no copy--> (dropped)  acquire,
+ *                        |                             |  prefetch
+ *                        +---- fetch done <-- FETCHING <--+
+ *                                  (failed: back to BELOW)
+ *
+ * MEMORY objects have a block in their tier; MEMORY -> MEMORY moves
+ * (promotion, demotion) need views == 0.  BELOW and FETCHING hold no
+ * block: their tier is the disk tier's bookkeeping.
+ */
+enum object_where {
+	OBJ_RESERVED,
+	OBJ_MEMORY,
+	OBJ_BELOW,
+	OBJ_FETCHING,
+};
+
 struct object {
 	struct object *hnext;             /* hash chain */
 	struct object *lru_prev, *lru_next; /* in its tier's list o->list */
@@ -97,6 +118,7 @@ struct object {
 	uint32_t views;
 	uint32_t flags;
 	uint8_t list;                     /* enum obj_list */
+	uint8_t where;                    /* enum object_where */
 	bool dirty;                       /* on d->dirty */
 	uint32_t hits;                    /* in this tier, for promotion */
 	uint32_t key_len;

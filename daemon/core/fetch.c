@@ -28,6 +28,7 @@ int store_fetch(struct daemon *d, struct object *o, struct fetch **ret)
 		free(f);
 		return r;
 	}
+	o->where = OBJ_FETCHING;
 	object_place(d, o, false); /* held while it comes back */
 	*ret = f;
 	return 0;
@@ -64,6 +65,8 @@ void fetch_done(struct daemon *d, struct object *o, int res)
 	if (!f)
 		return;
 	o->fetch = NULL;
+	if (o->where == OBJ_FETCHING)
+		o->where = OBJ_BELOW; /* it did not come: still only below */
 	if (o->flags & OBJ_COMMITTED)
 		object_place(d, o, false);
 	/* each waiter leaves the list before its done() runs, which may

@@ -168,7 +168,7 @@ int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent
 			t->st.misses++;
 		return -ENOENT;
 	}
-	if (o->tier == &d->disk_tier) {
+	if (o->where == OBJ_BELOW || o->where == OBJ_FETCHING) {
 		/* below memory: bring it back; the caller waits on the fetch */
 		object_hit(d, o, true, true);
 		r = store_fetch(d, o, ret_fetch);
@@ -260,7 +260,7 @@ bool ops_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch
 		return false;
 	object_hit(d, o, true, false);
 	/* a prefix hit on disk: the engine will want it next */
-	if (prefetch && o->tier == &d->disk_tier) {
+	if (prefetch && o->where == OBJ_BELOW) {
 		struct fetch *f;
 
 		store_fetch(d, o, &f);

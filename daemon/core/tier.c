@@ -298,6 +298,7 @@ void object_publish(struct daemon *d, struct object *o)
 	struct object *p = NULL;
 
 	o->flags |= OBJ_COMMITTED;
+	o->where = OBJ_MEMORY;
 	o->committed_ms = now_ms(d);
 	index_insert(&d->index, o);
 	o->tier->objects++;
@@ -367,8 +368,8 @@ void object_hit(struct daemon *d, struct object *o, bool lease, bool counts)
 	for (struct tier *t = d->fastest; t && t != o->tier; t = t->below)
 		t->st.misses++;
 	o->tier->st.hits++;
-	if (o->tier == &d->disk_tier)
-		return;
+	if (o->where != OBJ_MEMORY)
+		return; /* promotion is for memory tiers */
 	o->hits++;
 	if (o->tier != d->fastest && o->hits >= d->cfg->promotion_hits &&
 	    !(o->flags & OBJ_PROMOTE) && o->len <= d->fastest->alloc.size / 4 &&
@@ -448,6 +449,7 @@ static uint64_t demote_to_disk(struct daemon *d, struct tier *t, struct object *
 	shm_alloc_free(&t->alloc, o->block);
 	o->block = NULL;
 	o->tier = disk;
+	o->where = OBJ_BELOW;
 	o->hits = 0;
 	disk->objects++;
 	object_place(d, o, false);
@@ -640,6 +642,7 @@ void tier_readmit(struct daemon *d, struct object *o, struct shm_block *b)
 	disk->objects--;
 	o->tier = dram;
 	o->block = b;
+	o->where = OBJ_MEMORY;
 	o->hits = 0;
 	dram->objects++;
 	object_place(d, o, false);

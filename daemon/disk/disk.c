@@ -343,6 +343,7 @@ static void recover_one(struct daemon *d, struct rec_item *it)
 	o->disk_id = it->id;
 	o->disk_len = disk_record_size(it->h.key_len, it->h.stored_len);
 	o->flags |= OBJ_COMMITTED;
+	o->where = OBJ_BELOW;
 	index_insert(&d->index, o);
 	object_place(d, o, true); /* older than anything stored since the start */
 	t->objects++;

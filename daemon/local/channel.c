@@ -312,7 +312,7 @@ static void *extent_ptr(struct daemon *d, const struct extent *x)
 }
 
 static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const char *key,
-			    char *msg)
+			    struct fetch **ret_fetch, char *msg)
 {
 	struct session *s = ch->s;
 	struct extent x;
@@ -322,7 +322,7 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 	r = load_iovs(ch, e, iov_scratch, &cap);
 	if (r < 0)
 		return r;
-	r = ops_acquire(&s->h, key, e->key_len, &x, &s->pending, msg);
+	r = ops_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
 	if (r < 0)
 		return r;
 	if (x.len > cap)
@@ -365,8 +365,10 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 	return ops_commit(&s->h, x.handle, msg);
 }
 
-/* Run one descriptor (already copied out of the ring). */
-static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *c, char *msg)
+/* Run one descriptor (already copied out of the ring).  -EINPROGRESS:
+ * *ret_fetch is what it waits for (the object comes back from below). */
+static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *c,
+		   struct fetch **ret_fetch, char *msg)
 {
 	struct session *s = ch->s;
 	char key[WIRE_MAX_KEY + 1], parent[WIRE_MAX_KEY + 1];
@@ -401,7 +403,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_EXISTS:
 		return ops_exists(s->d, key, e->key_len, false);
 	case SHM_OP_ACQUIRE:
-		r = ops_acquire(&s->h, key, e->key_len, &x, &s->pending, msg);
+		r = ops_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
 		break;
 	case SHM_OP_RELEASE:
 		return ops_release(&s->h, e->arg, msg);
@@ -435,7 +437,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_PREFIX_LOOKUP:
 		return run_keys(ch, e, true);
 	case SHM_OP_GET_INTO:
-		return run_get_into(ch, e, key, msg);
+		return run_get_into(ch, e, key, ret_fetch, msg);
 	case SHM_OP_PUT_FROM:
 		return run_put_from(ch, e, key, has_parent ? parent : NULL, msg);
 	default:
@@ -513,7 +515,7 @@ static void complete(struct channel *ch, const struct shm_sqe *e, struct shm_cqe
 	post(ch, c);
 }
 
-static void park(struct channel *ch, const struct shm_sqe *e);
+static void park(struct channel *ch, const struct shm_sqe *e, struct fetch *f);
 
 static void unpark(struct parked *p)
 {
@@ -536,18 +538,18 @@ static void unparked(struct waiter *w, int res)
 	struct channel *ch = p->ch;
 	char msg[OPS_MSG_MAX] = "";
 	struct shm_cqe c = { 0 };
+	struct fetch *f = NULL;
 	int64_t r = res;
 
 	unpark(p);
 	if (res == 0)
-		r = run(ch, &p->e, &c, msg);
+		r = run(ch, &p->e, &c, &f, msg);
 	else if (res == -EBADMSG)
 		snprintf(msg, sizeof(msg), "the object's record on disk is damaged; it was dropped");
-	if (r == -EINPROGRESS && ch->s->pending)
-		park(ch, &p->e); /* evicted again before it ran: wait again */
+	if (r == -EINPROGRESS && f)
+		park(ch, &p->e, f); /* evicted again before it ran: wait again */
 	else
 		complete(ch, &p->e, &c, r == -EINPROGRESS ? -EIO : r, msg);
-	ch->s->pending = NULL;
 	free(p);
 	wake_client(ch);
 }
@@ -573,15 +575,14 @@ static struct parked *parked_new(struct channel *ch, const struct shm_sqe *e)
 	return p;
 }
 
-static void park(struct channel *ch, const struct shm_sqe *e)
+static void park(struct channel *ch, const struct shm_sqe *e, struct fetch *f)
 {
 	struct parked *p = parked_new(ch, e);
 
 	if (!p)
 		return;
 	p->w.done = unparked;
-	fetch_wait(ch->s->pending, &p->w);
-	ch->s->pending = NULL;
+	fetch_wait(f, &p->w);
 }
 
 static bool is_put(const struct shm_sqe *e)
@@ -621,11 +622,12 @@ static unsigned retry_space(struct daemon *d)
 		struct channel *ch = p->ch;
 		char msg[OPS_MSG_MAX] = "";
 		struct shm_cqe c = { 0 };
+		struct fetch *f = NULL; /* puts never wait on one */
 		int64_t r;
 
 		list = p->snext;
 		p->snext = p->sprev = NULL;
-		r = run(ch, &p->e, &c, msg);
+		r = run(ch, &p->e, &c, &f, msg);
 		if (r == -EAGAIN && now_ms(d) < p->deadline) {
 			space_append(d, p);
 			continue;
@@ -659,6 +661,7 @@ static unsigned poll_channel(struct channel *ch)
 	while (ready > 0 && done < ROUND_BUDGET) {
 		struct shm_sqe e;
 		struct shm_cqe c = { 0 };
+		struct fetch *f;
 		int64_t r;
 
 		/* Every request may need a completion slot; wait for one rather
@@ -669,10 +672,10 @@ static unsigned poll_channel(struct channel *ch)
 		ring_consume(&ch->sq, 1);
 		ready--;
 		msg[0] = '\0';
-		ch->s->pending = NULL;
-		r = run(ch, &e, &c, msg);
-		if (r == -EINPROGRESS && ch->s->pending)
-			park(ch, &e);
+		f = NULL;
+		r = run(ch, &e, &c, &f, msg);
+		if (r == -EINPROGRESS && f)
+			park(ch, &e, f);
 		else if (r == -EAGAIN && is_put(&e) && ch->s->d->cfg->spill_wait_ms)
 			park_space(ch, &e);
 		else

@@ -39,7 +39,6 @@ struct session {
 
 	struct channel *channels[SESSION_MAX_CHANNELS];
 	unsigned n_channels;
-	struct fetch *pending;  /* set with -EINPROGRESS: what the request waits for */
 	/* an acquire on the socket waiting for its object to come back from
 	 * disk: the session reads nothing more until it is answered */
 	struct {

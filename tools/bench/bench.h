@@ -122,6 +122,8 @@ void json_result(FILE *f, const struct result *r, const char *system, bool comma
 		finish(res, _n, _t0, now_ns(), _sc, _sd);                       \
 	} while (0)
 
+/* Latency samples and the run's temporary directory (tmpdir). */
+void bench_setup(void);
 void die(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void check(int r, const char *what);
 bool want_op(const char *op);

@@ -92,9 +92,7 @@ int run_churn(uint64_t size)
 	if (!src || !dst)
 		die(0, "%s", "out of memory");
 	memset(src, 0x5a, size);
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
-	if (!mkdtemp(tmpdir))
-		die(0, "%s", "cannot make a temporary directory");
+	bench_setup();
 	if (arg_socket)
 		snprintf(sock, sizeof(sock), "%s", arg_socket);
 	else

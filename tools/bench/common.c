@@ -338,3 +338,12 @@ void start_daemon(char *sock, size_t len, const char *dram, const char *lease_ms
 
 	start_daemon_args(sock, len, extra);
 }
+
+void bench_setup(void)
+{
+	if (!lat)
+		lat = malloc(MAX_SAMPLES * sizeof(*lat));
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
+	if (!lat || !mkdtemp(tmpdir))
+		die(0, "%s", "cannot set up (memory or a directory in /tmp)");
+}

@@ -249,9 +249,7 @@ int run_disk(const char *dir, const uint64_t *sizes, size_t n, const char *compr
 
 	if (!dir)
 		dir = "/var/tmp";
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
-	if (!mkdtemp(tmpdir))
-		die(0, "%s", "cannot make a temporary directory");
+	bench_setup();
 	printf("kvcache-bench disk: %s, %" PRIu64 " MiB per measurement, medians of %d runs "
 	       "interleaved on the same directory\n", dir, total >> 20, DISK_REPS);
 	printf("%-7s %6s %10s %10s %10s %10s %9s %9s\n", "values", "size", "raw write", "spill",

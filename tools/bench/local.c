@@ -161,9 +161,7 @@ int run_local(void)
 		src[i] = (uint8_t) (i * 131 + (i >> 12));
 	memset(dst, 0, max_size);
 
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
-	if (!mkdtemp(tmpdir))
-		die(0, "%s", "cannot make a temporary directory");
+	bench_setup();
 	if (arg_socket)
 		snprintf(sock, sizeof(sock), "%s", arg_socket);
 	else /* no leases: each cell removes what it read before the next */

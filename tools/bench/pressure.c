@@ -117,10 +117,7 @@ int run_objects(void)
 	char sock[200], disk[300];
 	double rate;
 
-	lat = malloc(MAX_SAMPLES * sizeof(*lat));
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
-	if (!lat || !mkdtemp(tmpdir))
-		die(0, "%s", "cannot set up");
+	bench_setup();
 	if (arg_fill_disk) {
 		const char *extra[] = { "--dram-size", "64MiB", "--disk-dir", disk, "--disk-size",
 					"64GiB", "--default-kv-lease-ttl", "0", NULL };
@@ -197,10 +194,7 @@ int run_pinned(void)
 	struct result a, b;
 	char text[80];
 
-	lat = malloc(MAX_SAMPLES * sizeof(*lat));
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
-	if (!lat || !mkdtemp(tmpdir))
-		die(0, "%s", "cannot set up");
+	bench_setup();
 	printf("kvcache-bench local --pinned %" PRIu64 ": 1 KiB puts into a full 128 MiB pool, "
 	       "each evicting, %.1f s per cell\n", arg_pinned, arg_duration);
 	evicting_puts(0, &a);
@@ -223,10 +217,7 @@ int run_leased(void)
 	char sock[200], key[96];
 	uint64_t pool, enospc = 0, dropped = 0;
 
-	lat = malloc(MAX_SAMPLES * sizeof(*lat));
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
-	if (!lat || !mkdtemp(tmpdir))
-		die(0, "%s", "cannot set up");
+	bench_setup();
 	start_daemon(sock, sizeof(sock), "16MiB", "600000");
 	check(kvc_connect(sock, &c), "connect");
 	counters_init(&k, daemon_pid);
@@ -277,9 +268,9 @@ int run_burst(void)
 	struct kvc_client *c;
 	uint64_t t0, lost = 0, t_put;
 
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
+	bench_setup();
 	snprintf(disk, sizeof(disk), "%s/bench-burst-XXXXXX", dir);
-	if (!v || !out || !mkdtemp(tmpdir) || !mkdtemp(disk))
+	if (!v || !out || !mkdtemp(disk))
 		die(0, "%s", "cannot set up");
 	{
 		const char *extra[] = { "--dram-size", "64MiB", "--disk-dir", disk,
@@ -327,9 +318,9 @@ int run_recovery(void)
 	struct kvc_client *c;
 	uint64_t t0, t_answer, t_done;
 
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvcache-bench-XXXXXX");
+	bench_setup();
 	snprintf(disk, sizeof(disk), "%s/bench-recovery-XXXXXX", dir);
-	if (!mkdtemp(tmpdir) || !mkdtemp(disk))
+	if (!mkdtemp(disk))
 		die(0, "%s", "cannot set up");
 	start_daemon_args(sock, sizeof(sock), extra);
 	check(kvc_connect(sock, &c), "connect");

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The object operations every transport uses (ops.c): a local session's
+ * The object operations every transport uses (store.c): a local session's
  * socket and channels now, a peer connection next.  Reservations and views
  * are taken on behalf of a holder (holder.h); nothing here knows about
  * sockets, rings or peers, and nothing blocks.
@@ -14,7 +14,7 @@
 #include "daemon.h"
 #include "holder.h"
 
-#define OPS_MSG_MAX 256
+#define STORE_MSG_MAX 256
 
 /* Where an object's bytes are, as a client sees them. */
 struct extent {
@@ -35,28 +35,28 @@ struct put_args {
 	int tier;
 };
 
-/* Each returns 0 or -errno; msg (OPS_MSG_MAX bytes) may explain an error.
+/* Each returns 0 or -errno; msg (STORE_MSG_MAX bytes) may explain an error.
  * What a holder takes (reservations, views) is its until given back or
- * holder_done().  ops_acquire() returns -EINPROGRESS for an object being
+ * holder_done().  store_acquire() returns -EINPROGRESS for an object being
  * brought back from below memory, with *ret_fetch the fetch to wait on: run
  * the request again once it is done. */
-int ops_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg);
-int ops_commit(struct holder *h, uint64_t handle, char *msg);
-int ops_abort(struct holder *h, uint64_t handle, char *msg);
-int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
+int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg);
+int store_commit(struct holder *h, uint64_t handle, char *msg);
+int store_abort(struct holder *h, uint64_t handle, char *msg);
+int store_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
 		struct fetch **ret_fetch, char *msg);
-int ops_release(struct holder *h, uint64_t handle, char *msg);
+int store_release(struct holder *h, uint64_t handle, char *msg);
 /* force: a lease does not refuse it (a view still does). */
-int ops_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg);
+int store_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg);
 /* Remove committed objects whose key starts with prefix, in a bounded
  * slice of the index from cursor; returns the next cursor, UINT64_MAX when
  * the walk is done.  Viewed objects, and leased ones without force, are
  * counted in *ret_skipped. */
-uint64_t ops_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
+uint64_t store_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
 			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped);
-int ops_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
+int store_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
 	    char *msg);
-int ops_unpin(struct daemon *d, const void *key, size_t key_len, char *msg);
+int store_unpin(struct daemon *d, const void *key, size_t key_len, char *msg);
 /* Present or not; a hit counts as a use for LRU and grants a lease. */
-bool ops_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch);
+bool store_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch);
 

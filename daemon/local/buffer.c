@@ -24,7 +24,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 	void *base;
 
 	if (size == 0 || size > BUFFER_MAX_TOTAL - s->buffer_bytes) {
-		snprintf(msg, OPS_MSG_MAX, "registered buffers are limited to %llu bytes per client",
+		snprintf(msg, STORE_MSG_MAX, "registered buffers are limited to %llu bytes per client",
 			 (unsigned long long) BUFFER_MAX_TOTAL);
 		return size == 0 ? -EINVAL : -E2BIG;
 	}
@@ -32,7 +32,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 	/* main() resolves 0 to half of RAM; 0 left here means no limit */
 	limit = s->d->cfg->max_registered ? s->d->cfg->max_registered : UINT64_MAX;
 	if (s->d->registered_bytes > limit || total > limit - s->d->registered_bytes) {
-		snprintf(msg, OPS_MSG_MAX, "registered buffers of all clients would exceed "
+		snprintf(msg, STORE_MSG_MAX, "registered buffers of all clients would exceed "
 			 "--max-registered-bytes (%llu bytes; %llu in use)",
 			 (unsigned long long) limit,
 			 (unsigned long long) s->d->registered_bytes);

@@ -76,11 +76,11 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 	int r;
 
 	if (s->n_channels == SESSION_MAX_CHANNELS) {
-		snprintf(msg, OPS_MSG_MAX, "at most %d channels per connection", SESSION_MAX_CHANNELS);
+		snprintf(msg, STORE_MSG_MAX, "at most %d channels per connection", SESSION_MAX_CHANNELS);
 		return -EMFILE;
 	}
 	if (s->d->n_channels >= s->d->cfg->max_channels) {
-		snprintf(msg, OPS_MSG_MAX, "kvcached has %u channels open, its limit (--max-channels)",
+		snprintf(msg, STORE_MSG_MAX, "kvcached has %u channels open, its limit (--max-channels)",
 			 s->d->n_channels);
 		s->d->stats.refused_channels++;
 		return -EMFILE;
@@ -244,7 +244,7 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix)
 
 			if (r < 0)
 				return r;
-			hit = ops_exists(ch->s->d, key, refs[j].len, prefix);
+			hit = store_exists(ch->s->d, key, refs[j].len, prefix);
 			count += hit;
 			if (out)
 				out[i + j] = hit;
@@ -322,14 +322,14 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 	r = load_iovs(ch, e, iov_scratch, &cap);
 	if (r < 0)
 		return r;
-	r = ops_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
+	r = store_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
 	if (r < 0)
 		return r;
 	if (x.len > cap)
 		r = -ENOBUFS;
 	else
 		r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->d, &x), x.len, false);
-	ops_release(&s->h, x.handle, msg);
+	store_release(&s->h, x.handle, msg);
 	return r < 0 ? r : (int64_t) x.len;
 }
 
@@ -354,15 +354,15 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 		return r;
 	if (a.len == 0)
 		return -EINVAL;
-	r = ops_reserve(&s->h, &a, &x, msg);
+	r = store_reserve(&s->h, &a, &x, msg);
 	if (r < 0)
 		return r;
 	r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->d, &x), x.len, true);
 	if (r < 0) {
-		ops_abort(&s->h, x.handle, msg);
+		store_abort(&s->h, x.handle, msg);
 		return r;
 	}
-	return ops_commit(&s->h, x.handle, msg);
+	return store_commit(&s->h, x.handle, msg);
 }
 
 /* Run one descriptor (already copied out of the ring).  -EINPROGRESS:
@@ -401,12 +401,12 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_NOP:
 		return 0;
 	case SHM_OP_EXISTS:
-		return ops_exists(s->d, key, e->key_len, false);
+		return store_exists(s->d, key, e->key_len, false);
 	case SHM_OP_ACQUIRE:
-		r = ops_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
+		r = store_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
 		break;
 	case SHM_OP_RELEASE:
-		return ops_release(&s->h, e->arg, msg);
+		return store_release(&s->h, e->arg, msg);
 	case SHM_OP_RESERVE: {
 		struct put_args a = {
 			.key = key,
@@ -421,17 +421,17 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 
 		if (e->arg == 0)
 			return -EINVAL;
-		r = ops_reserve(&s->h, &a, &x, msg);
+		r = store_reserve(&s->h, &a, &x, msg);
 		break;
 	}
 	case SHM_OP_COMMIT:
-		return ops_commit(&s->h, e->arg, msg);
+		return store_commit(&s->h, e->arg, msg);
 	case SHM_OP_ABORT:
-		return ops_abort(&s->h, e->arg, msg);
+		return store_abort(&s->h, e->arg, msg);
 	case SHM_OP_REMOVE:
 		if (e->arg & ~(uint64_t) WIRE_REMOVE_KNOWN)
 			return -EINVAL;
-		return ops_remove(s->d, key, e->key_len, e->arg & WIRE_REMOVE_FORCE, msg);
+		return store_remove(s->d, key, e->key_len, e->arg & WIRE_REMOVE_FORCE, msg);
 	case SHM_OP_BATCH_EXISTS:
 		return run_keys(ch, e, false);
 	case SHM_OP_PREFIX_LOOKUP:
@@ -536,7 +536,7 @@ static void unparked(struct waiter *w, int res)
 {
 	struct parked *p = (struct parked *) w;
 	struct channel *ch = p->ch;
-	char msg[OPS_MSG_MAX] = "";
+	char msg[STORE_MSG_MAX] = "";
 	struct shm_cqe c = { 0 };
 	struct fetch *f = NULL;
 	int64_t r = res;
@@ -620,7 +620,7 @@ static unsigned retry_space(struct daemon *d)
 	while (list) {
 		struct parked *p = list;
 		struct channel *ch = p->ch;
-		char msg[OPS_MSG_MAX] = "";
+		char msg[STORE_MSG_MAX] = "";
 		struct shm_cqe c = { 0 };
 		struct fetch *f = NULL; /* puts never wait on one */
 		int64_t r;
@@ -645,7 +645,7 @@ static unsigned retry_space(struct daemon *d)
 /* Drain one channel, within the round's budget. */
 static unsigned poll_channel(struct channel *ch)
 {
-	char msg[OPS_MSG_MAX];
+	char msg[STORE_MSG_MAX];
 	unsigned done = 0;
 	int64_t ready;
 

@@ -151,7 +151,7 @@ struct reply {
 	Kvc__Response resp;
 	Kvc__Extent extent;
 	Kvc__ExistsResp exists;
-	char msg[OPS_MSG_MAX];
+	char msg[STORE_MSG_MAX];
 	void *free1, *free2; /* scratch released after sending */
 	int fds[2];          /* sent with the response */
 	size_t n_fds;
@@ -186,7 +186,7 @@ static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply
 			a.parent_len = rq->opts->parent_key.len;
 		}
 	}
-	r = ops_reserve(&s->h, &a, &e, rep->msg);
+	r = store_reserve(&s->h, &a, &e, rep->msg);
 	if (r == 0)
 		set_extent(rep, &e);
 	return r;
@@ -202,7 +202,7 @@ static int op_acquire(struct session *s, uint32_t seq, const ProtobufCBinaryData
 {
 	struct extent e;
 	struct fetch *pending = NULL;
-	int r = ops_acquire(&s->h, key->data, key->len, &e, &pending, rep->msg);
+	int r = store_acquire(&s->h, key->data, key->len, &e, &pending, rep->msg);
 
 	if (r == -EINPROGRESS && pending && key->len <= sizeof(s->parked.key)) {
 		s->parked.active = true;
@@ -238,7 +238,7 @@ static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struc
 		rep->free1 = present;
 	}
 	for (size_t i = 0; i < kq->n_keys; i++) {
-		if (ops_exists(s->d, kq->keys[i].data, kq->keys[i].len, prefix)) {
+		if (store_exists(s->d, kq->keys[i].data, kq->keys[i].len, prefix)) {
 			count++;
 			if (present)
 				present[i] = 1;
@@ -555,7 +555,7 @@ static int op_remove_prefix(struct session *s, const Kvc__RemoveReq *rq, struct 
 	if (!rr)
 		return -ENOMEM;
 	kvc__remove_resp__init(rr);
-	next = ops_remove_prefix(s->d, rq->prefix.data, rq->prefix.len,
+	next = store_remove_prefix(s->d, rq->prefix.data, rq->prefix.len,
 				 rq->flags & WIRE_REMOVE_FORCE, rq->cursor,
 				 &rr->removed, &rr->skipped);
 	rr->done = next == UINT64_MAX;
@@ -634,10 +634,10 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_reserve(s, q->reserve, &rep);
 		break;
 	case KVC__OP__OP_COMMIT:
-		r = ops_commit(&s->h, q->handle->handle, rep.msg);
+		r = store_commit(&s->h, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_ABORT:
-		r = ops_abort(&s->h, q->handle->handle, rep.msg);
+		r = store_abort(&s->h, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_ACQUIRE:
 		r = op_acquire(s, h->seq, &q->key->key, &rep);
@@ -648,7 +648,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		}
 		break;
 	case KVC__OP__OP_RELEASE:
-		r = ops_release(&s->h, q->handle->handle, rep.msg);
+		r = store_release(&s->h, q->handle->handle, rep.msg);
 		break;
 	case KVC__OP__OP_EXISTS: {
 		Kvc__KeysReq one = KVC__KEYS_REQ__INIT;
@@ -665,7 +665,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_keys(s, q->keys, true, &rep);
 		break;
 	case KVC__OP__OP_REMOVE:
-		r = ops_remove(d, q->key->key.data, q->key->key.len, false, rep.msg);
+		r = store_remove(d, q->key->key.data, q->key->key.len, false, rep.msg);
 		break;
 	case KVC__OP__OP_STATUS:
 		r = op_status(s, &rep);
@@ -708,10 +708,10 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_remove_prefix(s, q->remove, &rep);
 		break;
 	case KVC__OP__OP_PIN:
-		r = ops_pin(d, q->pin->key.data, q->pin->key.len, q->pin->hard, q->pin->ttl_ms, rep.msg);
+		r = store_pin(d, q->pin->key.data, q->pin->key.len, q->pin->hard, q->pin->ttl_ms, rep.msg);
 		break;
 	case KVC__OP__OP_UNPIN:
-		r = ops_unpin(d, q->key->key.data, q->key->key.len, rep.msg);
+		r = store_unpin(d, q->key->key.data, q->key->key.len, rep.msg);
 		break;
 	case KVC__OP__OP_BUFFER_FREE: {
 		uint32_t i;

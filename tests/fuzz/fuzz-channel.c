@@ -29,7 +29,7 @@ static void setup(void)
 {
 	int sv[2], fds[2], bfd;
 	uint64_t h;
-	char msg[OPS_MSG_MAX];
+	char msg[STORE_MSG_MAX];
 	void *p;
 
 	config_init(&cfg);

@@ -21,19 +21,19 @@
 
 static struct config cfg;
 static struct daemon d = { .cfg = &cfg };
-static char msg[OPS_MSG_MAX];
+static char msg[STORE_MSG_MAX];
 
 static int put(struct holder *h, const char *key, uint32_t len, uint32_t flags, const char *parent)
 {
 	struct put_args a = { .key = key, .key_len = strlen(key), .len = len, .flags = flags,
 			      .parent = parent, .parent_len = parent ? strlen(parent) : 0 };
 	struct extent x;
-	int r = ops_reserve(h, &a, &x, msg);
+	int r = store_reserve(h, &a, &x, msg);
 
 	if (r < 0)
 		return r;
 	memset((uint8_t *) d.tiers[x.segment].seg.base + x.offset, key[0], len);
-	return ops_commit(h, x.handle, msg);
+	return store_commit(h, x.handle, msg);
 }
 
 static bool present(const char *key)
@@ -58,28 +58,28 @@ static void test_put_semantics(struct holder *a, struct holder *b)
 	struct fetch *f = NULL;
 	uint64_t used = d.tiers[0].alloc.used;
 
-	CHECK_EQ(ops_reserve(a, &pa, &xa, msg), 0);
+	CHECK_EQ(store_reserve(a, &pa, &xa, msg), 0);
 	CHECK(!present("k"));                       /* invisible until commit */
-	CHECK_EQ(ops_reserve(b, &pa, &xb, msg), 0);
-	CHECK_EQ(ops_commit(a, xa.handle, msg), 0);
-	CHECK_EQ(ops_commit(b, xb.handle, msg), -EEXIST); /* exactly one wins */
-	CHECK_EQ(ops_commit(a, xa.handle, msg), -ESTALE);
+	CHECK_EQ(store_reserve(b, &pa, &xb, msg), 0);
+	CHECK_EQ(store_commit(a, xa.handle, msg), 0);
+	CHECK_EQ(store_commit(b, xb.handle, msg), -EEXIST); /* exactly one wins */
+	CHECK_EQ(store_commit(a, xa.handle, msg), -ESTALE);
 	CHECK(present("k"));
-	CHECK_EQ(ops_acquire(b, "k", 1, &v, &f, msg), 0);
+	CHECK_EQ(store_acquire(b, "k", 1, &v, &f, msg), 0);
 	CHECK_EQ(v.len, 100);
-	CHECK_EQ(ops_remove(&d, "k", 1, true, msg), -EBUSY); /* a view, even forced */
-	CHECK_EQ(ops_release(b, v.handle, msg), 0);
-	CHECK_EQ(ops_release(b, v.handle, msg), -ESTALE);
-	CHECK_EQ(ops_remove(&d, "k", 1, false, msg), 0);
-	CHECK_EQ(ops_remove(&d, "k", 1, false, msg), -ENOENT);
-	CHECK_EQ(ops_reserve(a, &pa, &xa, msg), 0);
-	CHECK_EQ(ops_abort(a, xa.handle, msg), 0);
+	CHECK_EQ(store_remove(&d, "k", 1, true, msg), -EBUSY); /* a view, even forced */
+	CHECK_EQ(store_release(b, v.handle, msg), 0);
+	CHECK_EQ(store_release(b, v.handle, msg), -ESTALE);
+	CHECK_EQ(store_remove(&d, "k", 1, false, msg), 0);
+	CHECK_EQ(store_remove(&d, "k", 1, false, msg), -ENOENT);
+	CHECK_EQ(store_reserve(a, &pa, &xa, msg), 0);
+	CHECK_EQ(store_abort(a, xa.handle, msg), 0);
 	CHECK_EQ(d.tiers[0].alloc.used, used);       /* nothing leaked */
 	pa.len = UINT64_C(1) << 31;
-	CHECK_EQ(ops_reserve(a, &pa, &xa, msg), -E2BIG);
+	CHECK_EQ(store_reserve(a, &pa, &xa, msg), -E2BIG);
 	pa.len = 1;
 	pa.flags = 1u << 7;
-	CHECK_EQ(ops_reserve(a, &pa, &xa, msg), -EINVAL);
+	CHECK_EQ(store_reserve(a, &pa, &xa, msg), -EINVAL);
 }
 
 static void test_eviction(struct holder *h)
@@ -93,7 +93,7 @@ static void test_eviction(struct holder *h)
 	/* hard pins and a view at the old end of the LRU */
 	CHECK_EQ(put(h, "hard", 64 * KiB, WIRE_PUT_HARD_PIN, NULL), 0);
 	CHECK_EQ(put(h, "viewed", 64 * KiB, 0, NULL), 0);
-	CHECK_EQ(ops_acquire(h, "viewed", 6, &v, &f, msg), 0);
+	CHECK_EQ(store_acquire(h, "viewed", 6, &v, &f, msg), 0);
 	CHECK_EQ(put(h, "soft", 64 * KiB, WIRE_PUT_SOFT_PIN, NULL), 0);
 	/* a chain root <- mid <- leaf, older than everything below */
 	CHECK_EQ(put(h, "root", 64 * KiB, 0, NULL), 0);
@@ -120,7 +120,7 @@ static void test_eviction(struct holder *h)
 	CHECK(present("soft"));
 	/* each victim was found by looking at one list tail or so */
 	CHECK(d.stats.evict_examined - examined <= 3 * (d.stats.evictions - 0) + 8);
-	CHECK_EQ(ops_release(h, v.handle, msg), 0);
+	CHECK_EQ(store_release(h, v.handle, msg), 0);
 }
 
 /* A prefix chain is cut from its tail: the oldest block (the chain's
@@ -157,12 +157,12 @@ static void test_enospc(struct holder *h)
 	CHECK(present("hard"));
 	CHECK(!present("soft"));                    /* soft pins go when nothing else is left */
 	a.len = d.tiers[0].alloc.size - 32 * KiB;
-	CHECK_EQ(ops_reserve(h, &a, &x, msg), -ENOSPC);
+	CHECK_EQ(store_reserve(h, &a, &x, msg), -ENOSPC);
 	CHECK(strstr(msg, "hard-pinned"));
-	CHECK_EQ(ops_unpin(&d, "hard", 4, msg), 0);
-	CHECK_EQ(ops_reserve(h, &a, &x, msg), 0);    /* now it gave way */
+	CHECK_EQ(store_unpin(&d, "hard", 4, msg), 0);
+	CHECK_EQ(store_reserve(h, &a, &x, msg), 0);    /* now it gave way */
 	CHECK(!present("hard"));
-	CHECK_EQ(ops_abort(h, x.handle, msg), 0);
+	CHECK_EQ(store_abort(h, x.handle, msg), 0);
 }
 
 int main(void)

@@ -11,7 +11,7 @@
 
 #include "store.h"
 
-#define MSG(...) snprintf(msg, OPS_MSG_MAX, __VA_ARGS__)
+#define MSG(...) snprintf(msg, STORE_MSG_MAX, __VA_ARGS__)
 
 static struct object *lookup(struct daemon *d, const void *key, size_t len)
 {
@@ -28,7 +28,7 @@ static void set_extent(struct extent *e, uint64_t handle, const struct object *o
 	};
 }
 
-int ops_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg)
+int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg)
 {
 	struct daemon *d = h->d;
 	struct object *o;
@@ -103,7 +103,7 @@ int ops_reserve(struct holder *h, const struct put_args *a, struct extent *ret, 
 	return 0;
 }
 
-int ops_commit(struct holder *h, uint64_t handle, char *msg)
+int store_commit(struct holder *h, uint64_t handle, char *msg)
 {
 	struct daemon *d = h->d;
 	struct object *o, *old;
@@ -140,7 +140,7 @@ int ops_commit(struct holder *h, uint64_t handle, char *msg)
 	return 0;
 }
 
-int ops_abort(struct holder *h, uint64_t handle, char *msg)
+int store_abort(struct holder *h, uint64_t handle, char *msg)
 {
 	uint32_t i;
 
@@ -153,7 +153,7 @@ int ops_abort(struct holder *h, uint64_t handle, char *msg)
 	return 0;
 }
 
-int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
+int store_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
 		struct fetch **ret_fetch, char *msg)
 {
 	struct daemon *d = h->d;
@@ -191,7 +191,7 @@ int ops_acquire(struct holder *h, const void *key, size_t key_len, struct extent
 	return 0;
 }
 
-int ops_release(struct holder *h, uint64_t handle, char *msg)
+int store_release(struct holder *h, uint64_t handle, char *msg)
 {
 	uint32_t i;
 
@@ -203,7 +203,7 @@ int ops_release(struct holder *h, uint64_t handle, char *msg)
 	return 0;
 }
 
-int ops_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg)
+int store_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg)
 {
 	struct object *o = lookup(d, key, key_len);
 
@@ -222,7 +222,7 @@ int ops_remove(struct daemon *d, const void *key, size_t key_len, bool force, ch
 	return 0;
 }
 
-int ops_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
+int store_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
 	    char *msg)
 {
 	struct object *o = lookup(d, key, key_len);
@@ -239,7 +239,7 @@ int ops_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32
 	return 0;
 }
 
-int ops_unpin(struct daemon *d, const void *key, size_t key_len, char *msg)
+int store_unpin(struct daemon *d, const void *key, size_t key_len, char *msg)
 {
 	struct object *o = lookup(d, key, key_len);
 
@@ -251,7 +251,7 @@ int ops_unpin(struct daemon *d, const void *key, size_t key_len, char *msg)
 	return 0;
 }
 
-bool ops_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch)
+bool store_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch)
 {
 	struct object *o = lookup(d, key, key_len);
 
@@ -295,7 +295,7 @@ static void remove_matching(void *u, struct object *o)
  * walk.  Keys stored behind the cursor meanwhile are not seen. */
 #define REMOVE_BUCKETS_PER_CALL 16384
 
-uint64_t ops_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
+uint64_t store_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
 			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped)
 {
 	struct remove_walk w = { .d = d, .prefix = prefix, .prefix_len = len, .force = force };

@@ -385,15 +385,22 @@ static uint64_t tick(struct loop *l, uint64_t *prev)
 	return t;
 }
 
-static bool poll_all(struct loop *l)
+/* Run every source of a poll-style list (pollers, idle work): true if
+ * any did work.  A callback may free sources: the next one is read first. */
+static bool run_list(struct loop *l, int which)
 {
 	bool did = false;
 
-	for (struct loop_source *s = l->lists[L_POLLER], *next; s; s = next) {
+	for (struct loop_source *s = l->lists[which], *next; s; s = next) {
 		next = s->next;
 		did |= s->poll(s->userdata);
 	}
 	return did;
+}
+
+static bool poll_all(struct loop *l)
+{
+	return run_list(l, L_POLLER);
 }
 
 static void set_sleeping(struct loop *l, bool sleeping)
@@ -405,13 +412,7 @@ static void set_sleeping(struct loop *l, bool sleeping)
 
 static bool idle_all(struct loop *l)
 {
-	bool did = false;
-
-	for (struct loop_source *s = l->lists[L_IDLE], *next; s; s = next) {
-		next = s->next;
-		did |= s->poll(s->userdata);
-	}
-	return did;
+	return run_list(l, L_IDLE);
 }
 
 /* Timers due now run; returns ms until the next one (-1: none). */

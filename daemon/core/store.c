@@ -140,17 +140,26 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 	return 0;
 }
 
-int store_abort(struct holder *h, uint64_t handle, char *msg)
+/* Give back what a handle of this kind names: 0, or -ESTALE. */
+static int give_back(struct holder *h, uint64_t handle, uint8_t kind, const char *what, char *msg)
 {
 	uint32_t i;
 
-	if (!holder_get(h, handle, SLOT_RESERVE, &i)) {
-		MSG("no such reservation");
+	if (!holder_get(h, handle, kind, &i)) {
+		MSG("no such %s", what);
 		return -ESTALE;
 	}
 	holder_release(h, i);
-	h->d->stats.aborts++;
 	return 0;
+}
+
+int store_abort(struct holder *h, uint64_t handle, char *msg)
+{
+	int r = give_back(h, handle, SLOT_RESERVE, "reservation", msg);
+
+	if (r == 0)
+		h->d->stats.aborts++;
+	return r;
 }
 
 int store_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
@@ -193,14 +202,7 @@ int store_acquire(struct holder *h, const void *key, size_t key_len, struct exte
 
 int store_release(struct holder *h, uint64_t handle, char *msg)
 {
-	uint32_t i;
-
-	if (!holder_get(h, handle, SLOT_VIEW, &i)) {
-		MSG("no such view");
-		return -ESTALE;
-	}
-	holder_release(h, i);
-	return 0;
+	return give_back(h, handle, SLOT_VIEW, "view", msg);
 }
 
 int store_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg)

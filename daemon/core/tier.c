@@ -405,6 +405,23 @@ const char *object_protected(const struct daemon *d, const struct object *o, boo
 
 /* ---- moving between tiers ---- */
 
+/* o now lives in tier `to` (in block b, NULL below memory): counts, lists
+ * and bytes moved follow.  Its old block is the caller's. */
+static void rehome(struct daemon *d, struct object *o, struct tier *to, struct shm_block *b,
+		   enum object_where where)
+{
+	object_unplace(d, o);
+	o->tier->objects--;
+	o->tier = to;
+	o->block = b;
+	o->where = (uint8_t) where;
+	o->hits = 0;
+	to->objects++;
+	object_place(d, o, false);
+	to->st.bytes_moved += o->len;
+	d->stats.bytes_moved += o->len;
+}
+
 /* Copy o into tier `to` and switch it over.  Only for objects without
  * views: nobody can be reading the old bytes. */
 static int move(struct daemon *d, struct object *o, struct tier *to, bool may_evict)
@@ -426,15 +443,8 @@ static int move(struct daemon *d, struct object *o, struct tier *to, bool may_ev
 	}
 	memcpy((uint8_t *) to->seg.base + b->offset, (uint8_t *) from->seg.base + o->block->offset,
 	       o->len);
-	from->objects--;
 	shm_alloc_free(&from->alloc, o->block);
-	o->block = b;
-	o->tier = to;
-	o->hits = 0;
-	to->objects++;
-	object_place(d, o, false);
-	to->st.bytes_moved += o->len;
-	d->stats.bytes_moved += o->len;
+	rehome(d, o, to, b, OBJ_MEMORY);
 	return 0;
 }
 
@@ -444,19 +454,10 @@ static uint64_t demote_to_disk(struct daemon *d, struct tier *t, struct object *
 	struct tier *disk = &d->disk_tier;
 	uint64_t size = o->block->size;
 
-	object_unplace(d, o);
-	t->objects--;
 	shm_alloc_free(&t->alloc, o->block);
-	o->block = NULL;
-	o->tier = disk;
-	o->where = OBJ_BELOW;
-	o->hits = 0;
-	disk->objects++;
-	object_place(d, o, false);
+	rehome(d, o, disk, NULL, OBJ_BELOW);
 	disk->st.demotions++;
-	disk->st.bytes_moved += o->len;
 	d->stats.demotions++;
-	d->stats.bytes_moved += o->len;
 	return size;
 }
 
@@ -636,20 +637,11 @@ void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_
 
 void tier_readmit(struct daemon *d, struct object *o, struct shm_block *b)
 {
-	struct tier *dram = &d->tiers[0], *disk = o->tier;
+	struct tier *dram = &d->tiers[0];
 
-	object_unplace(d, o);
-	disk->objects--;
-	o->tier = dram;
-	o->block = b;
-	o->where = OBJ_MEMORY;
-	o->hits = 0;
-	dram->objects++;
-	object_place(d, o, false);
+	rehome(d, o, dram, b, OBJ_MEMORY);
 	dram->st.promotions++;
-	dram->st.bytes_moved += o->len;
 	d->stats.promotions++;
-	d->stats.bytes_moved += o->len;
 }
 
 /* The disk tier keeps its capacity and bytes in use in the same fields

@@ -9,7 +9,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "tier.h"
 #include "kvc-config.h"
 #include "log.h"
 #include "disk.h"
@@ -50,7 +50,8 @@ static void free_at_exit(void *u, struct object *o)
 int main(int argc, char **argv)
 {
 	struct config cfg;
-	struct daemon d = { .cfg = &cfg };
+	struct store st = { .cfg = &cfg };
+	struct server sv = { .st = &st, .cfg = &cfg };
 	char err[CONFIG_ERR_MAX] = "";
 	const char *env;
 	int r;
@@ -101,18 +102,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvcached: invalid log level specification in KVCACHE_LOG\n");
 		return 2;
 	}
-	r = shm_socket_path(cfg.socket, d.socket_path, sizeof(d.socket_path));
+	r = shm_socket_path(cfg.socket, sv.socket_path, sizeof(sv.socket_path));
 	if (r < 0) {
 		fprintf(stderr, "kvcached: socket path too long (at most %zu bytes)\n",
-			sizeof(d.socket_path) - 1);
+			sizeof(sv.socket_path) - 1);
 		return 2;
 	}
-	if (getrandom(&d.generation, sizeof(d.generation), 0) != sizeof(d.generation))
-		d.generation = (uint64_t) getpid() << 32 ^ (uint64_t) time(NULL);
-	clock_gettime(CLOCK_MONOTONIC, &d.started);
+	if (getrandom(&st.generation, sizeof(st.generation), 0) != sizeof(st.generation))
+		st.generation = (uint64_t) getpid() << 32 ^ (uint64_t) time(NULL);
+	clock_gettime(CLOCK_MONOTONIC, &sv.started);
 	if (cfg.config_path[0])
 		log_info("configuration read from %s", cfg.config_path);
-	d.listen_fd = d.signal_fd = d.lock_fd = -1;
+	sv.listen_fd = sv.signal_fd = sv.lock_fd = -1;
 
 	/* Before any thread starts: every thread inherits the mask, and the
 	 * signals arrive through a signalfd only. */
@@ -124,43 +125,44 @@ int main(int argc, char **argv)
 		sigaddset(&mask, SIGINT);
 		sigprocmask(SIG_BLOCK, &mask, NULL);
 	}
-	r = index_init(&d.index);
+	r = index_init(&st.index);
 	if (r < 0)
 		return 1;
-	r = loop_new(cfg.poll_us, &d.loop);
+	r = loop_new(cfg.poll_us, &st.loop);
 	if (r < 0) {
 		log_error("Failed to set up the event loop: %s", strerror(-r));
-		index_done(&d.index);
+		index_done(&st.index);
 		return 1;
 	}
-	r = server_setup(&d);
+	sv.loop = st.loop;
+	r = server_setup(&sv);
 	if (r < 0)
 		goto out;
-	r = channel_setup(&d);
+	r = channel_setup(&sv);
 	if (r < 0)
 		goto out;
-	r = loop_add_idle(d.loop, maintain, &d, &d.maintain_src);
+	r = loop_add_idle(st.loop, maintain, &st, &st.maintain_src);
 	if (r < 0)
 		goto out;
-	r = tier_setup(&d);
+	r = tier_setup(&st);
 	if (r < 0)
 		goto out;
-	r = disk_setup(&d);
+	r = disk_setup(&st);
 	if (r < 0)
 		goto out;
 	log_notice("kvcached %s listening on %s (dram %llu bytes, %s pages)", KVC_VERSION,
-		   d.socket_path, (unsigned long long) cfg.dram_size, d.hugepages ? "2 MiB" : "4 KiB");
-	r = loop_run(d.loop);
+		   sv.socket_path, (unsigned long long) cfg.dram_size, st.hugepages ? "2 MiB" : "4 KiB");
+	r = loop_run(st.loop);
 out:
-	server_teardown(&d);
+	server_teardown(&sv);
 	/* Wait for disk I/O in flight, then free every object without
 	 * touching its record: records are what survives a restart. */
-	disk_teardown(&d);
-	if (d.index.buckets)
-		index_walk(&d.index, free_at_exit, &d);
-	tier_teardown(&d);
-	index_done(&d.index);
-	loop_free(d.loop);
+	disk_teardown(&st);
+	if (st.index.buckets)
+		index_walk(&st.index, free_at_exit, &st);
+	tier_teardown(&st);
+	index_done(&st.index);
+	loop_free(st.loop);
 	if (r == 0)
 		log_notice("stopped");
 	return r < 0 ? 1 : 0;

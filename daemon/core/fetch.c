@@ -3,10 +3,10 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon.h"
+#include "tier.h"
 #include "fetch.h"
 
-int store_fetch(struct daemon *d, struct object *o, struct fetch **ret)
+int store_fetch(struct store *st, struct object *o, struct fetch **ret)
 {
 	struct fetch *f;
 	int r;
@@ -15,21 +15,21 @@ int store_fetch(struct daemon *d, struct object *o, struct fetch **ret)
 		*ret = o->fetch;
 		return 0;
 	}
-	if (!d->below.ops || !d->below.ops->fetch)
+	if (!st->below.ops || !st->below.ops->fetch)
 		return -EIO;
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
 	f->o = o;
 	o->fetch = f;
-	r = d->below.ops->fetch(d->below.be, o);
+	r = st->below.ops->fetch(st->below.be, o);
 	if (r < 0) {
 		o->fetch = NULL;
 		free(f);
 		return r;
 	}
 	o->where = OBJ_FETCHING;
-	object_place(d, o, false); /* held while it comes back */
+	object_place(st, o, false); /* held while it comes back */
 	*ret = f;
 	return 0;
 }
@@ -58,7 +58,7 @@ void fetch_unwait(struct waiter *w)
 	w->next = w->prev = NULL;
 }
 
-void fetch_done(struct daemon *d, struct object *o, int res)
+void fetch_done(struct store *st, struct object *o, int res)
 {
 	struct fetch *f = o->fetch;
 
@@ -68,7 +68,7 @@ void fetch_done(struct daemon *d, struct object *o, int res)
 	if (o->where == OBJ_FETCHING)
 		o->where = OBJ_BELOW; /* it did not come: still only below */
 	if (o->flags & OBJ_COMMITTED)
-		object_place(d, o, false);
+		object_place(st, o, false);
 	/* each waiter leaves the list before its done() runs, which may
 	 * start a new fetch of o, or free its owner (and unwait others) */
 	while (f->waiters) {

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct daemon;
+struct store;
 struct object;
 struct fetch;
 
@@ -55,8 +55,8 @@ struct backend {
 
 /* Start (or join) the fetch of o: 0 with *ret set, or -errno (nothing
  * below holds it, or the transfer could not start). */
-int store_fetch(struct daemon *d, struct object *o, struct fetch **ret);
+int store_fetch(struct store *st, struct object *o, struct fetch **ret);
 void fetch_wait(struct fetch *f, struct waiter *w);
 void fetch_unwait(struct waiter *w); /* idempotent */
 /* The backend is done with o's fetch; res 0: o is in memory. */
-void fetch_done(struct daemon *d, struct object *o, int res);
+void fetch_done(struct store *st, struct object *o, int res);

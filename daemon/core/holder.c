@@ -3,12 +3,12 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon.h"
+#include "tier.h"
 #include "holder.h"
 
-void holder_init(struct holder *h, struct daemon *d, const struct holder_ops *ops)
+void holder_init(struct holder *h, struct store *st, const struct holder_ops *ops)
 {
-	*h = (struct holder) { .d = d, .ops = ops };
+	*h = (struct holder) { .st = st, .ops = ops };
 }
 
 int holder_alloc(struct holder *h, uint8_t kind, void *ptr, uint64_t *ret_handle)
@@ -76,14 +76,14 @@ void holder_release(struct holder *h, uint32_t i)
 
 	switch (sl->kind) {
 	case SLOT_RESERVE:
-		object_free(h->d, o);
+		object_free(h->st, o);
 		break;
 	case SLOT_VIEW:
 		o->views--;
 		if (o->views == 0 && (o->flags & OBJ_DEAD))
-			object_free(h->d, o);
+			object_free(h->st, o);
 		else if (o->views == 0)
-			object_place(h->d, o, false);
+			object_place(h->st, o, false);
 		break;
 	case SLOT_BUFFER:
 		if (h->ops && h->ops->release_buffer)

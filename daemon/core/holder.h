@@ -15,7 +15,7 @@
 
 #define HOLDER_MAX_SLOTS (1u << 16) /* outstanding reservations + views + buffers */
 
-struct daemon;
+struct store;
 struct object;
 struct holder;
 
@@ -43,13 +43,13 @@ struct holder_ops {
 };
 
 struct holder {
-	struct daemon *d;
+	struct store *st;
 	const struct holder_ops *ops;
 	struct slot *slots;
 	uint32_t n_slots, free_slot, used_slots;
 };
 
-void holder_init(struct holder *h, struct daemon *d, const struct holder_ops *ops);
+void holder_init(struct holder *h, struct store *st, const struct holder_ops *ops);
 /* 0, or -EMFILE when HOLDER_MAX_SLOTS are in use, -ENOMEM. */
 int holder_alloc(struct holder *h, uint8_t kind, void *ptr, uint64_t *ret_handle);
 /* The slot a handle names if it is of that kind, else NULL. */

@@ -15,7 +15,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "daemon.h"
+#include "index.h"
+#include "object.h"
 
 #define INITIAL_BUCKETS 1024
 /* Old buckets moved per insert: the old table is empty long before the new

@@ -10,12 +10,14 @@
 #include <string.h>
 
 #include "store.h"
+#include "tier.h"
+#include "values.h"
 
 #define MSG(...) snprintf(msg, STORE_MSG_MAX, __VA_ARGS__)
 
-static struct object *lookup(struct daemon *d, const void *key, size_t len)
+static struct object *lookup(struct store *st, const void *key, size_t len)
 {
-	return index_find(&d->index, key, len, index_hash(key, len));
+	return index_find(&st->index, key, len, index_hash(key, len));
 }
 
 static void set_extent(struct extent *e, uint64_t handle, const struct object *o)
@@ -30,7 +32,7 @@ static void set_extent(struct extent *e, uint64_t handle, const struct object *o
 
 int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg)
 {
-	struct daemon *d = h->d;
+	struct store *st = h->st;
 	struct object *o;
 	struct tier *t;
 	uint64_t handle;
@@ -40,7 +42,7 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 		MSG("unknown put flags 0x%x", a->flags & ~(uint32_t) WIRE_PUT_KNOWN);
 		return -EINVAL;
 	}
-	t = tier_for(d, a->tier);
+	t = tier_for(st, a->tier);
 	if (!t) {
 		MSG("tier %d is not configured on this daemon", a->tier);
 		return -EINVAL;
@@ -54,7 +56,7 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 		    (unsigned long long) a->len, t->name, (unsigned long long) t->alloc.size);
 		return -E2BIG;
 	}
-	if (!(a->flags & WIRE_PUT_REPLACE) && lookup(d, a->key, a->key_len))
+	if (!(a->flags & WIRE_PUT_REPLACE) && lookup(st, a->key, a->key_len))
 		return -EEXIST;
 	o = object_new(a->key, a->key_len);
 	if (!o)
@@ -63,7 +65,7 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 	o->tier = t;
 	if (a->flags & WIRE_PUT_SOFT_PIN) {
 		o->flags |= OBJ_SOFT_PIN;
-		o->pin_until = a->pin_ttl_ms ? now_ms(d) + a->pin_ttl_ms : 0;
+		o->pin_until = a->pin_ttl_ms ? now_ms(st) + a->pin_ttl_ms : 0;
 	}
 	if (a->flags & WIRE_PUT_HARD_PIN)
 		o->flags |= OBJ_HARD_PIN;
@@ -76,36 +78,36 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 		memcpy(o->parent_key, a->parent, a->parent_len);
 		o->parent_len = (uint32_t) a->parent_len;
 	}
-	r = tier_alloc(d, t, a->len, &o->block);
+	r = tier_alloc(st, t, a->len, &o->block);
 	if (r < 0) {
-		object_free(d, o);
+		object_free(st, o);
 		if (r == -ENOSPC) {
 			char why[200];
 
-			tier_explain(d, t, why, sizeof(why));
+			tier_explain(st, t, why, sizeof(why));
 			MSG("no space for %llu bytes in the %s tier: %s", (unsigned long long) a->len,
 			    t->name, why);
 		} else if (r == -EAGAIN)
 			MSG("the %s tier is full of objects not yet written to the disk tier; "
 			    "waited %llu ms for the spill (--spill-wait-ms)", t->name,
-			    (unsigned long long) d->cfg->spill_wait_ms);
+			    (unsigned long long) st->cfg->spill_wait_ms);
 		return r;
 	}
 	r = holder_alloc(h, SLOT_RESERVE, o, &handle);
 	if (r < 0) {
-		object_free(d, o);
+		object_free(st, o);
 		MSG("too many outstanding reservations and views on this connection");
 		return r;
 	}
 	h->slots[(uint32_t) handle - 1].replace = (a->flags & WIRE_PUT_REPLACE) != 0;
-	d->stats.reserves++;
+	st->stats.reserves++;
 	set_extent(ret, handle, o);
 	return 0;
 }
 
 int store_commit(struct holder *h, uint64_t handle, char *msg)
 {
-	struct daemon *d = h->d;
+	struct store *st = h->st;
 	struct object *o, *old;
 	struct slot *sl;
 	uint32_t i;
@@ -118,25 +120,25 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 	}
 	o = sl->obj;
 	replace = sl->replace;
-	old = index_find(&d->index, o->key, o->key_len, o->hash);
+	old = index_find(&st->index, o->key, o->key_len, o->hash);
 	if (old && !replace) {
 		/* Another client committed first: exactly one wins. */
 		holder_release(h, i);
-		d->stats.put_conflicts++;
+		st->stats.put_conflicts++;
 		return -EEXIST;
 	}
-	if (old && old->lease_until > now_ms(d)) {
+	if (old && old->lease_until > now_ms(st)) {
 		MSG("the object it would replace is leased for %llu ms more",
-		    (unsigned long long) (old->lease_until - now_ms(d)));
+		    (unsigned long long) (old->lease_until - now_ms(st)));
 		holder_release(h, i);
 		return -EBUSY;
 	}
 	if (old)
-		object_drop(d, old); /* views on it keep their bytes until released */
+		object_drop(st, old); /* views on it keep their bytes until released */
 	holder_put(h, i);
-	object_publish(d, o);
-	d->stats.puts++;
-	d->stats.bytes_in += o->len;
+	object_publish(st, o);
+	st->stats.puts++;
+	st->stats.bytes_in += o->len;
 	return 0;
 }
 
@@ -158,29 +160,29 @@ int store_abort(struct holder *h, uint64_t handle, char *msg)
 	int r = give_back(h, handle, SLOT_RESERVE, "reservation", msg);
 
 	if (r == 0)
-		h->d->stats.aborts++;
+		h->st->stats.aborts++;
 	return r;
 }
 
 int store_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
 		struct fetch **ret_fetch, char *msg)
 {
-	struct daemon *d = h->d;
-	struct object *o = lookup(d, key, key_len);
+	struct store *st = h->st;
+	struct object *o = lookup(st, key, key_len);
 	uint64_t handle;
 	int r;
 
-	d->stats.gets++;
+	st->stats.gets++;
 	if (!o) {
-		d->stats.misses++;
-		for (struct tier *t = d->fastest; t; t = t->below)
+		st->stats.misses++;
+		for (struct tier *t = st->fastest; t; t = t->below)
 			t->st.misses++;
 		return -ENOENT;
 	}
 	if (o->where == OBJ_BELOW || o->where == OBJ_FETCHING) {
 		/* below memory: bring it back; the caller waits on the fetch */
-		object_hit(d, o, true, true);
-		r = store_fetch(d, o, ret_fetch);
+		object_hit(st, o, true, true);
+		r = store_fetch(st, o, ret_fetch);
 		if (r < 0) {
 			MSG("failed to read the object back from disk");
 			return r;
@@ -193,9 +195,9 @@ int store_acquire(struct holder *h, const void *key, size_t key_len, struct exte
 		return r;
 	}
 	o->views++;
-	object_hit(d, o, true, true);
-	d->stats.hits++;
-	d->stats.bytes_out += o->len;
+	object_hit(st, o, true, true);
+	st->stats.hits++;
+	st->stats.bytes_out += o->len;
 	set_extent(ret, handle, o);
 	return 0;
 }
@@ -205,9 +207,9 @@ int store_release(struct holder *h, uint64_t handle, char *msg)
 	return give_back(h, handle, SLOT_VIEW, "view", msg);
 }
 
-int store_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg)
+int store_remove(struct store *st, const void *key, size_t key_len, bool force, char *msg)
 {
-	struct object *o = lookup(d, key, key_len);
+	struct object *o = lookup(st, key, key_len);
 
 	if (!o)
 		return -ENOENT;
@@ -215,19 +217,19 @@ int store_remove(struct daemon *d, const void *key, size_t key_len, bool force, 
 		MSG("object is held by %u view(s)", o->views);
 		return -EBUSY;
 	}
-	if (!force && o->lease_until > now_ms(d)) {
-		MSG("object is leased for %llu ms more", (unsigned long long) (o->lease_until - now_ms(d)));
+	if (!force && o->lease_until > now_ms(st)) {
+		MSG("object is leased for %llu ms more", (unsigned long long) (o->lease_until - now_ms(st)));
 		return -EBUSY;
 	}
-	object_drop(d, o);
-	d->stats.removes++;
+	object_drop(st, o);
+	st->stats.removes++;
 	return 0;
 }
 
-int store_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
+int store_pin(struct store *st, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
 	    char *msg)
 {
-	struct object *o = lookup(d, key, key_len);
+	struct object *o = lookup(st, key, key_len);
 
 	if (!o)
 		return -ENOENT;
@@ -235,43 +237,43 @@ int store_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint
 		o->flags |= OBJ_HARD_PIN;
 	} else {
 		o->flags |= OBJ_SOFT_PIN;
-		o->pin_until = ttl_ms ? now_ms(d) + ttl_ms : 0;
+		o->pin_until = ttl_ms ? now_ms(st) + ttl_ms : 0;
 	}
-	object_place(d, o, false);
+	object_place(st, o, false);
 	return 0;
 }
 
-int store_unpin(struct daemon *d, const void *key, size_t key_len, char *msg)
+int store_unpin(struct store *st, const void *key, size_t key_len, char *msg)
 {
-	struct object *o = lookup(d, key, key_len);
+	struct object *o = lookup(st, key, key_len);
 
 	if (!o)
 		return -ENOENT;
 	o->flags &= ~(OBJ_SOFT_PIN | OBJ_HARD_PIN);
 	o->pin_until = 0;
-	object_place(d, o, false);
+	object_place(st, o, false);
 	return 0;
 }
 
-bool store_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch)
+bool store_exists(struct store *st, const void *key, size_t key_len, bool prefetch)
 {
-	struct object *o = lookup(d, key, key_len);
+	struct object *o = lookup(st, key, key_len);
 
-	d->stats.exists++;
+	st->stats.exists++;
 	if (!o)
 		return false;
-	object_hit(d, o, true, false);
+	object_hit(st, o, true, false);
 	/* a prefix hit on disk: the engine will want it next */
 	if (prefetch && o->where == OBJ_BELOW) {
 		struct fetch *f;
 
-		store_fetch(d, o, &f);
+		store_fetch(st, o, &f);
 	}
 	return true;
 }
 
 struct remove_walk {
-	struct daemon *d;
+	struct store *st;
 	const void *prefix;
 	size_t prefix_len;
 	bool force;
@@ -284,12 +286,12 @@ static void remove_matching(void *u, struct object *o)
 
 	if (w->prefix_len && (o->key_len < w->prefix_len || memcmp(o->key, w->prefix, w->prefix_len) != 0))
 		return;
-	if (o->views || (!w->force && o->lease_until > now_ms(w->d))) {
+	if (o->views || (!w->force && o->lease_until > now_ms(w->st))) {
 		w->skipped++;
 		return;
 	}
-	object_drop(w->d, o);
-	w->d->stats.removes++;
+	object_drop(w->st, o);
+	w->st->stats.removes++;
 	w->removed++;
 }
 
@@ -297,11 +299,11 @@ static void remove_matching(void *u, struct object *o)
  * walk.  Keys stored behind the cursor meanwhile are not seen. */
 #define REMOVE_BUCKETS_PER_CALL 16384
 
-uint64_t store_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
+uint64_t store_remove_prefix(struct store *st, const void *prefix, size_t len, bool force,
 			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped)
 {
-	struct remove_walk w = { .d = d, .prefix = prefix, .prefix_len = len, .force = force };
-	uint64_t next = index_walk_some(&d->index, cursor, REMOVE_BUCKETS_PER_CALL,
+	struct remove_walk w = { .st = st, .prefix = prefix, .prefix_len = len, .force = force };
+	uint64_t next = index_walk_some(&st->index, cursor, REMOVE_BUCKETS_PER_CALL,
 					remove_matching, &w);
 
 	*ret_removed = w.removed;

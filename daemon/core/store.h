@@ -11,10 +11,63 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon.h"
+#include "config.h"
+#include "fetch.h"
 #include "holder.h"
+#include "index.h"
+#include "loop.h"
+#include "object.h"
 
 #define STORE_MSG_MAX 256
+
+struct stats {
+	uint64_t puts, gets, hits, misses, exists;
+	uint64_t bytes_in, bytes_out;
+	uint64_t errors;
+	uint64_t removes, evictions, evicted_bytes;
+	uint64_t promotions, demotions, bytes_moved;
+	uint64_t reserves, aborts, put_conflicts;
+	uint64_t reclaimed_reservations, reclaimed_views;
+	uint64_t evict_examined;   /* objects looked at to choose victims: O(1) each */
+};
+
+struct disk;
+struct disk_io;
+
+/*
+ * The objects and where they live: memory tiers, the index, what lies below
+ * memory.  Every transport (local sessions, peers) works on it through
+ * store.h; it knows nothing of sockets or clients.
+ */
+struct store {
+	struct config *cfg;
+	struct loop *loop;
+	uint64_t generation; /* segments of this run (the Welcome carries it) */
+	bool hugepages;
+
+	struct tier tiers[DAEMON_MAX_TIERS]; /* by segment index: dram first */
+	unsigned n_tiers;   /* memory tiers */
+	struct tier disk_tier; /* valid when disk != NULL; no segment */
+	struct disk *disk;     /* disk.c's state: core only tests it for NULL */
+	struct tier *fastest;  /* lookups go fastest first */
+	struct backend below;  /* what holds copies below memory: the disk tier */
+	/* memory objects without a copy on disk, oldest at the tail: what
+	 * spilling takes next (only with a disk tier) */
+	struct olist dirty;
+	uint64_t space_seq;        /* bumped when a spill ends: waiters retry */
+	struct object **promote_q; /* objects waiting to move up */
+	size_t n_promote, cap_promote;
+	struct loop_source *maintain_src;
+	struct index index;
+	struct stats stats;
+};
+
+
+/* The time requests are judged against (the loop's, per turn). */
+static inline uint64_t now_ms(const struct store *st)
+{
+	return loop_now_ms(st->loop);
+}
 
 /* Where an object's bytes are, as a client sees them. */
 struct extent {
@@ -47,16 +100,16 @@ int store_acquire(struct holder *h, const void *key, size_t key_len, struct exte
 		struct fetch **ret_fetch, char *msg);
 int store_release(struct holder *h, uint64_t handle, char *msg);
 /* force: a lease does not refuse it (a view still does). */
-int store_remove(struct daemon *d, const void *key, size_t key_len, bool force, char *msg);
+int store_remove(struct store *st, const void *key, size_t key_len, bool force, char *msg);
 /* Remove committed objects whose key starts with prefix, in a bounded
  * slice of the index from cursor; returns the next cursor, UINT64_MAX when
  * the walk is done.  Viewed objects, and leased ones without force, are
  * counted in *ret_skipped. */
-uint64_t store_remove_prefix(struct daemon *d, const void *prefix, size_t len, bool force,
+uint64_t store_remove_prefix(struct store *st, const void *prefix, size_t len, bool force,
 			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped);
-int store_pin(struct daemon *d, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
+int store_pin(struct store *st, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
 	    char *msg);
-int store_unpin(struct daemon *d, const void *key, size_t key_len, char *msg);
+int store_unpin(struct store *st, const void *key, size_t key_len, char *msg);
 /* Present or not; a hit counts as a use for LRU and grants a lease. */
-bool store_exists(struct daemon *d, const void *key, size_t key_len, bool prefetch);
+bool store_exists(struct store *st, const void *key, size_t key_len, bool prefetch);
 

@@ -30,7 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "tier.h"
+#include "values.h"
 #include "log.h"
 
 #define LOG_TOPIC "tier"
@@ -81,12 +82,12 @@ static void ol_unlink(struct olist *l, struct object *o)
 	l->n--;
 }
 
-static bool soft_pinned(const struct daemon *d, const struct object *o)
+static bool soft_pinned(const struct store *st, const struct object *o)
 {
-	return (o->flags & OBJ_SOFT_PIN) && (o->pin_until == 0 || o->pin_until > now_ms(d));
+	return (o->flags & OBJ_SOFT_PIN) && (o->pin_until == 0 || o->pin_until > now_ms(st));
 }
 
-static enum obj_list object_class(const struct daemon *d, const struct object *o)
+static enum obj_list object_class(const struct store *st, const struct object *o)
 {
 	if (!(o->flags & OBJ_COMMITTED))
 		return OL_NONE;
@@ -94,30 +95,30 @@ static enum obj_list object_class(const struct daemon *d, const struct object *o
 		return OL_PINNED;
 	if (o->views || o->fetch)
 		return OL_HELD;
-	if (o->lease_until > now_ms(d))
+	if (o->lease_until > now_ms(st))
 		return OL_LEASED;
 	if (o->n_children)
 		return OL_ANC;
-	return soft_pinned(d, o) ? OL_SOFT : OL_LRU;
+	return soft_pinned(st, o) ? OL_SOFT : OL_LRU;
 }
 
-void object_unplace(struct daemon *d, struct object *o)
+void object_unplace(struct store *st, struct object *o)
 {
-	(void) d;
+	(void) st;
 	if (o->list != OL_NONE) {
 		ol_unlink(&o->tier->lists[o->list], o);
 		o->list = OL_NONE;
 	}
 }
 
-void object_place(struct daemon *d, struct object *o, bool at_tail)
+void object_place(struct store *st, struct object *o, bool at_tail)
 {
-	enum obj_list l = object_class(d, o);
+	enum obj_list l = object_class(st, o);
 
 	/* the common case of a hit: already the most recent of its list */
 	if (l == o->list && l != OL_NONE && !at_tail && o->tier->lists[l].head == o)
 		return;
-	object_unplace(d, o);
+	object_unplace(st, o);
 	if (l == OL_NONE)
 		return;
 	/* a lease list stays in lease order: new leases at the head */
@@ -125,40 +126,40 @@ void object_place(struct daemon *d, struct object *o, bool at_tail)
 	o->list = (uint8_t) l;
 }
 
-void object_dirty_update(struct daemon *d, struct object *o)
+void object_dirty_update(struct store *st, struct object *o)
 {
-	bool want = d->disk && (o->flags & OBJ_COMMITTED) && o->block && !o->disk_id && !o->spill;
+	bool want = st->below.ops && (o->flags & OBJ_COMMITTED) && o->block && !o->disk_id && !o->spill;
 
 	if (want == o->dirty)
 		return;
 	if (want) {
 		/* newest at the head: spilling takes the oldest, at the tail */
 		o->dirty_prev = NULL;
-		o->dirty_next = d->dirty.head;
-		if (d->dirty.head)
-			d->dirty.head->dirty_prev = o;
+		o->dirty_next = st->dirty.head;
+		if (st->dirty.head)
+			st->dirty.head->dirty_prev = o;
 		else
-			d->dirty.tail = o;
-		d->dirty.head = o;
-		d->dirty.n++;
+			st->dirty.tail = o;
+		st->dirty.head = o;
+		st->dirty.n++;
 	} else {
 		if (o->dirty_prev)
 			o->dirty_prev->dirty_next = o->dirty_next;
 		else
-			d->dirty.head = o->dirty_next;
+			st->dirty.head = o->dirty_next;
 		if (o->dirty_next)
 			o->dirty_next->dirty_prev = o->dirty_prev;
 		else
-			d->dirty.tail = o->dirty_prev;
+			st->dirty.tail = o->dirty_prev;
 		o->dirty_prev = o->dirty_next = NULL;
-		d->dirty.n--;
+		st->dirty.n--;
 	}
 	o->dirty = want;
 }
 
 /* ---- set-up ---- */
 
-static int tier_init(struct daemon *d, struct tier *t, const char *name, uint32_t kind,
+static int tier_init(struct store *st, struct tier *t, const char *name, uint32_t kind,
 		     uint32_t segment, uint64_t size)
 {
 	const struct shm_seg_header *h;
@@ -167,17 +168,17 @@ static int tier_init(struct daemon *d, struct tier *t, const char *name, uint32_
 
 	*t = (struct tier) { .name = name, .kind = kind, .segment = segment };
 	snprintf(memfd_name, sizeof(memfd_name), "kvcache-%s", name);
-	r = shm_segment_create(&t->seg, memfd_name, size, d->cfg->hugepages, kind, segment,
-			       d->generation);
+	r = shm_segment_create(&t->seg, memfd_name, size, st->cfg->hugepages, kind, segment,
+			       st->generation);
 	if (r < 0) {
 		log_error("Failed to create the %s segment of %llu bytes (hugepages=%s): %s", name,
 			  (unsigned long long) size,
-			  d->cfg->hugepages == SHM_HUGEPAGES_ON ? "on" :
-			  d->cfg->hugepages == SHM_HUGEPAGES_OFF ? "off" : "auto",
+			  st->cfg->hugepages == SHM_HUGEPAGES_ON ? "on" :
+			  st->cfg->hugepages == SHM_HUGEPAGES_OFF ? "off" : "auto",
 			  strerror(-r));
 		return r;
 	}
-	if (d->cfg->hugepages == SHM_HUGEPAGES_AUTO && !t->seg.hugepages)
+	if (st->cfg->hugepages == SHM_HUGEPAGES_AUTO && !t->seg.hugepages)
 		log_warn("2 MiB hugepages unavailable for the %s segment (%s); using 4 KiB pages. "
 			 "Reserve them with: echo N > /proc/sys/vm/nr_hugepages",
 			 name, strerror(-t->seg.hugepage_error));
@@ -189,62 +190,62 @@ static int tier_init(struct daemon *d, struct tier *t, const char *name, uint32_
 		shm_segment_done(&t->seg);
 		return r;
 	}
-	t->high = (uint64_t) ((double) t->alloc.size * d->cfg->high_watermark);
+	t->high = (uint64_t) ((double) t->alloc.size * st->cfg->high_watermark);
 	t->low = (uint64_t) ((double) t->alloc.size *
-			     (d->cfg->high_watermark - d->cfg->eviction_ratio));
+			     (st->cfg->high_watermark - st->cfg->eviction_ratio));
 	log_info("%s tier: %llu bytes, %s pages, evicts above %llu down to %llu", name,
 		 (unsigned long long) t->alloc.size, t->seg.hugepages ? "2 MiB" : "4 KiB",
 		 (unsigned long long) t->high, (unsigned long long) t->low);
 	return 0;
 }
 
-int tier_setup(struct daemon *d)
+int tier_setup(struct store *st)
 {
-	struct tier *dram = &d->tiers[0];
+	struct tier *dram = &st->tiers[0];
 	int r;
 
 	/* segment 0 is always dram; the device tier, when on, is segment 1 */
-	r = tier_init(d, dram, "dram", SHM_TIER_DRAM, 0, d->cfg->dram_size);
+	r = tier_init(st, dram, "dram", SHM_TIER_DRAM, 0, st->cfg->dram_size);
 	if (r < 0)
 		return r;
-	d->n_tiers = 1;
-	d->fastest = dram;
-	d->hugepages = dram->seg.hugepages;
-	if (d->cfg->device_size) {
-		struct tier *dev = &d->tiers[1];
+	st->n_tiers = 1;
+	st->fastest = dram;
+	st->hugepages = dram->seg.hugepages;
+	if (st->cfg->device_size) {
+		struct tier *dev = &st->tiers[1];
 
-		r = tier_init(d, dev, "device", SHM_TIER_DEVICE, 1, d->cfg->device_size);
+		r = tier_init(st, dev, "device", SHM_TIER_DEVICE, 1, st->cfg->device_size);
 		if (r < 0) {
-			tier_teardown(d);
+			tier_teardown(st);
 			return r;
 		}
 		dev->below = dram;
-		d->n_tiers = 2;
-		d->fastest = dev;
-		d->hugepages = d->hugepages && dev->seg.hugepages;
+		st->n_tiers = 2;
+		st->fastest = dev;
+		st->hugepages = st->hugepages && dev->seg.hugepages;
 	}
 	return 0;
 }
 
-void tier_teardown(struct daemon *d)
+void tier_teardown(struct store *st)
 {
-	for (unsigned i = 0; i < d->n_tiers; i++) {
-		shm_alloc_done(&d->tiers[i].alloc);
-		shm_segment_done(&d->tiers[i].seg);
+	for (unsigned i = 0; i < st->n_tiers; i++) {
+		shm_alloc_done(&st->tiers[i].alloc);
+		shm_segment_done(&st->tiers[i].seg);
 	}
-	d->n_tiers = 0;
-	free(d->promote_q);
-	d->promote_q = NULL;
-	d->n_promote = d->cap_promote = 0;
+	st->n_tiers = 0;
+	free(st->promote_q);
+	st->promote_q = NULL;
+	st->n_promote = st->cap_promote = 0;
 }
 
-struct tier *tier_for(struct daemon *d, int requested)
+struct tier *tier_for(struct store *st, int requested)
 {
 	if (requested == 0)
 		requested = SHM_TIER_DRAM; /* puts land in dram */
-	for (unsigned i = 0; i < tier_count(d); i++)
-		if (tier_at(d, i)->kind == (uint32_t) requested)
-			return tier_at(d, i);
+	for (unsigned i = 0; i < tier_count(st); i++)
+		if (tier_at(st, i)->kind == (uint32_t) requested)
+			return tier_at(st, i);
 	return NULL;
 }
 
@@ -263,7 +264,7 @@ struct object *object_new(const void *key, size_t key_len)
 	return o;
 }
 
-void object_free(struct daemon *d, struct object *o)
+void object_free(struct store *st, struct object *o)
 {
 	if (!o)
 		return;
@@ -275,7 +276,7 @@ void object_free(struct daemon *d, struct object *o)
 
 /* o lost its place in a prefix chain; its parent may have become a leaf,
  * which goes back to the least recent end of its list (it is old). */
-static void unlink_child(struct daemon *d, struct object *o)
+static void unlink_child(struct store *st, struct object *o)
 {
 	struct object *p = o->parent;
 
@@ -290,20 +291,20 @@ static void unlink_child(struct daemon *d, struct object *o)
 	o->prev_sibling = o->next_sibling = NULL;
 	o->parent = NULL;
 	if (--p->n_children == 0 && p->list == OL_ANC)
-		object_place(d, p, true);
+		object_place(st, p, true);
 }
 
-void object_publish(struct daemon *d, struct object *o)
+void object_publish(struct store *st, struct object *o)
 {
 	struct object *p = NULL;
 
 	o->flags |= OBJ_COMMITTED;
 	o->where = OBJ_MEMORY;
-	o->committed_ms = now_ms(d);
-	index_insert(&d->index, o);
+	o->committed_ms = now_ms(st);
+	index_insert(&st->index, o);
 	o->tier->objects++;
 	if (o->parent_key) {
-		p = index_find(&d->index, o->parent_key, o->parent_len,
+		p = index_find(&st->index, o->parent_key, o->parent_len,
 			       index_hash(o->parent_key, o->parent_len));
 		free(o->parent_key);
 		o->parent_key = NULL;
@@ -315,80 +316,80 @@ void object_publish(struct daemon *d, struct object *o)
 			o->next_sibling->prev_sibling = o;
 		p->first_child = o;
 		if (p->n_children++ == 0 && p->list != OL_NONE)
-			object_place(d, p, false);
+			object_place(st, p, false);
 	}
-	object_place(d, o, false);
-	object_dirty_update(d, o);
+	object_place(st, o, false);
+	object_dirty_update(st, o);
 }
 
-static void unqueue_promotion(struct daemon *d, struct object *o)
+static void unqueue_promotion(struct store *st, struct object *o)
 {
 	if (!(o->flags & OBJ_PROMOTE))
 		return;
-	for (size_t i = 0; i < d->n_promote; i++)
-		if (d->promote_q[i] == o) {
-			d->promote_q[i] = d->promote_q[--d->n_promote];
+	for (size_t i = 0; i < st->n_promote; i++)
+		if (st->promote_q[i] == o) {
+			st->promote_q[i] = st->promote_q[--st->n_promote];
 			break;
 		}
 	o->flags &= ~OBJ_PROMOTE;
 }
 
-void object_drop(struct daemon *d, struct object *o)
+void object_drop(struct store *st, struct object *o)
 {
-	if (d->below.ops)
-		d->below.ops->forget(d->below.be, o);
-	fetch_done(d, o, -ENOENT); /* whoever waited for it: it is gone */
-	index_unlink(&d->index, o);
-	object_unplace(d, o);
+	if (st->below.ops)
+		st->below.ops->forget(st->below.be, o);
+	fetch_done(st, o, -ENOENT); /* whoever waited for it: it is gone */
+	index_unlink(&st->index, o);
+	object_unplace(st, o);
 	o->tier->objects--;
-	unqueue_promotion(d, o);
+	unqueue_promotion(st, o);
 	/* children lose their prefix; the parent loses a child */
 	while (o->first_child)
-		unlink_child(d, o->first_child);
-	unlink_child(d, o);
+		unlink_child(st, o->first_child);
+	unlink_child(st, o);
 	o->flags &= ~OBJ_COMMITTED;
 	o->flags |= OBJ_DEAD;
-	object_dirty_update(d, o);
+	object_dirty_update(st, o);
 	if (o->views == 0)
-		object_free(d, o);
+		object_free(st, o);
 }
 
 /* Promotion candidates wait here; bounded, so dropping one stays cheap. */
 #define PROMOTE_QUEUE_MAX 1024
 
-void object_hit(struct daemon *d, struct object *o, bool lease, bool counts)
+void object_hit(struct store *st, struct object *o, bool lease, bool counts)
 {
-	if (lease && d->cfg->lease_ttl_ms)
-		o->lease_until = now_ms(d) + d->cfg->lease_ttl_ms;
+	if (lease && st->cfg->lease_ttl_ms)
+		o->lease_until = now_ms(st) + st->cfg->lease_ttl_ms;
 	/* most recently used: the head of its list */
-	object_place(d, o, false);
+	object_place(st, o, false);
 	if (!counts)
 		return;
 	/* looked for fastest first: a miss in every tier above this one */
-	for (struct tier *t = d->fastest; t && t != o->tier; t = t->below)
+	for (struct tier *t = st->fastest; t && t != o->tier; t = t->below)
 		t->st.misses++;
 	o->tier->st.hits++;
 	if (o->where != OBJ_MEMORY)
 		return; /* promotion is for memory tiers */
 	o->hits++;
-	if (o->tier != d->fastest && o->hits >= d->cfg->promotion_hits &&
-	    !(o->flags & OBJ_PROMOTE) && o->len <= d->fastest->alloc.size / 4 &&
-	    d->n_promote < PROMOTE_QUEUE_MAX) {
-		if (d->n_promote == d->cap_promote) {
-			size_t cap = d->cap_promote ? d->cap_promote * 2 : 64;
-			struct object **q = realloc(d->promote_q, cap * sizeof(*q));
+	if (o->tier != st->fastest && o->hits >= st->cfg->promotion_hits &&
+	    !(o->flags & OBJ_PROMOTE) && o->len <= st->fastest->alloc.size / 4 &&
+	    st->n_promote < PROMOTE_QUEUE_MAX) {
+		if (st->n_promote == st->cap_promote) {
+			size_t cap = st->cap_promote ? st->cap_promote * 2 : 64;
+			struct object **q = realloc(st->promote_q, cap * sizeof(*q));
 
 			if (!q)
 				return; /* promotion is an optimisation */
-			d->promote_q = q;
-			d->cap_promote = cap;
+			st->promote_q = q;
+			st->cap_promote = cap;
 		}
-		d->promote_q[d->n_promote++] = o;
+		st->promote_q[st->n_promote++] = o;
 		o->flags |= OBJ_PROMOTE;
 	}
 }
 
-const char *object_protected(const struct daemon *d, const struct object *o, bool soft_ok)
+const char *object_protected(const struct store *st, const struct object *o, bool soft_ok)
 {
 	if (o->views)
 		return "viewed";
@@ -396,9 +397,9 @@ const char *object_protected(const struct daemon *d, const struct object *o, boo
 		return "loading";
 	if (o->flags & OBJ_HARD_PIN)
 		return "hard-pinned";
-	if (o->lease_until > now_ms(d))
+	if (o->lease_until > now_ms(st))
 		return "leased";
-	if (!soft_ok && soft_pinned(d, o))
+	if (!soft_ok && soft_pinned(st, o))
 		return "soft-pinned";
 	return NULL;
 }
@@ -407,24 +408,24 @@ const char *object_protected(const struct daemon *d, const struct object *o, boo
 
 /* o now lives in tier `to` (in block b, NULL below memory): counts, lists
  * and bytes moved follow.  Its old block is the caller's. */
-static void rehome(struct daemon *d, struct object *o, struct tier *to, struct shm_block *b,
+static void rehome(struct store *st, struct object *o, struct tier *to, struct shm_block *b,
 		   enum object_where where)
 {
-	object_unplace(d, o);
+	object_unplace(st, o);
 	o->tier->objects--;
 	o->tier = to;
 	o->block = b;
 	o->where = (uint8_t) where;
 	o->hits = 0;
 	to->objects++;
-	object_place(d, o, false);
+	object_place(st, o, false);
 	to->st.bytes_moved += o->len;
-	d->stats.bytes_moved += o->len;
+	st->stats.bytes_moved += o->len;
 }
 
 /* Copy o into tier `to` and switch it over.  Only for objects without
  * views: nobody can be reading the old bytes. */
-static int move(struct daemon *d, struct object *o, struct tier *to, bool may_evict)
+static int move(struct store *st, struct object *o, struct tier *to, bool may_evict)
 {
 	struct tier *from = o->tier;
 	bool placed = o->list != OL_NONE;
@@ -434,30 +435,30 @@ static int move(struct daemon *d, struct object *o, struct tier *to, bool may_ev
 	if (o->views)
 		return -EBUSY;
 	/* making room in `to` must not pick o itself */
-	object_unplace(d, o);
-	r = may_evict ? tier_alloc(d, to, o->len, &b) : shm_alloc_block(&to->alloc, o->len, &b);
+	object_unplace(st, o);
+	r = may_evict ? tier_alloc(st, to, o->len, &b) : shm_alloc_block(&to->alloc, o->len, &b);
 	if (r < 0) {
 		if (placed)
-			object_place(d, o, false);
+			object_place(st, o, false);
 		return r;
 	}
 	memcpy((uint8_t *) to->seg.base + b->offset, (uint8_t *) from->seg.base + o->block->offset,
 	       o->len);
 	shm_alloc_free(&from->alloc, o->block);
-	rehome(d, o, to, b, OBJ_MEMORY);
+	rehome(st, o, to, b, OBJ_MEMORY);
 	return 0;
 }
 
 /* o's bytes are on disk already: only its memory goes. */
-static uint64_t demote_to_disk(struct daemon *d, struct tier *t, struct object *o)
+static uint64_t demote_to_disk(struct store *st, struct tier *t, struct object *o)
 {
-	struct tier *disk = &d->disk_tier;
+	struct tier *disk = &st->disk_tier;
 	uint64_t size = o->block->size;
 
 	shm_alloc_free(&t->alloc, o->block);
-	rehome(d, o, disk, NULL, OBJ_BELOW);
+	rehome(st, o, disk, NULL, OBJ_BELOW);
 	disk->st.demotions++;
-	d->stats.demotions++;
+	st->stats.demotions++;
 	return size;
 }
 
@@ -466,79 +467,79 @@ static bool clean(const struct object *o)
 	return o->disk_id && !o->spill;
 }
 
-static bool fresh(const struct daemon *d, const struct object *o)
+static bool fresh(const struct store *st, const struct object *o)
 {
-	return o->committed_ms + d->cfg->lease_ttl_ms > now_ms(d);
+	return o->committed_ms + st->cfg->lease_ttl_ms > now_ms(st);
 }
 
 /* Free one victim's space in t: demote it if there is a tier below, drop it
  * otherwise.  Returns the bytes freed in t; 0 when o must stay (a fresh
  * object and the background evictor); -EAGAIN when o must reach disk
  * first (its spill is started). */
-static int64_t evict_one(struct daemon *d, struct tier *t, struct object *o, enum evict_reason why)
+static int64_t evict_one(struct store *st, struct tier *t, struct object *o, enum evict_reason why)
 {
 	uint64_t size;
 
-	if (t == &d->disk_tier) {
+	if (t == &st->disk_tier) {
 		/* only asked for by name, or the disk's own watermark: the
 		 * record goes, and the object */
 		size = o->disk_len;
 		goto drop;
 	}
 	size = o->block->size;
-	if (t->below == &d->disk_tier) {
+	if (t->below == &st->disk_tier) {
 		if (clean(o))
-			return (int64_t) demote_to_disk(d, t, o);
-		if (why != EVICT_MANUAL && d->below.ops->accepting(d->below.be, o)) {
+			return (int64_t) demote_to_disk(st, t, o);
+		if (why != EVICT_MANUAL && st->below.ops->accepting(st->below.be, o)) {
 			/* never drop what has not reached disk while the disk
 			 * can take it: wait for the spill */
-			d->below.ops->spill(d->below.be, o);
+			st->below.ops->spill(st->below.be, o);
 			return -EAGAIN;
 		}
 	} else if (t->below && why != EVICT_MANUAL) {
-		int r = move(d, o, t->below, true);
+		int r = move(st, o, t->below, true);
 
 		if (r == 0) {
 			t->below->st.demotions++;
-			d->stats.demotions++;
+			st->stats.demotions++;
 			return (int64_t) size;
 		}
 		if (r == -EAGAIN)
 			return r;
 	}
-	if (why == EVICT_WATERMARK && fresh(d, o))
+	if (why == EVICT_WATERMARK && fresh(st, o))
 		return 0;
 drop:
 	t->st.evictions[why]++;
 	t->st.evicted_bytes += size;
-	d->stats.evictions++;
-	d->stats.evicted_bytes += size;
-	object_drop(d, o);
+	st->stats.evictions++;
+	st->stats.evicted_bytes += size;
+	object_drop(st, o);
 	return (int64_t) size;
 }
 
 /* Leases that ran out protect nothing: back to the list their state says,
  * a bounded number per call (the oldest lease is at the tail). */
-static void expire_leases(struct daemon *d, struct tier *t, unsigned budget)
+static void expire_leases(struct store *st, struct tier *t, unsigned budget)
 {
 	struct object *o;
 
-	while (budget-- && (o = t->lists[OL_LEASED].tail) && o->lease_until <= now_ms(d)) {
-		d->stats.evict_examined++;
-		object_place(d, o, false);
+	while (budget-- && (o = t->lists[OL_LEASED].tail) && o->lease_until <= now_ms(st)) {
+		st->stats.evict_examined++;
+		object_place(st, o, false);
 	}
 }
 
 /* The next victim in t, or NULL: the tail of the first non-empty list.
  * evict_examined counts what a put's eviction looks at (the background
  * evictor's idle checks are not a put's cost). */
-static struct object *victim(struct daemon *d, struct tier *t, enum evict_reason why)
+static struct object *victim(struct store *st, struct tier *t, enum evict_reason why)
 {
 	static const enum obj_list order[] = { OL_LRU, OL_SOFT, OL_ANC };
 
-	expire_leases(d, t, 64);
+	expire_leases(st, t, 64);
 	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
-		d->stats.evict_examined += why == EVICT_CAPACITY;
+		st->stats.evict_examined += why == EVICT_CAPACITY;
 		if (t->lists[order[i]].tail)
 			return t->lists[order[i]].tail;
 	}
@@ -548,14 +549,14 @@ static struct object *victim(struct daemon *d, struct tier *t, enum evict_reason
 /* Above a disk tier, when everything else is protected: a leased, unviewed
  * object with a clean copy on disk may leave memory (a lease promises the
  * pool, not dram).  Looks at a few of the oldest leases only. */
-static struct object *leased_clean(struct daemon *d, struct tier *t)
+static struct object *leased_clean(struct store *st, struct tier *t)
 {
 	unsigned budget = 16;
 
-	if (t->below != &d->disk_tier)
+	if (t->below != &st->disk_tier)
 		return NULL;
 	for (struct object *o = t->lists[OL_LEASED].tail; o && budget--; o = o->lru_prev) {
-		d->stats.evict_examined++;
+		st->stats.evict_examined++;
 		if (clean(o))
 			return o;
 	}
@@ -564,18 +565,18 @@ static struct object *leased_clean(struct daemon *d, struct tier *t)
 
 /* Evict from t until `bytes` are freed (or everything evictable with all),
  * at most max objects.  0, or -EAGAIN (see evict_one()). */
-int tier_evict_some(struct daemon *d, struct tier *t, uint64_t bytes, bool all, unsigned max,
+int tier_evict_some(struct store *st, struct tier *t, uint64_t bytes, bool all, unsigned max,
 		      enum evict_reason why, uint64_t *freed, uint64_t *n)
 {
 	while ((all || *freed < bytes) && max--) {
-		struct object *o = victim(d, t, why);
+		struct object *o = victim(st, t, why);
 		int64_t r;
 
 		if (!o && why == EVICT_CAPACITY)
-			o = leased_clean(d, t);
+			o = leased_clean(st, t);
 		if (!o)
 			return 0;
-		r = evict_one(d, t, o, why);
+		r = evict_one(st, t, o, why);
 		if (r <= 0)
 			return (int) r;
 		*freed += (uint64_t) r;
@@ -584,17 +585,17 @@ int tier_evict_some(struct daemon *d, struct tier *t, uint64_t bytes, bool all, 
 	return 0;
 }
 
-void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all, enum evict_reason why,
+void tier_evict(struct store *st, struct tier *t, uint64_t bytes, bool all, enum evict_reason why,
 		uint64_t *ret_bytes, uint64_t *ret_objects)
 {
 	uint64_t freed = 0, n = 0;
 
 	if (t)
-		tier_evict_some(d, t, bytes, all, UINT32_MAX, why, &freed, &n);
+		tier_evict_some(st, t, bytes, all, UINT32_MAX, why, &freed, &n);
 	else
 		/* every memory tier; the disk tier only when named */
-		for (unsigned i = 0; i < d->n_tiers && (all || freed < bytes); i++)
-			tier_evict_some(d, &d->tiers[i], bytes - (freed < bytes ? freed : bytes), all,
+		for (unsigned i = 0; i < st->n_tiers && (all || freed < bytes); i++)
+			tier_evict_some(st, &st->tiers[i], bytes - (freed < bytes ? freed : bytes), all,
 				   UINT32_MAX, why, &freed, &n);
 	if (ret_bytes)
 		*ret_bytes = freed;
@@ -602,7 +603,7 @@ void tier_evict(struct daemon *d, struct tier *t, uint64_t bytes, bool all, enum
 		*ret_objects = n;
 }
 
-int tier_alloc(struct daemon *d, struct tier *t, uint64_t len, struct shm_block **ret)
+int tier_alloc(struct store *st, struct tier *t, uint64_t len, struct shm_block **ret)
 {
 	for (;;) {
 		uint64_t freed = 0, n = 0, free_bytes = t->alloc.size - t->alloc.used;
@@ -612,7 +613,7 @@ int tier_alloc(struct daemon *d, struct tier *t, uint64_t len, struct shm_block 
 			return r;
 		/* Free at least the shortfall; fragmentation may need more
 		 * rounds, each of which frees one more victim at least. */
-		r = tier_evict_some(d, t, len > free_bytes ? len - free_bytes : len, false, UINT32_MAX,
+		r = tier_evict_some(st, t, len > free_bytes ? len - free_bytes : len, false, UINT32_MAX,
 			       EVICT_CAPACITY, &freed, &n);
 		if (r < 0)
 			return r;
@@ -621,7 +622,7 @@ int tier_alloc(struct daemon *d, struct tier *t, uint64_t len, struct shm_block 
 	}
 }
 
-void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_t len)
+void tier_explain(const struct store *st, const struct tier *t, char *buf, size_t len)
 {
 	const struct olist *l = t->lists;
 
@@ -632,16 +633,16 @@ void tier_explain(const struct daemon *d, const struct tier *t, char *buf, size_
 		 (unsigned long long) (l[OL_LRU].n + l[OL_SOFT].n + l[OL_ANC].n),
 		 (unsigned long long) t->alloc.used,
 		 (unsigned long long) shm_alloc_largest_free(&t->alloc));
-	(void) d;
+	(void) st;
 }
 
-void tier_readmit(struct daemon *d, struct object *o, struct shm_block *b)
+void tier_readmit(struct store *st, struct object *o, struct shm_block *b)
 {
-	struct tier *dram = &d->tiers[0];
+	struct tier *dram = &st->tiers[0];
 
-	rehome(d, o, dram, b, OBJ_MEMORY);
+	rehome(st, o, dram, b, OBJ_MEMORY);
 	dram->st.promotions++;
-	d->stats.promotions++;
+	st->stats.promotions++;
 }
 
 /* The disk tier keeps its capacity and bytes in use in the same fields
@@ -656,68 +657,68 @@ uint64_t tier_used(const struct tier *t)
 	return t->alloc.used;
 }
 
-unsigned tier_count(const struct daemon *d)
+unsigned tier_count(const struct store *st)
 {
-	return d->n_tiers + (d->disk != NULL);
+	return st->n_tiers + (st->disk != NULL);
 }
 
-struct tier *tier_at(struct daemon *d, unsigned i)
+struct tier *tier_at(struct store *st, unsigned i)
 {
-	return i < d->n_tiers ? &d->tiers[i] : &d->disk_tier;
+	return i < st->n_tiers ? &st->tiers[i] : &st->disk_tier;
 }
 
 /* ---- background work ---- */
 
-bool tier_maintain(struct daemon *d)
+bool tier_maintain(struct store *st)
 {
 	bool did = false;
 
 	/* watermarks: once above high, free down to low, a slice at a time */
-	for (unsigned i = 0; i < d->n_tiers; i++) {
-		struct tier *t = &d->tiers[i];
+	for (unsigned i = 0; i < st->n_tiers; i++) {
+		struct tier *t = &st->tiers[i];
 		uint64_t freed = 0, n = 0;
 
-		expire_leases(d, t, MAINTAIN_MAX_OBJECTS);
+		expire_leases(st, t, MAINTAIN_MAX_OBJECTS);
 		if (t->alloc.used <= t->high)
 			continue;
-		tier_evict_some(d, t, t->alloc.used - t->low, false, MAINTAIN_MAX_OBJECTS,
+		tier_evict_some(st, t, t->alloc.used - t->low, false, MAINTAIN_MAX_OBJECTS,
 			   EVICT_WATERMARK, &freed, &n);
 		did = did || n > 0;
 	}
 	/* one promotion per call: copies can be large.  Objects someone is
 	 * reading stay queued (a get holds a view while it copies). */
-	for (size_t i = d->n_promote; i-- > 0;) {
-		struct object *o = d->promote_q[i];
-		struct tier *up = d->fastest;
+	for (size_t i = st->n_promote; i-- > 0;) {
+		struct object *o = st->promote_q[i];
+		struct tier *up = st->fastest;
 
 		if (o->views)
 			continue;
-		d->promote_q[i] = d->promote_q[--d->n_promote];
+		st->promote_q[i] = st->promote_q[--st->n_promote];
 		o->flags &= ~OBJ_PROMOTE;
 		if (o->tier == up)
 			continue;
 		/* Make room up there first.  Demoting into dram may evict in
 		 * dram, where o lives: off its list meanwhile, it cannot be
 		 * picked. */
-		object_unplace(d, o);
+		object_unplace(st, o);
 		if (up->alloc.used + o->len > up->high) {
 			uint64_t freed = 0, n = 0;
 
-			tier_evict_some(d, up, up->alloc.used + o->len - up->low, false, UINT32_MAX,
+			tier_evict_some(st, up, up->alloc.used + o->len - up->low, false, UINT32_MAX,
 				   EVICT_WATERMARK, &freed, &n);
 		}
-		if (move(d, o, up, false) == 0) {
+		if (move(st, o, up, false) == 0) {
 			up->st.promotions++;
-			d->stats.promotions++;
+			st->stats.promotions++;
 		} else
-			object_place(d, o, false);
+			object_place(st, o, false);
 		did = true;
 		break;
 	}
-	if (d->below.ops && d->below.ops->maintain(d->below.be))
+	if (st->below.ops && st->below.ops->maintain(st->below.be))
 		did = true;
 	/* a growing index finishes in the background too */
-	if (index_migrate(&d->index, 256))
+	if (index_migrate(&st->index, 256))
 		did = true;
 	return did;
 }

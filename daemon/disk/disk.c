@@ -139,18 +139,18 @@ struct disk {
 };
 
 static void queue_job(struct disk *k, struct disk_io *io);
-static bool disk_poll(struct daemon *d);
-static void disk_submit(struct daemon *d);
-static void disk_flush_start(struct daemon *d);
+static bool disk_poll(struct store *st);
+static void disk_submit(struct store *st);
+static void disk_flush_start(struct store *st);
 
-static int disk_spill(struct daemon *d, struct object *o);
-static void disk_forget(struct daemon *d, struct object *o);
-static int disk_load(struct daemon *d, struct object *o);
-static bool disk_accepting(const struct daemon *d, const struct object *o);
-static bool disk_maintain(struct daemon *d);
+static int disk_spill(struct store *st, struct object *o);
+static void disk_forget(struct store *st, struct object *o);
+static int disk_load(struct store *st, struct object *o);
+static bool disk_accepting(const struct store *st, const struct object *o);
+static bool disk_maintain(struct store *st);
 static const struct backend_ops disk_backend;
 static void decode_record(struct disk *k, struct disk_io *io);
-static void read_finish(struct daemon *d, struct disk_io *io, int r);
+static void read_finish(struct store *st, struct disk_io *io, int r);
 
 int disk_record_check(const void *buf, size_t len, uint64_t file_size, struct disk_record_hdr *ret)
 {
@@ -201,9 +201,9 @@ static void record_name(char *buf, size_t len, uint64_t id, bool tmp)
 	snprintf(buf, len, "%016llx.%s", (unsigned long long) id, tmp ? "tmp" : "kvr");
 }
 
-static struct tier *disk_tier(struct daemon *d)
+static struct tier *disk_tier(struct store *st)
 {
-	return &d->disk_tier;
+	return &st->disk_tier;
 }
 
 /* ---- set-up and recovery ---- */
@@ -257,8 +257,8 @@ struct rec_item {
 
 static void *recover_main(void *arg)
 {
-	struct daemon *d = arg;
-	struct disk *k = d->disk;
+	struct store *st = arg;
+	struct disk *k = st->disk;
 	uint8_t *buf = aligned_alloc(DISK_ALIGN, DISK_ALIGN);
 	const char *pause_env = getenv("KVCACHE_TEST_RECOVERY_PAUSE_MS");
 	unsigned pause_ms = pause_env ? (unsigned) atoi(pause_env) : 0;
@@ -268,7 +268,7 @@ static void *recover_main(void *arg)
 	     i++) {
 		struct disk_record_hdr h;
 		struct rec_item *it;
-		struct stat st;
+		struct stat sb;
 		char name[32];
 		ssize_t got = -1;
 		int fd;
@@ -279,11 +279,11 @@ static void *recover_main(void *arg)
 		 * one goes behind it on the LRU */
 		record_name(name, sizeof(name), k->rec_found[k->rec_n - 1 - i].id, false);
 		fd = openat(k->dirfd, name, O_RDONLY | O_CLOEXEC);
-		if (fd >= 0 && fstat(fd, &st) == 0)
+		if (fd >= 0 && fstat(fd, &sb) == 0)
 			got = pread(fd, buf, DISK_ALIGN, 0);
 		if (fd >= 0)
 			close(fd);
-		if (got < 0 || disk_record_check(buf, (size_t) got, (uint64_t) st.st_size, &h) < 0) {
+		if (got < 0 || disk_record_check(buf, (size_t) got, (uint64_t) sb.st_size, &h) < 0) {
 			log_warn("skipping damaged or partial record %s/%s", k->dir, name);
 			unlinkat(k->dirfd, name, 0);
 			__atomic_add_fetch(&k->rec_skipped, 1, __ATOMIC_RELAXED);
@@ -294,7 +294,7 @@ static void *recover_main(void *arg)
 			break;
 		it->next = NULL;
 		it->id = k->rec_found[k->rec_n - 1 - i].id;
-		it->file_size = (uint64_t) st.st_size;
+		it->file_size = (uint64_t) sb.st_size;
 		it->h = h;
 		memcpy(it->key, buf + sizeof(h), h.key_len);
 		it->key[h.key_len] = '\0';
@@ -314,12 +314,12 @@ static void *recover_main(void *arg)
 }
 
 /* Loop: index one recovered record. */
-static void recover_one(struct daemon *d, struct rec_item *it)
+static void recover_one(struct store *st, struct rec_item *it)
 {
-	struct disk *k = d->disk;
-	struct tier *t = disk_tier(d);
+	struct disk *k = st->disk;
+	struct tier *t = disk_tier(st);
 	uint64_t hash = index_hash(it->key, it->h.key_len);
-	struct object *o, *old = index_find(&d->index, it->key, it->h.key_len, hash);
+	struct object *o, *old = index_find(&st->index, it->key, it->h.key_len, hash);
 
 	if (old) {
 		if (!old->disk_id || old->disk_id > it->id) {
@@ -333,7 +333,7 @@ static void recover_one(struct daemon *d, struct rec_item *it)
 			return;
 		}
 		/* cannot happen (newest first); kept for safety */
-		object_drop(d, old);
+		object_drop(st, old);
 	}
 	o = object_new(it->key, it->h.key_len);
 	if (!o)
@@ -344,8 +344,8 @@ static void recover_one(struct daemon *d, struct rec_item *it)
 	o->disk_len = disk_record_size(it->h.key_len, it->h.stored_len);
 	o->flags |= OBJ_COMMITTED;
 	o->where = OBJ_BELOW;
-	index_insert(&d->index, o);
-	object_place(d, o, true); /* older than anything stored since the start */
+	index_insert(&st->index, o);
+	object_place(st, o, true); /* older than anything stored since the start */
 	t->objects++;
 	k->c.records++;
 	k->c.bytes += o->disk_len;
@@ -355,9 +355,9 @@ static void recover_one(struct daemon *d, struct rec_item *it)
 }
 
 /* Loop: index what the recovery thread posted, a batch per call. */
-static bool recover_poll(struct daemon *d)
+static bool recover_poll(struct store *st)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct rec_item *list, *rest;
 	unsigned n = 0;
 
@@ -373,7 +373,7 @@ static bool recover_poll(struct daemon *d)
 		struct rec_item *it = list;
 
 		list = it->next;
-		recover_one(d, it);
+		recover_one(st, it);
 		free(it);
 		n++;
 	}
@@ -406,9 +406,9 @@ static bool recover_poll(struct daemon *d)
 }
 
 /* List the directory (fast), then start the thread that reads headers. */
-static int recover(struct daemon *d)
+static int recover(struct store *st)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct found *f = NULL;
 	size_t n = 0, cap = 0;
 	struct dirent *e;
@@ -457,7 +457,7 @@ static int recover(struct daemon *d)
 	k->rec_n = n;
 	k->rec_tail = &k->rec_ready;
 	k->recovering = true;
-	r = -pthread_create(&k->rec_thread, NULL, recover_main, d);
+	r = -pthread_create(&k->rec_thread, NULL, recover_main, st);
 	if (r < 0) {
 		k->recovering = false;
 		free(f);
@@ -482,19 +482,19 @@ static void space_deadline(struct loop_source *s, void *userdata)
 {
 }
 
-int disk_setup(struct daemon *d)
+int disk_setup(struct store *st)
 {
-	struct tier *t = disk_tier(d);
+	struct tier *t = disk_tier(st);
 	struct disk *k;
 	int r;
 
-	if (!d->cfg->disk_dir[0])
+	if (!st->cfg->disk_dir[0])
 		return 0;
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
 	k->efd = -1;
-	snprintf(k->dir, sizeof(k->dir), "%s", d->cfg->disk_dir);
+	snprintf(k->dir, sizeof(k->dir), "%s", st->cfg->disk_dir);
 	k->dirfd = open(k->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (k->dirfd < 0) {
 		r = -errno;
@@ -503,8 +503,8 @@ int disk_setup(struct daemon *d)
 		return r;
 	}
 	k->direct = true;
-	k->zstd = d->cfg->disk_zstd;
-	k->level = d->cfg->disk_zstd_level;
+	k->zstd = st->cfg->disk_zstd;
+	k->level = st->cfg->disk_zstd_level;
 	k->next_id = 1;
 	k->hash = XXH3_createState();
 	if (!k->hash) {
@@ -541,31 +541,31 @@ int disk_setup(struct daemon *d)
 		free(k);
 		return r ? r : -EIO;
 	}
-	d->disk = k;
+	st->disk = k;
 	*t = (struct tier) { .name = "disk", .kind = SHM_TIER_DISK, .segment = UINT32_MAX };
-	t->alloc.size = d->cfg->disk_size;
-	t->high = (uint64_t) ((double) d->cfg->disk_size * d->cfg->high_watermark);
-	t->low = (uint64_t) ((double) d->cfg->disk_size *
-			     (d->cfg->high_watermark - d->cfg->eviction_ratio));
+	t->alloc.size = st->cfg->disk_size;
+	t->high = (uint64_t) ((double) st->cfg->disk_size * st->cfg->high_watermark);
+	t->low = (uint64_t) ((double) st->cfg->disk_size *
+			     (st->cfg->high_watermark - st->cfg->eviction_ratio));
 	/* the lowest memory tier spills here */
-	d->tiers[0].below = t;
-	d->below = (struct backend) { &disk_backend, d };
+	st->tiers[0].below = t;
+	st->below = (struct backend) { &disk_backend, st };
 	/* completions and the worker's results: the loop polls for them,
 	 * and the eventfd wakes it when it sleeps */
-	r = loop_add_doorbell(d->loop, k->efd, &k->bell);
+	r = loop_add_doorbell(st->loop, k->efd, &k->bell);
 	if (r == 0)
-		r = loop_add_poller(d->loop, disk_poller, NULL, d, &k->poller);
+		r = loop_add_poller(st->loop, disk_poller, NULL, st, &k->poller);
 	if (r == 0)
-		r = loop_add_timer(d->loop, space_deadline, d, &k->space_timer);
+		r = loop_add_timer(st->loop, space_deadline, st, &k->space_timer);
 	if (r < 0)
 		return r;
 	pthread_mutex_init(&k->q_lock, NULL);
 	pthread_cond_init(&k->q_cond, NULL);
 	k->jobs_tail = &k->jobs;
-	r = recover(d);
+	r = recover(st);
 	if (r < 0)
 		return r;
-	r = -pthread_create(&k->worker, NULL, worker_main, d);
+	r = -pthread_create(&k->worker, NULL, worker_main, st);
 	if (r < 0)
 		return r;
 	k->worker_running = true;
@@ -583,7 +583,7 @@ int disk_setup(struct daemon *d)
 		}
 	}
 	log_info("disk tier: %s, %llu bytes, compression %s", k->dir,
-		 (unsigned long long) d->cfg->disk_size, k->zstd ? "zstd" : "none");
+		 (unsigned long long) st->cfg->disk_size, k->zstd ? "zstd" : "none");
 	return 0;
 }
 
@@ -636,9 +636,9 @@ static void io_free(struct disk *k, struct disk_io *io)
 	free(io);
 }
 
-void disk_teardown(struct daemon *d)
+void disk_teardown(struct store *st)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 
 	if (!k)
 		return;
@@ -671,7 +671,7 @@ void disk_teardown(struct daemon *d)
 		struct io_uring_cqe *cqe;
 
 		if (k->queued)
-			disk_submit(d);
+			disk_submit(st);
 		if (io_uring_wait_cqe(&k->ring, &cqe) < 0)
 			break;
 		io_uring_cqe_seen(&k->ring, cqe);
@@ -696,8 +696,8 @@ void disk_teardown(struct daemon *d)
 	for (unsigned i = 0; i < k->n_pool; i++)
 		free(k->pool[i].buf);
 	free(k);
-	d->disk = NULL;
-	d->below = (struct backend) { 0 };
+	st->disk = NULL;
+	st->below = (struct backend) { 0 };
 }
 
 /* ---- writing ---- */
@@ -718,13 +718,13 @@ static struct disk_io *io_new(struct disk *k, enum io_kind kind, struct object *
 	return io;
 }
 
-static struct io_uring_sqe *get_sqe(struct daemon *d)
+static struct io_uring_sqe *get_sqe(struct store *st)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&k->ring);
 
 	if (!sqe) {
-		disk_submit(d);
+		disk_submit(st);
 		sqe = io_uring_get_sqe(&k->ring);
 	}
 	return sqe;
@@ -779,8 +779,8 @@ static void build_record(struct disk *k, struct disk_io *io)
 
 static void *worker_main(void *arg)
 {
-	struct daemon *d = arg;
-	struct disk *k = d->disk;
+	struct store *st = arg;
+	struct disk *k = st->disk;
 
 	pthread_mutex_lock(&k->q_lock);
 	for (;;) {
@@ -817,9 +817,9 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static int disk_spill(struct daemon *d, struct object *o)
+static int disk_spill(struct store *st, struct object *o)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	uint64_t bound;
 	struct disk_io *io;
 	uint8_t *buf;
@@ -828,7 +828,7 @@ static int disk_spill(struct daemon *d, struct object *o)
 		return -EALREADY;
 	if (k->inflight >= MAX_INFLIGHT || k->inflight_bytes + o->len > MAX_INFLIGHT_BYTES)
 		return -EAGAIN;
-	if (now_ms(d) < k->backoff_until)
+	if (now_ms(st) < k->backoff_until)
 		return -EAGAIN;
 	bound = disk_record_size(o->key_len, k->zstd ? ZSTD_compressBound(o->len) : o->len);
 	buf = buf_get(k, bound);
@@ -851,8 +851,8 @@ static int disk_spill(struct daemon *d, struct object *o)
 	/* pinned like a view: not moved, not freed while the worker reads it */
 	o->views++;
 	o->spill = io;
-	object_place(d, o, false);
-	object_dirty_update(d, o);
+	object_place(st, o, false);
+	object_dirty_update(st, o);
 	k->inflight++;
 	k->inflight_bytes += io->vlen;
 	queue_job(k, io);
@@ -870,9 +870,9 @@ static void queue_job(struct disk *k, struct disk_io *io)
 }
 
 /* Loop: records the worker finished go to the device. */
-static bool prepared(struct daemon *d)
+static bool prepared(struct store *st)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct disk_io *list;
 	bool any = false;
 
@@ -894,7 +894,7 @@ static bool prepared(struct daemon *d)
 		any = true;
 		io->preparing = false;
 		if (io->kind == IO_READ) {
-			read_finish(d, io, io->res);
+			read_finish(st, io, io->res);
 			k->inflight--;
 			io_free(k, io);
 			continue;
@@ -909,11 +909,11 @@ static bool prepared(struct daemon *d)
 			if (o->spill == io)
 				o->spill = NULL;
 			if (o->views == 0 && (o->flags & OBJ_DEAD))
-				object_free(d, o);
+				object_free(st, o);
 			goto drop;
 		}
 		/* spilling picks the oldest objects: back to the old end */
-		object_place(d, o, true);
+		object_place(st, o, true);
 		fd = io->fd; /* opened by the worker */
 		io->fd = -1;
 		if (fd < 0) {
@@ -921,21 +921,21 @@ static bool prepared(struct daemon *d)
 			k->last_err = -fd;
 			if (fd == -ENOSPC)
 				k->c.enospc++;
-			if (now_ms(d) >= k->backoff_until)
+			if (now_ms(st) >= k->backoff_until)
 				log_warn("Failed to create a record in %s: %s; spilling paused", k->dir,
 					 strerror(-fd));
-			k->backoff_until = now_ms(d) + BACKOFF_MS;
+			k->backoff_until = now_ms(st) + BACKOFF_MS;
 			o->spill = NULL;
-			object_dirty_update(d, o);
+			object_dirty_update(st, o);
 			goto drop;
 		}
 		io->fd = fd;
-		sqe = get_sqe(d);
+		sqe = get_sqe(st);
 		if (!sqe) {
 			close(fd);
 			unlinkat(k->dirfd, io->name, 0);
 			o->spill = NULL;
-			object_dirty_update(d, o);
+			object_dirty_update(st, o);
 			goto drop;
 		}
 		io_uring_prep_write(sqe, fd, io->buf, (unsigned) io->len, 0);
@@ -946,16 +946,16 @@ drop:
 		k->inflight--;
 		k->inflight_bytes -= io->vlen;
 		io_free(k, io);
-		d->space_seq++;
+		st->space_seq++;
 	}
 	/* out at once: the next record is being built meanwhile */
-	disk_submit(d);
+	disk_submit(st);
 	return any;
 }
 
-static void disk_submit(struct daemon *d)
+static void disk_submit(struct store *st)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 
 	if (k && k->queued) {
 		int r = io_uring_submit(&k->ring);
@@ -968,9 +968,9 @@ static void disk_submit(struct daemon *d)
 /* The record is written: rename it into place, through io_uring (a
  * rename in a big directory is no call for the loop to wait on).  True if
  * io lives on. */
-static bool write_done(struct daemon *d, struct disk_io *io, int res)
+static bool write_done(struct store *st, struct disk_io *io, int res)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct object *o = io->o;
 	struct io_uring_sqe *sqe;
 
@@ -986,27 +986,27 @@ static bool write_done(struct daemon *d, struct disk_io *io, int res)
 		if (err == ENOSPC)
 			k->c.enospc++;
 		/* once per backoff period, not once per record */
-		if (now_ms(d) >= k->backoff_until)
+		if (now_ms(st) >= k->backoff_until)
 			log_warn("Failed to write a record to %s: %s; objects stay in memory, "
 				 "spilling paused for %d ms", k->dir, strerror(err), BACKOFF_MS);
-		k->backoff_until = now_ms(d) + BACKOFF_MS;
+		k->backoff_until = now_ms(st) + BACKOFF_MS;
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
 			o->spill = NULL;
-			object_dirty_update(d, o);
+			object_dirty_update(st, o);
 		}
-		d->space_seq++; /* whoever waits for a spill looks again */
+		st->space_seq++; /* whoever waits for a spill looks again */
 		return false;
 	}
 	record_name(io->final, sizeof(io->final), io->id, false);
-	sqe = get_sqe(d);
+	sqe = get_sqe(st);
 	if (!sqe) {
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
 			o->spill = NULL;
-			object_dirty_update(d, o);
+			object_dirty_update(st, o);
 		}
-		d->space_seq++;
+		st->space_seq++;
 		return false;
 	}
 	io->kind = IO_RENAME;
@@ -1014,23 +1014,23 @@ static bool write_done(struct daemon *d, struct disk_io *io, int res)
 	io_uring_sqe_set_data(sqe, io);
 	k->inflight++;
 	k->queued++;
-	disk_submit(d);
+	disk_submit(st);
 	return true;
 }
 
-static void rename_done(struct daemon *d, struct disk_io *io, int res)
+static void rename_done(struct store *st, struct disk_io *io, int res)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct object *o = io->o;
 
-	d->space_seq++; /* whoever waits for a spill looks again */
+	st->space_seq++; /* whoever waits for a spill looks again */
 	if (res < 0) {
 		k->c.io_errors++;
 		k->last_err = -res;
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
 			o->spill = NULL;
-			object_dirty_update(d, o);
+			object_dirty_update(st, o);
 		}
 		return;
 	}
@@ -1044,16 +1044,16 @@ static void rename_done(struct daemon *d, struct disk_io *io, int res)
 	o->disk_len = io->len;
 	k->c.records++;
 	k->c.bytes += io->len;
-	d->disk_tier.alloc.used = k->c.bytes;
+	st->disk_tier.alloc.used = k->c.bytes;
 	k->c.raw_bytes += o->len;
 	k->c.writes++;
 	k->c.write_bytes += io->len;
 }
 
-static void unlink_record(struct daemon *d, uint64_t id)
+static void unlink_record(struct store *st, uint64_t id)
 {
-	struct disk *k = d->disk;
-	struct io_uring_sqe *sqe = get_sqe(d);
+	struct disk *k = st->disk;
+	struct io_uring_sqe *sqe = get_sqe(st);
 	struct disk_io *io;
 
 	io = sqe ? io_new(k, IO_UNLINK, NULL) : NULL;
@@ -1071,9 +1071,9 @@ static void unlink_record(struct daemon *d, uint64_t id)
 	k->queued++;
 }
 
-static void disk_forget(struct daemon *d, struct object *o)
+static void disk_forget(struct store *st, struct object *o)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 
 	if (!k)
 		return;
@@ -1092,9 +1092,9 @@ static void disk_forget(struct daemon *d, struct object *o)
 	if (o->disk_id) {
 		k->c.records--;
 		k->c.bytes -= o->disk_len;
-		d->disk_tier.alloc.used = k->c.bytes;
+		st->disk_tier.alloc.used = k->c.bytes;
 		k->c.raw_bytes -= o->len;
-		unlink_record(d, o->disk_id);
+		unlink_record(st, o->disk_id);
 		o->disk_id = 0;
 		o->disk_len = 0;
 	}
@@ -1104,9 +1104,9 @@ static void disk_forget(struct daemon *d, struct object *o)
 
 /* The backend's fetch: read o's record back (core keeps one fetch per
  * object, so this runs once per read-back). */
-static int disk_load(struct daemon *d, struct object *o)
+static int disk_load(struct store *st, struct object *o)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct io_uring_sqe *sqe;
 	struct disk_io *io;
 	int fd;
@@ -1120,12 +1120,12 @@ static int disk_load(struct daemon *d, struct object *o)
 		return -ENOMEM;
 	io->id = o->disk_id;
 	io->len = o->disk_len;
-	io->deadline = now_ms(d) + d->cfg->spill_wait_ms;
+	io->deadline = now_ms(st) + st->cfg->spill_wait_ms;
 	io->buf = buf_get(k, io->len);
 	io->cap = io->len;
 	record_name(io->name, sizeof(io->name), io->id, false);
 	fd = io->buf ? open_record(k, io->name, O_RDONLY) : -ENOMEM;
-	sqe = fd >= 0 ? get_sqe(d) : NULL;
+	sqe = fd >= 0 ? get_sqe(st) : NULL;
 	if (!sqe) {
 		if (fd >= 0)
 			close(fd);
@@ -1137,11 +1137,11 @@ static int disk_load(struct daemon *d, struct object *o)
 	io_uring_prep_read(sqe, fd, io->buf, (unsigned) io->len, 0);
 	io_uring_sqe_set_data(sqe, io);
 	o->load = io;
-	object_place(d, o, false);
+	object_place(st, o, false);
 	k->inflight++;
 	k->queued++;
 	/* reads go out at once: someone is waiting */
-	disk_submit(d);
+	disk_submit(st);
 	return 0;
 }
 
@@ -1190,26 +1190,26 @@ static void decode_record(struct disk *k, struct disk_io *io)
 }
 
 /* Loop: the read finished (res < 0) or was decoded (res from the worker). */
-static void read_finish(struct daemon *d, struct disk_io *io, int r)
+static void read_finish(struct store *st, struct disk_io *io, int r)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct object *o = io->o;
 
 	if (!o) {
 		/* went away meanwhile; its waiters were told */
 		if (io->block)
-			shm_alloc_free(&d->tiers[0].alloc, io->block);
+			shm_alloc_free(&st->tiers[0].alloc, io->block);
 		return;
 	}
 	o->load = NULL;
 	if (r == 0) {
 		k->c.reads++;
 		k->c.read_bytes += io->len;
-		tier_readmit(d, o, io->block);
+		tier_readmit(st, o, io->block);
 	} else {
-		object_place(d, o, false);
+		object_place(st, o, false);
 		if (io->block)
-			shm_alloc_free(&d->tiers[0].alloc, io->block);
+			shm_alloc_free(&st->tiers[0].alloc, io->block);
 		if (r == -EBADMSG) {
 			k->c.checksum_failures++;
 			log_error("record %s/%s of '%s' is damaged; dropped, never served", k->dir,
@@ -1220,32 +1220,32 @@ static void read_finish(struct daemon *d, struct disk_io *io, int r)
 		}
 	}
 	io->block = NULL;
-	fetch_done(d, o, r); /* the waiters run their requests, or fail them */
+	fetch_done(st, o, r); /* the waiters run their requests, or fail them */
 	if (r == -EBADMSG)
-		object_drop(d, o); /* unlinks the record too */
+		object_drop(st, o); /* unlinks the record too */
 }
 
 /* Loop: find dram for a read that is in, and hand it to the worker.  True
  * if io lives on with the worker.  Dram full of objects that have not
  * reached disk yet: io waits on k->space_wait for a spill to end. */
-static bool land(struct daemon *d, struct disk_io *io)
+static bool land(struct store *st, struct disk_io *io)
 {
-	struct disk *k = d->disk;
-	struct tier *dram = &d->tiers[0];
+	struct disk *k = st->disk;
+	struct tier *dram = &st->tiers[0];
 	int r;
 
 	/* making room in dram never evicts o itself: it is loading (held) */
-	r = tier_alloc(d, dram, io->o->len, &io->block);
-	if (r == -EAGAIN && now_ms(d) < io->deadline) {
+	r = tier_alloc(st, dram, io->o->len, &io->block);
+	if (r == -EAGAIN && now_ms(st) < io->deadline) {
 		io->block = NULL;
 		io->qnext = k->space_wait;
 		k->space_wait = io;
-		loop_timer_arm(k->space_timer, now_ms(d) + 20);
+		loop_timer_arm(k->space_timer, now_ms(st) + 20);
 		return true;
 	}
 	if (r < 0) {
 		io->block = NULL;
-		read_finish(d, io, r);
+		read_finish(st, io, r);
 		return false;
 	}
 	io->dst = (uint8_t *) dram->seg.base + io->block->offset;
@@ -1256,16 +1256,16 @@ static bool land(struct daemon *d, struct disk_io *io)
 }
 
 /* Reads waiting for dram: try again after a spill ended, or give up. */
-static bool retry_landing(struct daemon *d)
+static bool retry_landing(struct store *st)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct disk_io *list = k->space_wait;
 	bool did = false;
 
-	if (!list || (k->space_seen == d->space_seq && now_ms(d) < k->space_check_ms))
+	if (!list || (k->space_seen == st->space_seq && now_ms(st) < k->space_check_ms))
 		return false;
-	k->space_seen = d->space_seq;
-	k->space_check_ms = now_ms(d) + 100;
+	k->space_seen = st->space_seq;
+	k->space_check_ms = now_ms(st) + 100;
 	k->space_wait = NULL;
 	while (list) {
 		struct disk_io *io = list;
@@ -1276,7 +1276,7 @@ static bool retry_landing(struct daemon *d)
 			io_free(k, io); /* its object went away; waiters were told */
 			continue;
 		}
-		if (!land(d, io))
+		if (!land(st, io))
 			io_free(k, io);
 	}
 	return did;
@@ -1284,7 +1284,7 @@ static bool retry_landing(struct daemon *d)
 
 /* Loop: the bytes are in; check the header here (cheap), leave the copy,
  * decompression and checksum to the worker.  True if io lives on. */
-static bool read_done(struct daemon *d, struct disk_io *io, int res)
+static bool read_done(struct store *st, struct disk_io *io, int res)
 {
 	struct object *o = io->o;
 
@@ -1293,30 +1293,30 @@ static bool read_done(struct daemon *d, struct disk_io *io, int res)
 	if (!o)
 		return false;
 	if (res < 0) {
-		read_finish(d, io, res);
+		read_finish(st, io, res);
 		return false;
 	}
 	if (disk_record_check(io->buf, (size_t) res, (uint64_t) res, &io->hdr) < 0 ||
 	    io->hdr.key_len != o->key_len ||
 	    memcmp(io->buf + sizeof(io->hdr), o->key, o->key_len) != 0 ||
 	    io->hdr.value_len != o->len) {
-		read_finish(d, io, -EBADMSG);
+		read_finish(st, io, -EBADMSG);
 		return false;
 	}
-	return land(d, io);
+	return land(st, io);
 }
 
-static bool disk_poll(struct daemon *d)
+static bool disk_poll(struct store *st)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 	struct io_uring_cqe *cqe;
 	unsigned n = 0;
 
 	if (!k)
 		return false;
-	if (prepared(d))
+	if (prepared(st))
 		n++;
-	if (k->recovering && recover_poll(d))
+	if (k->recovering && recover_poll(st))
 		n++;
 	if (!io_uring_cq_ready(&k->ring))
 		return n > 0;
@@ -1328,11 +1328,11 @@ static bool disk_poll(struct daemon *d)
 		k->inflight--;
 		n++;
 		if (io->kind == IO_WRITE) {
-			if (write_done(d, io, res))
+			if (write_done(st, io, res))
 				continue; /* renaming */
 		} else if (io->kind == IO_RENAME)
-			rename_done(d, io, res);
-		else if (io->kind == IO_READ && read_done(d, io, res))
+			rename_done(st, io, res);
+		else if (io->kind == IO_READ && read_done(st, io, res))
 			continue; /* the worker's, or waiting for dram */
 		io_free(k, io);
 	}
@@ -1343,45 +1343,45 @@ static bool disk_poll(struct daemon *d)
 
 /* Drop disk-only objects, least recently used first, to get under low: a
  * bounded number per call. */
-static bool disk_watermark(struct daemon *d)
+static bool disk_watermark(struct store *st)
 {
-	struct disk *k = d->disk;
-	struct tier *t = disk_tier(d);
+	struct disk *k = st->disk;
+	struct tier *t = disk_tier(st);
 	uint64_t freed = 0, n = 0;
 
 	if (k->c.bytes <= t->high)
 		return false;
-	tier_evict_some(d, t, k->c.bytes - t->low, false, 64, EVICT_WATERMARK, &freed, &n);
+	tier_evict_some(st, t, k->c.bytes - t->low, false, 64, EVICT_WATERMARK, &freed, &n);
 	return n > 0;
 }
 
-static bool disk_accepting(const struct daemon *d, const struct object *o)
+static bool disk_accepting(const struct store *st, const struct object *o)
 {
-	const struct disk *k = d->disk;
+	const struct disk *k = st->disk;
 
-	return k && now_ms(d) >= k->backoff_until &&
-	       k->c.bytes + o->len + DISK_ALIGN <= d->disk_tier.alloc.size;
+	return k && now_ms(st) >= k->backoff_until &&
+	       k->c.bytes + o->len + DISK_ALIGN <= st->disk_tier.alloc.size;
 }
 
-static bool disk_maintain(struct daemon *d)
+static bool disk_maintain(struct store *st)
 {
-	struct disk *k = d->disk;
-	struct tier *lowest = &d->tiers[0];
+	struct disk *k = st->disk;
+	struct tier *lowest = &st->tiers[0];
 	bool did = false;
 
 	if (!k)
 		return false;
-	did = disk_watermark(d);
-	did = retry_landing(d) || did;
+	did = disk_watermark(st);
+	did = retry_landing(st) || did;
 	/* Spill ahead: clean copies of the oldest objects without one, once
 	 * dram is past its low watermark less a margin, or all of them on a
-	 * flush.  d->dirty holds exactly those, oldest at the tail: no walk. */
-	if (now_ms(d) >= k->backoff_until && k->c.bytes < d->disk_tier.high &&
+	 * flush.  st->dirty holds exactly those, oldest at the tail: no walk. */
+	if (now_ms(st) >= k->backoff_until && k->c.bytes < st->disk_tier.high &&
 	    (k->flushing || lowest->alloc.used > lowest->low - lowest->low / 8)) {
 		struct object *o;
 
-		while ((o = d->dirty.tail)) {
-			int r = disk_spill(d, o); /* takes o off d->dirty */
+		while ((o = st->dirty.tail)) {
+			int r = disk_spill(st, o); /* takes o off st->dirty */
 
 			if (r < 0)
 				break;
@@ -1389,11 +1389,11 @@ static bool disk_maintain(struct daemon *d)
 		}
 	}
 	if (k->flushing && k->inflight == 0 && !did) {
-		bool left = d->dirty.n > 0;
+		bool left = st->dirty.n > 0;
 
-		if (!left || now_ms(d) < k->backoff_until) {
+		if (!left || now_ms(st) < k->backoff_until) {
 			k->flushing = false;
-			k->c.flush_unwritten = d->dirty.n;
+			k->c.flush_unwritten = st->dirty.n;
 			k->c.flush_error = left ? (uint64_t) (k->last_err ? k->last_err : EIO) : 0;
 			if (left)
 				log_warn("flush failed: %llu objects could not be written to %s: %s",
@@ -1405,14 +1405,14 @@ static bool disk_maintain(struct daemon *d)
 		}
 	}
 	if (k->space_wait)
-		loop_timer_arm(k->space_timer, now_ms(d) + 20);
-	disk_submit(d);
+		loop_timer_arm(k->space_timer, now_ms(st) + 20);
+	disk_submit(st);
 	return did;
 }
 
-static void disk_flush_start(struct daemon *d)
+static void disk_flush_start(struct store *st)
 {
-	struct disk *k = d->disk;
+	struct disk *k = st->disk;
 
 	if (!k)
 		return;
@@ -1423,17 +1423,17 @@ static void disk_flush_start(struct daemon *d)
 	k->last_err = 0;
 }
 
-static bool disk_counters(const struct daemon *d, struct disk_counters *ret)
+static bool disk_counters(const struct store *st, struct disk_counters *ret)
 {
-	if (!d->disk)
+	if (!st->disk)
 		return false;
-	*ret = d->disk->c;
-	ret->pending = d->disk->inflight;
-	ret->flush_pending = d->disk->flushing;
-	ret->recovering = d->disk->recovering;
-	ret->recovery_total = d->disk->rec_n;
-	ret->direct = __atomic_load_n(&d->disk->direct, __ATOMIC_RELAXED);
-	ret->compress = d->disk->zstd;
+	*ret = st->disk->c;
+	ret->pending = st->disk->inflight;
+	ret->flush_pending = st->disk->flushing;
+	ret->recovering = st->disk->recovering;
+	ret->recovery_total = st->disk->rec_n;
+	ret->direct = __atomic_load_n(&st->disk->direct, __ATOMIC_RELAXED);
+	ret->compress = st->disk->zstd;
 	return true;
 }
 

@@ -30,13 +30,13 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 	}
 	total = (size + 4095) & ~UINT64_C(4095);
 	/* main() resolves 0 to half of RAM; 0 left here means no limit */
-	limit = s->d->cfg->max_registered ? s->d->cfg->max_registered : UINT64_MAX;
-	if (s->d->registered_bytes > limit || total > limit - s->d->registered_bytes) {
+	limit = s->sv->cfg->max_registered ? s->sv->cfg->max_registered : UINT64_MAX;
+	if (s->sv->registered_bytes > limit || total > limit - s->sv->registered_bytes) {
 		snprintf(msg, STORE_MSG_MAX, "registered buffers of all clients would exceed "
 			 "--max-registered-bytes (%llu bytes; %llu in use)",
 			 (unsigned long long) limit,
-			 (unsigned long long) s->d->registered_bytes);
-		s->d->stats.refused_buffers++;
+			 (unsigned long long) s->sv->registered_bytes);
+		s->sv->stats.refused_buffers++;
 		return -ENOSPC;
 	}
 	b = calloc(1, sizeof(*b));
@@ -44,7 +44,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 		return -ENOMEM;
 	/* 2 MiB pages when the buffer is big and the kernel has them */
 	r = -EINVAL;
-	if (s->d->cfg->hugepages != SHM_HUGEPAGES_OFF && total % SHM_HUGEPAGE_SIZE == 0)
+	if (s->sv->cfg->hugepages != SHM_HUGEPAGES_OFF && total % SHM_HUGEPAGE_SIZE == 0)
 		r = shm_memfd_new("kvcache-buffer", total, true, &fd, &base);
 	if (r < 0)
 		r = shm_memfd_new("kvcache-buffer", total, false, &fd, &base);
@@ -61,7 +61,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 		return r;
 	}
 	s->buffer_bytes += size;
-	s->d->registered_bytes += total;
+	s->sv->registered_bytes += total;
 	*ret_handle = h;
 	*ret_fd = fd; /* stays open until the buffer is freed */
 	return 0;
@@ -70,7 +70,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 void buffer_free(struct session *s, struct buffer *b)
 {
 	s->buffer_bytes -= b->size;
-	s->d->registered_bytes -= b->seg.size;
+	s->sv->registered_bytes -= b->seg.size;
 	shm_segment_done(&b->seg);
 	free(b);
 }

@@ -38,7 +38,7 @@
 struct parked {
 	struct waiter w;             /* first: the fetch hands this back */
 	struct parked *next, *prev;  /* in its channel */
-	struct parked *snext, *sprev; /* space: on d->space_head */
+	struct parked *snext, *sprev; /* space: on sv->space_head */
 	bool space;
 	uint64_t deadline;           /* space: give up with -EAGAIN */
 	struct channel *ch;
@@ -65,7 +65,7 @@ static int channel_fail(struct channel *ch, const char *why)
 	if (!ch->broken)
 		log_notice("client[pid=%d,%s]: %s; channel stopped", (int) ch->s->pid, ch->s->name, why);
 	ch->broken = true;
-	ch->s->d->stats.protocol_errors++;
+	ch->s->sv->stats.protocol_errors++;
 	return -EPROTO;
 }
 
@@ -79,10 +79,10 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 		snprintf(msg, STORE_MSG_MAX, "at most %d channels per connection", SESSION_MAX_CHANNELS);
 		return -EMFILE;
 	}
-	if (s->d->n_channels >= s->d->cfg->max_channels) {
+	if (s->sv->n_channels >= s->sv->cfg->max_channels) {
 		snprintf(msg, STORE_MSG_MAX, "kvcached has %u channels open, its limit (--max-channels)",
-			 s->d->n_channels);
-		s->d->stats.refused_channels++;
+			 s->sv->n_channels);
+		s->sv->stats.refused_channels++;
 		return -EMFILE;
 	}
 	ch = calloc(1, sizeof(*ch));
@@ -117,17 +117,17 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 	ring_side_init(&ch->cq, (struct shm_ring *) (ch->base + SHM_CHAN_CQ_OFF),
 		       ch->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
 	ch->arena = ch->base + SHM_CHAN_ARENA_OFF;
-	r = loop_add_doorbell(s->d->loop, ch->efd, &ch->bell);
+	r = loop_add_doorbell(s->sv->loop, ch->efd, &ch->bell);
 	if (r < 0)
 		goto fail;
 	/* Start awake: the client's first request needs no doorbell if the
 	 * loop is spinning, and the loop sets the flag before it sleeps. */
 	s->channels[s->n_channels++] = ch;
-	s->d->n_channels++;
-	ch->next = s->d->channels;
+	s->sv->n_channels++;
+	ch->next = s->sv->channels;
 	if (ch->next)
 		ch->next->prev = ch;
-	s->d->channels = ch;
+	s->sv->channels = ch;
 	ret_fds[0] = ch->memfd;
 	ret_fds[1] = ch->efd;
 	return 0;
@@ -142,28 +142,28 @@ fail:
 	return r;
 }
 
-static void space_unlink(struct daemon *d, struct parked *p)
+static void space_unlink(struct server *sv, struct parked *p)
 {
 	if (p->sprev)
 		p->sprev->snext = p->snext;
 	else
-		d->space_head = p->snext;
+		sv->space_head = p->snext;
 	if (p->snext)
 		p->snext->sprev = p->sprev;
 	else
-		d->space_tail = p->sprev;
+		sv->space_tail = p->sprev;
 	p->snext = p->sprev = NULL;
 }
 
-static void space_append(struct daemon *d, struct parked *p)
+static void space_append(struct server *sv, struct parked *p)
 {
 	p->snext = NULL;
-	p->sprev = d->space_tail;
-	if (d->space_tail)
-		d->space_tail->snext = p;
+	p->sprev = sv->space_tail;
+	if (sv->space_tail)
+		sv->space_tail->snext = p;
 	else
-		d->space_head = p;
-	d->space_tail = p;
+		sv->space_head = p;
+	sv->space_tail = p;
 }
 
 void channel_close(struct channel *ch)
@@ -173,17 +173,17 @@ void channel_close(struct channel *ch)
 
 		ch->parked = p->next;
 		if (p->space)
-			space_unlink(ch->s->d, p);
+			space_unlink(ch->s->sv, p);
 		else
 			fetch_unwait(&p->w);
 		free(p);
 	}
 	free(ch->backlog);
-	ch->s->d->n_channels--;
+	ch->s->sv->n_channels--;
 	if (ch->prev)
 		ch->prev->next = ch->next;
 	else
-		ch->s->d->channels = ch->next;
+		ch->s->sv->channels = ch->next;
 	if (ch->next)
 		ch->next->prev = ch->prev;
 	loop_source_free(ch->bell);
@@ -244,7 +244,7 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix)
 
 			if (r < 0)
 				return r;
-			hit = store_exists(ch->s->d, key, refs[j].len, prefix);
+			hit = store_exists(ch->s->sv->st, key, refs[j].len, prefix);
 			count += hit;
 			if (out)
 				out[i + j] = hit;
@@ -306,9 +306,9 @@ static int copy_iovs(struct channel *ch, const struct shm_iov *iovs, uint32_t n,
 /* Loop thread only: one list at a time. */
 static struct shm_iov iov_scratch[MAX_IOVS];
 
-static void *extent_ptr(struct daemon *d, const struct extent *x)
+static void *extent_ptr(struct server *sv, const struct extent *x)
 {
-	return (uint8_t *) d->tiers[x->segment].seg.base + x->offset;
+	return (uint8_t *) sv->st->tiers[x->segment].seg.base + x->offset;
 }
 
 static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const char *key,
@@ -328,7 +328,7 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 	if (x.len > cap)
 		r = -ENOBUFS;
 	else
-		r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->d, &x), x.len, false);
+		r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->sv, &x), x.len, false);
 	store_release(&s->h, x.handle, msg);
 	return r < 0 ? r : (int64_t) x.len;
 }
@@ -357,7 +357,7 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 	r = store_reserve(&s->h, &a, &x, msg);
 	if (r < 0)
 		return r;
-	r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->d, &x), x.len, true);
+	r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->sv, &x), x.len, true);
 	if (r < 0) {
 		store_abort(&s->h, x.handle, msg);
 		return r;
@@ -401,7 +401,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_NOP:
 		return 0;
 	case SHM_OP_EXISTS:
-		return store_exists(s->d, key, e->key_len, false);
+		return store_exists(s->sv->st, key, e->key_len, false);
 	case SHM_OP_ACQUIRE:
 		r = store_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
 		break;
@@ -431,7 +431,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_REMOVE:
 		if (e->arg & ~(uint64_t) WIRE_REMOVE_KNOWN)
 			return -EINVAL;
-		return store_remove(s->d, key, e->key_len, e->arg & WIRE_REMOVE_FORCE, msg);
+		return store_remove(s->sv->st, key, e->key_len, e->arg & WIRE_REMOVE_FORCE, msg);
 	case SHM_OP_BATCH_EXISTS:
 		return run_keys(ch, e, false);
 	case SHM_OP_PREFIX_LOOKUP:
@@ -505,7 +505,7 @@ static void complete(struct channel *ch, const struct shm_sqe *e, struct shm_cqe
 		     const char *msg)
 {
 	if (r < 0 && r != -ENOENT && r != -EEXIST)
-		ch->s->d->stats.errors++;
+		ch->s->sv->st->stats.errors++;
 	if (r < 0 && msg[0] && (e->flags & SHM_SQE_WANT_MSG) && arena_span(ch, e->msg_off, SHM_MSG_MAX))
 		snprintf((char *) ch->arena + e->msg_off, SHM_MSG_MAX, "%s", msg);
 	if (r >= 0 && (e->flags & SHM_SQE_NO_CQE))
@@ -593,30 +593,30 @@ static bool is_put(const struct shm_sqe *e)
 /* A put that must wait for a spill (back-pressure from the disk tier). */
 static void park_space(struct channel *ch, const struct shm_sqe *e)
 {
-	struct daemon *d = ch->s->d;
+	struct server *sv = ch->s->sv;
 	struct parked *p = parked_new(ch, e);
 
 	if (!p)
 		return;
 	p->space = true;
-	p->deadline = now_ms(d) + d->cfg->spill_wait_ms;
-	d->stats.spill_waits++;
-	space_append(d, p);
-	if (!d->space_head->snext)
-		loop_timer_arm(d->space_timer, p->deadline); /* wake a sleeping loop then */
+	p->deadline = now_ms(sv->st) + sv->cfg->spill_wait_ms;
+	sv->stats.spill_waits++;
+	space_append(sv, p);
+	if (!sv->space_head->snext)
+		loop_timer_arm(sv->space_timer, p->deadline); /* wake a sleeping loop then */
 }
 
 /* Puts waiting for space: run again after a spill ended, in arrival order;
  * give up at their deadline. */
-static unsigned retry_space(struct daemon *d)
+static unsigned retry_space(struct server *sv)
 {
-	struct parked *list = d->space_head;
+	struct parked *list = sv->space_head;
 	unsigned n = 0;
 
-	if (!list || (d->space_seen == d->space_seq && now_ms(d) < list->deadline))
+	if (!list || (sv->space_seen == sv->st->space_seq && now_ms(sv->st) < list->deadline))
 		return 0;
-	d->space_seen = d->space_seq;
-	d->space_head = d->space_tail = NULL;
+	sv->space_seen = sv->st->space_seq;
+	sv->space_head = sv->space_tail = NULL;
 	while (list) {
 		struct parked *p = list;
 		struct channel *ch = p->ch;
@@ -628,8 +628,8 @@ static unsigned retry_space(struct daemon *d)
 		list = p->snext;
 		p->snext = p->sprev = NULL;
 		r = run(ch, &p->e, &c, &f, msg);
-		if (r == -EAGAIN && now_ms(d) < p->deadline) {
-			space_append(d, p);
+		if (r == -EAGAIN && now_ms(sv->st) < p->deadline) {
+			space_append(sv, p);
 			continue;
 		}
 		unpark(p);
@@ -638,7 +638,7 @@ static unsigned retry_space(struct daemon *d)
 		wake_client(ch);
 		n++;
 	}
-	loop_timer_arm(d->space_timer, d->space_head ? d->space_head->deadline : 0);
+	loop_timer_arm(sv->space_timer, sv->space_head ? sv->space_head->deadline : 0);
 	return n;
 }
 
@@ -676,7 +676,7 @@ static unsigned poll_channel(struct channel *ch)
 		r = run(ch, &e, &c, &f, msg);
 		if (r == -EINPROGRESS && f)
 			park(ch, &e, f);
-		else if (r == -EAGAIN && is_put(&e) && ch->s->d->cfg->spill_wait_ms)
+		else if (r == -EAGAIN && is_put(&e) && ch->s->sv->cfg->spill_wait_ms)
 			park_space(ch, &e);
 		else
 			complete(ch, &e, &c, r == -EINPROGRESS ? -EIO : r, msg);
@@ -686,18 +686,18 @@ static unsigned poll_channel(struct channel *ch)
 	return done;
 }
 
-unsigned channel_poll_all(struct daemon *d)
+unsigned channel_poll_all(struct server *sv)
 {
-	unsigned n = retry_space(d);
+	unsigned n = retry_space(sv);
 
-	for (struct channel *ch = d->channels; ch; ch = ch->next)
+	for (struct channel *ch = sv->channels; ch; ch = ch->next)
 		n += poll_channel(ch);
 	return n;
 }
 
-void channel_set_sleeping(struct daemon *d, bool sleeping)
+void channel_set_sleeping(struct server *sv, bool sleeping)
 {
-	for (struct channel *ch = d->channels; ch; ch = ch->next)
+	for (struct channel *ch = sv->channels; ch; ch = ch->next)
 		ring_set_need_wakeup(ch->sq.r, sleeping);
 }
 
@@ -717,11 +717,11 @@ static void space_deadline(struct loop_source *s, void *userdata)
 {
 }
 
-int channel_setup(struct daemon *d)
+int channel_setup(struct server *sv)
 {
-	int r = loop_add_poller(d->loop, poll_channels, channels_sleeping, d, &d->channels_src);
+	int r = loop_add_poller(sv->loop, poll_channels, channels_sleeping, sv, &sv->channels_src);
 
 	if (r < 0)
 		return r;
-	return loop_add_timer(d->loop, space_deadline, d, &d->space_timer);
+	return loop_add_timer(sv->loop, space_deadline, sv, &sv->space_timer);
 }

@@ -38,7 +38,7 @@ static bool socket_alive(const char *path)
 	return alive;
 }
 
-static int open_socket(struct daemon *d)
+static int open_socket(struct server *sv)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
@@ -46,57 +46,57 @@ static int open_socket(struct daemon *d)
 
 	/* The lock decides between two daemons starting at once; the connect
 	 * probe catches a live daemon that holds no lock on this path. */
-	snprintf(d->lock_path, sizeof(d->lock_path), "%s.lock", d->socket_path);
-	d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (d->lock_fd < 0) {
+	snprintf(sv->lock_path, sizeof(sv->lock_path), "%s.lock", sv->socket_path);
+	sv->lock_fd = open(sv->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (sv->lock_fd < 0) {
 		r = -errno;
-		log_error("Failed to open lock file %s: %m", d->lock_path);
+		log_error("Failed to open lock file %s: %m", sv->lock_path);
 		return r;
 	}
-	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		log_error("another kvcached is already serving %s; not starting", d->socket_path);
-		close(d->lock_fd);
-		d->lock_fd = -1;
+	if (flock(sv->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		log_error("another kvcached is already serving %s; not starting", sv->socket_path);
+		close(sv->lock_fd);
+		sv->lock_fd = -1;
 		return -EADDRINUSE;
 	}
-	if (lstat(d->socket_path, &st) == 0) {
+	if (lstat(sv->socket_path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
-			log_error("%s exists and is not a socket; not replacing it", d->socket_path);
+			log_error("%s exists and is not a socket; not replacing it", sv->socket_path);
 			return -EEXIST;
 		}
-		if (socket_alive(d->socket_path)) {
+		if (socket_alive(sv->socket_path)) {
 			log_error("another kvcached is already serving %s; not starting",
-				  d->socket_path);
+				  sv->socket_path);
 			return -EADDRINUSE;
 		}
-		log_notice("replacing stale socket %s left by a daemon that is gone", d->socket_path);
-		unlink(d->socket_path);
+		log_notice("replacing stale socket %s left by a daemon that is gone", sv->socket_path);
+		unlink(sv->socket_path);
 	}
 
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->socket_path);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sv->socket_path);
 	if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
 		r = -errno;
-		log_error("Failed to bind %s: %m", d->socket_path);
+		log_error("Failed to bind %s: %m", sv->socket_path);
 		close(fd);
 		return r;
 	}
-	if (chmod(d->socket_path, 0660) < 0 || listen(fd, 256) < 0) {
+	if (chmod(sv->socket_path, 0660) < 0 || listen(fd, 256) < 0) {
 		r = -errno;
-		log_error("Failed to listen on %s: %m", d->socket_path);
-		unlink(d->socket_path);
+		log_error("Failed to listen on %s: %m", sv->socket_path);
+		unlink(sv->socket_path);
 		close(fd);
 		return r;
 	}
-	d->listen_fd = fd;
+	sv->listen_fd = fd;
 	return 0;
 }
 
 static void on_accept(struct loop_source *src, int fd, uint32_t revents, void *userdata)
 {
-	struct daemon *d = userdata;
+	struct server *sv = userdata;
 
 	for (;;) {
 		int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -108,28 +108,28 @@ static void on_accept(struct loop_source *src, int fd, uint32_t revents, void *u
 				log_warn("Failed to accept a client: %m");
 			return;
 		}
-		if (session_new(d, cfd) < 0)
+		if (session_new(sv, cfd) < 0)
 			log_warn("Failed to set up a client session");
 	}
 }
 
 static void on_signal(struct loop_source *src, int fd, uint32_t revents, void *userdata)
 {
-	struct daemon *d = userdata;
+	struct server *sv = userdata;
 	struct signalfd_siginfo si;
 
 	while (read(fd, &si, sizeof(si)) == sizeof(si)) {
 		log_notice("received %s, shutting down", strsignal((int) si.ssi_signo));
-		loop_quit(d->loop);
+		loop_quit(sv->loop);
 	}
 }
 
-int server_setup(struct daemon *d)
+int server_setup(struct server *sv)
 {
 	sigset_t mask;
 	int r;
 
-	d->listen_fd = d->signal_fd = d->lock_fd = -1;
+	sv->listen_fd = sv->signal_fd = sv->lock_fd = -1;
 	signal(SIGPIPE, SIG_IGN);
 	/* blocked in every thread (they inherit it): signals arrive through
 	 * signalfd only */
@@ -137,34 +137,34 @@ int server_setup(struct daemon *d)
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
-	d->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (d->signal_fd < 0)
+	sv->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sv->signal_fd < 0)
 		return -errno;
-	r = loop_add_io(d->loop, d->signal_fd, EPOLLIN, on_signal, d, &d->signal_src);
+	r = loop_add_io(sv->loop, sv->signal_fd, EPOLLIN, on_signal, sv, &sv->signal_src);
 	if (r < 0)
 		return r;
-	r = open_socket(d);
+	r = open_socket(sv);
 	if (r < 0)
 		return r;
-	return loop_add_io(d->loop, d->listen_fd, EPOLLIN, on_accept, d, &d->listen_src);
+	return loop_add_io(sv->loop, sv->listen_fd, EPOLLIN, on_accept, sv, &sv->listen_src);
 }
 
-void server_teardown(struct daemon *d)
+void server_teardown(struct server *sv)
 {
-	while (d->sessions)
-		session_free(d->sessions);
-	loop_source_free(d->listen_src);
-	loop_source_free(d->signal_src);
-	d->listen_src = d->signal_src = NULL;
-	if (d->listen_fd >= 0) {
-		close(d->listen_fd);
-		unlink(d->socket_path);
+	while (sv->sessions)
+		session_free(sv->sessions);
+	loop_source_free(sv->listen_src);
+	loop_source_free(sv->signal_src);
+	sv->listen_src = sv->signal_src = NULL;
+	if (sv->listen_fd >= 0) {
+		close(sv->listen_fd);
+		unlink(sv->socket_path);
 	}
-	if (d->lock_fd >= 0) {
-		unlink(d->lock_path);
-		close(d->lock_fd);
+	if (sv->lock_fd >= 0) {
+		unlink(sv->lock_path);
+		close(sv->lock_fd);
 	}
-	if (d->signal_fd >= 0)
-		close(d->signal_fd);
-	d->listen_fd = d->lock_fd = d->signal_fd = -1;
+	if (sv->signal_fd >= 0)
+		close(sv->signal_fd);
+	sv->listen_fd = sv->lock_fd = sv->signal_fd = -1;
 }

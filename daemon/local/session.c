@@ -140,7 +140,7 @@ static void send_error(struct session *s, uint32_t seq, int err, const char *fmt
 static void fatal(struct session *s, uint32_t seq, int err, const char *why)
 {
 	log_notice("client[pid=%d,%s]: %s; disconnecting", (int) s->pid, s->name, why);
-	s->d->stats.protocol_errors++;
+	s->sv->stats.protocol_errors++;
 	send_error(s, seq, err, "%s", why);
 	s->closing = true;
 }
@@ -238,7 +238,7 @@ static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struc
 		rep->free1 = present;
 	}
 	for (size_t i = 0; i < kq->n_keys; i++) {
-		if (store_exists(s->d, kq->keys[i].data, kq->keys[i].len, prefix)) {
+		if (store_exists(s->sv->st, kq->keys[i].data, kq->keys[i].len, prefix)) {
 			count++;
 			if (present)
 				present[i] = 1;
@@ -253,12 +253,12 @@ static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struc
 	return 0;
 }
 
-static uint64_t uptime_s(struct daemon *d)
+static uint64_t uptime_s(struct server *sv)
 {
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (uint64_t) (now.tv_sec - d->started.tv_sec);
+	return (uint64_t) (now.tv_sec - sv->started.tv_sec);
 }
 
 /* The counters of what lies below memory (the disk tier), by name. */
@@ -278,10 +278,10 @@ static void below_emit(void *u, const char *name, uint64_t v)
 	}
 }
 
-static void below_stats(struct daemon *d, struct below_stats *b)
+static void below_stats(struct server *sv, struct below_stats *b)
 {
-	if (d->below.ops && d->below.ops->stats)
-		d->below.ops->stats(d->below.be, below_emit, b);
+	if (sv->st->below.ops && sv->st->below.ops->stats)
+		sv->st->below.ops->stats(sv->st->below.be, below_emit, b);
 }
 
 static uint64_t below_stat(const struct below_stats *b, const char *name)
@@ -294,8 +294,8 @@ static uint64_t below_stat(const struct below_stats *b, const char *name)
 
 static int op_status(struct session *s, struct reply *rep)
 {
-	struct daemon *d = s->d;
-	unsigned nt = tier_count(d);
+	struct server *sv = s->sv;
+	unsigned nt = tier_count(sv->st);
 	Kvc__StatusResp *st = calloc(1, sizeof(*st));
 	Kvc__TierStatus *ts = calloc(nt, sizeof(*ts));
 	Kvc__TierStatus **tp = calloc(nt, sizeof(*tp));
@@ -308,7 +308,7 @@ static int op_status(struct session *s, struct reply *rep)
 	}
 	kvc__status_resp__init(st);
 	for (unsigned i = 0; i < nt; i++) {
-		const struct tier *t = tier_at(d, i);
+		const struct tier *t = tier_at(sv->st, i);
 
 		kvc__tier_status__init(&ts[i]);
 		ts[i].name = (char *) t->name;
@@ -319,21 +319,21 @@ static int op_status(struct session *s, struct reply *rep)
 		tp[i] = &ts[i];
 	}
 	st->version = (char *) KVC_VERSION;
-	st->uptime_s = uptime_s(d);
-	st->hugepages = d->hugepages;
-	st->clients = d->n_sessions;
-	st->objects = d->index.n_objects;
+	st->uptime_s = uptime_s(sv);
+	st->hugepages = sv->st->hugepages;
+	st->clients = sv->n_sessions;
+	st->objects = sv->st->index.n_objects;
 	st->n_tiers = nt;
 	st->tiers = tp;
 	st->pid = (uint32_t) getpid();
-	st->socket = d->socket_path;
+	st->socket = sv->socket_path;
 	st->protocol_major = KVC_PROTO_MAJOR;
 	st->protocol_minor = KVC_PROTO_MINOR;
 	st->layout_version = SHM_LAYOUT_VERSION;
 	{
 		struct below_stats b = { 0 };
 
-		below_stats(d, &b);
+		below_stats(sv, &b);
 		st->recovering = below_stat(&b, "disk.recovering");
 		st->recovered = below_stat(&b, "disk.recovered");
 		st->recovery_total = below_stat(&b, "disk.recovery_total");
@@ -347,8 +347,8 @@ static int op_status(struct session *s, struct reply *rep)
 
 static int op_stats(struct session *s, struct reply *rep)
 {
-	struct daemon *d = s->d;
-	const struct stats *x = &d->stats;
+	struct server *sv = s->sv;
+	const struct stats *x = &sv->st->stats;
 	uint64_t registered = 0, channels = 0;
 	struct {
 		const char *name;
@@ -362,7 +362,7 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "bytes_in", x->bytes_in },
 		{ "bytes_out", x->bytes_out },
 		{ "errors", x->errors },
-		{ "protocol_errors", x->protocol_errors },
+		{ "protocol_errors", sv->stats.protocol_errors },
 		{ "removes", x->removes },
 		{ "evictions", x->evictions },
 		{ "evicted_bytes", x->evicted_bytes },
@@ -372,31 +372,31 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "reserves", x->reserves },
 		{ "aborts", x->aborts },
 		{ "put_conflicts", x->put_conflicts },
-		{ "connections", x->connections },
+		{ "connections", sv->stats.connections },
 		{ "reclaimed_reservations", x->reclaimed_reservations },
 		{ "reclaimed_views", x->reclaimed_views },
-		{ "refused_clients", x->refused_clients },
-		{ "refused_channels", x->refused_channels },
-		{ "refused_buffers", x->refused_buffers },
+		{ "refused_clients", sv->stats.refused_clients },
+		{ "refused_channels", sv->stats.refused_channels },
+		{ "refused_buffers", sv->stats.refused_buffers },
 		{ "evict_examined", x->evict_examined },
-		{ "spill_waits", x->spill_waits },
-		{ "loop_longest_turn_us", loop_longest_turn_us(d->loop) },
+		{ "spill_waits", sv->stats.spill_waits },
+		{ "loop_longest_turn_us", loop_longest_turn_us(sv->loop) },
 		{ "registered_bytes", 0 },
 		{ "channels", 0 },
 	};
 	const size_t nb = sizeof(base) / sizeof(base[0]), per_tier = 15;
 	struct below_stats disk = { 0 };
 	size_t nd;
-	const unsigned nt = tier_count(d);
+	const unsigned nt = tier_count(sv->st);
 	size_t n;
 	Kvc__StatsResp *st;
 	Kvc__Counter *cs, **cp;
 	char *names;
 
-	below_stats(d, &disk);
+	below_stats(sv, &disk);
 	nd = disk.n;
 	n = nb + nt * per_tier + nd;
-	for (struct session *x2 = d->sessions; x2; x2 = x2->next) {
+	for (struct session *x2 = sv->sessions; x2; x2 = x2->next) {
 		registered += x2->buffer_bytes;
 		channels += x2->n_channels;
 	}
@@ -425,7 +425,7 @@ static int op_stats(struct session *s, struct reply *rep)
 			snprintf(cs[i].name, 64, "%s", disk.name[i - nb - nt * per_tier]);
 			cs[i].value = disk.value[i - nb - nt * per_tier];
 		} else {
-			const struct tier *t = tier_at(d, (unsigned) ((i - nb) / per_tier));
+			const struct tier *t = tier_at(sv->st, (unsigned) ((i - nb) / per_tier));
 			static const char *const what[] = {
 				"capacity", "used", "high_watermark", "objects", "hits", "misses",
 				"promotions", "demotions", "evictions", "evictions_capacity",
@@ -493,7 +493,7 @@ static void list_committed(void *u, struct object *o)
 
 static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 {
-	struct daemon *d = s->d;
+	struct server *sv = s->sv;
 	struct list_acc a = { .prefix = &lq->prefix };
 
 	a.limit = lq->limit ? lq->limit : LIST_DEFAULT;
@@ -510,8 +510,8 @@ static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 	}
 	kvc__list_resp__init(a.l);
 	a.l->keys = a.ptrs;
-	index_walk(&d->index, list_committed, &a);
-	for (struct session *x = d->sessions; x; x = x->next)
+	index_walk(&sv->st->index, list_committed, &a);
+	for (struct session *x = sv->sessions; x; x = x->next)
 		for (uint32_t i = 0; i < x->h.n_slots; i++)
 			if (x->h.slots[i].kind == SLOT_RESERVE)
 				list_add(&a, x->h.slots[i].obj, WIRE_STATE_RESERVED);
@@ -523,12 +523,12 @@ static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 
 static int op_evict(struct session *s, const Kvc__EvictReq *eq, struct reply *rep)
 {
-	struct daemon *d = s->d;
+	struct server *sv = s->sv;
 	struct tier *t = NULL;
 	Kvc__EvictResp *er;
 
 	if (eq->tier != 0) {
-		t = tier_for(d, eq->tier);
+		t = tier_for(sv->st, eq->tier);
 		if (!t) {
 			snprintf(rep->msg, sizeof(rep->msg), "tier %d is not configured on this daemon",
 				 eq->tier);
@@ -539,7 +539,7 @@ static int op_evict(struct session *s, const Kvc__EvictReq *eq, struct reply *re
 	if (!er)
 		return -ENOMEM;
 	kvc__evict_resp__init(er);
-	tier_evict(d, t, eq->bytes, eq->all, EVICT_MANUAL, &er->bytes, &er->objects);
+	tier_evict(sv->st, t, eq->bytes, eq->all, EVICT_MANUAL, &er->bytes, &er->objects);
 	log_info("client[pid=%d]: evicted %llu objects, %llu bytes", (int) s->pid,
 		 (unsigned long long) er->objects, (unsigned long long) er->bytes);
 	rep->resp.body_case = KVC__RESPONSE__BODY_EVICT;
@@ -555,7 +555,7 @@ static int op_remove_prefix(struct session *s, const Kvc__RemoveReq *rq, struct 
 	if (!rr)
 		return -ENOMEM;
 	kvc__remove_resp__init(rr);
-	next = store_remove_prefix(s->d, rq->prefix.data, rq->prefix.len,
+	next = store_remove_prefix(s->sv->st, rq->prefix.data, rq->prefix.len,
 				 rq->flags & WIRE_REMOVE_FORCE, rq->cursor,
 				 &rr->removed, &rr->skipped);
 	rr->done = next == UINT64_MAX;
@@ -599,7 +599,7 @@ static void send_reply(struct session *s, uint32_t seq, uint32_t op, int r, stru
 {
 	if (r < 0) {
 		if (r != -ENOENT && r != -EEXIST)
-			s->d->stats.errors++;
+			s->sv->st->stats.errors++;
 		reply_free(rep);
 		rep->resp = (Kvc__Response) KVC__RESPONSE__INIT;
 		rep->resp.error = -r;
@@ -616,7 +616,7 @@ static void send_reply(struct session *s, uint32_t seq, uint32_t op, int r, stru
 
 static void handle_request(struct session *s, const struct wire_hdr *h, const uint8_t *payload)
 {
-	struct daemon *d = s->d;
+	struct server *sv = s->sv;
 	struct reply rep = { .resp = KVC__RESPONSE__INIT, .extent = KVC__EXTENT__INIT,
 			     .exists = KVC__EXISTS_RESP__INIT };
 	const char *why = NULL;
@@ -625,7 +625,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 
 	r = wire_request_decode(payload, h->len, &q, &why);
 	if (r < 0) {
-		d->stats.protocol_errors++;
+		sv->stats.protocol_errors++;
 		send_error(s, h->seq, -r, "%s", why);
 		return;
 	}
@@ -665,7 +665,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_keys(s, q->keys, true, &rep);
 		break;
 	case KVC__OP__OP_REMOVE:
-		r = store_remove(d, q->key->key.data, q->key->key.len, false, rep.msg);
+		r = store_remove(sv->st, q->key->key.data, q->key->key.len, false, rep.msg);
 		break;
 	case KVC__OP__OP_STATUS:
 		r = op_status(s, &rep);
@@ -698,20 +698,20 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		}
 		break;
 	case KVC__OP__OP_FLUSH:
-		if (!d->below.ops || !d->below.ops->flush) {
+		if (!sv->st->below.ops || !sv->st->below.ops->flush) {
 			snprintf(rep.msg, sizeof(rep.msg), "this daemon has no disk tier (--disk-dir)");
 			r = -EOPNOTSUPP;
 		} else
-			r = d->below.ops->flush(d->below.be);
+			r = sv->st->below.ops->flush(sv->st->below.be);
 		break;
 	case KVC__OP__OP_REMOVE_PREFIX:
 		r = op_remove_prefix(s, q->remove, &rep);
 		break;
 	case KVC__OP__OP_PIN:
-		r = store_pin(d, q->pin->key.data, q->pin->key.len, q->pin->hard, q->pin->ttl_ms, rep.msg);
+		r = store_pin(sv->st, q->pin->key.data, q->pin->key.len, q->pin->hard, q->pin->ttl_ms, rep.msg);
 		break;
 	case KVC__OP__OP_UNPIN:
-		r = store_unpin(d, q->key->key.data, q->key->key.len, rep.msg);
+		r = store_unpin(sv->st, q->key->key.data, q->key->key.len, rep.msg);
 		break;
 	case KVC__OP__OP_BUFFER_FREE: {
 		uint32_t i;
@@ -760,7 +760,7 @@ static void parked_done(struct waiter *w, int res)
 
 static void handle_hello(struct session *s, const struct wire_hdr *h, const uint8_t *payload)
 {
-	struct daemon *d = s->d;
+	struct server *sv = s->sv;
 	Kvc__Welcome w = KVC__WELCOME__INIT;
 	Kvc__SegmentInfo si[DAEMON_MAX_TIERS], *sp[DAEMON_MAX_TIERS];
 	int fds[DAEMON_MAX_TIERS];
@@ -777,12 +777,12 @@ static void handle_hello(struct session *s, const struct wire_hdr *h, const uint
 	w.major = KVC_PROTO_MAJOR;
 	w.minor = KVC_PROTO_MINOR;
 	w.version = (char *) KVC_VERSION;
-	if (!s->refused && d->n_sessions > d->cfg->max_clients) {
+	if (!s->refused && sv->n_sessions > sv->cfg->max_clients) {
 		w.error = EUSERS;
 		snprintf(msg, sizeof(msg), "kvcached serves at most %u clients at once (--max-clients)",
-			 d->cfg->max_clients);
+			 sv->cfg->max_clients);
 		w.error_msg = msg;
-		d->stats.refused_clients++;
+		sv->stats.refused_clients++;
 	} else if (s->refused) {
 		w.error = EACCES;
 		snprintf(msg, sizeof(msg), "uid %u gid %u may not use this daemon", (unsigned) s->uid,
@@ -801,27 +801,27 @@ static void handle_hello(struct session *s, const struct wire_hdr *h, const uint
 		s->closing = true;
 		return;
 	}
-	for (unsigned i = 0; i < d->n_tiers; i++) {
+	for (unsigned i = 0; i < sv->st->n_tiers; i++) {
 		kvc__segment_info__init(&si[i]);
-		si[i].index = d->tiers[i].segment;
+		si[i].index = sv->st->tiers[i].segment;
 		si[i].fd_index = i;
-		si[i].size = d->tiers[i].seg.size;
-		si[i].tier = d->tiers[i].kind;
-		si[i].hugepages = d->tiers[i].seg.hugepages;
-		si[i].generation = d->generation;
+		si[i].size = sv->st->tiers[i].seg.size;
+		si[i].tier = sv->st->tiers[i].kind;
+		si[i].hugepages = sv->st->tiers[i].seg.hugepages;
+		si[i].generation = sv->st->generation;
 		si[i].layout_version = SHM_LAYOUT_VERSION;
 		si[i].data_offset = SHM_HEADER_SIZE; /* never re-read from the segment */
 		sp[i] = &si[i];
-		fds[i] = d->tiers[i].seg.fd;
+		fds[i] = sv->st->tiers[i].seg.fd;
 	}
-	w.n_segments = d->n_tiers;
+	w.n_segments = sv->st->n_tiers;
 	w.segments = sp;
 	w.client_id = s->id;
 	w.max_value_size = UINT64_C(1) << 30;
 	s->welcomed = true;
 	log_info("client[pid=%d,%s]: connected (id %llu)", (int) s->pid, s->name,
 		 (unsigned long long) s->id);
-	if (send_frame(s, WIRE_WELCOME, h->seq, &w.base, fds, d->n_tiers) < 0)
+	if (send_frame(s, WIRE_WELCOME, h->seq, &w.base, fds, sv->st->n_tiers) < 0)
 		s->closing = true;
 }
 
@@ -843,11 +843,11 @@ static void handle_frame(struct session *s, const struct wire_hdr *h, const uint
 		handle_request(s, h, payload);
 		break;
 	case WIRE_HELLO:
-		s->d->stats.protocol_errors++;
+		s->sv->stats.protocol_errors++;
 		send_error(s, h->seq, EPROTO, "Hello was already received");
 		break;
 	default:
-		s->d->stats.protocol_errors++;
+		s->sv->stats.protocol_errors++;
 		send_error(s, h->seq, EPROTO, "unknown message type %u", h->type);
 		break;
 	}
@@ -981,7 +981,7 @@ static const struct holder_ops session_holder_ops = {
 	.release_buffer = release_buffer,
 };
 
-int session_new(struct daemon *d, int fd)
+int session_new(struct server *sv, int fd)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
@@ -1000,59 +1000,59 @@ int session_new(struct daemon *d, int fd)
 		return -ENOMEM;
 	}
 	s->in_cap = IN_INITIAL;
-	s->d = d;
-	holder_init(&s->h, d, &session_holder_ops);
+	s->sv = sv;
+	holder_init(&s->h, sv->st, &session_holder_ops);
 	s->fd = fd;
 	s->pid = cred.pid;
 	s->uid = cred.uid;
 	s->gid = cred.gid;
-	s->id = ++d->next_session_id;
+	s->id = ++sv->next_session_id;
 	strcpy(s->name, "?");
 	/* The socket is 0660 already; this also covers a socket whose mode an
 	 * operator loosened by hand. */
 	s->refused = !(cred.uid == 0 || cred.uid == geteuid() || cred.gid == getegid());
 	s->events = EPOLLIN;
-	r = loop_add_io(d->loop, fd, EPOLLIN, session_io, s, &s->src);
+	r = loop_add_io(sv->loop, fd, EPOLLIN, session_io, s, &s->src);
 	if (r < 0) {
 		free(s->in);
 		free(s);
 		close(fd);
 		return r;
 	}
-	s->next = d->sessions;
+	s->next = sv->sessions;
 	if (s->next)
 		s->next->prev = s;
-	d->sessions = s;
-	d->n_sessions++;
-	d->stats.connections++;
+	sv->sessions = s;
+	sv->n_sessions++;
+	sv->stats.connections++;
 	return 0;
 }
 
 void session_free(struct session *s)
 {
-	struct daemon *d;
+	struct server *sv;
 	uint64_t res = 0, views = 0;
 
 	if (!s)
 		return;
-	d = s->d;
+	sv = s->sv;
 	if (s->parked.active)
 		fetch_unwait(&s->parked.w);
 	for (unsigned i = 0; i < s->n_channels; i++)
 		channel_close(s->channels[i]);
 	holder_done(&s->h, &res, &views);
-	d->stats.reclaimed_reservations += res;
-	d->stats.reclaimed_views += views;
+	sv->st->stats.reclaimed_reservations += res;
+	sv->st->stats.reclaimed_views += views;
 	if (s->welcomed || res || views)
 		log_info("client[pid=%d,%s]: disconnected; released %llu reservation(s), %llu view(s)",
 			 (int) s->pid, s->name, (unsigned long long) res, (unsigned long long) views);
 	if (s->prev)
 		s->prev->next = s->next;
 	else
-		d->sessions = s->next;
+		sv->sessions = s->next;
 	if (s->next)
 		s->next->prev = s->prev;
-	d->n_sessions--;
+	sv->n_sessions--;
 	loop_source_free(s->src); /* before the fd closes: it leaves the set */
 	close(s->fd);
 	free(s->in);

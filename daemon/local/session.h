@@ -6,19 +6,58 @@
  */
 #pragma once
 
-#include "daemon.h"
+#include <sys/types.h>
+#include <time.h>
+
 #include "holder.h"
 #include "store.h"
+#include "tier.h"
+#include "wire.h"
 
 #define SESSION_MAX_CHANNELS 16
 
 struct buffer;
 struct channel;
+struct parked;
+
+/* What only the local transport counts (the store counts the rest). */
+struct server_stats {
+	uint64_t connections, protocol_errors;
+	uint64_t refused_clients, refused_channels, refused_buffers; /* daemon-wide limits */
+	uint64_t spill_waits;      /* puts that waited for a spill */
+};
+
+/*
+ * The local transport: the listening socket, its sessions and their
+ * channels, and the daemon-wide limits on what clients may take.  It works
+ * on the store through store.h only.
+ */
+struct server {
+	struct store *st;
+	struct config *cfg;
+	struct loop *loop;
+	char socket_path[sizeof(((struct config *) 0)->socket)];
+	char lock_path[sizeof(((struct config *) 0)->socket) + 8];
+	int listen_fd, signal_fd, lock_fd;
+	struct loop_source *listen_src, *signal_src;
+	struct loop_source *channels_src, *space_timer;
+	struct timespec started;
+	struct server_stats stats;
+
+	struct parked *space_head, *space_tail; /* puts waiting for a spill (channel.c) */
+	uint64_t space_seen;                    /* store's space_seq when last retried */
+	struct session *sessions; /* doubly linked through session->next/prev */
+	struct channel *channels; /* every session's, for the poller */
+	uint32_t n_sessions;
+	uint32_t n_channels;       /* all sessions' */
+	uint64_t registered_bytes; /* all sessions' registered buffers */
+	uint64_t next_session_id;
+};
 
 struct session {
 	struct loop_source *src;  /* its socket in the loop */
 	struct session *next, *prev;
-	struct daemon *d;
+	struct server *sv;
 	int fd;
 	uint64_t id;
 	pid_t pid;
@@ -65,17 +104,17 @@ void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len);
 int channel_open(struct session *s, int *ret_fds, char *msg);
 void channel_close(struct channel *ch);
 /* Run what every channel has queued; returns how many requests it handled. */
-unsigned channel_poll_all(struct daemon *d);
+unsigned channel_poll_all(struct server *sv);
 /* Register the channels' poller (and their timer) with the loop. */
-int channel_setup(struct daemon *d);
+int channel_setup(struct server *sv);
 /* Going to sleep (true) or awake (false): tells clients whether to ring. */
-void channel_set_sleeping(struct daemon *d, bool sleeping);
+void channel_set_sleeping(struct server *sv, bool sleeping);
 
 /* Sessions (session.c). */
-int session_new(struct daemon *d, int fd);
+int session_new(struct server *sv, int fd);
 void session_free(struct session *s);
 void session_event(struct session *s, uint32_t events);
 
 /* The listening socket and the signals (server.c). */
-int server_setup(struct daemon *d);
-void server_teardown(struct daemon *d);
+int server_setup(struct server *sv);
+void server_teardown(struct server *sv);

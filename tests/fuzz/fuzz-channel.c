@@ -21,7 +21,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct config cfg;
-static struct daemon d = { .cfg = &cfg };
+static struct store st = { .cfg = &cfg };
+static struct server srv = { .st = &st, .cfg = &cfg };
 static uint8_t *chan;
 static struct ring_side sq, cq;
 
@@ -37,17 +38,19 @@ static void setup(void)
 	cfg.hugepages = SHM_HUGEPAGES_OFF;
 	log_configure("error");
 	/* a loop that never runs: channels and sessions register with it */
-	if (loop_new(0, &d.loop) < 0 || index_init(&d.index) < 0 || tier_setup(&d) < 0 ||
-	    channel_setup(&d) < 0)
+	if (loop_new(0, &st.loop) < 0 || index_init(&st.index) < 0 || tier_setup(&st) < 0)
+		abort();
+	srv.loop = st.loop;
+	if (channel_setup(&srv) < 0)
 		abort();
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		abort();
-	if (session_new(&d, sv[0]) < 0)
+	if (session_new(&srv, sv[0]) < 0)
 		abort();
-	if (channel_open(d.sessions, fds, msg) < 0)
+	if (channel_open(srv.sessions, fds, msg) < 0)
 		abort();
 	/* the handle a well-behaved client would name: generation 1, slot 1 */
-	if (buffer_create(d.sessions, 1 << 20, &h, &bfd, msg) < 0)
+	if (buffer_create(srv.sessions, 1 << 20, &h, &bfd, msg) < 0)
 		abort();
 	p = mmap(NULL, SHM_CHAN_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
 	if (p == MAP_FAILED)
@@ -79,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		arena_len = 65536;
 	memcpy(chan + SHM_CHAN_ARENA_OFF, data + 1 + n * sizeof(struct shm_sqe), arena_len);
 	ring_publish(&sq, (uint32_t) n);
-	channel_poll_all(&d);
+	channel_poll_all(&srv);
 	/* every descriptor was consumed, and completions stay in bounds */
 	if (__atomic_load_n(&sq.r->head, __ATOMIC_ACQUIRE) != sq.pos)
 		__builtin_trap();

@@ -2,7 +2,7 @@
 /* Fetches: one per object however many wait (single flight); every waiter
  * told exactly once, off the list; a waiter that leaves is not told; the
  * next fetch starts afresh.  A fake backend; no daemon process. */
-#include "daemon.h"
+#include "tier.h"
 #include "fetch.h"
 #include "helpers.h"
 
@@ -38,21 +38,21 @@ static void done(struct waiter *w, int res)
 
 int main(void)
 {
-	struct daemon d = { 0 };
+	struct store st = { 0 };
 	struct object *o = object_new("k", 1);
 	struct rec a = { .w.done = done }, b = { .w.done = done }, c = { .w.done = done };
 	struct fetch *f1, *f2;
 
-	CHECK_EQ(loop_new(0, &d.loop), 0);
-	CHECK_EQ(store_fetch(&d, o, &f1), -EIO); /* nothing below */
-	d.below = (struct backend) { &fake, NULL };
+	CHECK_EQ(loop_new(0, &st.loop), 0);
+	CHECK_EQ(store_fetch(&st, o, &f1), -EIO); /* nothing below */
+	st.below = (struct backend) { &fake, NULL };
 
 	fail_next = 1;
-	CHECK_EQ(store_fetch(&d, o, &f1), -EIO); /* the backend could not start */
+	CHECK_EQ(store_fetch(&st, o, &f1), -EIO); /* the backend could not start */
 	CHECK(!o->fetch);
 
-	CHECK_EQ(store_fetch(&d, o, &f1), 0);
-	CHECK_EQ(store_fetch(&d, o, &f2), 0);
+	CHECK_EQ(store_fetch(&st, o, &f1), 0);
+	CHECK_EQ(store_fetch(&st, o, &f2), 0);
 	CHECK(f1 == f2);                          /* single flight */
 	CHECK_EQ(started, 1);
 	fetch_wait(f1, &a.w);
@@ -60,23 +60,23 @@ int main(void)
 	fetch_wait(f1, &c.w);
 	fetch_unwait(&b.w);                       /* this one went away first */
 	fetch_unwait(&b.w);                       /* idempotent */
-	fetch_done(&d, o, 0);
+	fetch_done(&st, o, 0);
 	CHECK(!o->fetch);
 	CHECK_EQ(a.calls, 1);
 	CHECK_EQ(c.calls, 1);
 	CHECK_EQ(b.calls, 0);
 	CHECK_EQ(a.res, 0);
-	fetch_done(&d, o, 0);                     /* nothing left to tell */
+	fetch_done(&st, o, 0);                     /* nothing left to tell */
 	CHECK_EQ(a.calls, 1);
 
 	/* a failure reaches every waiter; the next fetch starts afresh */
-	CHECK_EQ(store_fetch(&d, o, &f1), 0);
+	CHECK_EQ(store_fetch(&st, o, &f1), 0);
 	CHECK_EQ(started, 2);
 	fetch_wait(f1, &a.w);
-	fetch_done(&d, o, -EBADMSG);
+	fetch_done(&st, o, -EBADMSG);
 	CHECK_EQ(a.calls, 2);
 	CHECK_EQ(a.res, -EBADMSG);
 	free(o);
-	loop_free(d.loop);
+	loop_free(st.loop);
 	return 0;
 }

@@ -2,7 +2,7 @@
 /* Holders: handles name exactly one live slot; a released, foreign, forged
  * or wrong-kind handle names nothing; holder_done() gives everything back
  * and counts it.  No daemon process. */
-#include "daemon.h"
+#include "tier.h"
 #include "helpers.h"
 #include "holder.h"
 
@@ -19,15 +19,15 @@ static const struct holder_ops ops = { .release_buffer = release_buffer };
 
 int main(void)
 {
-	struct daemon d = { 0 };
+	struct store st = { 0 };
 	struct holder h, other;
 	uint64_t a, b, c, res, views;
 	struct object *o1, *o2, *v;
 	uint32_t i;
 
-	CHECK_EQ(loop_new(0, &d.loop), 0); /* object_place() reads its clock */
-	holder_init(&h, &d, &ops);
-	holder_init(&other, &d, &ops);
+	CHECK_EQ(loop_new(0, &st.loop), 0); /* object_place() reads its clock */
+	holder_init(&h, &st, &ops);
+	holder_init(&other, &st, &ops);
 	o1 = object_new("r1", 2);
 	o2 = object_new("r2", 2);
 	v = object_new("v", 1);
@@ -77,6 +77,6 @@ int main(void)
 	holder_done(&other, &res, &views);
 	CHECK_EQ(buffers_released, HOLDER_MAX_SLOTS);
 	CHECK_EQ(res + views, 0);
-	loop_free(d.loop);
+	loop_free(st.loop);
 	return 0;
 }

@@ -2,7 +2,8 @@
 /* The index: every key found while the table grows, growth in bounded
  * steps (defect: the index doubled in one step and stopped the daemon for
  * tens of milliseconds at 512K objects). */
-#include "daemon.h"
+#include "index.h"
+#include "tier.h"
 #include "helpers.h"
 
 enum { N = 200000 };

@@ -12,15 +12,16 @@
  *     a prefix chain cut from its tail, hard pins never, -ENOSPC only when
  *     nothing is left to give way, each victim found by one look.
  */
-#include "daemon.h"
+#include "tier.h"
 #include "helpers.h"
 #include "log.h"
 #include "store.h"
+#include "values.h"
 
 #define KiB 1024u
 
 static struct config cfg;
-static struct daemon d = { .cfg = &cfg };
+static struct store st = { .cfg = &cfg };
 static char msg[STORE_MSG_MAX];
 
 static int put(struct holder *h, const char *key, uint32_t len, uint32_t flags, const char *parent)
@@ -32,13 +33,13 @@ static int put(struct holder *h, const char *key, uint32_t len, uint32_t flags, 
 
 	if (r < 0)
 		return r;
-	memset((uint8_t *) d.tiers[x.segment].seg.base + x.offset, key[0], len);
+	memset((uint8_t *) st.tiers[x.segment].seg.base + x.offset, key[0], len);
 	return store_commit(h, x.handle, msg);
 }
 
 static bool present(const char *key)
 {
-	return index_find(&d.index, key, strlen(key), index_hash(key, strlen(key))) != NULL;
+	return index_find(&st.index, key, strlen(key), index_hash(key, strlen(key))) != NULL;
 }
 
 static void fill(struct holder *h, const char *prefix, int n, uint32_t len)
@@ -56,7 +57,7 @@ static void test_put_semantics(struct holder *a, struct holder *b)
 	struct put_args pa = { .key = "k", .key_len = 1, .len = 100 };
 	struct extent xa, xb, v;
 	struct fetch *f = NULL;
-	uint64_t used = d.tiers[0].alloc.used;
+	uint64_t used = st.tiers[0].alloc.used;
 
 	CHECK_EQ(store_reserve(a, &pa, &xa, msg), 0);
 	CHECK(!present("k"));                       /* invisible until commit */
@@ -67,14 +68,14 @@ static void test_put_semantics(struct holder *a, struct holder *b)
 	CHECK(present("k"));
 	CHECK_EQ(store_acquire(b, "k", 1, &v, &f, msg), 0);
 	CHECK_EQ(v.len, 100);
-	CHECK_EQ(store_remove(&d, "k", 1, true, msg), -EBUSY); /* a view, even forced */
+	CHECK_EQ(store_remove(&st, "k", 1, true, msg), -EBUSY); /* a view, even forced */
 	CHECK_EQ(store_release(b, v.handle, msg), 0);
 	CHECK_EQ(store_release(b, v.handle, msg), -ESTALE);
-	CHECK_EQ(store_remove(&d, "k", 1, false, msg), 0);
-	CHECK_EQ(store_remove(&d, "k", 1, false, msg), -ENOENT);
+	CHECK_EQ(store_remove(&st, "k", 1, false, msg), 0);
+	CHECK_EQ(store_remove(&st, "k", 1, false, msg), -ENOENT);
 	CHECK_EQ(store_reserve(a, &pa, &xa, msg), 0);
 	CHECK_EQ(store_abort(a, xa.handle, msg), 0);
-	CHECK_EQ(d.tiers[0].alloc.used, used);       /* nothing leaked */
+	CHECK_EQ(st.tiers[0].alloc.used, used);       /* nothing leaked */
 	pa.len = UINT64_C(1) << 31;
 	CHECK_EQ(store_reserve(a, &pa, &xa, msg), -E2BIG);
 	pa.len = 1;
@@ -86,8 +87,8 @@ static void test_eviction(struct holder *h)
 {
 	struct extent v;
 	struct fetch *f;
-	uint64_t examined = d.stats.evict_examined, evictions;
-	uint64_t cap = d.tiers[0].alloc.size;
+	uint64_t examined = st.stats.evict_examined, evictions;
+	uint64_t cap = st.tiers[0].alloc.size;
 	int n = (int) (cap / (64 * KiB));
 
 	/* hard pins and a view at the old end of the LRU */
@@ -102,7 +103,7 @@ static void test_eviction(struct holder *h)
 	fill(h, "old", 4, 64 * KiB);
 	/* twice the pool: everything unprotected gives way, oldest first */
 	fill(h, "new", 2 * n, 64 * KiB);
-	evictions = d.stats.evictions;
+	evictions = st.stats.evictions;
 	CHECK(evictions > (uint64_t) n);
 	CHECK(present("hard"));
 	CHECK(present("viewed"));
@@ -119,7 +120,7 @@ static void test_eviction(struct holder *h)
 	CHECK(!present("leaf") && !present("mid") && !present("root"));
 	CHECK(present("soft"));
 	/* each victim was found by looking at one list tail or so */
-	CHECK(d.stats.evict_examined - examined <= 3 * (d.stats.evictions - 0) + 8);
+	CHECK(st.stats.evict_examined - examined <= 3 * (st.stats.evictions - 0) + 8);
 	CHECK_EQ(store_release(h, v.handle, msg), 0);
 }
 
@@ -129,20 +130,20 @@ static void test_chain_order(struct holder *h)
 {
 	uint64_t freed, n;
 
-	tier_evict(&d, NULL, 0, true, EVICT_MANUAL, &freed, &n);
+	tier_evict(&st, NULL, 0, true, EVICT_MANUAL, &freed, &n);
 	CHECK_EQ(put(h, "c0", KiB, 0, NULL), 0);
 	CHECK_EQ(put(h, "c1", KiB, 0, "c0"), 0);
 	CHECK_EQ(put(h, "c2", KiB, 0, "c1"), 0);
 	CHECK_EQ(put(h, "u0", KiB, 0, NULL), 0);
 	CHECK_EQ(put(h, "u1", KiB, 0, NULL), 0);
-	tier_evict(&d, NULL, 1, false, EVICT_MANUAL, &freed, &n);
+	tier_evict(&st, NULL, 1, false, EVICT_MANUAL, &freed, &n);
 	CHECK_EQ(n, 1);
 	CHECK(!present("c2") && present("c1") && present("c0"));
-	tier_evict(&d, NULL, 1, false, EVICT_MANUAL, &freed, &n);
+	tier_evict(&st, NULL, 1, false, EVICT_MANUAL, &freed, &n);
 	CHECK(!present("c1") && present("c0"));
-	tier_evict(&d, NULL, 1, false, EVICT_MANUAL, &freed, &n);
+	tier_evict(&st, NULL, 1, false, EVICT_MANUAL, &freed, &n);
 	CHECK(!present("c0") && present("u0") && present("u1"));
-	tier_evict(&d, NULL, 1, false, EVICT_MANUAL, &freed, &n);
+	tier_evict(&st, NULL, 1, false, EVICT_MANUAL, &freed, &n);
 	CHECK(!present("u0") && present("u1"));
 }
 
@@ -153,13 +154,13 @@ static void test_enospc(struct holder *h)
 	struct extent x;
 
 	/* everything evictable goes; then only the pins and views are left */
-	tier_evict(&d, NULL, 0, true, EVICT_MANUAL, &freed, &n);
+	tier_evict(&st, NULL, 0, true, EVICT_MANUAL, &freed, &n);
 	CHECK(present("hard"));
 	CHECK(!present("soft"));                    /* soft pins go when nothing else is left */
-	a.len = d.tiers[0].alloc.size - 32 * KiB;
+	a.len = st.tiers[0].alloc.size - 32 * KiB;
 	CHECK_EQ(store_reserve(h, &a, &x, msg), -ENOSPC);
 	CHECK(strstr(msg, "hard-pinned"));
-	CHECK_EQ(store_unpin(&d, "hard", 4, msg), 0);
+	CHECK_EQ(store_unpin(&st, "hard", 4, msg), 0);
 	CHECK_EQ(store_reserve(h, &a, &x, msg), 0);    /* now it gave way */
 	CHECK(!present("hard"));
 	CHECK_EQ(store_abort(h, x.handle, msg), 0);
@@ -175,11 +176,11 @@ int main(void)
 	cfg.hugepages = SHM_HUGEPAGES_OFF;
 	cfg.lease_ttl_ms = 0; /* leases would protect everything read here */
 	log_configure("error");
-	CHECK_EQ(loop_new(0, &d.loop), 0);
-	CHECK_EQ(index_init(&d.index), 0);
-	CHECK_EQ(tier_setup(&d), 0);
-	holder_init(&a, &d, NULL);
-	holder_init(&b, &d, NULL);
+	CHECK_EQ(loop_new(0, &st.loop), 0);
+	CHECK_EQ(index_init(&st.index), 0);
+	CHECK_EQ(tier_setup(&st), 0);
+	holder_init(&a, &st, NULL);
+	holder_init(&b, &st, NULL);
 
 	test_put_semantics(&a, &b);
 	test_eviction(&a);
@@ -189,9 +190,9 @@ int main(void)
 	holder_done(&a, &r, &v);
 	holder_done(&b, &r, &v);
 	CHECK_EQ(r + v, 0);
-	tier_evict(&d, NULL, 0, true, EVICT_MANUAL, NULL, NULL);
-	tier_teardown(&d);
-	index_done(&d.index);
-	loop_free(d.loop);
+	tier_evict(&st, NULL, 0, true, EVICT_MANUAL, NULL, NULL);
+	tier_teardown(&st);
+	index_done(&st.index);
+	loop_free(st.loop);
 	return 0;
 }

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Objects and the tiers that hold their bytes.  Nothing here is visible to
+ * clients: they see only segment bytes and (segment, offset, length,
+ * handle) tuples.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shmem.h"
+
+#define DAEMON_MAX_TIERS 3
+
+struct disk_io;
+struct fetch;
+
+enum evict_reason {
+	EVICT_CAPACITY,  /* a put found no room */
+	EVICT_WATERMARK, /* the background evictor */
+	EVICT_MANUAL,    /* kvcachectl evict */
+	EVICT_REASONS,
+};
+
+struct tier_stats {
+	uint64_t hits, misses;
+	uint64_t promotions, demotions; /* objects that arrived by moving up / down */
+	uint64_t evictions[EVICT_REASONS];
+	uint64_t evicted_bytes;
+	uint64_t bytes_moved;           /* promoted or demoted into this tier */
+};
+
+/*
+ * Each tier keeps its committed objects on one of these lists, chosen by
+ * what protects them (object_class()), most recently used at the head.
+ * Eviction takes the tail of LRU, then SOFT, then ANC: every victim is
+ * found in O(1), however many objects are leased, viewed or pinned.
+ */
+enum obj_list {
+	OL_NONE,   /* not listed: reserved, dropped, or being moved */
+	OL_LRU,    /* unprotected leaves of prefix chains (and non-chain objects) */
+	OL_SOFT,   /* soft-pinned leaves */
+	OL_ANC,    /* unprotected objects that have children: evicted last */
+	OL_LEASED, /* a lease was granted; oldest lease at the tail */
+	OL_HELD,   /* viewed, being spilled or being read back */
+	OL_PINNED, /* hard-pinned */
+	OL_COUNT,
+};
+
+struct olist {
+	struct object *head, *tail;
+	uint64_t n;
+};
+
+struct tier {
+	const char *name;     /* "device", "dram", "disk" */
+	uint32_t kind;        /* enum shm_tier */
+	uint32_t segment;     /* index in the Welcome's segment list */
+	struct shm_segment seg;
+	struct shm_alloc alloc;
+	uint64_t objects;     /* committed objects living here */
+	uint64_t high;        /* bytes: above this the evictor starts... */
+	uint64_t low;         /* ...and frees down to this */
+	struct olist lists[OL_COUNT];
+	struct tier *below;   /* where demoted objects go; NULL: they are dropped */
+	struct tier_stats st;
+};
+
+enum object_flags {
+	OBJ_COMMITTED = 1u << 0,
+	OBJ_DEAD = 1u << 1,      /* unlinked; freed when the last view goes */
+	OBJ_SOFT_PIN = 1u << 2,
+	OBJ_HARD_PIN = 1u << 3,
+	OBJ_PROMOTE = 1u << 4,   /* queued for promotion */
+};
+
+/*
+ * Where an object's bytes are:
+ *
+ *  RESERVED --commit--> MEMORY --evicted, copy below--> BELOW
+ *                        ^  |                             |
+ *                        |  +--evicted, no copy--> (dropped)  acquire,
+ *                        |                             |  prefetch
+ *                        +---- fetch done <-- FETCHING <--+
+ *                                  (failed: back to BELOW)
+ *
+ * MEMORY objects have a block in their tier; MEMORY -> MEMORY moves
+ * (promotion, demotion) need views == 0.  BELOW and FETCHING hold no
+ * block: their tier is the disk tier's bookkeeping.
+ */
+enum object_where {
+	OBJ_RESERVED,
+	OBJ_MEMORY,
+	OBJ_BELOW,
+	OBJ_FETCHING,
+};
+
+struct object {
+	struct object *hnext;             /* hash chain */
+	struct object *lru_prev, *lru_next; /* in its tier's list o->list */
+	struct object *dirty_prev, *dirty_next; /* st->dirty: no copy on disk yet */
+	/* prefix chains: the previous block of the same prompt, if it was
+	 * stored when this one was committed, and this block's own children */
+	struct object *parent;
+	struct object *first_child, *next_sibling, *prev_sibling;
+	uint32_t n_children;
+	uint64_t hash;
+	uint64_t len;
+	struct tier *tier;
+	struct shm_block *block;
+	uint64_t lease_until;             /* ms, monotonic; protects while in the future */
+	uint64_t pin_until;               /* soft pin expiry, ms; 0 = until unpinned */
+	uint64_t committed_ms;            /* fresh objects are not dropped in the background */
+	uint32_t views;
+	uint32_t flags;
+	uint8_t list;                     /* enum obj_list */
+	uint8_t where;                    /* enum object_where */
+	bool dirty;                       /* on st->dirty */
+	uint32_t hits;                    /* in this tier, for promotion */
+	uint32_t key_len;
+	char *parent_key;                 /* asked for at reserve; linked at commit */
+	uint32_t parent_len;
+	/* disk tier: a complete record <disk_id>.kvr of disk_len bytes holds
+	 * a copy (clean copy of a memory object, or the only copy) */
+	uint64_t disk_id;
+	uint64_t disk_len;
+	struct disk_io *spill;            /* a record being written */
+	struct disk_io *load;             /* disk.c: the read bringing it back */
+	struct fetch *fetch;              /* coming back into memory (fetch.c) */
+	char key[];                       /* NUL-terminated */
+};
+

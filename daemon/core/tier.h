@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Memory tiers and the objects in them (tier.c): placement on a tier's
+ * lists, allocation with eviction, promotion and demotion, background
+ * maintenance.  The store's operations (store.h) are built on these.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store.h"
+
+int tier_setup(struct store *st);
+void tier_teardown(struct store *st);
+struct tier *tier_for(struct store *st, int requested);
+struct object *object_new(const void *key, size_t key_len);
+/* Free the object's space and the object itself. */
+void object_free(struct store *st, struct object *o);
+/* Make a reserved object visible: index, tier LRU, prefix link. */
+void object_publish(struct store *st, struct object *o);
+/* Unlink a committed object; freed now, or when its last view goes. */
+void object_drop(struct store *st, struct object *o);
+/* A read hit: LRU, lease, per-tier hit counts, promotion. */
+void object_hit(struct store *st, struct object *o, bool lease, bool counts_for_promotion);
+/* What protects it from eviction right now (NULL: nothing). */
+const char *object_protected(const struct store *st, const struct object *o, bool soft_ok);
+/* Put o on the list of its tier that its state calls for (most recent end,
+ * or the least recent with at_tail); call after any change to its views,
+ * lease, pins, children, load or spill.  No-op for uncommitted objects. */
+void object_place(struct store *st, struct object *o, bool at_tail);
+void object_unplace(struct store *st, struct object *o);
+/* On st->dirty exactly when it is in memory with no copy on disk. */
+void object_dirty_update(struct store *st, struct object *o);
+/* Allocate len bytes in t, evicting unused objects when it is full.
+ * -ENOSPC: everything left is protected; -EAGAIN: what could give way has
+ * not reached the disk tier yet (its spill was started: retry when a spill
+ * ends, st->space_seq). */
+int tier_alloc(struct store *st, struct tier *t, uint64_t len, struct shm_block **ret);
+/* Evict from t (NULL = every tier): leaves of prefix chains first, least
+ * recently used first, unpinned before soft-pinned, never protected ones. */
+void tier_evict(struct store *st, struct tier *t, uint64_t bytes, bool all,
+		enum evict_reason why, uint64_t *ret_bytes, uint64_t *ret_objects);
+/* The same, at most max objects, and the reason's rules (see tier.c);
+ * 0 or -EAGAIN. */
+int tier_evict_some(struct store *st, struct tier *t, uint64_t bytes, bool all, unsigned max,
+		    enum evict_reason why, uint64_t *freed, uint64_t *n);
+/* Why nothing more can be evicted from t, for error messages. */
+void tier_explain(const struct store *st, const struct tier *t, char *buf, size_t len);
+/* Background work: watermarks, promotions.  True if it did something. */
+bool tier_maintain(struct store *st);
+/* A disk-only object read back into dram block b. */
+void tier_readmit(struct store *st, struct object *o, struct shm_block *b);
+uint64_t tier_capacity(const struct tier *t);
+uint64_t tier_used(const struct tier *t);
+/* Tiers for status: memory tiers, then disk. */
+unsigned tier_count(const struct store *st);
+struct tier *tier_at(struct store *st, unsigned i);

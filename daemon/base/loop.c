@@ -56,6 +56,10 @@ struct loop {
 	struct loop_source *lists[L_COUNT];
 	uint64_t now_ms;
 	uint64_t longest_turn_us;
+	/* the loop thread's CPU time at cpu_mark_us (wall), re-read at most
+	 * every CPU_MARK_US while it works: see tick() */
+	uint64_t cpu_mark, cpu_mark_us;
+	uint64_t longest_busy_us;
 	uint32_t poll_us, window_us;
 	uint64_t rounds;
 	bool quit;
@@ -79,6 +83,15 @@ static uint64_t now_us(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
+	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+/* This thread's CPU time: a system call, so read sparingly (tick()). */
+static uint64_t thread_cpu_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
 }
 
@@ -372,14 +385,43 @@ uint64_t loop_longest_turn_us(const struct loop *l)
 	return l->longest_turn_us;
 }
 
-/* The clock, and the longest stretch between two reads of it while the
- * loop works (a turn: polling, callbacks, maintenance). */
+uint64_t loop_longest_busy_us(const struct loop *l)
+{
+	return l->longest_busy_us;
+}
+
+/* A turn longer than this has its CPU time read; the mark is re-read when
+ * it is this old, so a turn's CPU time is known to within this much. */
+#define CPU_MARK_US 100
+
+static void cpu_mark(struct loop *l, uint64_t wall_us)
+{
+	l->cpu_mark = thread_cpu_us();
+	l->cpu_mark_us = wall_us;
+}
+
+/*
+ * The clock, and the longest stretch between two reads of it while the
+ * loop works (a turn: polling, callbacks, maintenance).  On a loaded
+ * machine most long turns are the thread being preempted, so a long
+ * turn's own CPU time is measured too: the CPU clock read now, minus the
+ * mark taken at most CPU_MARK_US before the turn began (an upper bound,
+ * for one system call per CPU_MARK_US of work rather than two per turn).
+ */
 static uint64_t tick(struct loop *l, uint64_t *prev)
 {
-	uint64_t t = now_us();
+	uint64_t t = now_us(), turn = t - *prev;
 
-	if (t - *prev > l->longest_turn_us)
-		l->longest_turn_us = t - *prev;
+	if (turn > l->longest_turn_us)
+		l->longest_turn_us = turn;
+	if (turn >= CPU_MARK_US) {
+		uint64_t mark = l->cpu_mark;
+
+		cpu_mark(l, t);
+		if (l->cpu_mark - mark > l->longest_busy_us)
+			l->longest_busy_us = l->cpu_mark - mark;
+	} else if (t - l->cpu_mark_us >= CPU_MARK_US)
+		cpu_mark(l, t);
 	*prev = t;
 	l->now_ms = t / 1000;
 	return t;
@@ -469,6 +511,7 @@ int loop_run(struct loop *l)
 
 	l->window_us = base;
 	l->now_ms = last_work / 1000;
+	cpu_mark(l, last_work);
 	while (!l->quit) {
 		uint64_t now;
 		int n, timeout;
@@ -506,6 +549,7 @@ int loop_run(struct loop *l)
 		n = epoll_wait(l->epfd, evs, 64, timeout);
 		set_sleeping(l, false);
 		now = prev = now_us(); /* sleeping is not a turn */
+		cpu_mark(l, now);
 		/* whatever woke us is judged by the time now, not by the time
 		 * we went to sleep (leases expire meanwhile) */
 		l->now_ms = now / 1000;

@@ -62,3 +62,6 @@ void loop_quit(struct loop *l);
 uint64_t loop_now_ms(const struct loop *l);
 /* The longest turn so far (wall clock, preemption included). */
 uint64_t loop_longest_turn_us(const struct loop *l);
+/* The most CPU time one turn took (preemption excluded; an upper bound,
+ * within 0.1 ms). */
+uint64_t loop_longest_busy_us(const struct loop *l);

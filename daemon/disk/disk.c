@@ -730,6 +730,13 @@ static struct io_uring_sqe *get_sqe(struct store *st)
 	return sqe;
 }
 
+/*
+ * Every request is marked IOSQE_ASYNC: io_uring would otherwise try it in
+ * the submitting thread first, and a buffered write or a read that hits the
+ * page cache would then run its copy (and the filesystem's work) on the
+ * loop: milliseconds for a 16 MiB record.  The io-wq workers do it instead.
+ */
+
 /* Worker thread: build the record for io (header, key, payload, padding). */
 static void build_record(struct disk *k, struct disk_io *io)
 {
@@ -939,6 +946,7 @@ static bool prepared(struct store *st)
 			goto drop;
 		}
 		io_uring_prep_write(sqe, fd, io->buf, (unsigned) io->len, 0);
+		io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 		io_uring_sqe_set_data(sqe, io);
 		k->queued++;
 		continue;
@@ -1011,6 +1019,7 @@ static bool write_done(struct store *st, struct disk_io *io, int res)
 	}
 	io->kind = IO_RENAME;
 	io_uring_prep_renameat(sqe, k->dirfd, io->name, k->dirfd, io->final, 0);
+	io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 	io_uring_sqe_set_data(sqe, io);
 	k->inflight++;
 	k->queued++;
@@ -1066,6 +1075,7 @@ static void unlink_record(struct store *st, uint64_t id)
 	}
 	record_name(io->name, sizeof(io->name), id, false);
 	io_uring_prep_unlinkat(sqe, k->dirfd, io->name, 0);
+	io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 	io_uring_sqe_set_data(sqe, io);
 	k->inflight++;
 	k->queued++;
@@ -1135,6 +1145,7 @@ static int disk_load(struct store *st, struct object *o)
 	}
 	io->fd = fd;
 	io_uring_prep_read(sqe, fd, io->buf, (unsigned) io->len, 0);
+	io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 	io_uring_sqe_set_data(sqe, io);
 	o->load = io;
 	object_place(st, o, false);

@@ -381,6 +381,7 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "evict_examined", x->evict_examined },
 		{ "spill_waits", sv->stats.spill_waits },
 		{ "loop_longest_turn_us", loop_longest_turn_us(sv->loop) },
+		{ "loop_longest_busy_us", loop_longest_busy_us(sv->loop) },
 		{ "registered_bytes", 0 },
 		{ "channels", 0 },
 	};

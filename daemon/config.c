@@ -36,7 +36,9 @@ void config_init(struct config *c)
 	c->promotion_hits = CONFIG_DEFAULT_PROMOTION_HITS;
 	c->disk_size = UINT64_C(10) << 30;
 	c->disk_zstd_level = 3;
-	strcpy(c->protocol, "tcp");
+	strcpy(c->protocol, "auto");
+	strcpy(c->metadata_server, "P2PHANDSHAKE");
+	c->remote_timeout_ms = CONFIG_DEFAULT_REMOTE_TIMEOUT_MS;
 	c->max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
 	c->spill_wait_ms = CONFIG_DEFAULT_SPILL_WAIT_MS;
 	c->max_channels = CONFIG_DEFAULT_MAX_CHANNELS;
@@ -202,13 +204,30 @@ static const struct opt_def opts[] = {
 	{ "log-level", NULL, 0, T_LOG_LEVEL, FIELD(log_level), 0, 0, false, false, "LEVEL",
 	  "error|warn|notice|info|debug|trace (default notice);\n"
 	  "$KVCACHE_LOG=\"info,session:debug\" sets it per topic" },
-	/* mooncake.json keys for the cluster layer: read, kept, not yet used */
-	{ "local-hostname", NULL, 0, T_STRING, FIELD(local_hostname), 0, 0, false, true, NULL, NULL },
-	{ "metadata-server", NULL, 0, T_STRING, FIELD(metadata_server), 0, 0, false, true, NULL, NULL },
-	{ "protocol", NULL, 0, T_PROTOCOL, FIELD(protocol), 0, 0, false, true, NULL, NULL },
-	{ "device-name", NULL, 0, T_STRING, FIELD(device_name), 0, 0, false, true, NULL, NULL },
-	{ "master-server-address", NULL, 0, T_STRING, FIELD(master_server_address), 0, 0, false, true,
-	  NULL, NULL },
+	/* the cluster (docs/cluster.rst); mooncake.json spellings as aliases */
+	{ "master", "master-server-address", 0, T_STRING, FIELD(master_server_address), 0, 0, false,
+	  false, "HOST:PORT[,...]", "join the cluster of these masters (several: the\n"
+	  "directory is sharded over them by key hash)" },
+	{ "listen", NULL, 0, T_STRING, FIELD(listen), 0, 0, false, false, "[HOST:]PORT",
+	  "serve peers here (default: port 50052 on every address)" },
+	{ "advertise", "local-hostname", 0, T_STRING, FIELD(local_hostname), 0, 0, false, false,
+	  "HOST", "the address peers reach this node at (default: the\n"
+	  "--listen host, else the host name)" },
+	{ "node-id", NULL, 0, T_STRING, FIELD(node_id), 0, 0, false, false, "NAME",
+	  "this node's name in the cluster (default HOST:PORT)" },
+	{ "protocol", NULL, 0, T_PROTOCOL, FIELD(protocol), 0, 0, false, false, "tcp|rdma|auto",
+	  "how data moves between nodes (default auto: tcp here)" },
+	{ "device-name", NULL, 0, T_STRING, FIELD(device_name), 0, 0, false, false, "NAMES",
+	  "RDMA devices to use (with --protocol rdma)" },
+	{ "metadata-server", NULL, 0, T_STRING, FIELD(metadata_server), 0, 0, false, false,
+	  "P2PHANDSHAKE", "how members find each other (default P2PHANDSHAKE:\n"
+	  "through the master)" },
+	{ "cluster-secret-file", NULL, 0, T_STRING, FIELD(secret_file), 0, 0, false, false, "FILE",
+	  "every peer and master connection proves this secret" },
+	{ "insecure", NULL, 0, T_FLAG, FIELD(insecure), 0, 0, false, false, NULL,
+	  "listen on a non-loopback address without a secret" },
+	{ "remote-timeout-ms", NULL, 0, T_U64, FIELD(remote_timeout_ms), 1, 3600000, false, false,
+	  "MS", "a remote operation ends within this (default 2000)" },
 };
 
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
@@ -323,8 +342,9 @@ static int set_opt(struct config *c, const struct opt_def *o, const char *what, 
 		strcpy(field, v);
 		return 0;
 	case T_PROTOCOL:
-		if (strcmp(v, "tcp") != 0 && strcmp(v, "rdma") != 0) {
-			snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected tcp or rdma", v,
+		if (strcmp(v, "tcp") != 0 && strcmp(v, "rdma") != 0 && strcmp(v, "auto") != 0) {
+			snprintf(err, CONFIG_ERR_MAX,
+				 "invalid value '%s' for %s: expected tcp, rdma or auto", v,
 				 what);
 			return -EINVAL;
 		}

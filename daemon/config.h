@@ -19,6 +19,7 @@
 #define CONFIG_DEFAULT_MAX_CLIENTS 1024
 #define CONFIG_DEFAULT_SPILL_WAIT_MS 5000
 #define CONFIG_DEFAULT_MAX_CHANNELS 4096
+#define CONFIG_DEFAULT_REMOTE_TIMEOUT_MS 2000
 
 struct config {
 	char socket[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* "" = default */
@@ -42,13 +43,17 @@ struct config {
 	uint32_t max_channels;         /* shared-memory channels, daemon-wide */
 	uint64_t max_registered;       /* registered buffer bytes, daemon-wide; 0 = half of RAM */
 
-	/* Mooncake keys, understood so that an existing mooncake.json works;
-	 * the cluster layer reads them. */
-	char local_hostname[256];
-	char metadata_server[256];
-	char protocol[16]; /* "tcp" or "rdma" */
+	/* the cluster; the Mooncake spellings are aliases */
+	char local_hostname[256];          /* --advertise */
+	char metadata_server[256];         /* P2PHANDSHAKE */
+	char protocol[16];                 /* "tcp", "rdma" or "auto" */
 	char device_name[128];
-	char master_server_address[256];
+	char master_server_address[1024];  /* --master: HOST:PORT[,...] */
+	char listen[300];                  /* [HOST:]PORT for peers */
+	char node_id[256];
+	char secret_file[4096];
+	bool insecure;
+	uint64_t remote_timeout_ms;
 };
 
 void config_init(struct config *c);

@@ -10,10 +10,11 @@ cd "${MESON_SOURCE_ROOT:-$(dirname "$0")/..}"
 where() {
 	case $1 in
 	kvc-config.h) echo build; return ;;
-	kvcache.pb-c.h) echo proto; return ;;
+	kvcache.pb-c.h | peer.pb-c.h) echo proto; return ;;
 	kvcache/kvcache.h) echo public; return ;;
 	esac
-	for d in daemon/base daemon/core daemon/local daemon/disk daemon proto shmem client \
+	for d in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon net proto \
+		shmem client \
 		client/include tools/bench tests/common; do
 		[ -f "$d/$1" ] && { echo "$d"; return; }
 	done
@@ -27,7 +28,9 @@ allowed() {
 	daemon/core) echo "daemon/base daemon/core daemon shmem proto build" ;;
 	daemon/local) echo "daemon/base daemon/core daemon/local daemon shmem proto build" ;;
 	daemon/disk) echo "daemon/base daemon/core daemon/disk daemon shmem proto build" ;;
-	daemon) echo "daemon/base daemon/core daemon/local daemon/disk daemon shmem proto build" ;;
+	daemon/cluster) echo "daemon/base daemon/core daemon/cluster daemon net proto shmem build" ;;
+	daemon) echo "daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon net shmem proto build" ;;
+	net) echo "net proto build" ;;
 	proto) echo "proto build" ;;
 	shmem) echo "shmem build" ;;
 	client) echo "client client/include public shmem proto build" ;;
@@ -36,8 +39,8 @@ allowed() {
 }
 
 bad=0
-for dir in daemon/base daemon/core daemon/local daemon/disk daemon proto shmem client tools \
-	tools/bench; do
+for dir in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon net proto shmem \
+	client tools tools/bench; do
 	ok=$(allowed "$dir")
 	for f in "$dir"/*.c "$dir"/*.h; do
 		[ -f "$f" ] || continue

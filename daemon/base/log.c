@@ -73,6 +73,13 @@ bool log_enabled(enum log_level lvl, const char *topic)
 	return lvl <= default_level;
 }
 
+static const char *ident = "kvcached";
+
+void log_set_ident(const char *name)
+{
+	ident = name;
+}
+
 void log_msg(enum log_level lvl, const char *topic, const char *fmt, ...)
 {
 	int saved = errno; /* so %m still means the caller's errno */
@@ -86,9 +93,9 @@ void log_msg(enum log_level lvl, const char *topic, const char *fmt, ...)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ kvcached[%d] %s %s: ",
+	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s %s: ",
 		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-		     tm.tm_sec, ts.tv_nsec / 1000000, (int) getpid(), names[lvl], topic);
+		     tm.tm_sec, ts.tv_nsec / 1000000, ident, (int) getpid(), names[lvl], topic);
 	if (n < 0 || (size_t) n >= sizeof(line))
 		n = 0;
 	errno = saved;

@@ -14,6 +14,8 @@ enum log_level {
 
 /* "info" or "warn,session:debug,loop:trace"; -EINVAL on a bad spec. */
 int log_configure(const char *spec);
+/* The program name in each line (default "kvcached"); a static string. */
+void log_set_ident(const char *name);
 int log_level_parse(const char *s);
 bool log_enabled(enum log_level lvl, const char *topic);
 void log_msg(enum log_level lvl, const char *topic, const char *fmt, ...)

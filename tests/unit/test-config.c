@@ -180,8 +180,18 @@ int main(void)
 	CHECK_EQ(parse(&c, err, "--disk-compress-level", "20", NULL), -EINVAL);
 	CHECK_EQ(json(&c, "{\"max_clients\": 1.5}", err), -EINVAL);
 	CHECK(strstr(err, "max_clients"));
-	/* Mooncake keys without a flag stay JSON-only */
-	CHECK_EQ(parse(&c, err, "--local-hostname", "x", NULL), -EINVAL);
+	/* the cluster's flags, and their mooncake.json spellings */
+	CHECK_EQ(parse(&c, err, "--local-hostname", "x", NULL), 0);
+	CHECK(strcmp(c.local_hostname, "x") == 0);
+	CHECK_EQ(parse(&c, err, "--master", "m1:50051,m2:50051", "--node-id", "a", "--insecure",
+		       "--remote-timeout-ms", "500", "--protocol", "auto", NULL), 0);
+	CHECK(strcmp(c.master_server_address, "m1:50051,m2:50051") == 0);
+	CHECK(strcmp(c.node_id, "a") == 0 && c.insecure && c.remote_timeout_ms == 500);
+	CHECK_EQ(parse(&c, err, "--remote-timeout-ms", "0", NULL), -EINVAL);
+	CHECK_EQ(json(&c, "{\"master_server_address\": \"m3:1\", \"metadata_server\": "
+			  "\"P2PHANDSHAKE\", \"local_hostname\": \"10.0.0.2\"}", err), 0);
+	CHECK(strcmp(c.master_server_address, "m3:1") == 0);
+	CHECK(strcmp(c.local_hostname, "10.0.0.2") == 0);
 	unknown_seen[0] = '\0';
 	CHECK_EQ(json(&c, "{\"config\": \"/x\"}", err), 0);
 	CHECK(strcmp(unknown_seen, "config") == 0);

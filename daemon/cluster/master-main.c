@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvcache-master.  Flags parse the way Mooncake's mooncake_master (gflags)
+ * parses them, because users paste their commands: -port 50001,
+ * --port=50001 and --port 50001 are the same; booleans take =true/false, a
+ * following true/false, or nothing.  Mooncake flags that mean nothing here
+ * are accepted with a one-line warning.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "kvc-config.h"
+#include "log.h"
+#include "loop.h"
+#include "master.h"
+
+#define LOG_TOPIC "main"
+
+enum kind { K_PORT, K_STRING, K_UINT, K_DOUBLE, K_BOOL, K_IGNORED };
+
+struct opts {
+	unsigned port;
+	char address[NET_HOST_MAX];
+	unsigned client_ttl;
+	unsigned long long lease_ttl;
+	double high, ratio;
+	char log_level[64];
+};
+
+static struct opts o = { .port = 50051, .address = "0.0.0.0", .client_ttl = 10,
+			 .log_level = "notice" };
+
+static const struct flag {
+	const char *name;
+	enum kind kind;
+	void *dst;
+	const char *help;
+} flags[] = {
+	{ "port", K_PORT, &o.port, "port nodes and tools connect to (default 50051)" },
+	{ "rpc_port", K_PORT, &o.port, "the same as --port" },
+	{ "rpc_address", K_STRING, o.address, "address to listen on (default 0.0.0.0)" },
+	{ "client_ttl", K_UINT, &o.client_ttl, "a node silent this many seconds is dropped (default 10)" },
+	{ "default_kv_lease_ttl", K_UINT, &o.lease_ttl, "lease in ms handed to nodes that join" },
+	{ "eviction_high_watermark_ratio", K_DOUBLE, &o.high, "handed to nodes that join" },
+	{ "eviction_ratio", K_DOUBLE, &o.ratio, "handed to nodes that join" },
+	{ "log-level", K_STRING, o.log_level, "error, warn, notice, info or debug" },
+	/* Mooncake's, meaningless here */
+	{ "enable_gc", K_BOOL, NULL, NULL },
+	{ "max_threads", K_IGNORED, NULL, NULL },
+	{ "rpc_thread_num", K_IGNORED, NULL, NULL },
+	{ "rpc_conn_timeout_seconds", K_IGNORED, NULL, NULL },
+	{ "rpc_enable_tcp_no_delay", K_BOOL, NULL, NULL },
+	{ "enable_metric_reporting", K_BOOL, NULL, NULL },
+	{ "metrics_port", K_IGNORED, NULL, NULL },
+	{ "default_kv_soft_pin_ttl", K_IGNORED, NULL, NULL },
+	{ "allow_evict_soft_pinned_objects", K_BOOL, NULL, NULL },
+	{ "enable_ha", K_BOOL, NULL, NULL },
+	{ "etcd_endpoints", K_IGNORED, NULL, NULL },
+	{ "cluster_id", K_IGNORED, NULL, NULL },
+	{ "memory_allocator", K_IGNORED, NULL, NULL },
+	{ "root_fs_dir", K_IGNORED, NULL, NULL },
+	{ "global_file_segment_size", K_IGNORED, NULL, NULL },
+	{ "enable_http_metadata_server", K_BOOL, NULL, NULL },
+	{ "http_metadata_server_port", K_IGNORED, NULL, NULL },
+	{ "http_metadata_server_host", K_IGNORED, NULL, NULL },
+	{ "enable_snapshot", K_BOOL, NULL, NULL },
+	{ "v", K_IGNORED, NULL, NULL },
+	{ "logtostderr", K_BOOL, NULL, NULL },
+	{ "alsologtostderr", K_BOOL, NULL, NULL },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: kvcache-master [--port N] [--rpc_address ADDR] [--client_ttl S]\n"
+		   "                      [--default_kv_lease_ttl MS] [--eviction_ratio R]\n"
+		   "                      [--eviction_high_watermark_ratio R] [--log-level L]\n\n"
+		   "Membership and the directory of a kvcache cluster; data never passes\n"
+		   "through it.  Flags may be written -flag V, --flag V or --flag=V.\n\n");
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		if (flags[i].help)
+			fprintf(f, "  --%-32s %s\n", flags[i].name, flags[i].help);
+	fprintf(f, "\nMooncake master flags that mean nothing here are accepted with a warning.\n");
+}
+
+static bool bool_word(const char *s, bool *ret)
+{
+	if (!strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "yes")) {
+		*ret = true;
+		return true;
+	}
+	if (!strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "no")) {
+		*ret = false;
+		return true;
+	}
+	return false;
+}
+
+static int set(const struct flag *f, const char *v)
+{
+	char *end;
+
+	switch (f->kind) {
+	case K_PORT:
+	case K_UINT: {
+		unsigned long long x;
+
+		if (!*v || *v == '-')
+			return -EINVAL;
+		errno = 0;
+		x = strtoull(v, &end, 10);
+		if (errno || *end || (f->kind == K_PORT && x > 65535) ||
+		    (f->dst == &o.client_ttl && (x == 0 || x > 86400)))
+			return -EINVAL;
+		if (f->dst == &o.lease_ttl)
+			o.lease_ttl = x;
+		else
+			*(unsigned *) f->dst = (unsigned) x;
+		return 0;
+	}
+	case K_DOUBLE: {
+		double x;
+
+		errno = 0;
+		x = strtod(v, &end);
+		if (errno || *end || !*v || !(x > 0 && x <= 1))
+			return -EINVAL;
+		*(double *) f->dst = x;
+		return 0;
+	}
+	case K_STRING:
+		if (strlen(v) >= (f->dst == o.address ? sizeof(o.address) : sizeof(o.log_level)))
+			return -EINVAL;
+		strcpy(f->dst, v);
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* 0, 1 for --help, or -1 after printing why. */
+static int parse(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *eq, *v = NULL;
+		const struct flag *f = NULL;
+		char name[64];
+		size_t len;
+
+		if (a[0] != '-' || !a[1]) {
+			fprintf(stderr, "kvcache-master: unexpected argument '%s'\n", a);
+			return -1;
+		}
+		a += a[1] == '-' ? 2 : 1;
+		if (!strcmp(a, "help") || !strcmp(a, "h")) {
+			usage(stdout);
+			return 1;
+		}
+		if (!strcmp(a, "version")) {
+			printf("kvcache-master %s\n", KVC_VERSION);
+			return 1;
+		}
+		eq = strchr(a, '=');
+		len = eq ? (size_t) (eq - a) : strlen(a);
+		if (len >= sizeof(name)) {
+			fprintf(stderr, "kvcache-master: unknown flag '%s'\n", argv[i]);
+			return -1;
+		}
+		memcpy(name, a, len);
+		name[len] = '\0';
+		for (char *p = name; *p; p++)
+			if (*p == '-' && strcmp(name, "log-level"))
+				*p = '_';
+		for (size_t k = 0; k < sizeof(flags) / sizeof(flags[0]); k++)
+			if (!strcmp(flags[k].name, name))
+				f = &flags[k];
+		if (!f) {
+			fprintf(stderr, "kvcache-master: unknown flag '%s' (see --help)\n", argv[i]);
+			return -1;
+		}
+		if (eq)
+			v = eq + 1;
+		else if (f->kind == K_BOOL) {
+			bool b;
+
+			if (i + 1 < argc && bool_word(argv[i + 1], &b))
+				v = argv[++i];
+		} else if (i + 1 < argc)
+			v = argv[++i];
+		else {
+			fprintf(stderr, "kvcache-master: flag --%s needs a value\n", name);
+			return -1;
+		}
+		if (!f->dst) {
+			fprintf(stderr, "kvcache-master: warning: --%s means nothing to kvcache; "
+					"ignored\n", name);
+			continue;
+		}
+		if (set(f, v) < 0) {
+			fprintf(stderr, "kvcache-master: invalid value '%s' for --%s\n", v, name);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void on_signal(struct loop_source *s, int fd, uint32_t events, void *u)
+{
+	struct signalfd_siginfo si;
+
+	(void) s;
+	(void) events;
+	if (read(fd, &si, sizeof(si)) == sizeof(si))
+		log_notice("%s: stopping", strsignal((int) si.ssi_signo));
+	loop_quit(u);
+}
+
+int main(int argc, char **argv)
+{
+	struct master_config cfg = { 0 };
+	struct loop_source *sig_src = NULL;
+	struct master *m = NULL;
+	struct loop *l = NULL;
+	sigset_t mask;
+	int r, sfd;
+
+	log_set_ident("kvcache-master");
+	r = parse(argc, argv);
+	if (r != 0)
+		return r > 0 ? 0 : 2;
+	if (log_configure(o.log_level) < 0) {
+		fprintf(stderr, "kvcache-master: invalid --log-level '%s'\n", o.log_level);
+		return 2;
+	}
+	snprintf(cfg.listen.host, sizeof(cfg.listen.host), "%s",
+		 strcmp(o.address, "0.0.0.0") ? o.address : "");
+	cfg.listen.port = (uint16_t) o.port;
+	cfg.client_ttl_s = o.client_ttl;
+	cfg.default_kv_lease_ttl_ms = o.lease_ttl;
+	cfg.eviction_high_watermark_ratio = o.high;
+	cfg.eviction_ratio = o.ratio;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	r = loop_new(0, &l);
+	if (r < 0 || sfd < 0) {
+		fprintf(stderr, "kvcache-master: cannot set up the event loop\n");
+		return 1;
+	}
+	r = master_new(l, &cfg, &m);
+	if (r < 0) {
+		fprintf(stderr, "kvcache-master: cannot listen on %s:%u: %s\n", o.address, o.port,
+			strerror(-r));
+		loop_free(l);
+		return 1;
+	}
+	r = loop_add_io(l, sfd, EPOLLIN, on_signal, l, &sig_src);
+	if (r < 0)
+		goto out;
+	log_notice("kvcache-master %s listening on %s:%u (client_ttl %u s)", KVC_VERSION, o.address,
+		   master_port(m), o.client_ttl);
+	r = loop_run(l);
+out:
+	loop_source_free(sig_src);
+	master_free(m);
+	loop_free(l);
+	close(sfd);
+	return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,688 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The master: one loop thread, every connection non-blocking.
+ *
+ * Nodes live in a slot table; a directory entry names its holders by
+ * (slot, generation).  Dropping a node bumps its slot's generation, which
+ * makes every entry naming it stale at once, without a walk: lookups skip
+ * stale holders and prune them from the entries they touch.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "log.h"
+#include "loop.h"
+#include "master.h"
+#include "peer-conn.h"
+
+#define LOG_TOPIC "master"
+
+#define MAX_NODES ((int) PEER_MAX_MEMBERS)
+#define MAX_HOLDERS 8              /* replicas of one key the directory keeps */
+#define MAX_OUT (64u << 20)        /* queued to one connection */
+#define GROW_STEP 64               /* buckets moved per insert while growing */
+#define CONN_MAX 4096
+
+struct mconn;
+
+struct mnode {
+	bool used;
+	bool connected;
+	uint32_t gen;           /* bumped when the node is dropped */
+	char id[PEER_MAX_ID + 1];
+	char address[PEER_MAX_ID + 1];
+	char transport[16];
+	uint64_t generation;    /* the node's own, per run */
+	uint64_t last_ms;
+	uint64_t capacity, used_bytes, objects;
+	uint64_t entries;       /* directory entries naming it (approximate) */
+	struct mconn *conn;
+};
+
+struct ref {
+	uint32_t slot, gen;
+};
+
+struct dentry {
+	struct dentry *next;
+	uint64_t hash;
+	uint64_t len;
+	uint32_t n;
+	struct ref h[MAX_HOLDERS];
+	uint32_t key_len;
+	uint8_t key[];
+};
+
+struct dir {
+	struct dentry **b;
+	size_t nb;
+	struct dentry **old;  /* being moved out of while growing */
+	size_t n_old, pos;
+	size_t n;
+};
+
+struct mconn {
+	struct mconn *next, *prev;
+	struct master *m;
+	struct pconn pc;
+	struct loop_source *src;
+	bool hello;
+	int node;             /* slot, or -1 */
+};
+
+struct master {
+	struct loop *loop;
+	struct master_config cfg;
+	int listen_fd;
+	uint16_t port;
+	struct loop_source *listen_src, *ttl_timer;
+	struct mconn *conns;
+	unsigned n_conns;
+	struct mnode nodes[MAX_NODES];
+	struct dir dir;
+};
+
+/* ---- directory ---- */
+
+static uint64_t key_hash(const void *k, size_t len)
+{
+	return XXH3_64bits(k, len);
+}
+
+static int dir_init(struct dir *d)
+{
+	d->nb = 1024;
+	d->b = calloc(d->nb, sizeof(*d->b));
+	return d->b ? 0 : -ENOMEM;
+}
+
+static void dir_migrate(struct dir *d, size_t budget)
+{
+	while (d->old && budget--) {
+		struct dentry *e = d->old[d->pos], *next;
+
+		for (; e; e = next) {
+			next = e->next;
+			e->next = d->b[e->hash & (d->nb - 1)];
+			d->b[e->hash & (d->nb - 1)] = e;
+		}
+		d->old[d->pos] = NULL;
+		if (++d->pos == d->n_old) {
+			free(d->old);
+			d->old = NULL;
+		}
+	}
+}
+
+static struct dentry **dir_slot(struct dir *d, const void *key, size_t len, uint64_t h)
+{
+	struct dentry **pp;
+
+	if (d->old) {
+		pp = &d->old[h & (d->n_old - 1)];
+		if ((h & (d->n_old - 1)) >= d->pos) {
+			for (; *pp; pp = &(*pp)->next)
+				if ((*pp)->hash == h && (*pp)->key_len == len &&
+				    !memcmp((*pp)->key, key, len))
+					return pp;
+		}
+	}
+	for (pp = &d->b[h & (d->nb - 1)]; *pp; pp = &(*pp)->next)
+		if ((*pp)->hash == h && (*pp)->key_len == len && !memcmp((*pp)->key, key, len))
+			return pp;
+	return pp;
+}
+
+static struct dentry *dir_find(struct dir *d, const void *key, size_t len)
+{
+	return *dir_slot(d, key, len, key_hash(key, len));
+}
+
+static struct dentry *dir_add(struct dir *d, const void *key, size_t len)
+{
+	uint64_t h = key_hash(key, len);
+	struct dentry **pp = dir_slot(d, key, len, h), *e;
+
+	if (*pp)
+		return *pp;
+	if (!d->old && d->n >= d->nb) {
+		struct dentry **nb = calloc(d->nb * 2, sizeof(*nb));
+
+		if (nb) {
+			d->old = d->b;
+			d->n_old = d->nb;
+			d->pos = 0;
+			d->b = nb;
+			d->nb *= 2;
+		}
+	}
+	dir_migrate(d, GROW_STEP);
+	e = calloc(1, sizeof(*e) + len);
+	if (!e)
+		return NULL;
+	e->hash = h;
+	e->key_len = (uint32_t) len;
+	memcpy(e->key, key, len);
+	pp = &d->b[h & (d->nb - 1)];
+	e->next = *pp;
+	*pp = e;
+	d->n++;
+	return e;
+}
+
+static void dir_del(struct dir *d, struct dentry *e)
+{
+	struct dentry **pp = dir_slot(d, e->key, e->key_len, e->hash);
+
+	if (*pp == e) {
+		*pp = e->next;
+		d->n--;
+		free(e);
+	}
+}
+
+static void dir_done(struct dir *d)
+{
+	dir_migrate(d, SIZE_MAX);
+	for (size_t i = 0; i < d->nb; i++)
+		for (struct dentry *e = d->b[i], *n; e; e = n) {
+			n = e->next;
+			free(e);
+		}
+	free(d->b);
+}
+
+static bool ref_live(const struct master *m, struct ref r)
+{
+	const struct mnode *n = &m->nodes[r.slot];
+
+	return n->used && n->gen == r.gen;
+}
+
+/* Drop stale holders from e; true if any live one is left. */
+static bool prune(struct master *m, struct dentry *e)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < e->n; i++)
+		if (ref_live(m, e->h[i]))
+			e->h[k++] = e->h[i];
+	e->n = k;
+	return k > 0;
+}
+
+/* ---- nodes ---- */
+
+static void node_drop(struct master *m, int slot, const char *why)
+{
+	struct mnode *n = &m->nodes[slot];
+
+	log_notice("node %s (%s) dropped: %s", n->id, n->address, why);
+	if (n->conn)
+		n->conn->node = -1;
+	n->used = false;
+	n->conn = NULL;
+	n->gen++; /* every directory entry naming it is stale now */
+}
+
+static int node_find(const struct master *m, const char *id)
+{
+	for (int i = 0; i < MAX_NODES; i++)
+		if (m->nodes[i].used && !strcmp(m->nodes[i].id, id))
+			return i;
+	return -1;
+}
+
+static uint32_t node_state(const struct master *m, const struct mnode *n)
+{
+	uint64_t silent = loop_now_ms(m->loop) - n->last_ms;
+
+	if (!n->connected)
+		return PEER_STATE_DOWN;
+	return silent > (uint64_t) m->cfg.client_ttl_s * 1000 / 3 ? PEER_STATE_SUSPECT
+								     : PEER_STATE_UP;
+}
+
+static void ttl_check(struct loop_source *s, void *u)
+{
+	struct master *m = u;
+	uint64_t now = loop_now_ms(m->loop);
+
+	for (int i = 0; i < MAX_NODES; i++)
+		if (m->nodes[i].used &&
+		    now - m->nodes[i].last_ms > (uint64_t) m->cfg.client_ttl_s * 1000)
+			node_drop(m, i, "silent longer than --client_ttl");
+	loop_timer_arm(s, now + 250);
+}
+
+/* ---- connections ---- */
+
+static void conn_close(struct mconn *c, const char *why)
+{
+	struct master *m = c->m;
+
+	if (c->node >= 0) {
+		struct mnode *n = &m->nodes[c->node];
+
+		log_info("node %s disconnected: %s", n->id, why);
+		n->connected = false;
+		n->conn = NULL;
+	} else if (why)
+		log_info("connection closed: %s", why);
+	loop_source_free(c->src);
+	pconn_done(&c->pc);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		m->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	m->n_conns--;
+	free(c);
+}
+
+static void fill_load(Kvc__Peer__NodeLoad *l, const struct mnode *n)
+{
+	kvc__peer__node_load__init(l);
+	l->capacity = n->capacity;
+	l->used = n->used_bytes;
+	l->objects = n->objects;
+}
+
+static int send_members(struct mconn *c, uint32_t seq, int err, const char *msg)
+{
+	struct master *m = c->m;
+	Kvc__Peer__Members ms = KVC__PEER__MEMBERS__INIT;
+	Kvc__Peer__Defaults df = KVC__PEER__DEFAULTS__INIT;
+	Kvc__Peer__Member *mv = NULL, **mp = NULL;
+	Kvc__Peer__NodeLoad *lv = NULL;
+	size_t n = 0;
+	int r;
+
+	df.client_ttl_s = m->cfg.client_ttl_s;
+	df.default_kv_lease_ttl_ms = m->cfg.default_kv_lease_ttl_ms;
+	df.eviction_high_watermark_ratio = m->cfg.eviction_high_watermark_ratio;
+	df.eviction_ratio = m->cfg.eviction_ratio;
+	ms.defaults = &df;
+	ms.error = err;
+	ms.error_msg = (char *) (msg ? msg : "");
+	if (!err) {
+		mv = calloc(MAX_NODES, sizeof(*mv));
+		mp = calloc(MAX_NODES, sizeof(*mp));
+		lv = calloc(MAX_NODES, sizeof(*lv));
+		if (!mv || !mp || !lv) {
+			free(mv);
+			free(mp);
+			free(lv);
+			return -ENOMEM;
+		}
+		for (int i = 0; i < MAX_NODES; i++) {
+			const struct mnode *x = &m->nodes[i];
+
+			if (!x->used)
+				continue;
+			kvc__peer__member__init(&mv[n]);
+			mv[n].node_id = (char *) x->id;
+			mv[n].address = (char *) x->address;
+			mv[n].transport = (char *) x->transport;
+			mv[n].state = node_state(m, x);
+			mv[n].generation = x->generation;
+			mv[n].silent_ms = (uint32_t) (loop_now_ms(m->loop) - x->last_ms);
+			fill_load(&lv[n], x);
+			mv[n].load = &lv[n];
+			mp[n] = &mv[n];
+			n++;
+		}
+	}
+	ms.n_members = n;
+	ms.members = mp;
+	r = pconn_send(&c->pc, PEER_MEMBERS, seq, &ms.base);
+	free(mv);
+	free(mp);
+	free(lv);
+	return r;
+}
+
+static void set_load(struct mnode *n, const Kvc__Peer__NodeLoad *l)
+{
+	if (!l)
+		return;
+	n->capacity = l->capacity;
+	n->used_bytes = l->used;
+	n->objects = l->objects;
+}
+
+static int on_join(struct mconn *c, uint32_t seq, const Kvc__Peer__Join *j)
+{
+	struct master *m = c->m;
+	int slot = node_find(m, j->node_id);
+	struct mnode *n;
+
+	if (slot >= 0 && m->nodes[slot].generation != j->generation) {
+		/* the same name, a new run: what the old one held is gone */
+		if (m->nodes[slot].conn && m->nodes[slot].conn != c)
+			m->nodes[slot].conn->node = -1;
+		node_drop(m, slot, "restarted");
+		slot = -1;
+	}
+	if (slot >= 0 && m->nodes[slot].conn && m->nodes[slot].conn != c)
+		m->nodes[slot].conn->node = -1; /* a reconnect: the old socket is dead */
+	if (slot < 0) {
+		for (int i = 0; i < MAX_NODES && slot < 0; i++)
+			if (!m->nodes[i].used)
+				slot = i;
+		if (slot < 0)
+			return send_members(c, seq, -EUSERS, "too many nodes");
+		n = &m->nodes[slot];
+		n->used = true;
+		snprintf(n->id, sizeof(n->id), "%s", j->node_id);
+		n->generation = j->generation;
+		log_notice("node %s joined from %s", j->node_id, j->address);
+	}
+	n = &m->nodes[slot];
+	snprintf(n->address, sizeof(n->address), "%s", j->address);
+	snprintf(n->transport, sizeof(n->transport), "%s", j->transport ? j->transport : "tcp");
+	n->connected = true;
+	n->conn = c;
+	n->last_ms = loop_now_ms(m->loop);
+	set_load(n, j->load);
+	c->node = slot;
+	return send_members(c, seq, 0, NULL);
+}
+
+static void on_publish(struct mconn *c, const Kvc__Peer__Publish *p)
+{
+	struct master *m = c->m;
+	struct ref me = { (uint32_t) c->node, m->nodes[c->node].gen };
+
+	for (size_t i = 0; i < p->n_entries; i++) {
+		struct dentry *e = dir_add(&m->dir, p->entries[i]->key.data, p->entries[i]->key.len);
+		bool have = false;
+
+		if (!e)
+			return;
+		e->len = p->entries[i]->len;
+		for (uint32_t k = 0; k < e->n; k++)
+			if (e->h[k].slot == me.slot) {
+				e->h[k] = me;
+				have = true;
+			}
+		if (have)
+			continue;
+		if (e->n == MAX_HOLDERS && !prune(m, e) && e->n == MAX_HOLDERS)
+			continue;
+		if (e->n == MAX_HOLDERS)
+			continue;
+		e->h[e->n++] = me;
+		m->nodes[c->node].entries++;
+	}
+}
+
+static void on_withdraw(struct mconn *c, const Kvc__Peer__Withdraw *w)
+{
+	struct master *m = c->m;
+
+	for (size_t i = 0; i < w->n_keys; i++) {
+		struct dentry *e = dir_find(&m->dir, w->keys[i].data, w->keys[i].len);
+
+		if (!e)
+			continue;
+		for (uint32_t k = 0; k < e->n; k++)
+			if (e->h[k].slot == (uint32_t) c->node) {
+				e->h[k] = e->h[--e->n];
+				break;
+			}
+		if (!prune(m, e))
+			dir_del(&m->dir, e);
+	}
+}
+
+static int on_lookup(struct mconn *c, uint32_t seq, const Kvc__Peer__Lookup *q)
+{
+	struct master *m = c->m;
+	Kvc__Peer__LookupResp rs = KVC__PEER__LOOKUP_RESP__INIT;
+	Kvc__Peer__Location *lv = calloc(q->n_keys ? q->n_keys : 1, sizeof(*lv));
+	Kvc__Peer__Location **lp = calloc(q->n_keys ? q->n_keys : 1, sizeof(*lp));
+	char **names = calloc(q->n_keys * MAX_HOLDERS * 2 + 1, sizeof(char *));
+	size_t n = 0, ni = 0;
+	int r;
+
+	if (!lv || !lp || !names) {
+		free(lv);
+		free(lp);
+		free(names);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < q->n_keys; i++) {
+		struct dentry *e = dir_find(&m->dir, q->keys[i].data, q->keys[i].len);
+		Kvc__Peer__Location *l = &lv[n];
+
+		if (!e)
+			continue;
+		if (!prune(m, e)) {
+			dir_del(&m->dir, e);
+			continue;
+		}
+		kvc__peer__location__init(l);
+		l->key = q->keys[i];
+		l->len = e->len;
+		l->holders = names + ni;
+		l->addresses = names + ni + MAX_HOLDERS;
+		for (uint32_t k = 0; k < e->n; k++) {
+			struct mnode *x = &m->nodes[e->h[k].slot];
+
+			if (!x->connected)
+				continue; /* a holder that hung up serves nobody */
+			l->holders[l->n_holders++] = x->id;
+			l->addresses[l->n_addresses++] = x->address;
+		}
+		ni += 2 * MAX_HOLDERS;
+		if (l->n_holders)
+			lp[n++] = l;
+	}
+	rs.n_locations = n;
+	rs.locations = lp;
+	r = pconn_send(&c->pc, PEER_LOOKUP_RESP, seq, &rs.base);
+	free(lv);
+	free(lp);
+	free(names);
+	return r;
+}
+
+/* One frame; <0 closes the connection. */
+static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *payload)
+{
+	struct master *m = c->m;
+	ProtobufCMessage *msg;
+	int r;
+
+	r = peer_msg_decode(h->type, payload, h->len, &msg);
+	if (r < 0)
+		return r;
+	if (!c->hello && h->type != PEER_HELLO) {
+		r = -EPROTO;
+		goto out;
+	}
+	if (c->node < 0 && h->type != PEER_HELLO && h->type != PEER_JOIN &&
+	    h->type != PEER_LOOKUP) {
+		r = -ENOTCONN;
+		goto out;
+	}
+	if (c->node >= 0)
+		m->nodes[c->node].last_ms = loop_now_ms(m->loop);
+	switch (h->type) {
+	case PEER_HELLO: {
+		const Kvc__Peer__Hello *x = (const void *) msg;
+		Kvc__Peer__HelloAck ack = KVC__PEER__HELLO_ACK__INIT;
+
+		if (c->hello) {
+			r = -EPROTO;
+			break;
+		}
+		c->hello = true;
+		ack.features = x->features & PEER_FEAT_KNOWN;
+		if (x->major != PEER_MAJOR) {
+			ack.error = -EPROTONOSUPPORT;
+			ack.error_msg = "unsupported peer protocol version";
+		}
+		r = pconn_send(&c->pc, PEER_HELLO_ACK, h->seq, &ack.base);
+		if (ack.error)
+			r = -EPROTONOSUPPORT;
+		break;
+	}
+	case PEER_JOIN:
+		r = on_join(c, h->seq, (const void *) msg);
+		break;
+	case PEER_HEARTBEAT:
+		set_load(&m->nodes[c->node], ((const Kvc__Peer__Heartbeat *) msg)->load);
+		r = send_members(c, h->seq, 0, NULL);
+		break;
+	case PEER_PUBLISH:
+		on_publish(c, (const void *) msg);
+		break;
+	case PEER_WITHDRAW:
+		on_withdraw(c, (const void *) msg);
+		break;
+	case PEER_LOOKUP:
+		r = on_lookup(c, h->seq, (const void *) msg);
+		break;
+	default:
+		r = -EPROTO; /* a type only a master sends */
+	}
+out:
+	protobuf_c_message_free_unpacked(msg, NULL);
+	return r;
+}
+
+static void conn_event(struct loop_source *s, int fd, uint32_t events, void *u)
+{
+	struct mconn *c = u;
+	struct peer_hdr h;
+	const uint8_t *payload;
+	int r = 0;
+
+	(void) s;
+	(void) fd;
+	if (events & EPOLLOUT)
+		r = pconn_flush(&c->pc);
+	if (r == 0 && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+		r = pconn_read(&c->pc);
+	/* whatever arrived before an end of stream still counts */
+	while (c->pc.fd >= 0) {
+		int k = pconn_next(&c->pc, &h, &payload);
+
+		if (k <= 0) {
+			if (k < 0)
+				r = k;
+			break;
+		}
+		k = on_frame(c, &h, payload);
+		if (k < 0) {
+			r = k;
+			break;
+		}
+	}
+	if (r < 0) {
+		conn_close(c, r == -ECONNRESET ? "end of stream" : strerror(-r));
+		return;
+	}
+	loop_set_io_events(c->src, EPOLLIN | (pconn_wants_write(&c->pc) ? EPOLLOUT : 0));
+}
+
+static void on_accept(struct loop_source *s, int fd, uint32_t events, void *u)
+{
+	struct master *m = u;
+
+	(void) s;
+	(void) events;
+	for (;;) {
+		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct mconn *c;
+
+		if (cfd < 0)
+			return;
+		if (m->n_conns >= CONN_MAX) {
+			close(cfd);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(cfd);
+			continue;
+		}
+		net_tune(cfd, (int) m->cfg.client_ttl_s);
+		c->m = m;
+		c->node = -1;
+		pconn_init(&c->pc, cfd, MAX_OUT);
+		if (loop_add_io(m->loop, cfd, EPOLLIN, conn_event, c, &c->src) < 0) {
+			pconn_done(&c->pc);
+			free(c);
+			continue;
+		}
+		c->next = m->conns;
+		if (c->next)
+			c->next->prev = c;
+		m->conns = c;
+		m->n_conns++;
+	}
+}
+
+int master_new(struct loop *l, const struct master_config *cfg, struct master **ret)
+{
+	struct master *m = calloc(1, sizeof(*m));
+	int r;
+
+	if (!m)
+		return -ENOMEM;
+	m->loop = l;
+	m->cfg = *cfg;
+	m->listen_fd = -1;
+	r = dir_init(&m->dir);
+	if (r < 0)
+		goto fail;
+	r = net_listen(&cfg->listen, &m->listen_fd);
+	if (r < 0)
+		goto fail;
+	r = net_local_port(m->listen_fd, &m->port);
+	if (r < 0)
+		goto fail;
+	r = loop_add_io(l, m->listen_fd, EPOLLIN, on_accept, m, &m->listen_src);
+	if (r < 0)
+		goto fail;
+	r = loop_add_timer(l, ttl_check, m, &m->ttl_timer);
+	if (r < 0)
+		goto fail;
+	loop_timer_arm(m->ttl_timer, loop_now_ms(l) + 250);
+	*ret = m;
+	return 0;
+fail:
+	master_free(m);
+	return r;
+}
+
+void master_free(struct master *m)
+{
+	if (!m)
+		return;
+	while (m->conns)
+		conn_close(m->conns, NULL);
+	loop_source_free(m->listen_src);
+	loop_source_free(m->ttl_timer);
+	if (m->listen_fd >= 0)
+		close(m->listen_fd);
+	if (m->dir.b)
+		dir_done(&m->dir);
+	free(m);
+}
+
+uint16_t master_port(const struct master *m)
+{
+	return m->port;
+}

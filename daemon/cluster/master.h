@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The master role (kvcache-master): membership and the directory of which
+ * node holds which key.  Data never passes through it.  Both are soft
+ * state: a master that restarts comes back empty and the nodes re-join and
+ * re-publish.
+ */
+#pragma once
+
+#include <stdint.h>
+
+#include "net.h"
+
+struct loop;
+struct master;
+
+struct master_config {
+	struct net_addr listen;
+	uint32_t client_ttl_s;                 /* a node silent this long is dropped */
+	uint64_t default_kv_lease_ttl_ms;      /* handed to nodes that join; 0: unset */
+	double eviction_high_watermark_ratio;  /* 0: unset */
+	double eviction_ratio;                 /* 0: unset */
+};
+
+int master_new(struct loop *l, const struct master_config *cfg, struct master **ret);
+void master_free(struct master *m);
+/* The port it listens on (the one asked for, or the kernel's for 0). */
+uint16_t master_port(const struct master *m);

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One peer connection's bytes: frames in, frames out, over a non-blocking
+ * socket.  The caller's loop watches the fd and calls pconn_read() when it
+ * is readable and pconn_flush() when it is writable (pconn_wants_write()).
+ * Nothing here blocks, logs or interprets a message.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "peer-wire.h"
+
+struct pconn {
+	int fd;
+	uint8_t *in;
+	size_t in_len, in_cap, in_off;
+	uint8_t *out;
+	size_t out_len, out_off, out_cap;
+	size_t max_out;     /* queued bytes beyond this: -ENOBUFS */
+};
+
+void pconn_init(struct pconn *c, int fd, size_t max_out);
+/* Frees the buffers and closes the fd. */
+void pconn_done(struct pconn *c);
+/* Read what the socket has: 0, -ECONNRESET at end of stream, or -errno. */
+int pconn_read(struct pconn *c);
+/* The next whole frame read: 1 with *ret_hdr and *ret_payload (valid until
+ * the next pconn_read()), 0 when none is complete, or -EPROTO/-EMSGSIZE
+ * from the header (the connection is then beyond repair). */
+int pconn_next(struct pconn *c, struct peer_hdr *ret_hdr, const uint8_t **ret_payload);
+/* Queue one frame and try to send it. */
+int pconn_send(struct pconn *c, uint8_t type, uint32_t seq, const ProtobufCMessage *msg);
+/* Send what is queued: 0 (all sent or the socket is full) or -errno. */
+int pconn_flush(struct pconn *c);
+bool pconn_wants_write(const struct pconn *c);

@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+#include <endian.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "peer-wire.h"
+
+void peer_hdr_encode(const struct peer_hdr *h, uint8_t out[PEER_HDR_SIZE])
+{
+	uint16_t magic = htole16(PEER_MAGIC);
+	uint32_t len = htole32(h->len), seq = htole32(h->seq), flags = htole32(h->flags);
+
+	memcpy(out, &magic, 2);
+	out[2] = h->version;
+	out[3] = h->type;
+	memcpy(out + 4, &len, 4);
+	memcpy(out + 8, &seq, 4);
+	memcpy(out + 12, &flags, 4);
+}
+
+int peer_hdr_decode(const uint8_t in[PEER_HDR_SIZE], size_t max_payload, struct peer_hdr *ret)
+{
+	uint16_t magic;
+	uint32_t len, seq, flags;
+
+	memcpy(&magic, in, 2);
+	memcpy(&len, in + 4, 4);
+	memcpy(&seq, in + 8, 4);
+	memcpy(&flags, in + 12, 4);
+	if (le16toh(magic) != PEER_MAGIC || in[2] != PEER_MAJOR || in[3] == 0 ||
+	    in[3] > PEER_TYPE_MAX || flags != 0)
+		return -EPROTO;
+	if (le32toh(len) > max_payload)
+		return -EMSGSIZE;
+	*ret = (struct peer_hdr) { .version = in[2], .type = in[3], .len = le32toh(len),
+				   .seq = le32toh(seq), .flags = 0 };
+	return 0;
+}
+
+int peer_frame_pack(uint8_t type, uint32_t seq, const ProtobufCMessage *msg, uint8_t **ret_buf,
+		    size_t *ret_len)
+{
+	size_t plen = protobuf_c_message_get_packed_size(msg);
+	struct peer_hdr h = { .version = PEER_MAJOR, .type = type, .seq = seq };
+	uint8_t *buf;
+
+	if (plen > PEER_MAX_PAYLOAD)
+		return -EMSGSIZE;
+	buf = malloc(PEER_HDR_SIZE + plen);
+	if (!buf)
+		return -ENOMEM;
+	h.len = (uint32_t) plen;
+	peer_hdr_encode(&h, buf);
+	protobuf_c_message_pack(msg, buf + PEER_HDR_SIZE);
+	*ret_buf = buf;
+	*ret_len = PEER_HDR_SIZE + plen;
+	return 0;
+}
+
+int peer_key_check(const ProtobufCBinaryData *key)
+{
+	if (key->len == 0 || key->len > PEER_MAX_KEY || memchr(key->data, 0, key->len))
+		return -EINVAL;
+	return 0;
+}
+
+static bool str_ok(const char *s)
+{
+	return !s || strnlen(s, PEER_MAX_ID + 1) <= PEER_MAX_ID;
+}
+
+static bool load_ok(const Kvc__Peer__NodeLoad *l)
+{
+	return !l || l->used <= UINT64_MAX / 2;
+}
+
+static int check(uint8_t type, const ProtobufCMessage *m)
+{
+	switch (type) {
+	case PEER_HELLO: {
+		const Kvc__Peer__Hello *x = (const void *) m;
+
+		if (!str_ok(x->node_id) || (x->nonce.len && x->nonce.len != PEER_NONCE_SIZE) ||
+		    x->role < PEER_ROLE_NODE || x->role > PEER_ROLE_TOOL)
+			return -EINVAL;
+		return 0;
+	}
+	case PEER_HELLO_ACK: {
+		const Kvc__Peer__HelloAck *x = (const void *) m;
+
+		return str_ok(x->error_msg) && x->proof.len <= 64 && x->error <= 0 ? 0 : -EINVAL;
+	}
+	case PEER_JOIN: {
+		const Kvc__Peer__Join *x = (const void *) m;
+
+		if (!x->node_id || !x->node_id[0] || !str_ok(x->node_id) || !x->address ||
+		    !x->address[0] || !str_ok(x->address) || !str_ok(x->transport) ||
+		    !load_ok(x->load))
+			return -EINVAL;
+		return 0;
+	}
+	case PEER_MEMBERS: {
+		const Kvc__Peer__Members *x = (const void *) m;
+
+		if (x->n_members > PEER_MAX_MEMBERS || !str_ok(x->error_msg) || x->error > 0)
+			return -EINVAL;
+		for (size_t i = 0; i < x->n_members; i++) {
+			const Kvc__Peer__Member *y = x->members[i];
+
+			if (!y->node_id || !y->node_id[0] || !str_ok(y->node_id) || !str_ok(y->address) ||
+			    !str_ok(y->transport) || y->state < PEER_STATE_UP ||
+			    y->state > PEER_STATE_DOWN || !load_ok(y->load))
+				return -EINVAL;
+		}
+		return 0;
+	}
+	case PEER_HEARTBEAT:
+		return load_ok(((const Kvc__Peer__Heartbeat *) m)->load) ? 0 : -EINVAL;
+	case PEER_PUBLISH: {
+		const Kvc__Peer__Publish *x = (const void *) m;
+
+		if (x->n_entries > PEER_MAX_BATCH)
+			return -EINVAL;
+		for (size_t i = 0; i < x->n_entries; i++)
+			if (peer_key_check(&x->entries[i]->key) < 0)
+				return -EINVAL;
+		return 0;
+	}
+	case PEER_WITHDRAW: {
+		const Kvc__Peer__Withdraw *x = (const void *) m;
+
+		if (x->n_keys > PEER_MAX_BATCH)
+			return -EINVAL;
+		for (size_t i = 0; i < x->n_keys; i++)
+			if (peer_key_check(&x->keys[i]) < 0)
+				return -EINVAL;
+		return 0;
+	}
+	case PEER_LOOKUP: {
+		const Kvc__Peer__Lookup *x = (const void *) m;
+
+		if (x->n_keys > PEER_MAX_BATCH)
+			return -EINVAL;
+		for (size_t i = 0; i < x->n_keys; i++)
+			if (peer_key_check(&x->keys[i]) < 0)
+				return -EINVAL;
+		return 0;
+	}
+	case PEER_LOOKUP_RESP: {
+		const Kvc__Peer__LookupResp *x = (const void *) m;
+
+		if (x->n_locations > PEER_MAX_BATCH || x->error > 0)
+			return -EINVAL;
+		for (size_t i = 0; i < x->n_locations; i++) {
+			const Kvc__Peer__Location *y = x->locations[i];
+
+			if (peer_key_check(&y->key) < 0 || y->n_holders != y->n_addresses ||
+			    y->n_holders > PEER_MAX_MEMBERS)
+				return -EINVAL;
+			for (size_t j = 0; j < y->n_holders; j++)
+				if (!str_ok(y->holders[j]) || !str_ok(y->addresses[j]))
+					return -EINVAL;
+		}
+		return 0;
+	}
+	}
+	return -EPROTO;
+}
+
+static const ProtobufCMessageDescriptor *descriptor(uint8_t type)
+{
+	switch (type) {
+	case PEER_HELLO: return &kvc__peer__hello__descriptor;
+	case PEER_HELLO_ACK: return &kvc__peer__hello_ack__descriptor;
+	case PEER_JOIN: return &kvc__peer__join__descriptor;
+	case PEER_MEMBERS: return &kvc__peer__members__descriptor;
+	case PEER_HEARTBEAT: return &kvc__peer__heartbeat__descriptor;
+	case PEER_PUBLISH: return &kvc__peer__publish__descriptor;
+	case PEER_WITHDRAW: return &kvc__peer__withdraw__descriptor;
+	case PEER_LOOKUP: return &kvc__peer__lookup__descriptor;
+	case PEER_LOOKUP_RESP: return &kvc__peer__lookup_resp__descriptor;
+	}
+	return NULL;
+}
+
+int peer_msg_decode(uint8_t type, const uint8_t *payload, size_t len, ProtobufCMessage **ret)
+{
+	const ProtobufCMessageDescriptor *d = descriptor(type);
+	ProtobufCMessage *m;
+	int r;
+
+	if (!d || len > PEER_MAX_PAYLOAD)
+		return -EPROTO;
+	m = protobuf_c_message_unpack(d, NULL, len, payload);
+	if (!m)
+		return -EPROTO;
+	r = check(type, m);
+	if (r < 0) {
+		protobuf_c_message_free_unpacked(m, NULL);
+		return r;
+	}
+	*ret = m;
+	return 0;
+}

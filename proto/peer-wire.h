@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Frame layer between daemons and masters (docs/peer-protocol.rst).
+ *
+ * Unlike the local socket these frames cross machines: the 16-byte header
+ * is little-endian whatever the host, carries no file descriptors, and
+ * answers are matched to requests by seq, not by order.  Everything a peer
+ * sends is untrusted: peer_hdr_decode() and the unpack helpers check every
+ * length and count before anyone uses them.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "peer.pb-c.h"
+
+#define PEER_MAGIC 0x504bu /* "KP" */
+#define PEER_MAJOR 1
+#define PEER_MINOR 0
+#define PEER_HDR_SIZE 16u
+#define PEER_MAX_PAYLOAD (4u << 20)  /* one control frame */
+#define PEER_MAX_KEY 511u
+#define PEER_MAX_BATCH 4096u         /* keys in one publish, withdraw or lookup */
+#define PEER_MAX_MEMBERS 4096u
+#define PEER_MAX_ID 255u             /* node ids, addresses, messages */
+#define PEER_NONCE_SIZE 16u
+
+enum peer_type {
+	PEER_HELLO = 1,
+	PEER_HELLO_ACK = 2,
+	PEER_JOIN = 3,
+	PEER_MEMBERS = 4,    /* answers Join and Heartbeat */
+	PEER_HEARTBEAT = 5,
+	PEER_PUBLISH = 6,    /* no answer */
+	PEER_WITHDRAW = 7,   /* no answer */
+	PEER_LOOKUP = 8,
+	PEER_LOOKUP_RESP = 9,
+	PEER_TYPE_MAX = 9,
+};
+
+enum peer_role {
+	PEER_ROLE_NODE = 1,
+	PEER_ROLE_MASTER = 2,
+	PEER_ROLE_TOOL = 3,
+};
+
+enum peer_state {
+	PEER_STATE_UP = 1,
+	PEER_STATE_SUSPECT = 2, /* silent for more than a third of the TTL */
+	PEER_STATE_DOWN = 3,
+};
+
+#define PEER_FEAT_TCP (1u << 0)
+#define PEER_FEAT_KNOWN PEER_FEAT_TCP
+
+struct peer_hdr {
+	uint8_t version; /* PEER_MAJOR */
+	uint8_t type;    /* enum peer_type */
+	uint32_t len;    /* payload bytes after the header */
+	uint32_t seq;    /* echoed in the answer */
+	uint32_t flags;  /* 0 in version 1 */
+};
+
+/* The 16 header bytes, little-endian: magic, version, type, len, seq, flags. */
+void peer_hdr_encode(const struct peer_hdr *h, uint8_t out[PEER_HDR_SIZE]);
+/* -EPROTO: bad magic, version, type or flags; -EMSGSIZE: len > max_payload. */
+int peer_hdr_decode(const uint8_t in[PEER_HDR_SIZE], size_t max_payload, struct peer_hdr *ret);
+
+/* Header plus packed msg in one new buffer. */
+int peer_frame_pack(uint8_t type, uint32_t seq, const ProtobufCMessage *msg, uint8_t **ret_buf,
+		    size_t *ret_len);
+
+/* Unpack the payload of a frame of type `type` and check it against the
+ * limits above (keys 1..PEER_MAX_KEY bytes, counts, string lengths).
+ * -EPROTO when it does not decode, -EINVAL when it breaks a limit.  The
+ * message is freed with protobuf_c_message_free_unpacked(). */
+int peer_msg_decode(uint8_t type, const uint8_t *payload, size_t len, ProtobufCMessage **ret);
+
+/* A key from the wire: 1..PEER_MAX_KEY bytes, no NUL inside. */
+int peer_key_check(const ProtobufCBinaryData *key);

@@ -71,6 +71,69 @@ int kvc_status_get(struct kvc_client *c, struct kvc_status **ret)
 	return 0;
 }
 
+struct cluster_priv {
+	struct kvc_cluster pub;
+	Kvc__Response *resp;
+	struct kvc_node nodes[];
+};
+
+int kvc_cluster_get(struct kvc_client *c, struct kvc_cluster **ret)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__Response *resp;
+	Kvc__ClusterResp *x;
+	struct cluster_priv *p;
+	int r;
+
+	if (!c || !ret)
+		return -EINVAL;
+	q.op = KVC__OP__OP_CLUSTER;
+	r = client_rpc(c, &q, &resp);
+	if (r < 0)
+		return r;
+	if (resp->body_case != KVC__RESPONSE__BODY_CLUSTER) {
+		kvc__response__free_unpacked(resp, NULL);
+		return -EPROTO;
+	}
+	x = resp->cluster;
+	p = calloc(1, sizeof(*p) + x->n_nodes * sizeof(p->nodes[0]));
+	if (!p) {
+		kvc__response__free_unpacked(resp, NULL);
+		return -ENOMEM;
+	}
+	p->resp = resp;
+	p->pub = (struct kvc_cluster) {
+		.self = x->self,
+		.n_masters = x->n_masters,
+		.masters = (const char *const *) x->masters,
+		.masters_up = x->masters_up,
+		.n_nodes = x->n_nodes,
+		.nodes = p->nodes,
+	};
+	for (size_t i = 0; i < x->n_nodes; i++)
+		p->nodes[i] = (struct kvc_node) {
+			.id = x->nodes[i]->id,
+			.address = x->nodes[i]->address,
+			.state = x->nodes[i]->state,
+			.transport = x->nodes[i]->transport,
+			.capacity = x->nodes[i]->capacity,
+			.used = x->nodes[i]->used,
+			.objects = x->nodes[i]->objects,
+		};
+	*ret = &p->pub;
+	return 0;
+}
+
+void kvc_cluster_free(struct kvc_cluster *v)
+{
+	struct cluster_priv *p = (struct cluster_priv *) v;
+
+	if (!v)
+		return;
+	kvc__response__free_unpacked(p->resp, NULL);
+	free(p);
+}
+
 void kvc_status_free(struct kvc_status *s)
 {
 	struct status_priv *p = (struct status_priv *) s;

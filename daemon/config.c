@@ -209,7 +209,8 @@ static const struct opt_def opts[] = {
 	  false, "HOST:PORT[,...]", "join the cluster of these masters (several: the\n"
 	  "directory is sharded over them by key hash)" },
 	{ "listen", NULL, 0, T_STRING, FIELD(listen), 0, 0, false, false, "[HOST:]PORT",
-	  "serve peers here (default: port 50052 on every address)" },
+	  "serve peers here (default: port 50052 on the --advertise\n"
+	  "host, else on every address)" },
 	{ "advertise", "local-hostname", 0, T_STRING, FIELD(local_hostname), 0, 0, false, false,
 	  "HOST", "the address peers reach this node at (default: the\n"
 	  "--listen host, else the host name)" },

@@ -13,6 +13,7 @@
 #include "kvc-config.h"
 #include "log.h"
 #include "disk.h"
+#include "node.h"
 #include "session.h"
 
 #define LOG_TOPIC "main"
@@ -52,6 +53,8 @@ int main(int argc, char **argv)
 	struct config cfg;
 	struct store st = { .cfg = &cfg };
 	struct server sv = { .st = &st, .cfg = &cfg };
+	struct node *node = NULL;
+	bool bad_config = false;
 	char err[CONFIG_ERR_MAX] = "";
 	const char *env;
 	int r;
@@ -150,10 +153,18 @@ int main(int argc, char **argv)
 	r = disk_setup(&st);
 	if (r < 0)
 		goto out;
+	r = node_setup(&st, &cfg, &node, err, sizeof(err));
+	if (r < 0) {
+		log_error("%s", err);
+		if (r == -EINVAL)
+			bad_config = true;
+		goto out;
+	}
 	log_notice("kvcached %s listening on %s (dram %llu bytes, %s pages)", KVC_VERSION,
 		   sv.socket_path, (unsigned long long) cfg.dram_size, st.hugepages ? "2 MiB" : "4 KiB");
 	r = loop_run(st.loop);
 out:
+	node_teardown(node);
 	server_teardown(&sv);
 	/* Wait for disk I/O in flight, then free every object without
 	 * touching its record: records are what survives a restart. */
@@ -165,5 +176,5 @@ out:
 	loop_free(st.loop);
 	if (r == 0)
 		log_notice("stopped");
-	return r < 0 ? 1 : 0;
+	return bad_config ? 2 : r < 0 ? 1 : 0;
 }

@@ -160,6 +160,7 @@ static int validate(const Kvc__Request *q, const char **why)
 	case KVC__OP__OP_FLUSH:
 	case KVC__OP__OP_STATUS:
 	case KVC__OP__OP_STATS:
+	case KVC__OP__OP_CLUSTER:
 		if (q->body_case != KVC__REQUEST__BODY__NOT_SET)
 			break;
 		return 0;

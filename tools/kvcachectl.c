@@ -57,6 +57,7 @@ static void usage(FILE *f)
 		"                               and wait (before a planned restart)\n"
 		"  evict [--tier T] [--bytes N | --all]\n"
 		"                               drop unused objects, least recently used first\n"
+		"  cluster                      the cluster's members as this daemon sees them\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   daemon socket (default: $KVCACHE_SOCKET, then\n"
@@ -220,6 +221,58 @@ static int cmd_status(struct kvc_client *c)
 	}
 	kvc_status_free(s);
 	return EXIT_OK;
+}
+
+static int cmd_cluster(struct kvc_client *c)
+{
+	struct kvc_cluster *v;
+	int r = kvc_cluster_get(c, &v);
+
+	if (r < 0)
+		return fail("cluster", r);
+	if (arg_json) {
+		struct json_object *o = json_object_new_object(), *m = json_object_new_array(),
+				   *nodes = json_object_new_array();
+
+		json_object_object_add(o, "self", v->self[0] ? json_object_new_string(v->self) : NULL);
+		for (size_t i = 0; i < v->n_masters; i++)
+			json_object_array_add(m, json_object_new_string(v->masters[i]));
+		json_object_object_add(o, "masters", m);
+		json_object_object_add(o, "masters_up", json_object_new_uint64(v->masters_up));
+		for (size_t i = 0; i < v->n_nodes; i++) {
+			const struct kvc_node *n = &v->nodes[i];
+			struct json_object *x = json_object_new_object();
+
+			json_object_object_add(x, "id", json_object_new_string(n->id));
+			json_object_object_add(x, "address", json_object_new_string(n->address));
+			json_object_object_add(x, "state", json_object_new_string(n->state));
+			json_object_object_add(x, "transport", json_object_new_string(n->transport));
+			json_object_object_add(x, "capacity", json_object_new_uint64(n->capacity));
+			json_object_object_add(x, "used", json_object_new_uint64(n->used));
+			json_object_object_add(x, "objects", json_object_new_uint64(n->objects));
+			json_object_array_add(nodes, x);
+		}
+		json_object_object_add(o, "nodes", nodes);
+		print_json(o);
+	} else if (!v->self[0]) {
+		printf("not in a cluster (kvcached runs without --master)\n");
+	} else {
+		printf("self %s, masters", v->self);
+		for (size_t i = 0; i < v->n_masters; i++)
+			printf("%s %s", i ? "," : "", v->masters[i]);
+		printf(" (%zu of %zu joined)\n", v->masters_up, v->n_masters);
+		printf("%-24s %-24s %-8s %-9s %12s %12s %10s\n", "NODE", "ADDRESS", "STATE",
+		       "TRANSPORT", "CAPACITY", "USED", "OBJECTS");
+		for (size_t i = 0; i < v->n_nodes; i++) {
+			const struct kvc_node *n = &v->nodes[i];
+
+			printf("%-24s %-24s %-8s %-9s %12llu %12llu %10llu\n", n->id, n->address,
+			       n->state, n->transport, (unsigned long long) n->capacity,
+			       (unsigned long long) n->used, (unsigned long long) n->objects);
+		}
+	}
+	kvc_cluster_free(v);
+	return 0;
 }
 
 static int cmd_stats(struct kvc_client *c)
@@ -589,7 +642,8 @@ int main(int argc, char **argv)
 	a2 = nargs > 1 ? argv[optind + 2] : NULL;
 
 	/* Check the command line fully before touching the daemon. */
-	if (strcmp(cmd, "status") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "flush") == 0) {
+	if (strcmp(cmd, "status") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "flush") == 0 ||
+	    strcmp(cmd, "cluster") == 0) {
 		if (nargs != 0)
 			return usage_error("%s takes no arguments", cmd);
 	} else if (strcmp(cmd, "ls") == 0) {
@@ -637,6 +691,8 @@ int main(int argc, char **argv)
 
 	if (strcmp(cmd, "status") == 0)
 		r = cmd_status(c);
+	else if (strcmp(cmd, "cluster") == 0)
+		r = cmd_cluster(c);
 	else if (strcmp(cmd, "stats") == 0)
 		r = cmd_stats(c);
 	else if (strcmp(cmd, "ls") == 0)

@@ -15,6 +15,7 @@
 struct store;
 struct object;
 struct fetch;
+struct cluster_view;
 
 struct waiter {
 	struct waiter *next, *prev;
@@ -46,6 +47,28 @@ struct backend_ops {
 	void (*stats)(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u);
 	/* start copying every memory-only object below (kvcachectl flush) */
 	int (*flush)(void *be);
+	/* o was committed (or recovered): e.g. tell the directory */
+	void (*published)(void *be, const struct object *o);
+	/* the cluster as this node sees it (kvcachectl cluster); -errno */
+	int (*describe)(void *be, struct cluster_view *ret);
+};
+
+/* What the remote backend tells kvcachectl cluster (all strings owned by
+ * the backend, valid until the next call into it). */
+#define CLUSTER_VIEW_MAX 64
+
+struct cluster_member {
+	const char *id, *address, *state, *transport;
+	uint64_t capacity, used, objects;
+};
+
+struct cluster_view {
+	const char *self;
+	const char *masters[8];
+	unsigned n_masters;
+	unsigned masters_up;
+	struct cluster_member members[CLUSTER_VIEW_MAX];
+	unsigned n_members;
 };
 
 struct backend {

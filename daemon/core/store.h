@@ -51,6 +51,7 @@ struct store {
 	struct disk *disk;     /* disk.c's state: core only tests it for NULL */
 	struct tier *fastest;  /* lookups go fastest first */
 	struct backend below;  /* what holds copies below memory: the disk tier */
+	struct backend remote; /* other nodes (the cluster), or nothing */
 	/* memory objects without a copy on disk, oldest at the tail: what
 	 * spilling takes next (only with a disk tier) */
 	struct olist dirty;

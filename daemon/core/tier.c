@@ -320,6 +320,8 @@ void object_publish(struct store *st, struct object *o)
 	}
 	object_place(st, o, false);
 	object_dirty_update(st, o);
+	if (st->remote.ops)
+		st->remote.ops->published(st->remote.be, o);
 }
 
 static void unqueue_promotion(struct store *st, struct object *o)
@@ -338,6 +340,8 @@ void object_drop(struct store *st, struct object *o)
 {
 	if (st->below.ops)
 		st->below.ops->forget(st->below.be, o);
+	if (st->remote.ops)
+		st->remote.ops->forget(st->remote.be, o);
 	fetch_done(st, o, -ENOENT); /* whoever waited for it: it is gone */
 	index_unlink(&st->index, o);
 	object_unplace(st, o);

@@ -345,6 +345,65 @@ static int op_status(struct session *s, struct reply *rep)
 	return 0;
 }
 
+/* The cluster as this node sees it (empty outside a cluster). */
+static int op_cluster(struct session *s, struct reply *rep)
+{
+	const struct backend *rb = &s->sv->st->remote;
+	struct cluster_view *v = calloc(1, sizeof(*v));
+	struct {
+		Kvc__ClusterResp resp;
+		Kvc__ClusterNode nodes[CLUSTER_VIEW_MAX];
+		Kvc__ClusterNode *np[CLUSTER_VIEW_MAX];
+		char *masters[8];
+	} *x = calloc(1, sizeof(*x));
+	int r = 0;
+
+	if (!v || !x) {
+		free(v);
+		free(x);
+		return -ENOMEM;
+	}
+	kvc__cluster_resp__init(&x->resp);
+	x->resp.self = "";
+	if (rb->ops && rb->ops->describe)
+		r = rb->ops->describe(rb->be, v);
+	if (r < 0) {
+		free(v);
+		free(x);
+		return r;
+	}
+	if (v->self) {
+		/* strings stay the backend's until its next call: this reply is
+		 * packed before the loop runs anything else */
+		x->resp.self = (char *) v->self;
+		for (unsigned i = 0; i < v->n_masters; i++)
+			x->masters[i] = (char *) v->masters[i];
+		x->resp.n_masters = v->n_masters;
+		x->resp.masters = x->masters;
+		x->resp.masters_up = v->masters_up;
+		for (unsigned i = 0; i < v->n_members; i++) {
+			Kvc__ClusterNode *n = &x->nodes[i];
+
+			kvc__cluster_node__init(n);
+			n->id = (char *) v->members[i].id;
+			n->address = (char *) v->members[i].address;
+			n->state = (char *) v->members[i].state;
+			n->transport = (char *) v->members[i].transport;
+			n->capacity = v->members[i].capacity;
+			n->used = v->members[i].used;
+			n->objects = v->members[i].objects;
+			x->np[i] = n;
+		}
+		x->resp.n_nodes = v->n_members;
+		x->resp.nodes = x->np;
+	}
+	rep->resp.body_case = KVC__RESPONSE__BODY_CLUSTER;
+	rep->resp.cluster = &x->resp;
+	rep->free1 = x;
+	rep->free2 = v;
+	return 0;
+}
+
 static int op_stats(struct session *s, struct reply *rep)
 {
 	struct server *sv = s->sv;
@@ -673,6 +732,9 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		break;
 	case KVC__OP__OP_STATS:
 		r = op_stats(s, &rep);
+		break;
+	case KVC__OP__OP_CLUSTER:
+		r = op_cluster(s, &rep);
 		break;
 	case KVC__OP__OP_LIST:
 		r = op_list(s, q->list, &rep);

@@ -276,6 +276,28 @@ struct kvc_counter {
 	uint64_t value;
 };
 
+/* The cluster as the daemon sees it (kvcachectl cluster).  A single node,
+ * not started with --master, has self == "" and no nodes. */
+struct kvc_node {
+	const char *id;
+	const char *address;
+	const char *state;     /* "up", "suspect" (silent a while), "down" */
+	const char *transport; /* "tcp", "rdma", or "local" for the daemon itself */
+	uint64_t capacity, used, objects;
+};
+
+struct kvc_cluster {
+	const char *self;      /* this daemon's node id */
+	size_t n_masters;
+	const char *const *masters;
+	size_t masters_up;     /* masters it is joined to now */
+	size_t n_nodes;
+	struct kvc_node *nodes;
+};
+
+int kvc_cluster_get(struct kvc_client *c, struct kvc_cluster **ret);
+void kvc_cluster_free(struct kvc_cluster *v);
+
 /* Counters by name ("puts", "gets", "hits", "misses", "bytes_in", ...). */
 int kvc_stats_get(struct kvc_client *c, struct kvc_counter **ret, size_t *ret_n);
 void kvc_stats_free(struct kvc_counter *v);

@@ -1,0 +1,691 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The node's side of the cluster.
+ *
+ * One link per master, every socket non-blocking on the loop.  A link
+ * connects, says Hello, joins, and then heartbeats every third of the
+ * master's client_ttl; each answer carries the member list kvcachectl
+ * cluster shows.  Commits and removals become directory updates queued on
+ * the link of the master that owns the key (key hash modulo masters) and
+ * sent in batches each turn, so a put never waits for the network.  A link
+ * that (re)joins re-publishes everything this node holds, walking the index
+ * a bounded slice per turn: the directory is soft state.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "index.h"
+#include "log.h"
+#include "net.h"
+#include "node.h"
+#include "peer-conn.h"
+#include "tier.h"
+
+#define LOG_TOPIC "cluster"
+
+#define MAX_MASTERS 8
+#define DEFAULT_PEER_PORT 50052
+#define DEFAULT_MASTER_PORT 50051
+#define RETRY_MS 500
+#define LINK_MAX_OUT (64u << 20)
+#define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
+#define BATCH_BYTES (1u << 20)      /* keys per frame, about */
+#define RESYNC_BUCKETS 4096         /* index buckets walked per turn */
+
+enum link_state { L_DOWN, L_CONNECTING, L_HELLO, L_JOINING, L_UP };
+
+/* A queued directory update: op, len, key_len, key bytes. */
+struct upd_hdr {
+	uint8_t publish;
+	uint16_t key_len;
+	uint64_t len;
+} __attribute__((packed));
+
+struct link {
+	struct node *n;
+	unsigned index;
+	struct net_addr addr;
+	char name[NET_HOST_MAX + 8];
+	enum link_state state;
+	struct pconn pc;
+	struct loop_source *src;
+	uint64_t retry_at, hb_at, heard_ms;
+	uint32_t seq;
+	bool warned;
+	/* directory updates not yet sent */
+	uint8_t *q;
+	size_t q_len, q_cap;
+	/* re-publishing what this node holds */
+	bool resync;
+	uint64_t cursor;
+	Kvc__Peer__Members *members; /* the last answer */
+};
+
+struct node {
+	struct store *st;
+	const struct config *cfg;
+	struct loop *loop;
+	char id[PEER_MAX_ID + 1];
+	char address[PEER_MAX_ID + 1];
+	uint64_t generation;
+	int listen_fd;
+	struct loop_source *listen_src, *timer, *poller;
+	struct link links[MAX_MASTERS];
+	unsigned n_links;
+	uint32_t ttl_s;
+	char master_names[MAX_MASTERS][NET_HOST_MAX + 8];
+};
+
+static const struct backend_ops remote_ops;
+
+/* ---- links ---- */
+
+static void link_down(struct link *k, const char *why)
+{
+	if (k->state == L_UP || !k->warned)
+		log_warn("master %s: %s; retrying every %d ms", k->name, why, RETRY_MS);
+	k->warned = true;
+	loop_source_free(k->src);
+	k->src = NULL;
+	pconn_done(&k->pc);
+	k->state = L_DOWN;
+	k->retry_at = loop_now_ms(k->n->loop) + RETRY_MS;
+	k->q_len = 0; /* what it missed comes with the next re-publish */
+	k->resync = false;
+	loop_timer_arm(k->n->timer, k->retry_at);
+}
+
+static void fill_load(struct node *n, Kvc__Peer__NodeLoad *l)
+{
+	struct store *st = n->st;
+
+	kvc__peer__node_load__init(l);
+	for (unsigned i = 0; i < st->n_tiers; i++) {
+		l->capacity += tier_capacity(&st->tiers[i]);
+		l->used += tier_used(&st->tiers[i]);
+	}
+	l->objects = st->index.n_objects;
+}
+
+static int send_join(struct link *k)
+{
+	struct node *n = k->n;
+	Kvc__Peer__Join j = KVC__PEER__JOIN__INIT;
+	Kvc__Peer__NodeLoad l;
+
+	fill_load(n, &l);
+	j.node_id = n->id;
+	j.address = n->address;
+	j.generation = n->generation;
+	j.load = &l;
+	j.transport = "tcp";
+	k->state = L_JOINING;
+	return pconn_send(&k->pc, PEER_JOIN, ++k->seq, &j.base);
+}
+
+static int send_heartbeat(struct link *k)
+{
+	Kvc__Peer__Heartbeat hb = KVC__PEER__HEARTBEAT__INIT;
+	Kvc__Peer__NodeLoad l;
+
+	fill_load(k->n, &l);
+	hb.load = &l;
+	return pconn_send(&k->pc, PEER_HEARTBEAT, ++k->seq, &hb.base);
+}
+
+static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *payload)
+{
+	struct node *n = k->n;
+	ProtobufCMessage *m;
+	int r = peer_msg_decode(h->type, payload, h->len, &m);
+
+	if (r < 0)
+		return r;
+	switch (h->type) {
+	case PEER_HELLO_ACK: {
+		const Kvc__Peer__HelloAck *a = (const void *) m;
+
+		if (k->state != L_HELLO) {
+			r = -EPROTO;
+			break;
+		}
+		if (a->error) {
+			log_error("master %s refused this node: %s", k->name, a->error_msg);
+			r = a->error;
+			break;
+		}
+		r = send_join(k);
+		break;
+	}
+	case PEER_MEMBERS: {
+		Kvc__Peer__Members *ms = (void *) m;
+
+		if (k->state != L_JOINING && k->state != L_UP) {
+			r = -EPROTO;
+			break;
+		}
+		if (ms->error) {
+			log_error("master %s: %s", k->name, ms->error_msg);
+			r = ms->error;
+			break;
+		}
+		if (k->state == L_JOINING) {
+			log_notice("joined the cluster at master %s as %s (%zu members)", k->name,
+				   n->id, ms->n_members);
+			k->state = L_UP;
+			k->warned = false;
+			k->resync = true; /* the directory is soft state: tell it all */
+			k->cursor = 0;
+		}
+		if (ms->defaults && ms->defaults->client_ttl_s)
+			n->ttl_s = ms->defaults->client_ttl_s;
+		if (k->members)
+			kvc__peer__members__free_unpacked(k->members, NULL);
+		k->members = ms;
+		k->heard_ms = loop_now_ms(n->loop);
+		return 0; /* kept */
+	}
+	case PEER_LOOKUP_RESP:
+		r = 0; /* lookups are not asked yet */
+		break;
+	default:
+		r = -EPROTO;
+	}
+	protobuf_c_message_free_unpacked(m, NULL);
+	return r;
+}
+
+static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
+{
+	struct link *k = u;
+	struct peer_hdr h;
+	const uint8_t *payload;
+	int r = 0;
+
+	(void) s;
+	(void) fd;
+	if (k->state == L_CONNECTING) {
+		Kvc__Peer__Hello hello = KVC__PEER__HELLO__INIT;
+
+		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			return;
+		r = net_connect_result(k->pc.fd);
+		if (r < 0) {
+			link_down(k, strerror(-r));
+			return;
+		}
+		net_tune(k->pc.fd, 1);
+		hello.major = PEER_MAJOR;
+		hello.minor = PEER_MINOR;
+		hello.features = PEER_FEAT_KNOWN;
+		hello.node_id = k->n->id;
+		hello.role = PEER_ROLE_NODE;
+		k->state = L_HELLO;
+		r = pconn_send(&k->pc, PEER_HELLO, ++k->seq, &hello.base);
+		if (r < 0) {
+			link_down(k, strerror(-r));
+			return;
+		}
+		events &= ~(uint32_t) EPOLLOUT;
+	}
+	if (events & EPOLLOUT)
+		r = pconn_flush(&k->pc);
+	if (r == 0 && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+		r = pconn_read(&k->pc);
+	while (k->src) {
+		int x = pconn_next(&k->pc, &h, &payload);
+
+		if (x <= 0) {
+			if (x < 0)
+				r = x;
+			break;
+		}
+		x = on_frame(k, &h, payload);
+		if (x < 0) {
+			r = x;
+			break;
+		}
+	}
+	if (r < 0) {
+		link_down(k, r == -ECONNRESET ? "connection closed" : strerror(-r));
+		return;
+	}
+	loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
+}
+
+static void link_connect(struct link *k)
+{
+	int fd, r = net_connect_start(&k->addr, &fd);
+
+	if (r < 0) {
+		link_down(k, strerror(-r));
+		return;
+	}
+	pconn_init(&k->pc, fd, LINK_MAX_OUT);
+	r = loop_add_io(k->n->loop, fd, EPOLLIN | EPOLLOUT, link_event, k, &k->src);
+	if (r < 0) {
+		pconn_done(&k->pc);
+		link_down(k, strerror(-r));
+		return;
+	}
+	k->state = L_CONNECTING;
+}
+
+/* ---- directory updates ---- */
+
+static struct link *owner(struct node *n, const void *key, size_t len)
+{
+	return &n->links[n->n_links == 1 ? 0 : index_hash(key, len) % n->n_links];
+}
+
+static void enqueue(struct link *k, bool publish, const char *key, size_t key_len, uint64_t len)
+{
+	struct upd_hdr h = { .publish = publish, .key_len = (uint16_t) key_len, .len = len };
+	size_t need = k->q_len + sizeof(h) + key_len;
+
+	if (k->state != L_UP || need > QUEUE_MAX)
+		return; /* a re-publish follows every (re)join */
+	if (need > k->q_cap) {
+		size_t cap = k->q_cap ? k->q_cap : 65536;
+		uint8_t *p;
+
+		while (cap < need)
+			cap *= 2;
+		p = realloc(k->q, cap);
+		if (!p)
+			return;
+		k->q = p;
+		k->q_cap = cap;
+	}
+	memcpy(k->q + k->q_len, &h, sizeof(h));
+	memcpy(k->q + k->q_len + sizeof(h), key, key_len);
+	k->q_len = need;
+}
+
+/* Send what is queued on k, one frame per kind and batch; true if any. */
+static bool flush_queue(struct link *k)
+{
+	Kvc__Peer__Entry *ev;
+	Kvc__Peer__Entry **ep;
+	ProtobufCBinaryData *wk;
+	size_t off = 0, budget = 4; /* frames per turn */
+	bool did = false;
+
+	if (!k->q_len || k->state != L_UP)
+		return false;
+	ev = calloc(PEER_MAX_BATCH, sizeof(*ev));
+	ep = calloc(PEER_MAX_BATCH, sizeof(*ep));
+	wk = calloc(PEER_MAX_BATCH, sizeof(*wk));
+	if (!ev || !ep || !wk)
+		goto out;
+	while (off < k->q_len && budget--) {
+		Kvc__Peer__Publish p = KVC__PEER__PUBLISH__INIT;
+		Kvc__Peer__Withdraw w = KVC__PEER__WITHDRAW__INIT;
+		struct upd_hdr h;
+		bool publish;
+		size_t bytes = 0;
+		int r;
+
+		memcpy(&h, k->q + off, sizeof(h));
+		publish = h.publish;
+		/* a run of the same kind, in order */
+		while (off < k->q_len && bytes < BATCH_BYTES &&
+		       (publish ? p.n_entries : w.n_keys) < PEER_MAX_BATCH) {
+			memcpy(&h, k->q + off, sizeof(h));
+			if (h.publish != publish)
+				break;
+			if (publish) {
+				size_t i = p.n_entries++;
+
+				kvc__peer__entry__init(&ev[i]);
+				ev[i].key.data = k->q + off + sizeof(h);
+				ev[i].key.len = h.key_len;
+				ev[i].len = h.len;
+				ep[i] = &ev[i];
+			} else {
+				wk[w.n_keys].data = k->q + off + sizeof(h);
+				wk[w.n_keys++].len = h.key_len;
+			}
+			bytes += h.key_len + 16;
+			off += sizeof(h) + h.key_len;
+		}
+		if (publish) {
+			p.entries = ep;
+			r = pconn_send(&k->pc, PEER_PUBLISH, ++k->seq, &p.base);
+		} else {
+			w.keys = wk;
+			r = pconn_send(&k->pc, PEER_WITHDRAW, ++k->seq, &w.base);
+		}
+		if (r < 0) {
+			free(ev);
+			free(ep);
+			free(wk);
+			link_down(k, strerror(-r));
+			return true;
+		}
+		did = true;
+	}
+	memmove(k->q, k->q + off, k->q_len - off);
+	k->q_len -= off;
+	if (k->src)
+		loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
+out:
+	free(ev);
+	free(ep);
+	free(wk);
+	return did;
+}
+
+struct resync_walk {
+	struct node *n;
+	unsigned link;
+};
+
+static void resync_one(void *u, struct object *o)
+{
+	struct resync_walk *w = u;
+
+	if (!(o->flags & OBJ_COMMITTED) || owner(w->n, o->key, o->key_len) != &w->n->links[w->link])
+		return;
+	enqueue(&w->n->links[w->link], true, o->key, o->key_len, o->len);
+}
+
+/* Each turn: a slice of every re-publish, then what is queued. */
+static bool node_poll(void *u)
+{
+	struct node *n = u;
+	bool did = false;
+
+	for (unsigned i = 0; i < n->n_links; i++) {
+		struct link *k = &n->links[i];
+
+		if (k->resync && k->state == L_UP && k->q_len < QUEUE_MAX / 2) {
+			struct resync_walk w = { n, i };
+
+			k->cursor = index_walk_some(&n->st->index, k->cursor, RESYNC_BUCKETS,
+						    resync_one, &w);
+			if (k->cursor == UINT64_MAX) {
+				k->resync = false;
+				log_info("published every object to master %s", k->name);
+			}
+			did = true;
+		}
+		did = flush_queue(k) || did;
+	}
+	return did;
+}
+
+static void node_timer(struct loop_source *s, void *u)
+{
+	struct node *n = u;
+	uint64_t now = loop_now_ms(n->loop), next = now + 1000;
+	uint64_t period = n->ttl_s ? n->ttl_s * 1000 / 3 : 1000;
+
+	if (period < 100)
+		period = 100;
+	for (unsigned i = 0; i < n->n_links; i++) {
+		struct link *k = &n->links[i];
+
+		if (k->state == L_DOWN && now >= k->retry_at)
+			link_connect(k);
+		else if (k->state == L_UP && now >= k->hb_at) {
+			int r = send_heartbeat(k);
+
+			if (r < 0) {
+				link_down(k, strerror(-r));
+				continue;
+			}
+			k->hb_at = now + period;
+			loop_set_io_events(k->src,
+					   EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
+		}
+		if (k->state == L_UP && k->heard_ms && now - k->heard_ms > 3 * period + 1000) {
+			link_down(k, "no answer to heartbeats");
+			continue;
+		}
+		if (k->state == L_DOWN && k->retry_at < next)
+			next = k->retry_at;
+		if (k->state == L_UP && k->hb_at < next)
+			next = k->hb_at;
+	}
+	loop_timer_arm(s, next > now ? next : now + 1);
+}
+
+/* ---- the remote backend ---- */
+
+static void be_published(void *be, const struct object *o)
+{
+	struct node *n = be;
+
+	enqueue(owner(n, o->key, o->key_len), true, o->key, o->key_len, o->len);
+}
+
+static void be_forget(void *be, struct object *o)
+{
+	struct node *n = be;
+
+	enqueue(owner(n, o->key, o->key_len), false, o->key, o->key_len, 0);
+}
+
+static const char *state_name(uint32_t s)
+{
+	return s == PEER_STATE_UP ? "up" : s == PEER_STATE_SUSPECT ? "suspect" : "down";
+}
+
+static int be_describe(void *be, struct cluster_view *v)
+{
+	struct node *n = be;
+	const Kvc__Peer__Members *ms = NULL;
+
+	memset(v, 0, sizeof(*v));
+	v->self = n->id;
+	for (unsigned i = 0; i < n->n_links && i < 8; i++) {
+		v->masters[v->n_masters++] = n->links[i].name;
+		if (n->links[i].state == L_UP) {
+			v->masters_up++;
+			if (!ms)
+				ms = n->links[i].members;
+		}
+	}
+	if (!ms)
+		return 0;
+	for (size_t i = 0; i < ms->n_members && v->n_members < CLUSTER_VIEW_MAX; i++) {
+		const Kvc__Peer__Member *m = ms->members[i];
+		struct cluster_member *x = &v->members[v->n_members++];
+
+		x->id = m->node_id;
+		x->address = m->address;
+		x->state = state_name(m->state);
+		x->transport = strcmp(m->node_id, n->id) ? m->transport : "local";
+		if (m->load) {
+			x->capacity = m->load->capacity;
+			x->used = m->load->used;
+			x->objects = m->load->objects;
+		}
+	}
+	return 0;
+}
+
+static bool be_maintain(void *be)
+{
+	(void) be;
+	return false;
+}
+
+static const struct backend_ops remote_ops = {
+	.name = "remote",
+	.forget = be_forget,
+	.maintain = be_maintain,
+	.published = be_published,
+	.describe = be_describe,
+};
+
+/* ---- set-up ---- */
+
+static void on_peer(struct loop_source *s, int fd, uint32_t events, void *u)
+{
+	(void) s;
+	(void) events;
+	(void) u;
+	/* serving peers comes with remote fetches: refuse for now */
+	for (;;) {
+		int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (c < 0)
+			return;
+		close(c);
+	}
+}
+
+int node_setup(struct store *st, const struct config *cfg, struct node **ret, char *err,
+	       size_t err_len)
+{
+	struct net_addr listen = { .port = DEFAULT_PEER_PORT };
+	char list[sizeof(cfg->master_server_address)], *save = NULL, *tok;
+	struct node *n;
+	uint16_t port;
+	int r;
+
+	*ret = NULL;
+	if (!cfg->master_server_address[0])
+		return 0;
+	if (strncmp(cfg->metadata_server, "etcd://", 7) == 0) {
+		snprintf(err, err_len, "--metadata-server %s: etcd is not supported yet; use "
+			 "P2PHANDSHAKE (membership through the master)", cfg->metadata_server);
+		return -EINVAL;
+	}
+	if (strcasecmp(cfg->metadata_server, "P2PHANDSHAKE") != 0) {
+		snprintf(err, err_len, "--metadata-server %s: expected P2PHANDSHAKE or etcd://HOST:PORT",
+			 cfg->metadata_server);
+		return -EINVAL;
+	}
+	if (!strcmp(cfg->protocol, "rdma")) {
+		snprintf(err, err_len, "--protocol rdma: this build moves data over tcp only");
+		return -EINVAL;
+	}
+	/* Mooncake's local_hostname is where the node is reached: listen there
+	 * unless told otherwise */
+	if (!cfg->listen[0] && cfg->local_hostname[0])
+		snprintf(listen.host, sizeof(listen.host), "%s", cfg->local_hostname);
+	if (cfg->listen[0] && net_addr_parse(cfg->listen, DEFAULT_PEER_PORT, &listen) < 0) {
+		snprintf(err, err_len, "--listen %s: expected [HOST:]PORT", cfg->listen);
+		return -EINVAL;
+	}
+	if (cfg->secret_file[0]) {
+		snprintf(err, err_len, "--cluster-secret-file: not supported yet; use --insecure "
+			 "on a trusted network, or loopback addresses");
+		return -EINVAL;
+	}
+	if (!net_addr_is_loopback(&listen) && !cfg->insecure) {
+		snprintf(err, err_len, "refusing to serve peers on %s without --cluster-secret-file "
+			 "(or --insecure on a trusted network)", listen.host[0] ? listen.host : "every address");
+		return -EINVAL;
+	}
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->st = st;
+	n->cfg = cfg;
+	n->loop = st->loop;
+	n->listen_fd = -1;
+	n->ttl_s = 10;
+	if (getrandom(&n->generation, sizeof(n->generation), 0) != sizeof(n->generation))
+		n->generation = (uint64_t) getpid() << 32 ^ (uint64_t) loop_now_ms(st->loop);
+	snprintf(list, sizeof(list), "%s", cfg->master_server_address);
+	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		struct link *k;
+
+		if (n->n_links == MAX_MASTERS) {
+			snprintf(err, err_len, "--master: at most %d masters", MAX_MASTERS);
+			r = -EINVAL;
+			goto fail;
+		}
+		k = &n->links[n->n_links];
+		if (net_addr_parse(tok, DEFAULT_MASTER_PORT, &k->addr) < 0 || !k->addr.host[0]) {
+			snprintf(err, err_len, "--master: '%s' is not HOST:PORT", tok);
+			r = -EINVAL;
+			goto fail;
+		}
+		k->n = n;
+		k->index = n->n_links++;
+		k->pc.fd = -1;
+		net_addr_format(&k->addr, k->name, sizeof(k->name));
+	}
+	if (!n->n_links) {
+		snprintf(err, err_len, "--master: no address given");
+		r = -EINVAL;
+		goto fail;
+	}
+	r = net_listen(&listen, &n->listen_fd);
+	if (r < 0) {
+		snprintf(err, err_len, "cannot serve peers on %s:%u: %s",
+			 listen.host[0] ? listen.host : "*", listen.port, strerror(-r));
+		goto fail;
+	}
+	net_local_port(n->listen_fd, &port);
+	{
+		struct net_addr adv = { .port = port };
+		char host[NET_HOST_MAX];
+
+		if (cfg->local_hostname[0])
+			snprintf(adv.host, sizeof(adv.host), "%s", cfg->local_hostname);
+		else if (listen.host[0])
+			snprintf(adv.host, sizeof(adv.host), "%s", listen.host);
+		else if (gethostname(host, sizeof(host)) == 0)
+			snprintf(adv.host, sizeof(adv.host), "%.*s", (int) sizeof(adv.host) - 1, host);
+		net_addr_format(&adv, n->address, sizeof(n->address));
+	}
+	snprintf(n->id, sizeof(n->id), "%s", cfg->node_id[0] ? cfg->node_id : n->address);
+	r = loop_add_io(n->loop, n->listen_fd, EPOLLIN, on_peer, n, &n->listen_src);
+	if (r < 0)
+		goto fail_msg;
+	r = loop_add_poller(n->loop, node_poll, NULL, n, &n->poller);
+	if (r < 0)
+		goto fail_msg;
+	r = loop_add_timer(n->loop, node_timer, n, &n->timer);
+	if (r < 0)
+		goto fail_msg;
+	for (unsigned i = 0; i < n->n_links; i++)
+		link_connect(&n->links[i]);
+	loop_timer_arm(n->timer, loop_now_ms(n->loop) + 1);
+	st->remote = (struct backend) { &remote_ops, n };
+	log_notice("node %s: serving peers at %s, %u master(s) from %s", n->id, n->address,
+		   n->n_links, cfg->master_server_address);
+	*ret = n;
+	return 0;
+fail_msg:
+	snprintf(err, err_len, "cannot set up the cluster: %s", strerror(-r));
+fail:
+	node_teardown(n);
+	return r;
+}
+
+void node_teardown(struct node *n)
+{
+	if (!n)
+		return;
+	if (n->st->remote.be == n)
+		n->st->remote = (struct backend) { 0 };
+	for (unsigned i = 0; i < n->n_links; i++) {
+		struct link *k = &n->links[i];
+
+		loop_source_free(k->src);
+		if (k->pc.fd >= 0)
+			pconn_done(&k->pc);
+		free(k->q);
+		if (k->members)
+			kvc__peer__members__free_unpacked(k->members, NULL);
+	}
+	loop_source_free(n->listen_src);
+	loop_source_free(n->poller);
+	loop_source_free(n->timer);
+	if (n->listen_fd >= 0)
+		close(n->listen_fd);
+	free(n);
+}

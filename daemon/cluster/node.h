@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvcached as a member of a cluster (--master): joins every master,
+ * heartbeats, and publishes what it holds to the directory in batches,
+ * through the store's remote backend.  Without --master nothing here runs.
+ */
+#pragma once
+
+#include "config.h"
+#include "store.h"
+
+struct node;
+
+/* 0 with *ret NULL when cfg names no master; -EINVAL with err filled in
+ * for a configuration that cannot work (etcd://, no secret on a public
+ * address, bad addresses). */
+int node_setup(struct store *st, const struct config *cfg, struct node **ret, char *err,
+	       size_t err_len);
+void node_teardown(struct node *n);

@@ -1,0 +1,151 @@
+#!/bin/sh
+# The cluster's membership on loopback: a master and nodes joining it,
+# leaving it (kill -9), a master restart, garbage on the master's port,
+# configurations that must be refused.  One case per run:
+# test-cluster.sh CASE.
+set -eu
+
+: "${KVCACHED:?run through meson test}" "${KVCACHECTL:?}" "${KVCACHE_MASTER:?}"
+case_name=${1:?usage: test-cluster.sh CASE}
+dir=$(mktemp -d /tmp/kvc-cluster-XXXXXX)
+pids=
+cleanup() {
+	for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+
+fail() {
+	echo "FAIL: $*" >&2
+	for f in "$dir"/*.log "$dir/out" "$dir/err"; do
+		[ -f "$f" ] && { echo "--- $f" >&2; cat "$f" >&2; }
+	done
+	exit 1
+}
+# expect STATUS CMD...: run CMD (at most 20 s) and check its exit status
+expect() {
+	want=$1; shift
+	set +e; timeout 20 "$@" >"$dir/out" 2>"$dir/err"; got=$?; set -e
+	[ "$got" = "$want" ] || fail "'$*' exited $got, expected $want"
+}
+# until CMD...: retry CMD for up to 20 s (a deadline for something to
+# happen at all, not a measurement)
+until_ok() {
+	i=0
+	until "$@" >/dev/null 2>&1; do
+		i=$((i + 1)); [ $i -lt 200 ] || fail "never true: $*"; sleep 0.1
+	done
+}
+
+start_master() { # start_master PORT [FLAGS...]: sets master_pid, master_port
+	p=$1; shift
+	"$KVCACHE_MASTER" --port "$p" --log-level info "$@" 2>>"$dir/master.log" &
+	master_pid=$!
+	pids="$pids $master_pid"
+	i=0
+	until master_port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$dir/master.log" |
+		tail -1) && [ -n "$master_port" ] && [ "$master_port" != 0 ]; do
+		i=$((i + 1)); [ $i -lt 200 ] || fail "master did not start"; sleep 0.05
+	done
+}
+start_node() { # start_node NAME [FLAGS...]
+	name=$1; shift
+	"$KVCACHED" --socket "$dir/$name.sock" --dram-size 16MB --hugepages off \
+		--master "127.0.0.1:$master_port" --listen 127.0.0.1:0 --node-id "$name" "$@" \
+		2>"$dir/$name.log" &
+	eval "pid_$name=\$!"
+	pids="$pids $!"
+	until_ok "$KVCACHECTL" -s "$dir/$name.sock" status
+}
+ctl() { n=$1; shift; "$KVCACHECTL" -s "$dir/$n.sock" "$@"; }
+# member OBSERVER NODE STATE: OBSERVER's view lists NODE in STATE
+member() { ctl "$1" cluster | grep -Eq "^$2 +[^ ]+ +$3 "; }
+not_member() { ! ctl "$1" cluster | grep -Eq "^$2 "; }
+
+case $case_name in
+master-flags)
+	# Mooncake's spellings work; flags that mean nothing here warn
+	start_master 0 -enable_gc true -max_threads 64 --v=1 --rpc_address=127.0.0.1 --client_ttl=3
+	grep -q "enable_gc means nothing" "$dir/master.log" || fail "no warning for -enable_gc"
+	grep -q "listening on 127.0.0.1:" "$dir/master.log" || fail "--rpc_address not used"
+	expect 2 "$KVCACHE_MASTER" --no-such-flag 1
+	grep -q "unknown flag" "$dir/err" || fail "unknown flag not named"
+	expect 2 "$KVCACHE_MASTER" -port 70000
+	expect 2 "$KVCACHE_MASTER" --client_ttl=0
+	expect 0 "$KVCACHE_MASTER" --help
+	;;
+join-and-leave)
+	start_master 0 --client_ttl 1
+	start_node A
+	start_node B
+	until_ok member A A up
+	until_ok member A B up
+	until_ok member B A up
+	ctl A cluster | grep -Eq "^A .* local " || fail "self not shown as local"
+	ctl A --json cluster >"$dir/out"
+	grep -q '"self": *"A"' "$dir/out" || fail "--json cluster: no self"
+	grep -q '"state": *"up"' "$dir/out" || fail "--json cluster: no state"
+	# a holder killed outright drops out after --client_ttl
+	kill -9 "$pid_B"
+	until_ok not_member A B
+	member A A up || fail "A lost itself"
+	# local operation never noticed
+	printf 'v' | ctl A put k1 - || fail "put on A"
+	;;
+master-restart)
+	start_master 0 --client_ttl 2
+	start_node A
+	until_ok member A A up
+	port=$master_port
+	kill -9 "$master_pid"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' cluster | grep -q '(0 of 1 joined)'"
+	printf 'v' | ctl A put during-outage - || fail "local put while the master is down"
+	ctl A get during-outage - >/dev/null || fail "local get while the master is down"
+	start_master "$port" --client_ttl 2
+	until_ok member A A up
+	ctl A cluster | grep -q "(1 of 1 joined)" || fail "A did not re-join"
+	;;
+garbage-peer)
+	start_master 0 --client_ttl 2
+	start_node A
+	until_ok member A A up
+	# garbage, a huge announced length, a half frame: each connection is
+	# dropped and nobody else notices
+	head -c 4096 /dev/urandom >"$dir/garbage"
+	printf 'KP\001\003\377\377\377\177\000\000\000\000\000\000\000\000' >"$dir/huge"
+	printf 'KP\001' >"$dir/half"
+	for f in garbage huge half; do
+		timeout 5 sh -c "exec 3<>/dev/tcp/127.0.0.1/$master_port" 2>/dev/null && true
+		if command -v nc >/dev/null; then timeout 2 nc -q 1 127.0.0.1 "$master_port" <"$dir/$f" || true; fi
+		python3 - "$master_port" "$dir/$f" <<'PY' 2>/dev/null || true
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(open(sys.argv[2], "rb").read())
+try:
+    s.recv(16)
+except Exception:
+    pass
+PY
+	done
+	kill -0 "$master_pid" || fail "the master died"
+	member A A up || fail "A lost the cluster"
+	start_node B
+	until_ok member A B up
+	;;
+refused-configs)
+	start_master 0
+	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \
+		--master "127.0.0.1:$master_port" --metadata-server etcd://127.0.0.1:2379
+	grep -q "etcd is not supported yet" "$dir/err" || fail "etcd:// not explained"
+	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \
+		--master "127.0.0.1:$master_port" --listen 0.0.0.0:0
+	grep -q "without --cluster-secret-file" "$dir/err" || fail "public listen not refused"
+	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \
+		--master "no-port-here:" --listen 127.0.0.1:0
+	;;
+*)
+	fail "unknown case $case_name"
+	;;
+esac
+exit 0

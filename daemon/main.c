@@ -164,8 +164,9 @@ int main(int argc, char **argv)
 		   sv.socket_path, (unsigned long long) cfg.dram_size, st.hugepages ? "2 MiB" : "4 KiB");
 	r = loop_run(st.loop);
 out:
-	node_teardown(node);
+	/* sessions first: nothing waits on a remote fetch after this */
 	server_teardown(&sv);
+	node_teardown(node);
 	/* Wait for disk I/O in flight, then free every object without
 	 * touching its record: records are what survives a restart. */
 	disk_teardown(&st);

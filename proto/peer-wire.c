@@ -165,6 +165,17 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 		}
 		return 0;
 	}
+	case PEER_FETCH: {
+		const Kvc__Peer__Fetch *x = (const void *) m;
+
+		return peer_key_check(&x->key) == 0 && x->len <= PEER_MAX_OBJECT ? 0 : -EINVAL;
+	}
+	case PEER_FETCH_RESP: {
+		const Kvc__Peer__FetchResp *x = (const void *) m;
+
+		return x->error <= 0 && x->len <= PEER_MAX_OBJECT && (!x->error || !x->len) ? 0
+											 : -EINVAL;
+	}
 	}
 	return -EPROTO;
 }
@@ -181,6 +192,8 @@ static const ProtobufCMessageDescriptor *descriptor(uint8_t type)
 	case PEER_WITHDRAW: return &kvc__peer__withdraw__descriptor;
 	case PEER_LOOKUP: return &kvc__peer__lookup__descriptor;
 	case PEER_LOOKUP_RESP: return &kvc__peer__lookup_resp__descriptor;
+	case PEER_FETCH: return &kvc__peer__fetch__descriptor;
+	case PEER_FETCH_RESP: return &kvc__peer__fetch_resp__descriptor;
 	}
 	return NULL;
 }

@@ -25,6 +25,7 @@
 #define PEER_MAX_MEMBERS 4096u
 #define PEER_MAX_ID 255u             /* node ids, addresses, messages */
 #define PEER_NONCE_SIZE 16u
+#define PEER_MAX_OBJECT (UINT64_C(1) << 40) /* one value on the wire */
 
 enum peer_type {
 	PEER_HELLO = 1,
@@ -36,7 +37,9 @@ enum peer_type {
 	PEER_WITHDRAW = 7,   /* no answer */
 	PEER_LOOKUP = 8,
 	PEER_LOOKUP_RESP = 9,
-	PEER_TYPE_MAX = 9,
+	PEER_FETCH = 10,     /* node to node */
+	PEER_FETCH_RESP = 11, /* followed by FetchResp.len raw bytes */
+	PEER_TYPE_MAX = 11,
 };
 
 enum peer_role {

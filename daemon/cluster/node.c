@@ -24,63 +24,11 @@
 #include "log.h"
 #include "net.h"
 #include "node.h"
+#include "node-private.h"
 #include "peer-conn.h"
 #include "tier.h"
 
 #define LOG_TOPIC "cluster"
-
-#define MAX_MASTERS 8
-#define DEFAULT_PEER_PORT 50052
-#define DEFAULT_MASTER_PORT 50051
-#define RETRY_MS 500
-#define LINK_MAX_OUT (64u << 20)
-#define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
-#define BATCH_BYTES (1u << 20)      /* keys per frame, about */
-#define RESYNC_BUCKETS 4096         /* index buckets walked per turn */
-
-enum link_state { L_DOWN, L_CONNECTING, L_HELLO, L_JOINING, L_UP };
-
-/* A queued directory update: op, len, key_len, key bytes. */
-struct upd_hdr {
-	uint8_t publish;
-	uint16_t key_len;
-	uint64_t len;
-} __attribute__((packed));
-
-struct link {
-	struct node *n;
-	unsigned index;
-	struct net_addr addr;
-	char name[NET_HOST_MAX + 8];
-	enum link_state state;
-	struct pconn pc;
-	struct loop_source *src;
-	uint64_t retry_at, hb_at, heard_ms;
-	uint32_t seq;
-	bool warned;
-	/* directory updates not yet sent */
-	uint8_t *q;
-	size_t q_len, q_cap;
-	/* re-publishing what this node holds */
-	bool resync;
-	uint64_t cursor;
-	Kvc__Peer__Members *members; /* the last answer */
-};
-
-struct node {
-	struct store *st;
-	const struct config *cfg;
-	struct loop *loop;
-	char id[PEER_MAX_ID + 1];
-	char address[PEER_MAX_ID + 1];
-	uint64_t generation;
-	int listen_fd;
-	struct loop_source *listen_src, *timer, *poller;
-	struct link links[MAX_MASTERS];
-	unsigned n_links;
-	uint32_t ttl_s;
-	char master_names[MAX_MASTERS][NET_HOST_MAX + 8];
-};
 
 static const struct backend_ops remote_ops;
 
@@ -192,7 +140,8 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 		return 0; /* kept */
 	}
 	case PEER_LOOKUP_RESP:
-		r = 0; /* lookups are not asked yet */
+		remote_located(n, h->seq, (const void *) m);
+		r = 0;
 		break;
 	default:
 		r = -EPROTO;
@@ -279,7 +228,7 @@ static void link_connect(struct link *k)
 
 /* ---- directory updates ---- */
 
-static struct link *owner(struct node *n, const void *key, size_t len)
+struct link *node_owner(struct node *n, const void *key, size_t len)
 {
 	return &n->links[n->n_links == 1 ? 0 : index_hash(key, len) % n->n_links];
 }
@@ -391,7 +340,7 @@ static void resync_one(void *u, struct object *o)
 {
 	struct resync_walk *w = u;
 
-	if (!(o->flags & OBJ_COMMITTED) || owner(w->n, o->key, o->key_len) != &w->n->links[w->link])
+	if (!(o->flags & OBJ_COMMITTED) || node_owner(w->n, o->key, o->key_len) != &w->n->links[w->link])
 		return;
 	enqueue(&w->n->links[w->link], true, o->key, o->key_len, o->len);
 }
@@ -454,6 +403,9 @@ static void node_timer(struct loop_source *s, void *u)
 		if (k->state == L_UP && k->hb_at < next)
 			next = k->hb_at;
 	}
+	remote_expire(n, now);
+	if (n->n_rfetches && now + 50 < next)
+		next = now + 50;
 	loop_timer_arm(s, next > now ? next : now + 1);
 }
 
@@ -463,14 +415,14 @@ static void be_published(void *be, const struct object *o)
 {
 	struct node *n = be;
 
-	enqueue(owner(n, o->key, o->key_len), true, o->key, o->key_len, o->len);
+	enqueue(node_owner(n, o->key, o->key_len), true, o->key, o->key_len, o->len);
 }
 
 static void be_forget(void *be, struct object *o)
 {
 	struct node *n = be;
 
-	enqueue(owner(n, o->key, o->key_len), false, o->key, o->key_len, 0);
+	enqueue(node_owner(n, o->key, o->key_len), false, o->key, o->key_len, 0);
 }
 
 static const char *state_name(uint32_t s)
@@ -512,6 +464,22 @@ static int be_describe(void *be, struct cluster_view *v)
 	return 0;
 }
 
+static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u)
+{
+	struct node *n = be;
+
+	emit(u, "remote_hits", n->c.remote_hits);
+	emit(u, "remote_misses", n->c.remote_misses);
+	emit(u, "remote_errors", n->c.remote_errors);
+	emit(u, "remote_corrupt", n->c.remote_corrupt);
+	emit(u, "remote_bytes_in", n->c.remote_bytes_in);
+	emit(u, "remote_bytes_out", n->c.remote_bytes_out);
+	emit(u, "remote_served", n->c.served);
+	emit(u, "remote_serve_errors", n->c.serve_errors);
+	emit(u, "remote_fetching", n->n_rfetches);
+	emit(u, "remote_peer_connections", n->n_serving);
+}
+
 static bool be_maintain(void *be)
 {
 	(void) be;
@@ -523,6 +491,8 @@ static const struct backend_ops remote_ops = {
 	.forget = be_forget,
 	.maintain = be_maintain,
 	.published = be_published,
+	.locate = remote_locate,
+	.stats = be_stats,
 	.describe = be_describe,
 };
 
@@ -532,15 +502,31 @@ static void on_peer(struct loop_source *s, int fd, uint32_t events, void *u)
 {
 	(void) s;
 	(void) events;
-	(void) u;
-	/* serving peers comes with remote fetches: refuse for now */
 	for (;;) {
-		int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+		int c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (c < 0)
 			return;
-		close(c);
+		remote_accept(u, c);
 	}
+}
+
+int node_lookup(struct link *k, const void *key, size_t len, uint32_t *ret_seq)
+{
+	Kvc__Peer__Lookup q = KVC__PEER__LOOKUP__INIT;
+	ProtobufCBinaryData b = { .len = len, .data = (uint8_t *) key };
+	int r;
+
+	if (k->state != L_UP)
+		return -ENOTCONN;
+	q.n_keys = 1;
+	q.keys = &b;
+	r = pconn_send(&k->pc, PEER_LOOKUP, ++k->seq, &q.base);
+	if (r < 0)
+		return r;
+	*ret_seq = k->seq;
+	loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
+	return 0;
 }
 
 int node_setup(struct store *st, const struct config *cfg, struct node **ret, char *err,
@@ -595,6 +581,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	n->loop = st->loop;
 	n->listen_fd = -1;
 	n->ttl_s = 10;
+	n->timeout_ms = cfg->remote_timeout_ms;
 	if (getrandom(&n->generation, sizeof(n->generation), 0) != sizeof(n->generation))
 		n->generation = (uint64_t) getpid() << 32 ^ (uint64_t) loop_now_ms(st->loop);
 	snprintf(list, sizeof(list), "%s", cfg->master_server_address);
@@ -651,6 +638,9 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	r = loop_add_timer(n->loop, node_timer, n, &n->timer);
 	if (r < 0)
 		goto fail_msg;
+	r = remote_setup(n);
+	if (r < 0)
+		goto fail_msg;
 	for (unsigned i = 0; i < n->n_links; i++)
 		link_connect(&n->links[i]);
 	loop_timer_arm(n->timer, loop_now_ms(n->loop) + 1);
@@ -670,6 +660,7 @@ void node_teardown(struct node *n)
 {
 	if (!n)
 		return;
+	remote_teardown(n);
 	if (n->st->remote.be == n)
 		n->st->remote = (struct backend) { 0 };
 	for (unsigned i = 0; i < n->n_links; i++) {

@@ -47,6 +47,11 @@ struct backend_ops {
 	void (*stats)(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u);
 	/* start copying every memory-only object below (kvcachectl flush) */
 	int (*flush)(void *be);
+	/* a miss in the index: find the key elsewhere and bring it here.  0
+	 * with *ret the fetch to wait on (one per key however many ask), or
+	 * -ENOENT.  On success the backend publishes the object before
+	 * fetch_done(), so waiters find it in the index. */
+	int (*locate)(void *be, const void *key, size_t len, struct fetch **ret);
 	/* o was committed (or recovered): e.g. tell the directory */
 	void (*published)(void *be, const struct object *o);
 	/* the cluster as this node sees it (kvcachectl cluster); -errno */

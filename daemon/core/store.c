@@ -174,6 +174,11 @@ int store_acquire(struct holder *h, const void *key, size_t key_len, struct exte
 
 	st->stats.gets++;
 	if (!o) {
+		const struct backend *rb = &st->remote;
+
+		if (rb->ops && rb->ops->locate &&
+		    rb->ops->locate(rb->be, key, key_len, ret_fetch) == 0)
+			return -EINPROGRESS; /* another node has it: it comes here */
 		st->stats.misses++;
 		for (struct tier *t = st->fastest; t; t = t->below)
 			t->st.misses++;

@@ -261,10 +261,10 @@ static uint64_t uptime_s(struct server *sv)
 	return (uint64_t) (now.tv_sec - sv->started.tv_sec);
 }
 
-/* The counters of what lies below memory (the disk tier), by name. */
+/* The counters of the backends (the disk tier, the cluster), by name. */
 struct below_stats {
-	const char *name[32];
-	uint64_t value[32];
+	const char *name[64];
+	uint64_t value[64];
 	size_t n;
 };
 
@@ -272,7 +272,7 @@ static void below_emit(void *u, const char *name, uint64_t v)
 {
 	struct below_stats *b = u;
 
-	if (b->n < 32) {
+	if (b->n < 64) {
 		b->name[b->n] = name;
 		b->value[b->n++] = v;
 	}
@@ -282,6 +282,8 @@ static void below_stats(struct server *sv, struct below_stats *b)
 {
 	if (sv->st->below.ops && sv->st->below.ops->stats)
 		sv->st->below.ops->stats(sv->st->below.be, below_emit, b);
+	if (sv->st->remote.ops && sv->st->remote.ops->stats)
+		sv->st->remote.ops->stats(sv->st->remote.be, below_emit, b);
 }
 
 static uint64_t below_stat(const struct below_stats *b, const char *name)

@@ -9,6 +9,7 @@ set -eu
 case_name=${1:?usage: test-cluster.sh CASE}
 dir=$(mktemp -d /tmp/kvc-cluster-XXXXXX)
 pids=
+node_env=
 cleanup() {
 	for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
@@ -51,7 +52,7 @@ start_master() { # start_master PORT [FLAGS...]: sets master_pid, master_port
 }
 start_node() { # start_node NAME [FLAGS...]
 	name=$1; shift
-	"$KVCACHED" --socket "$dir/$name.sock" --dram-size 16MB --hugepages off \
+	env $node_env "$KVCACHED" --socket "$dir/$name.sock" --dram-size 16MB --hugepages off \
 		--master "127.0.0.1:$master_port" --listen 127.0.0.1:0 --node-id "$name" "$@" \
 		2>"$dir/$name.log" &
 	eval "pid_$name=\$!"
@@ -132,6 +133,73 @@ PY
 	member A A up || fail "A lost the cluster"
 	start_node B
 	until_ok member A B up
+	;;
+remote-get)
+	# a key put on A is read on B, byte for byte, and becomes B's replica
+	start_master 0
+	start_node A
+	start_node B
+	head -c 1024 /dev/urandom >"$dir/v1k"
+	head -c 1048576 /dev/urandom >"$dir/v1m"
+	head -c 5000001 /dev/urandom >"$dir/v5m"
+	for v in v1k v1m v5m; do ctl A put "$v" "$dir/$v" || fail "put $v on A"; done
+	for v in v1k v1m v5m; do
+		until_ok ctl B get "$v" "$dir/$v.b"
+		cmp "$dir/$v" "$dir/$v.b" || fail "$v differs on B"
+	done
+	ctl B stats | grep -Eq "^remote_hits +3$" || { ctl B stats >&2; fail "remote_hits"; }
+	# the replica is local now: no second transfer
+	ctl B get v5m "$dir/again" && cmp "$dir/v5m" "$dir/again" || fail "replica"
+	ctl A stats | grep -Eq "^remote_served +3$" || { ctl A stats >&2; fail "A served"; }
+	# a key held nowhere is a plain miss
+	expect 1 "$KVCACHECTL" -s "$dir/B.sock" get held-nowhere -
+	# ten clients missing one remote key cost one transfer
+	ctl A put shared "$dir/v1m"
+	sleep 0.3 # the directory hears of commits in batches
+	getters=
+	for i in 0 1 2 3 4 5 6 7 8 9; do
+		ctl B get shared "$dir/shared.$i" &
+		getters="$getters $!"
+	done
+	for p in $getters; do wait "$p" || fail "a concurrent get failed"; done
+	for i in 0 1 2 3 4 5 6 7 8 9; do cmp "$dir/v1m" "$dir/shared.$i" || fail "client $i"; done
+	ctl A stats | grep -Eq "^remote_served +4$" || { ctl A stats >&2; fail "not single flight"; }
+	;;
+holder-killed | holder-stopped)
+	start_master 0 --client_ttl 30
+	start_node A
+	start_node B --remote-timeout-ms 1000
+	head -c 65536 /dev/urandom >"$dir/v"
+	ctl A put k "$dir/v"
+	sleep 0.3
+	if [ "$case_name" = holder-killed ]; then
+		kill -9 "$pid_A"
+	else
+		kill -STOP "$pid_A"
+	fi
+	# ends within the timeout (the 20 s of expect is the hang detector)
+	start=$(date +%s)
+	set +e; timeout 20 "$KVCACHECTL" -s "$dir/B.sock" get k - >/dev/null 2>"$dir/err"; got=$?; set -e
+	[ "$got" = 1 ] || [ "$got" = 4 ] || fail "get of a dead holder's key exited $got"
+	[ $(($(date +%s) - start)) -le 5 ] || fail "took longer than the remote timeout allows"
+	# local clients never noticed
+	printf 'v' | ctl B put local-one - || fail "local put on B"
+	ctl B get local-one - >/dev/null || fail "local get on B"
+	[ "$case_name" = holder-stopped ] && kill -CONT "$pid_A"
+	;;
+corrupt-in-flight)
+	start_master 0
+	node_env=KVCACHE_TEST_CORRUPT_PEER_SEND=1
+	start_node A
+	node_env=
+	start_node B
+	head -c 100000 /dev/urandom >"$dir/v"
+	ctl A put k "$dir/v"
+	sleep 0.3
+	expect 4 "$KVCACHECTL" -s "$dir/B.sock" get k -
+	ctl B stats | grep -Eq "^remote_corrupt +1$" || { ctl B stats >&2; fail "not counted"; }
+	ctl B ls | grep -q "^k " && fail "damaged bytes were kept"
+	grep -q "checksum mismatch" "$dir/B.log" || fail "not logged"
 	;;
 refused-configs)
 	start_master 0

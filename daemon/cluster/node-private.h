@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/* What node.c (membership, directory) and remote.c (fetching from and
+ * serving other nodes) share. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "index.h"
+#include "loop.h"
+#include "net.h"
+#include "peer-conn.h"
+#include "store.h"
+
+#define MAX_MASTERS 8
+#define DEFAULT_PEER_PORT 50052
+#define DEFAULT_MASTER_PORT 50051
+#define RETRY_MS 500
+#define LINK_MAX_OUT (64u << 20)
+#define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
+#define BATCH_BYTES (1u << 20)      /* keys per frame, about */
+#define RESYNC_BUCKETS 4096         /* index buckets walked per turn */
+
+enum link_state { L_DOWN, L_CONNECTING, L_HELLO, L_JOINING, L_UP };
+
+/* A queued directory update: op, len, key_len, key bytes. */
+struct upd_hdr {
+	uint8_t publish;
+	uint16_t key_len;
+	uint64_t len;
+} __attribute__((packed));
+
+struct link {
+	struct node *n;
+	unsigned index;
+	struct net_addr addr;
+	char name[NET_HOST_MAX + 8];
+	enum link_state state;
+	struct pconn pc;
+	struct loop_source *src;
+	uint64_t retry_at, hb_at, heard_ms;
+	uint32_t seq;
+	bool warned;
+	/* directory updates not yet sent */
+	uint8_t *q;
+	size_t q_len, q_cap;
+	/* re-publishing what this node holds */
+	bool resync;
+	uint64_t cursor;
+	Kvc__Peer__Members *members; /* the last answer */
+};
+
+struct xfer;
+struct rfetch;
+struct pserve;
+
+struct node {
+	struct store *st;
+	const struct config *cfg;
+	struct loop *loop;
+	char id[PEER_MAX_ID + 1];
+	char address[PEER_MAX_ID + 1];
+	uint64_t generation;
+	int listen_fd;
+	struct loop_source *listen_src, *timer, *poller;
+	struct link links[MAX_MASTERS];
+	unsigned n_links;
+	uint32_t ttl_s;
+	uint64_t timeout_ms;           /* --remote-timeout-ms */
+	/* remote.c: fetches in flight (placeholders by key for single
+	 * flight), serving connections, the data threads */
+	struct index pending;
+	struct rfetch *rfetches;
+	unsigned n_rfetches;
+	struct pserve *serving;
+	unsigned n_serving;
+	struct xfer *xfer;
+	struct loop_source *xfer_poller;
+	struct {
+		uint64_t remote_hits, remote_misses, remote_bytes_in, remote_bytes_out;
+		uint64_t remote_errors, remote_corrupt, served, serve_errors;
+	} c;
+};
+
+/* node.c */
+struct link *node_owner(struct node *n, const void *key, size_t len);
+/* Ask k's master who holds key; the answer goes to remote_located(). */
+int node_lookup(struct link *k, const void *key, size_t len, uint32_t *ret_seq);
+
+/* remote.c */
+int remote_setup(struct node *n);
+void remote_teardown(struct node *n);
+int remote_locate(void *be, const void *key, size_t len, struct fetch **ret);
+void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);
+void remote_expire(struct node *n, uint64_t now);
+void remote_accept(struct node *n, int fd);
+
+

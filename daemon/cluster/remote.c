@@ -1,0 +1,742 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Objects between nodes: fetching a key this node does not hold from a node
+ * that does (the remote backend's locate), and serving this node's objects
+ * to others.
+ *
+ * The loop does the bookkeeping only: the directory lookup (a frame to the
+ * master), the dram block the bytes will land in, the view that keeps a
+ * served object in place.  The bytes move on data threads with blocking
+ * (poll-bounded) socket calls, straight into or out of the shared-memory
+ * block, and each transfer's end is handed back to the loop.  A fetch
+ * verifies the sender's XXH3 checksum before anyone sees the object
+ * (-EBADMSG otherwise), and every step is bounded by --remote-timeout-ms.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "log.h"
+#include "node-private.h"
+#include "tier.h"
+
+#define LOG_TOPIC "remote"
+
+#define MAX_RFETCHES 256   /* fetches in flight; more are misses */
+#define MAX_SERVING 1024   /* peers' data connections */
+#define MAX_HOLDERS_TRIED 4
+#define DATA_THREADS 4
+
+enum job_kind { J_FETCH, J_SEND };
+
+struct xjob {
+	struct xjob *next;
+	enum job_kind kind;
+	int res;
+	void *owner; /* struct rfetch or struct pserve */
+};
+
+struct xfer {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct xjob *head, **tail;
+	struct xjob *done;
+	uint32_t n_done;
+	bool stop;
+	pthread_t th[DATA_THREADS];
+	unsigned n_th;
+	int bell;
+	struct loop_source *bell_src;
+	bool corrupt; /* tests: flip the first byte of what is served */
+};
+
+struct rfetch {
+	struct rfetch *next, *prev;
+	struct node *n;
+	struct object *o;        /* placeholder: not in the index; o->fetch set */
+	uint32_t seq;
+	bool transferring;
+	uint64_t deadline;
+	char addr[MAX_HOLDERS_TRIED][PEER_MAX_ID + 1];
+	unsigned n_addr;
+	uint8_t *dst;
+	struct xjob job;
+};
+
+struct pserve {
+	struct pserve *next, *prev;
+	struct node *n;
+	struct pconn pc;
+	struct loop_source *src;
+	struct holder h;
+	bool busy;               /* a data thread is sending */
+	struct waiter w;         /* waiting for a disk read-back */
+	uint32_t seq;
+	uint8_t key[PEER_MAX_KEY];
+	size_t key_len;
+	uint64_t handle, len;
+	const uint8_t *bytes;
+	struct xjob job;
+};
+
+/* ---- bounded blocking I/O for the data threads ---- */
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
+/* Wait for fd to be ready until deadline: 0, -ETIMEDOUT or -errno. */
+static int wait_fd(int fd, short ev, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = ev };
+		uint64_t now = mono_ms();
+		int r;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, (int) (deadline - now));
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+static int send_full(int fd, const void *buf, size_t len, uint64_t deadline)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n > 0) {
+			p += n;
+			len -= (size_t) n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int r = wait_fd(fd, POLLOUT, deadline);
+
+			if (r < 0)
+				return r;
+			continue;
+		}
+		return n < 0 ? (errno == EPIPE ? -ECONNRESET : -errno) : -ECONNRESET;
+	}
+	return 0;
+}
+
+static int recv_full(int fd, void *buf, size_t len, uint64_t deadline)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+
+		if (n > 0) {
+			p += n;
+			len -= (size_t) n;
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			int r = wait_fd(fd, POLLIN, deadline);
+
+			if (r < 0)
+				return r;
+			continue;
+		}
+		return -errno;
+	}
+	return 0;
+}
+
+/* One fetch from one holder, on a data thread. */
+static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
+{
+	struct object *o = rf->o;
+	Kvc__Peer__Fetch q = KVC__PEER__FETCH__INIT;
+	Kvc__Peer__FetchResp *resp;
+	ProtobufCMessage *m;
+	struct net_addr a;
+	struct peer_hdr h;
+	uint8_t hdr[PEER_HDR_SIZE], small[256], *frame;
+	size_t flen;
+	int fd, r;
+
+	if (net_addr_parse(address, 0, &a) < 0)
+		return -EINVAL;
+	r = net_connect_start(&a, &fd);
+	if (r < 0)
+		return r;
+	r = wait_fd(fd, POLLOUT, deadline);
+	if (r == 0)
+		r = net_connect_result(fd);
+	if (r < 0)
+		goto out;
+	net_tune(fd, 1);
+	q.key.data = (uint8_t *) o->key;
+	q.key.len = o->key_len;
+	q.len = o->len;
+	r = peer_frame_pack(PEER_FETCH, 1, &q.base, &frame, &flen);
+	if (r < 0)
+		goto out;
+	r = send_full(fd, frame, flen, deadline);
+	free(frame);
+	if (r < 0)
+		goto out;
+	r = recv_full(fd, hdr, sizeof(hdr), deadline);
+	if (r < 0)
+		goto out;
+	r = peer_hdr_decode(hdr, sizeof(small), &h);
+	if (r == 0 && h.type != PEER_FETCH_RESP)
+		r = -EPROTO;
+	if (r == 0)
+		r = recv_full(fd, small, h.len, deadline);
+	if (r == 0)
+		r = peer_msg_decode(h.type, small, h.len, &m);
+	if (r < 0)
+		goto out;
+	resp = (Kvc__Peer__FetchResp *) m;
+	if (resp->error)
+		r = resp->error;
+	else if (resp->len != o->len)
+		r = -ENOENT; /* replaced since the directory heard of it */
+	else {
+		r = recv_full(fd, rf->dst, o->len, deadline);
+		if (r == 0 && XXH3_64bits(rf->dst, o->len) != resp->checksum)
+			r = -EBADMSG;
+	}
+	protobuf_c_message_free_unpacked(m, NULL);
+out:
+	close(fd);
+	return r;
+}
+
+static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t timeout_ms)
+{
+	uint64_t deadline = mono_ms() + timeout_ms;
+
+	j->res = -ENOENT;
+	for (unsigned i = 0; i < rf->n_addr; i++) {
+		j->res = fetch_from(rf, rf->addr[i], deadline);
+		/* wrong bytes, or out of time: no second try */
+		if (j->res == 0 || j->res == -EBADMSG || j->res == -ETIMEDOUT)
+			break;
+	}
+	if (j->res == -ECONNREFUSED || j->res == -EPIPE)
+		j->res = -ECONNRESET;
+}
+
+static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, bool corrupt)
+{
+	uint64_t deadline = mono_ms() + timeout_ms;
+	Kvc__Peer__FetchResp resp = KVC__PEER__FETCH_RESP__INIT;
+	uint8_t *frame;
+	size_t flen;
+	int r;
+
+	resp.len = ps->len;
+	resp.checksum = XXH3_64bits(ps->bytes, ps->len);
+	r = peer_frame_pack(PEER_FETCH_RESP, ps->seq, &resp.base, &frame, &flen);
+	if (r == 0) {
+		r = send_full(ps->pc.fd, frame, flen, deadline);
+		free(frame);
+	}
+	if (r == 0 && corrupt && ps->len) {
+		uint8_t first = ps->bytes[0] ^ 0xff;
+
+		r = send_full(ps->pc.fd, &first, 1, deadline);
+		if (r == 0)
+			r = send_full(ps->pc.fd, ps->bytes + 1, ps->len - 1, deadline);
+	} else if (r == 0)
+		r = send_full(ps->pc.fd, ps->bytes, ps->len, deadline);
+	j->res = r;
+}
+
+static void *data_main(void *arg)
+{
+	struct node *n = arg;
+	struct xfer *x = n->xfer;
+
+	pthread_mutex_lock(&x->lock);
+	for (;;) {
+		struct xjob *j;
+		uint64_t one = 1;
+
+		while (!x->head && !x->stop)
+			pthread_cond_wait(&x->cond, &x->lock);
+		if (x->stop)
+			break;
+		j = x->head;
+		x->head = j->next;
+		if (!x->head)
+			x->tail = &x->head;
+		pthread_mutex_unlock(&x->lock);
+		if (j->kind == J_FETCH)
+			run_fetch(j->owner, j, n->timeout_ms);
+		else
+			run_send(j->owner, j, n->timeout_ms, x->corrupt);
+		pthread_mutex_lock(&x->lock);
+		j->next = x->done;
+		x->done = j;
+		__atomic_store_n(&x->n_done, 1, __ATOMIC_RELEASE);
+		if (write(x->bell, &one, sizeof(one)) < 0) {
+			/* the counter is full: the loop is awake anyway */
+		}
+	}
+	pthread_mutex_unlock(&x->lock);
+	return NULL;
+}
+
+static void queue(struct node *n, struct xjob *j)
+{
+	struct xfer *x = n->xfer;
+
+	pthread_mutex_lock(&x->lock);
+	j->next = NULL;
+	*x->tail = j;
+	x->tail = &j->next;
+	pthread_cond_signal(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+}
+
+/* ---- fetching ---- */
+
+static void rf_unlink(struct node *n, struct rfetch *rf)
+{
+	if (rf->prev)
+		rf->prev->next = rf->next;
+	else
+		n->rfetches = rf->next;
+	if (rf->next)
+		rf->next->prev = rf->prev;
+	n->n_rfetches--;
+	index_unlink(&n->pending, rf->o);
+}
+
+/* The fetch is over: on success the object joins the index (a replica the
+ * directory learns of) before its waiters run again. */
+static void rf_finish(struct node *n, struct rfetch *rf, int res)
+{
+	struct store *st = n->st;
+	struct object *o = rf->o;
+
+	rf_unlink(n, rf);
+	if (res == 0 && index_find(&st->index, o->key, o->key_len, o->hash))
+		res = 1; /* stored here meanwhile: waiters find that one */
+	if (res == 0) {
+		object_publish(st, o);
+		n->c.remote_hits++;
+		n->c.remote_bytes_in += o->len;
+		fetch_done(st, o, 0);
+	} else {
+		if (res < 0) {
+			if (res == -ENOENT)
+				n->c.remote_misses++;
+			else
+				n->c.remote_errors++;
+			if (res == -EBADMSG) {
+				n->c.remote_corrupt++;
+				log_warn("%s from %s: checksum mismatch; not served", o->key,
+					 rf->addr[0]);
+			}
+		}
+		fetch_done(st, o, res > 0 ? 0 : res);
+		object_free(st, o);
+	}
+	free(rf);
+}
+
+int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
+{
+	struct node *n = be;
+	uint64_t h = index_hash(key, len);
+	struct object *o = index_find(&n->pending, key, len, h);
+	struct rfetch *rf;
+	struct fetch *f;
+
+	if (o) { /* single flight */
+		*ret = o->fetch;
+		return 0;
+	}
+	if (n->n_rfetches >= MAX_RFETCHES)
+		return -ENOENT;
+	o = object_new(key, len);
+	f = calloc(1, sizeof(*f));
+	rf = calloc(1, sizeof(*rf));
+	if (!o || !f || !rf ||
+	    node_lookup(node_owner(n, key, len), key, len, &rf->seq) < 0) {
+		free(o);
+		free(f);
+		free(rf);
+		return -ENOENT;
+	}
+	f->o = o;
+	o->fetch = f;
+	rf->n = n;
+	rf->o = o;
+	rf->deadline = loop_now_ms(n->loop) + n->timeout_ms;
+	index_insert(&n->pending, o);
+	rf->next = n->rfetches;
+	if (rf->next)
+		rf->next->prev = rf;
+	n->rfetches = rf;
+	n->n_rfetches++;
+	loop_timer_arm(n->timer, rf->deadline);
+	*ret = f;
+	return 0;
+}
+
+void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp)
+{
+	struct store *st = n->st;
+	struct rfetch *rf;
+	struct object *o;
+	struct tier *t = &st->tiers[0];
+	const Kvc__Peer__Location *loc = resp->n_locations ? resp->locations[0] : NULL;
+	int r;
+
+	for (rf = n->rfetches; rf; rf = rf->next)
+		if (!rf->transferring && rf->seq == seq)
+			break;
+	if (!rf)
+		return; /* timed out already */
+	o = rf->o;
+	if (loc && (loc->key.len != o->key_len || memcmp(loc->key.data, o->key, o->key_len)))
+		loc = NULL;
+	for (size_t i = 0; loc && i < loc->n_holders && rf->n_addr < MAX_HOLDERS_TRIED; i++)
+		if (strcmp(loc->holders[i], n->id) != 0)
+			snprintf(rf->addr[rf->n_addr++], sizeof(rf->addr[0]), "%s",
+				 loc->addresses[i]);
+	if (!rf->n_addr) {
+		rf_finish(n, rf, -ENOENT);
+		return;
+	}
+	if (loc->len > t->alloc.size || loc->len > (UINT64_C(1) << 30)) {
+		rf_finish(n, rf, -E2BIG);
+		return;
+	}
+	o->len = loc->len;
+	o->tier = t;
+	r = tier_alloc(st, t, o->len, &o->block);
+	if (r < 0) {
+		rf_finish(n, rf, r == -EAGAIN ? -ENOSPC : r);
+		return;
+	}
+	rf->dst = (uint8_t *) t->seg.base + o->block->offset;
+	rf->transferring = true;
+	rf->job = (struct xjob) { .kind = J_FETCH, .owner = rf };
+	queue(n, &rf->job);
+}
+
+void remote_expire(struct node *n, uint64_t now)
+{
+	/* only lookups: a transfer ends by its own deadline on its thread */
+	for (struct rfetch *rf = n->rfetches, *next; rf; rf = next) {
+		next = rf->next;
+		if (!rf->transferring && now >= rf->deadline)
+			rf_finish(n, rf, -ENOENT);
+	}
+}
+
+/* ---- serving ---- */
+
+static void ps_free(struct pserve *ps)
+{
+	struct node *n = ps->n;
+	uint64_t res, views;
+
+	fetch_unwait(&ps->w);
+	holder_done(&ps->h, &res, &views);
+	loop_source_free(ps->src);
+	pconn_done(&ps->pc);
+	if (ps->prev)
+		ps->prev->next = ps->next;
+	else
+		n->serving = ps->next;
+	if (ps->next)
+		ps->next->prev = ps->prev;
+	n->n_serving--;
+	free(ps);
+}
+
+static void ps_event(struct loop_source *s, int fd, uint32_t events, void *u);
+static void ps_process(struct pserve *ps);
+static int ps_serve(struct pserve *ps);
+
+static void ps_fetch_ready(struct waiter *w, int res)
+{
+	struct pserve *ps = (struct pserve *) ((char *) w - offsetof(struct pserve, w));
+
+	(void) res;
+	/* ask again: a hit now, or its error */
+	if (ps_serve(ps) < 0) {
+		ps_free(ps);
+		return;
+	}
+	ps_process(ps);
+}
+
+
+
+/* Answer the request in ps->key: from a data thread for a hit, at once
+ * otherwise.  <0: close. */
+static int ps_serve(struct pserve *ps)
+{
+	struct node *n = ps->n;
+	char msg[STORE_MSG_MAX];
+	struct extent e;
+	struct fetch *f = NULL;
+	int r = -ENOENT;
+
+	/* only what this node holds: never a lookup on a peer's behalf */
+	if (index_find(&n->st->index, ps->key, ps->key_len, index_hash(ps->key, ps->key_len)))
+		r = store_acquire(&ps->h, ps->key, ps->key_len, &e, &f, msg);
+	if (r == -EINPROGRESS && f) {
+		/* on disk: wait for it, reading nothing more meanwhile */
+		ps->w.done = ps_fetch_ready;
+		fetch_wait(f, &ps->w);
+		loop_set_io_events(ps->src, 0);
+		return 1;
+	}
+	if (r == -EINPROGRESS)
+		r = -EIO;
+	if (r < 0) {
+		Kvc__Peer__FetchResp resp = KVC__PEER__FETCH_RESP__INIT;
+
+		resp.error = r == -ENOENT ? -ENOENT : -EIO;
+		n->c.serve_errors += r != -ENOENT;
+		return pconn_send(&ps->pc, PEER_FETCH_RESP, ps->seq, &resp.base);
+	}
+	ps->handle = e.handle;
+	ps->len = e.len;
+	ps->bytes = (const uint8_t *) n->st->tiers[e.segment].seg.base + e.offset;
+	ps->busy = true;
+	loop_set_io_events(ps->src, 0); /* the data thread owns the socket now */
+	ps->job = (struct xjob) { .kind = J_SEND, .owner = ps };
+	queue(n, &ps->job);
+	return 1;
+}
+
+/* Frames already read, one request at a time. */
+static void ps_process(struct pserve *ps)
+{
+	struct peer_hdr h;
+	const uint8_t *payload;
+	int r = 0;
+
+	while (!ps->busy && !ps->w.fetch) {
+		ProtobufCMessage *m;
+
+		r = pconn_next(&ps->pc, &h, &payload);
+		if (r <= 0)
+			break;
+		if (h.type != PEER_FETCH) {
+			r = -EPROTO;
+			break;
+		}
+		r = peer_msg_decode(h.type, payload, h.len, &m);
+		if (r < 0)
+			break;
+		ps->seq = h.seq;
+		ps->key_len = ((Kvc__Peer__Fetch *) m)->key.len;
+		memcpy(ps->key, ((Kvc__Peer__Fetch *) m)->key.data, ps->key_len);
+		protobuf_c_message_free_unpacked(m, NULL);
+		r = ps_serve(ps);
+		if (r < 0)
+			break;
+	}
+	if (r < 0) {
+		log_info("peer connection dropped: %s", strerror(-r));
+		ps_free(ps);
+		return;
+	}
+	if (!ps->busy && !ps->w.fetch)
+		loop_set_io_events(ps->src,
+				   EPOLLIN | (pconn_wants_write(&ps->pc) ? EPOLLOUT : 0));
+}
+
+static void ps_event(struct loop_source *s, int fd, uint32_t events, void *u)
+{
+	struct pserve *ps = u;
+	int r = 0;
+
+	(void) s;
+	(void) fd;
+	if (ps->busy)
+		return;
+	if (events & EPOLLOUT)
+		r = pconn_flush(&ps->pc);
+	if (r == 0 && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+		r = pconn_read(&ps->pc);
+	if (r < 0 && r != -ECONNRESET) {
+		ps_free(ps);
+		return;
+	}
+	if (r == -ECONNRESET) {
+		/* answer what was asked before the end of stream, then go */
+		ps_process(ps);
+		return;
+	}
+	ps_process(ps);
+}
+
+void remote_accept(struct node *n, int fd)
+{
+	static const struct holder_ops ops = { 0 };
+	struct pserve *ps;
+
+	if (n->n_serving >= MAX_SERVING || !(ps = calloc(1, sizeof(*ps)))) {
+		close(fd);
+		return;
+	}
+	net_tune(fd, 1);
+	ps->n = n;
+	pconn_init(&ps->pc, fd, 1u << 20);
+	holder_init(&ps->h, n->st, &ops);
+	if (loop_add_io(n->loop, fd, EPOLLIN, ps_event, ps, &ps->src) < 0) {
+		pconn_done(&ps->pc);
+		free(ps);
+		return;
+	}
+	ps->next = n->serving;
+	if (ps->next)
+		ps->next->prev = ps;
+	n->serving = ps;
+	n->n_serving++;
+}
+
+/* ---- completions ---- */
+
+static bool xfer_poll(void *u)
+{
+	struct node *n = u;
+	struct xfer *x = n->xfer;
+	struct xjob *list;
+	uint64_t v;
+
+	if (!__atomic_load_n(&x->n_done, __ATOMIC_ACQUIRE))
+		return false;
+	pthread_mutex_lock(&x->lock);
+	list = x->done;
+	x->done = NULL;
+	__atomic_store_n(&x->n_done, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&x->lock);
+	if (read(x->bell, &v, sizeof(v)) < 0) {
+		/* nothing rang: fine */
+	}
+	while (list) {
+		struct xjob *j = list;
+
+		list = j->next;
+		if (j->kind == J_FETCH) {
+			rf_finish(n, j->owner, j->res);
+		} else {
+			struct pserve *ps = j->owner;
+			char msg[STORE_MSG_MAX];
+
+			ps->busy = false;
+			store_release(&ps->h, ps->handle, msg);
+			if (j->res < 0) {
+				n->c.serve_errors++;
+				ps_free(ps);
+				continue;
+			}
+			n->c.served++;
+			n->c.remote_bytes_out += ps->len;
+			ps_process(ps);
+		}
+	}
+	return true;
+}
+
+int remote_setup(struct node *n)
+{
+	struct xfer *x = calloc(1, sizeof(*x));
+	const char *corrupt = getenv("KVCACHE_TEST_CORRUPT_PEER_SEND");
+	int r;
+
+	if (!x)
+		return -ENOMEM;
+	n->xfer = x;
+	pthread_mutex_init(&x->lock, NULL);
+	pthread_cond_init(&x->cond, NULL);
+	x->tail = &x->head;
+	x->corrupt = corrupt && *corrupt == '1';
+	if (x->corrupt)
+		log_warn("KVCACHE_TEST_CORRUPT_PEER_SEND: every object served is sent damaged");
+	x->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (x->bell < 0)
+		return -errno;
+	r = index_init(&n->pending);
+	if (r < 0)
+		return r;
+	r = loop_add_doorbell(n->loop, x->bell, &x->bell_src);
+	if (r < 0)
+		return r;
+	r = loop_add_poller(n->loop, xfer_poll, NULL, n, &n->xfer_poller);
+	if (r < 0)
+		return r;
+	for (; x->n_th < DATA_THREADS; x->n_th++) {
+		r = -pthread_create(&x->th[x->n_th], NULL, data_main, n);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+void remote_teardown(struct node *n)
+{
+	struct xfer *x = n->xfer;
+
+	if (!x)
+		return;
+	pthread_mutex_lock(&x->lock);
+	x->stop = true;
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+	for (unsigned i = 0; i < x->n_th; i++)
+		pthread_join(x->th[i], NULL);
+	/* jobs never started or never collected: their owners go below */
+	while (n->serving)
+		ps_free(n->serving);
+	while (n->rfetches) {
+		struct rfetch *rf = n->rfetches;
+
+		rf_unlink(n, rf);
+		free(rf->o->fetch); /* no waiter is left: sessions went first */
+		rf->o->fetch = NULL;
+		object_free(n->st, rf->o);
+		free(rf);
+	}
+	if (n->pending.buckets)
+		index_done(&n->pending);
+	loop_source_free(n->xfer_poller);
+	loop_source_free(x->bell_src);
+	if (x->bell >= 0)
+		close(x->bell);
+	pthread_mutex_destroy(&x->lock);
+	pthread_cond_destroy(&x->cond);
+	free(x);
+	n->xfer = NULL;
+}

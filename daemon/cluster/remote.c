@@ -12,6 +12,7 @@
  * verifies the sender's XXH3 checksum before anyone sees the object
  * (-EBADMSG otherwise), and every step is bounded by --remote-timeout-ms.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -21,6 +22,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -45,7 +47,18 @@ struct xjob {
 	void *owner; /* struct rfetch or struct pserve */
 };
 
+/* Data connections kept open between fetches (a fresh TCP connection
+ * starts slow and with small buffers): by holder address. */
+#define IDLE_MAX 16
+
+struct idle_conn {
+	int fd;
+	char addr[PEER_MAX_ID + 1];
+};
+
 struct xfer {
+	struct idle_conn idle[IDLE_MAX];
+	unsigned n_idle;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct xjob *head, **tail;
@@ -79,6 +92,7 @@ struct pserve {
 	struct loop_source *src;
 	struct holder h;
 	bool busy;               /* a data thread is sending */
+	bool eof;                /* the peer is done asking */
 	struct waiter w;         /* waiting for a disk read-back */
 	uint32_t seq;
 	uint8_t key[PEER_MAX_KEY];
@@ -116,13 +130,43 @@ static int wait_fd(int fd, short ev, uint64_t deadline)
 	}
 }
 
+/* The socket blocks in the calls below (the kernel fills a whole
+ * destination per call: fewer wake-ups than polling), each call bounded by
+ * what is left until the deadline. */
+static int set_blocking(int fd, bool on)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0)
+		return -errno;
+	fl = on ? fl & ~O_NONBLOCK : fl | O_NONBLOCK;
+	return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
+}
+
+static int bound(int fd, int opt, uint64_t deadline)
+{
+	uint64_t now = mono_ms(), left;
+	struct timeval tv;
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	left = deadline - now;
+	tv.tv_sec = (time_t) (left / 1000);
+	tv.tv_usec = (suseconds_t) (left % 1000) * 1000;
+	return setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv)) < 0 ? -errno : 0;
+}
+
 static int send_full(int fd, const void *buf, size_t len, uint64_t deadline)
 {
 	const uint8_t *p = buf;
 
 	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t n;
+		int r = bound(fd, SO_SNDTIMEO, deadline);
 
+		if (r < 0)
+			return r;
+		n = send(fd, p, len, MSG_NOSIGNAL);
 		if (n > 0) {
 			p += n;
 			len -= (size_t) n;
@@ -130,13 +174,8 @@ static int send_full(int fd, const void *buf, size_t len, uint64_t deadline)
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			int r = wait_fd(fd, POLLOUT, deadline);
-
-			if (r < 0)
-				return r;
-			continue;
-		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -ETIMEDOUT;
 		return n < 0 ? (errno == EPIPE ? -ECONNRESET : -errno) : -ECONNRESET;
 	}
 	return 0;
@@ -147,8 +186,12 @@ static int recv_full(int fd, void *buf, size_t len, uint64_t deadline)
 	uint8_t *p = buf;
 
 	while (len) {
-		ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+		ssize_t n;
+		int r = bound(fd, SO_RCVTIMEO, deadline);
 
+		if (r < 0)
+			return r;
+		n = recv(fd, p, len, MSG_WAITALL);
 		if (n > 0) {
 			p += n;
 			len -= (size_t) n;
@@ -158,31 +201,127 @@ static int recv_full(int fd, void *buf, size_t len, uint64_t deadline)
 			return -ECONNRESET;
 		if (errno == EINTR)
 			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			int r = wait_fd(fd, POLLIN, deadline);
-
-			if (r < 0)
-				return r;
-			continue;
-		}
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -ETIMEDOUT;
 		return -errno;
 	}
 	return 0;
 }
 
-/* One fetch from one holder, on a data thread. */
+/*
+ * The bytes travel in chunks with the checksum after them (8 bytes,
+ * little-endian): each side hashes a chunk while it is still in cache,
+ * next to its copy into or out of the kernel, instead of a separate pass
+ * over the whole value before or after the transfer.
+ */
+#define CHUNK (256u << 10)
+
+static int recv_checked(int fd, uint8_t *dst, uint64_t len, uint64_t deadline)
+{
+	XXH3_state_t *h = XXH3_createState();
+	uint64_t want;
+	uint8_t tail[8];
+	int r = h ? 0 : -ENOMEM;
+
+	if (r == 0)
+		XXH3_64bits_reset(h);
+	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
+		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
+
+		r = recv_full(fd, dst + off, n, deadline);
+		if (r == 0)
+			XXH3_64bits_update(h, dst + off, n);
+	}
+	if (r == 0)
+		r = recv_full(fd, tail, sizeof(tail), deadline);
+	if (r == 0) {
+		memcpy(&want, tail, sizeof(want));
+		if (XXH3_64bits_digest(h) != le64toh(want))
+			r = -EBADMSG;
+	}
+	XXH3_freeState(h);
+	return r;
+}
+
+static int send_checked(int fd, const uint8_t *src, uint64_t len, uint64_t deadline,
+			bool corrupt)
+{
+	XXH3_state_t *h = XXH3_createState();
+	uint64_t sum;
+	int r = h ? 0 : -ENOMEM;
+
+	if (r == 0)
+		XXH3_64bits_reset(h);
+	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
+		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
+
+		XXH3_64bits_update(h, src + off, n);
+		if (corrupt && off == 0) {
+			/* tests: the first byte arrives flipped */
+			uint8_t first = src[0] ^ 0xff;
+
+			r = send_full(fd, &first, 1, deadline);
+			if (r == 0 && n > 1)
+				r = send_full(fd, src + 1, n - 1, deadline);
+		} else
+			r = send_full(fd, src + off, n, deadline);
+	}
+	if (r == 0) {
+		sum = htole64(XXH3_64bits_digest(h));
+		r = send_full(fd, &sum, sizeof(sum), deadline);
+	}
+	XXH3_freeState(h);
+	return r;
+}
+
+static int idle_take(struct xfer *x, const char *address)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&x->lock);
+	for (unsigned i = 0; i < x->n_idle; i++)
+		if (!strcmp(x->idle[i].addr, address)) {
+			fd = x->idle[i].fd;
+			x->idle[i] = x->idle[--x->n_idle];
+			break;
+		}
+	pthread_mutex_unlock(&x->lock);
+	return fd;
+}
+
+static void idle_put(struct xfer *x, const char *address, int fd)
+{
+	pthread_mutex_lock(&x->lock);
+	if (x->n_idle == IDLE_MAX) {
+		close(x->idle[0].fd);
+		x->idle[0] = x->idle[--x->n_idle];
+	}
+	x->idle[x->n_idle].fd = fd;
+	snprintf(x->idle[x->n_idle].addr, sizeof(x->idle[0].addr), "%s", address);
+	x->n_idle++;
+	pthread_mutex_unlock(&x->lock);
+}
+
+static int fetch_on(struct rfetch *rf, int fd, uint64_t deadline);
+
+/* One fetch from one holder, on a data thread: on a kept connection if
+ * there is one (once more on a new one if it went stale), else a new one. */
 static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 {
-	struct object *o = rf->o;
-	Kvc__Peer__Fetch q = KVC__PEER__FETCH__INIT;
-	Kvc__Peer__FetchResp *resp;
-	ProtobufCMessage *m;
+	struct xfer *x = rf->n->xfer;
 	struct net_addr a;
-	struct peer_hdr h;
-	uint8_t hdr[PEER_HDR_SIZE], small[256], *frame;
-	size_t flen;
-	int fd, r;
+	int fd = idle_take(x, address), r;
 
+	if (fd >= 0) {
+		r = fetch_on(rf, fd, deadline);
+		if (r == 0 || r == -ENOENT) {
+			idle_put(x, address, fd);
+			return r;
+		}
+		close(fd);
+		if (r != -ECONNRESET && r != -EPIPE)
+			return r;
+	}
 	if (net_addr_parse(address, 0, &a) < 0)
 		return -EINVAL;
 	r = net_connect_start(&a, &fd);
@@ -191,9 +330,32 @@ static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 	r = wait_fd(fd, POLLOUT, deadline);
 	if (r == 0)
 		r = net_connect_result(fd);
-	if (r < 0)
-		goto out;
-	net_tune(fd, 1);
+	if (r == 0) {
+		net_tune(fd, 1);
+		r = set_blocking(fd, true);
+	}
+	if (r == 0)
+		r = fetch_on(rf, fd, deadline);
+	if (r == 0 || r == -ENOENT)
+		idle_put(x, address, fd);
+	else
+		close(fd);
+	return r;
+}
+
+/* The exchange on a connected fd: 0, -ENOENT (cleanly, the connection is
+ * still usable), or another error (it is not). */
+static int fetch_on(struct rfetch *rf, int fd, uint64_t deadline)
+{
+	struct object *o = rf->o;
+	Kvc__Peer__Fetch q = KVC__PEER__FETCH__INIT;
+	Kvc__Peer__FetchResp *resp;
+	ProtobufCMessage *m;
+	struct peer_hdr h;
+	uint8_t hdr[PEER_HDR_SIZE], small[256], *frame;
+	size_t flen;
+	int r;
+
 	q.key.data = (uint8_t *) o->key;
 	q.key.len = o->key_len;
 	q.len = o->len;
@@ -218,17 +380,13 @@ static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 		goto out;
 	resp = (Kvc__Peer__FetchResp *) m;
 	if (resp->error)
-		r = resp->error;
+		r = resp->error == -ENOENT ? -ENOENT : -EIO;
 	else if (resp->len != o->len)
-		r = -ENOENT; /* replaced since the directory heard of it */
-	else {
-		r = recv_full(fd, rf->dst, o->len, deadline);
-		if (r == 0 && XXH3_64bits(rf->dst, o->len) != resp->checksum)
-			r = -EBADMSG;
-	}
+		r = -ESTALE; /* replaced since the directory heard of it */
+	else
+		r = recv_checked(fd, rf->dst, o->len, deadline);
 	protobuf_c_message_free_unpacked(m, NULL);
 out:
-	close(fd);
 	return r;
 }
 
@@ -245,6 +403,8 @@ static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t timeout_ms)
 	}
 	if (j->res == -ECONNREFUSED || j->res == -EPIPE)
 		j->res = -ECONNRESET;
+	if (j->res == -ESTALE)
+		j->res = -ENOENT;
 }
 
 static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, bool corrupt)
@@ -256,20 +416,20 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 	int r;
 
 	resp.len = ps->len;
-	resp.checksum = XXH3_64bits(ps->bytes, ps->len);
+	r = set_blocking(ps->pc.fd, true);
+	if (r < 0) {
+		j->res = r;
+		return;
+	}
 	r = peer_frame_pack(PEER_FETCH_RESP, ps->seq, &resp.base, &frame, &flen);
 	if (r == 0) {
 		r = send_full(ps->pc.fd, frame, flen, deadline);
 		free(frame);
 	}
-	if (r == 0 && corrupt && ps->len) {
-		uint8_t first = ps->bytes[0] ^ 0xff;
-
-		r = send_full(ps->pc.fd, &first, 1, deadline);
-		if (r == 0)
-			r = send_full(ps->pc.fd, ps->bytes + 1, ps->len - 1, deadline);
-	} else if (r == 0)
-		r = send_full(ps->pc.fd, ps->bytes, ps->len, deadline);
+	if (r == 0)
+		r = send_checked(ps->pc.fd, ps->bytes, ps->len, deadline, corrupt);
+	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
+		r = -EIO; /* the loop reads it again: it must not block */
 	j->res = r;
 }
 
@@ -571,6 +731,10 @@ static void ps_process(struct pserve *ps)
 		ps_free(ps);
 		return;
 	}
+	if (ps->eof && !ps->busy && !ps->w.fetch) {
+		ps_free(ps);
+		return;
+	}
 	if (!ps->busy && !ps->w.fetch)
 		loop_set_io_events(ps->src,
 				   EPOLLIN | (pconn_wants_write(&ps->pc) ? EPOLLOUT : 0));
@@ -593,11 +757,8 @@ static void ps_event(struct loop_source *s, int fd, uint32_t events, void *u)
 		ps_free(ps);
 		return;
 	}
-	if (r == -ECONNRESET) {
-		/* answer what was asked before the end of stream, then go */
-		ps_process(ps);
-		return;
-	}
+	if (r == -ECONNRESET)
+		ps->eof = true; /* answer what was asked before it, then go */
 	ps_process(ps);
 }
 
@@ -717,6 +878,8 @@ void remote_teardown(struct node *n)
 	pthread_mutex_unlock(&x->lock);
 	for (unsigned i = 0; i < x->n_th; i++)
 		pthread_join(x->th[i], NULL);
+	for (unsigned i = 0; i < x->n_idle; i++)
+		close(x->idle[i].fd);
 	/* jobs never started or never collected: their owners go below */
 	while (n->serving)
 		ps_free(n->serving);

@@ -39,6 +39,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: kvcache-bench disk [--dir DIR] [--sizes 1M,16M] [--zstd]\n"
 		   "       kvcache-bench burst [--dir DIR]\n"
+		   "       kvcache-bench cluster [--sizes 64K,1M,16M]   (root, iperf3)\n"
 		   "       kvcache-bench recovery [--objects N] [--dir DIR]\n"
 		   "       kvcache-bench local --objects N [--fill-disk] [--dir DIR] [--duration S]\n"
 		   "       kvcache-bench local --pinned N | --leased [--duration S]\n"
@@ -72,7 +73,7 @@ int main(int argc, char **argv)
 
 	if (argc < 2 || (strcmp(argv[1], "local") != 0 && strcmp(argv[1], "churn") != 0 &&
 			 strcmp(argv[1], "disk") != 0 && strcmp(argv[1], "burst") != 0 &&
-			 strcmp(argv[1], "recovery") != 0)) {
+			 strcmp(argv[1], "recovery") != 0 && strcmp(argv[1], "cluster") != 0)) {
 		usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
 		return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 	}
@@ -153,6 +154,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "burst") == 0)
 		return run_burst();
+	if (strcmp(argv[1], "cluster") == 0)
+		return run_cluster();
 	if (strcmp(argv[1], "recovery") == 0)
 		return run_recovery();
 	if (arg_pinned)

@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvcache-bench cluster: two hosts made of network namespaces joined by a
+ * veth pair, a master and a node on host A, a node on host B.  Values put
+ * on A are read on B (each get a remote fetch into B's dram, then the copy
+ * to the client), and the rate is set against iperf3 between the same two
+ * namespaces in the same run: on a small machine the veth link is bound by
+ * CPU, so only the ratio means anything.  Needs root and iperf3.
+ */
+#include "bench.h"
+
+#define NET "10.231.0"
+#define MASTER_PORT "50551"
+
+static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
+static pid_t kids[4];
+static unsigned n_kids;
+
+static void sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	if (system(cmd) != 0)
+		die(0, "failed: %s", cmd);
+}
+
+static void teardown(void)
+{
+	char cmd[256];
+
+	for (unsigned i = 0; i < n_kids; i++)
+		if (kids[i] > 0) {
+			kill(kids[i], SIGTERM);
+			waitpid(kids[i], NULL, 0);
+		}
+	n_kids = 0;
+	snprintf(cmd, sizeof(cmd), "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", ns_a,
+		 ns_b);
+	if (system(cmd) != 0) {
+		/* already gone */
+	}
+}
+
+static pid_t spawn(const char *const *argv)
+{
+	pid_t p = fork();
+
+	if (p == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+
+		if (fd >= 0)
+			dup2(fd, 1);
+		execvp(argv[0], (char *const *) argv);
+		_exit(127);
+	}
+	if (p < 0)
+		die(errno, "%s", "fork");
+	kids[n_kids++] = p;
+	return p;
+}
+
+/* A binary next to this one (build tree or install), else from $PATH. */
+static const char *sibling(char *buf, size_t len, const char *dir, const char *name)
+{
+	char self[4096], *slash;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n > 0) {
+		self[n] = '\0';
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(buf, len, "%s/../%s/%s", self, dir, name);
+			if (access(buf, X_OK) == 0)
+				return buf;
+			snprintf(buf, len, "%s/%s", self, name);
+			if (access(buf, X_OK) == 0)
+				return buf;
+		}
+	}
+	return name;
+}
+
+/* iperf3 from B to A: Gbit/s received, over `streams` streams. */
+static double iperf(int streams)
+{
+	const char *srv[] = { "ip", "netns", "exec", ns_a, "iperf3", "-s", "-1", "-p", "5301", NULL };
+	char cmd[256], line[512];
+	double bps = 0;
+	bool in_sum = false;
+	pid_t p = spawn(srv);
+	FILE *f;
+
+	usleep(300000);
+	snprintf(cmd, sizeof(cmd), "ip netns exec %s iperf3 -c " NET ".1 -p 5301 -t 3 -P %d -R -J", ns_b,
+		 streams);
+	f = popen(cmd, "r");
+	if (!f)
+		die(errno, "%s", "iperf3");
+	while (fgets(line, sizeof(line), f)) {
+		if (strstr(line, "\"sum_received\""))
+			in_sum = true;
+		if (in_sum && strstr(line, "\"bits_per_second\"")) {
+			bps = strtod(strchr(line, ':') + 1, NULL);
+			in_sum = false;
+		}
+	}
+	pclose(f);
+	waitpid(p, NULL, 0);
+	kids[--n_kids] = 0;
+	if (bps <= 0)
+		die(0, "%s", "iperf3 gave no figure (is iperf3 installed?)");
+	return bps / 8e9; /* GB/s */
+}
+
+static void wait_joined(const char *sock)
+{
+	for (int i = 0; i < 500; i++) {
+		struct kvc_client *c;
+		struct kvc_cluster *v;
+		bool up = false;
+
+		if (kvc_connect(sock, &c) == 0) {
+			if (kvc_cluster_get(c, &v) == 0) {
+				up = v->masters_up == 1;
+				kvc_cluster_free(v);
+			}
+			kvc_disconnect(c);
+		}
+		if (up)
+			return;
+		usleep(20000);
+	}
+	die(0, "%s never joined the cluster", sock);
+}
+
+struct reader {
+	const char *sock, *prefix;
+	uint64_t size, from, to;
+	uint8_t *buf;
+	bool view;
+};
+
+static void *read_range(void *arg)
+{
+	struct reader *r = arg;
+	struct kvc_client *c;
+	char key[64];
+
+	check(kvc_connect(r->sock, &c), "connect B");
+	for (uint64_t i = r->from; i < r->to; i++) {
+		int64_t got;
+
+		snprintf(key, sizeof(key), "%s/%" PRIu64, r->prefix, i);
+		if (r->view) {
+			/* the fetch into B's dram alone: a view, no copy out */
+			struct kvc_view v;
+			int e = kvc_acquire(c, key, &v);
+
+			if (e < 0)
+				die(e, "remote acquire %s (%s)", key, kvc_last_error_msg());
+			if (v.len != r->size || memcmp(v.data, &i, sizeof(i)) != 0)
+				die(0, "%s: wrong bytes", key);
+			kvc_release(c, &v);
+			continue;
+		}
+		got = kvc_get(c, key, r->buf, r->size);
+		if (got != (int64_t) r->size)
+			die((int) (got < 0 ? got : 0), "remote get %s (%s)", key, kvc_last_error_msg());
+		if (memcmp(r->buf, &i, sizeof(i)) != 0)
+			die(0, "%s: wrong bytes", key);
+	}
+	kvc_disconnect(c);
+	return NULL;
+}
+
+/* Put n values of `size` on A under prefix, then read them on B with
+ * `threads` clients; GB/s. */
+static double remote_gets(const char *sa, const char *sb, const char *prefix, uint64_t size,
+			  uint64_t n, unsigned threads, bool view)
+{
+	struct kvc_client *a;
+	uint8_t *v = malloc(size);
+	struct reader rd[8];
+	pthread_t th[8];
+	char key[64];
+	uint64_t t0, t1;
+
+	if (!v)
+		die(ENOMEM, "%s", "buffer");
+	memset(v, 0x5a, size);
+	check(kvc_connect(sa, &a), "connect A");
+	for (uint64_t i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "%s/%" PRIu64, prefix, i);
+		memcpy(v, &i, sizeof(i));
+		check(kvc_put(a, key, v, size, NULL), "put on A");
+	}
+	kvc_disconnect(a);
+	usleep(500000); /* the directory hears of commits in batches */
+	for (unsigned t = 0; t < threads; t++) {
+		rd[t] = (struct reader) { sb, prefix, size, n * t / threads, n * (t + 1) / threads,
+					  malloc(size), view };
+		if (!rd[t].buf)
+			die(ENOMEM, "%s", "buffer");
+	}
+	t0 = now_ns();
+	for (unsigned t = 0; t < threads; t++)
+		pthread_create(&th[t], NULL, read_range, &rd[t]);
+	for (unsigned t = 0; t < threads; t++)
+		pthread_join(th[t], NULL);
+	t1 = now_ns();
+	for (unsigned t = 0; t < threads; t++)
+		free(rd[t].buf);
+	free(v);
+	return (double) (n * size) / ((double) (t1 - t0));
+}
+
+int run_cluster(void)
+{
+	static const uint64_t dflt[] = { 64 << 10, 1 << 20, 16 << 20 };
+	bool given = !(n_sizes == 5 && arg_sizes[0] == 4096);
+	const uint64_t *sizes = given ? arg_sizes : dflt;
+	size_t ns = given ? n_sizes : 3;
+	char master[4200], kvcached[4200], sa[256], sb[256], la[64], lb[64];
+	double p1, p2;
+	/* two daemons' spinning loops would take both CPUs of a small
+	 * machine from the data threads and the link: both sleep when idle */
+	const char *poll = "0";
+
+	if (geteuid() != 0)
+		die(0, "%s", "the cluster case makes network namespaces: run it as root");
+	bench_setup();
+	snprintf(ns_a, sizeof(ns_a), "kvcb-a-%d", (int) getpid());
+	snprintf(ns_b, sizeof(ns_b), "kvcb-b-%d", (int) getpid());
+	snprintf(veth_a, sizeof(veth_a), "kvcba%d", (int) getpid() % 100000);
+	snprintf(veth_b, sizeof(veth_b), "kvcbb%d", (int) getpid() % 100000);
+	atexit(teardown);
+	sh("ip netns add %s && ip netns add %s", ns_a, ns_b);
+	sh("ip link add %s type veth peer name %s", veth_a, veth_b);
+	sh("ip link set %s netns %s && ip link set %s netns %s", veth_a, ns_a, veth_b, ns_b);
+	sh("ip -n %s addr add " NET ".1/24 dev %s && ip -n %s link set %s up && "
+	   "ip -n %s link set lo up", ns_a, veth_a, ns_a, veth_a, ns_a);
+	sh("ip -n %s addr add " NET ".2/24 dev %s && ip -n %s link set %s up && "
+	   "ip -n %s link set lo up", ns_b, veth_b, ns_b, veth_b, ns_b);
+
+	p1 = iperf(1);
+	p2 = iperf(2);
+	printf("kvcache-bench cluster: hosts %s and %s over a veth pair; iperf3 A->B %.2f GB/s "
+	       "(1 stream), %.2f GB/s (2 streams)\n", ns_a, ns_b, p1, p2);
+
+	if (sibling(master, sizeof(master), "daemon", "kvcache-master") != master)
+		snprintf(master, sizeof(master), "kvcache-master");
+	if (arg_kvcached)
+		snprintf(kvcached, sizeof(kvcached), "%s", arg_kvcached);
+	else if (sibling(kvcached, sizeof(kvcached), "daemon", "kvcached") != kvcached)
+		snprintf(kvcached, sizeof(kvcached), "kvcached");
+	snprintf(sa, sizeof(sa), "%s/a.sock", tmpdir);
+	snprintf(sb, sizeof(sb), "%s/b.sock", tmpdir);
+	snprintf(la, sizeof(la), NET ".1:0");
+	snprintf(lb, sizeof(lb), NET ".2:0");
+	{
+		const char *m[] = { "ip", "netns", "exec", ns_a, master, "--rpc_address", NET ".1",
+				    "--port", MASTER_PORT, "--log-level", "warn", NULL };
+		const char *a[] = { "ip", "netns", "exec", ns_a, kvcached, "--socket", sa,
+				    "--dram-size", "2GiB", "--master", NET ".1:" MASTER_PORT,
+				    "--listen", la, "--insecure", "--node-id", "A", "--log-level",
+				    "warn", "--poll-us", poll, NULL };
+		const char *b[] = { "ip", "netns", "exec", ns_b, kvcached, "--socket", sb,
+				    "--dram-size", "2GiB", "--master", NET ".1:" MASTER_PORT,
+				    "--listen", lb, "--insecure", "--node-id", "B", "--log-level",
+				    "warn", "--poll-us", poll, NULL };
+
+		spawn(m);
+		usleep(200000);
+		spawn(a);
+		spawn(b);
+		wait_joined(sa);
+		wait_joined(sb);
+	}
+	printf("remote fetches into B's dram (acquire: a view of the replica), then gets (the same\n"
+	       "plus the copy to the client); each value is fetched once; daemons run --poll-us 0\n");
+	printf("%-6s %7s %11s %7s %11s %7s %11s %7s\n", "size", "values", "acquire", "/iperf3",
+	       "2 clients", "/-P2", "get", "/iperf3");
+	for (size_t i = 0; i < ns; i++) {
+		uint64_t size = sizes[i], n = (UINT64_C(384) << 20) / size;
+		char name[16], p[32];
+		double g1, g2, g3;
+
+		if (n > 4096)
+			n = 4096;
+		if (n < 8)
+			n = 8;
+		size_name(name, sizeof(name), size);
+		snprintf(p, sizeof(p), "one-%s", name);
+		g1 = remote_gets(sa, sb, p, size, n, 1, true);
+		snprintf(p, sizeof(p), "two-%s", name);
+		g2 = remote_gets(sa, sb, p, size, n, 2, true);
+		snprintf(p, sizeof(p), "get-%s", name);
+		g3 = remote_gets(sa, sb, p, size, n, 1, false);
+		printf("%-6s %7" PRIu64 " %6.2f GB/s %6.0f%% %6.2f GB/s %6.0f%% %6.2f GB/s %6.0f%%\n",
+		       name, n, g1, 100 * g1 / p1, g2, 100 * g2 / p2, g3, 100 * g3 / p1);
+		/* make room for the next size on both nodes */
+		{
+			struct kvc_client *c;
+			uint64_t skipped;
+
+			check(kvc_connect(sa, &c), "connect A");
+			kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped);
+			kvc_disconnect(c);
+			check(kvc_connect(sb, &c), "connect B");
+			kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped);
+			kvc_disconnect(c);
+		}
+	}
+	teardown();
+	rmdir(tmpdir);
+	return 0;
+}

@@ -22,6 +22,7 @@
 #include <kvcache/kvcache.h>
 
 static const char *arg_socket;
+static const char *arg_cluster; /* engine B's daemon, on another node */
 static unsigned arg_prompts = 24, arg_blocks = 16, arg_shared = 4;
 static uint64_t arg_block_size = 16 * 32 * 2 * 8 * 128 * 2;
 
@@ -98,14 +99,14 @@ static int kv_check(const void *buf, uint64_t len, uint64_t seed)
 	return 0;
 }
 
-static int connect_or_say(struct kvc_client **c)
+static int connect_or_say(const char *sock, struct kvc_client **c)
 {
-	int r = kvc_connect(arg_socket, c);
+	int r = kvc_connect(sock, c);
 
 	if (r < 0) {
 		char path[108] = "?";
 
-		kvc_socket_path(arg_socket, path, sizeof(path));
+		kvc_socket_path(sock, path, sizeof(path));
 		fprintf(stderr, "kvcache-workload: cannot reach kvcached at %s: %s\n", path,
 			kvc_strerror(r));
 	}
@@ -123,7 +124,7 @@ static int prefill(void)
 	double t0;
 	int r;
 
-	if (!keys || !seeds || !kp || connect_or_say(&c) < 0)
+	if (!keys || !seeds || !kp || connect_or_say(arg_socket, &c) < 0)
 		return 1;
 	t0 = now_s();
 	for (unsigned p = 0; p < arg_prompts; p++) {
@@ -178,7 +179,8 @@ static int decode(void)
 	struct kvc_client *c;
 	double t_load = 0, t0;
 
-	if (!keys || !seeds || !kp || !engine_buf || connect_or_say(&c) < 0)
+	if (!keys || !seeds || !kp || !engine_buf ||
+	    connect_or_say(arg_cluster ? arg_cluster : arg_socket, &c) < 0)
 		return 1;
 	t0 = now_s();
 	for (unsigned p = 0; p < arg_prompts; p++) {
@@ -199,9 +201,9 @@ static int decode(void)
 			loaded++;
 		}
 	}
-	printf("engine B (decode, pid %d): %u/%u prompts fully cached, loaded %u blocks "
+	printf("engine B (decode, pid %d%s): %u/%u prompts fully cached, loaded %u blocks "
 	       "(%.1f MiB) in %.3f s of get time = %.2f GB/s, %u bad blocks, total %.2f s\n",
-	       (int) getpid(), full, arg_prompts, loaded,
+	       (int) getpid(), arg_cluster ? ", on the other node" : "", full, arg_prompts, loaded,
 	       (double) loaded * (double) arg_block_size / (1 << 20), t_load,
 	       t_load > 0 ? (double) loaded * (double) arg_block_size / t_load / 1e9 : 0.0, bad,
 	       now_s() - t0);
@@ -221,7 +223,10 @@ static int decode(void)
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: kvcache-workload [--socket PATH] [--prompts N] [--blocks N] "
-		   "[--shared N] [--block-size SIZE]\n");
+		   "[--shared N] [--block-size SIZE]\n"
+		   "                        [--cluster PATH]\n"
+		   "  --cluster PATH   engine B uses the kvcached at PATH (another node of the\n"
+		   "                   same cluster): everything it loads crosses nodes\n");
 }
 
 int main(int argc, char **argv)
@@ -232,6 +237,7 @@ int main(int argc, char **argv)
 		{ "blocks", required_argument, NULL, 'b' },
 		{ "shared", required_argument, NULL, 'S' },
 		{ "block-size", required_argument, NULL, 'z' },
+		{ "cluster", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -242,6 +248,9 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 's':
 			arg_socket = optarg;
+			break;
+		case 'c':
+			arg_cluster = optarg;
 			break;
 		case 'p':
 			arg_prompts = (unsigned) strtoul(optarg, NULL, 10);

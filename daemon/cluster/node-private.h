@@ -52,6 +52,8 @@ struct link {
 };
 
 struct xfer;
+struct dcache;
+struct lquery;
 struct rfetch;
 struct pserve;
 
@@ -71,6 +73,9 @@ struct node {
 	/* remote.c: fetches in flight (placeholders by key for single
 	 * flight), serving connections, the data threads */
 	struct index pending;
+	struct dcache *dcache;
+	struct lquery *queries;
+	unsigned n_queries;
 	struct rfetch *rfetches;
 	unsigned n_rfetches;
 	struct pserve *serving;
@@ -87,11 +92,14 @@ struct node {
 struct link *node_owner(struct node *n, const void *key, size_t len);
 /* Ask k's master who holds key; the answer goes to remote_located(). */
 int node_lookup(struct link *k, const void *key, size_t len, uint32_t *ret_seq);
+int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32_t *ret_seq);
 
 /* remote.c */
 int remote_setup(struct node *n);
 void remote_teardown(struct node *n);
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret);
+int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n,
+		 uint8_t *present, bool settle, struct fetch **ret);
 void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);
 void remote_expire(struct node *n, uint64_t now);
 void remote_accept(struct node *n, int fd);

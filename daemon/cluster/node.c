@@ -404,7 +404,7 @@ static void node_timer(struct loop_source *s, void *u)
 			next = k->hb_at;
 	}
 	remote_expire(n, now);
-	if (n->n_rfetches && now + 50 < next)
+	if ((n->n_rfetches || n->n_queries) && now + 50 < next)
 		next = now + 50;
 	loop_timer_arm(s, next > now ? next : now + 1);
 }
@@ -492,6 +492,7 @@ static const struct backend_ops remote_ops = {
 	.maintain = be_maintain,
 	.published = be_published,
 	.locate = remote_locate,
+	.where = remote_where,
 	.stats = be_stats,
 	.describe = be_describe,
 };
@@ -513,14 +514,20 @@ static void on_peer(struct loop_source *s, int fd, uint32_t events, void *u)
 
 int node_lookup(struct link *k, const void *key, size_t len, uint32_t *ret_seq)
 {
-	Kvc__Peer__Lookup q = KVC__PEER__LOOKUP__INIT;
 	ProtobufCBinaryData b = { .len = len, .data = (uint8_t *) key };
+
+	return node_lookup_many(k, &b, 1, ret_seq);
+}
+
+int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32_t *ret_seq)
+{
+	Kvc__Peer__Lookup q = KVC__PEER__LOOKUP__INIT;
 	int r;
 
 	if (k->state != L_UP)
 		return -ENOTCONN;
-	q.n_keys = 1;
-	q.keys = &b;
+	q.n_keys = n;
+	q.keys = keys;
 	r = pconn_send(&k->pc, PEER_LOOKUP, ++k->seq, &q.base);
 	if (r < 0)
 		return r;

@@ -567,6 +567,8 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	return 0;
 }
 
+static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp);
+
 void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp)
 {
 	struct store *st = n->st;
@@ -576,6 +578,8 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 	const Kvc__Peer__Location *loc = resp->n_locations ? resp->locations[0] : NULL;
 	int r;
 
+	if (query_answered(n, seq, resp))
+		return;
 	for (rf = n->rfetches; rf; rf = rf->next)
 		if (!rf->transferring && rf->seq == seq)
 			break;
@@ -609,14 +613,232 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 	queue(n, &rf->job);
 }
 
+static void queries_expire(struct node *n, uint64_t now);
+
 void remote_expire(struct node *n, uint64_t now)
 {
+	queries_expire(n, now);
 	/* only lookups: a transfer ends by its own deadline on its thread */
 	for (struct rfetch *rf = n->rfetches, *next; rf; rf = next) {
 		next = rf->next;
 		if (!rf->transferring && now >= rf->deadline)
 			rf_finish(n, rf, -ENOENT);
 	}
+}
+
+/* ---- exists and prefix lookups: what the directory said lately ----
+ *
+ * A direct-mapped cache of answers (present elsewhere or not), kept a short
+ * while: a request whose keys are missing here is answered from it, or
+ * waits for one Lookup per master covering every key it does not know.
+ */
+#define DC_SLOTS 65536
+#define DC_HIT_MS 1000   /* "held elsewhere" is believed this long */
+#define DC_MISS_MS 100   /* "held nowhere" */
+#define MAX_QUERIES 256
+
+struct dslot {
+	uint64_t hash, until;
+	bool present;
+	uint16_t key_len;
+	char *key;
+};
+
+struct dcache {
+	struct dslot s[DC_SLOTS];
+};
+
+struct lpart {
+	struct link *k;
+	uint32_t seq;
+	bool done;
+};
+
+struct lquery {
+	struct lquery *next, *prev;
+	struct fetch f;          /* f.o NULL: waiters only */
+	uint64_t deadline;
+	size_t n;
+	char **keys;
+	size_t *lens;
+	struct lpart parts[MAX_MASTERS];
+	unsigned n_parts, left;
+};
+
+static struct dslot *dc_slot(struct node *n, const char *key, size_t len, uint64_t h)
+{
+	(void) key;
+	(void) len;
+	return &n->dcache->s[h & (DC_SLOTS - 1)];
+}
+
+/* 1 present elsewhere, 0 not, -1 unknown. */
+static int dc_get(struct node *n, const char *key, size_t len)
+{
+	uint64_t h = index_hash(key, len);
+	struct dslot *d = dc_slot(n, key, len, h);
+
+	if (!d->key || d->hash != h || d->key_len != len || memcmp(d->key, key, len) ||
+	    d->until <= loop_now_ms(n->loop))
+		return -1;
+	return d->present;
+}
+
+static void dc_put(struct node *n, const char *key, size_t len, bool present)
+{
+	uint64_t h = index_hash(key, len);
+	struct dslot *d = dc_slot(n, key, len, h);
+
+	if (!d->key || d->key_len != len || memcmp(d->key, key, len)) {
+		char *k = malloc(len ? len : 1);
+
+		if (!k)
+			return;
+		free(d->key);
+		memcpy(k, key, len);
+		d->key = k;
+		d->key_len = (uint16_t) len;
+		d->hash = h;
+	}
+	d->present = present;
+	d->until = loop_now_ms(n->loop) + (present ? DC_HIT_MS : DC_MISS_MS);
+}
+
+static void query_free(struct node *n, struct lquery *q)
+{
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		n->queries = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	n->n_queries--;
+	for (size_t i = 0; i < q->n; i++)
+		free(q->keys[i]);
+	free(q->keys);
+	free(q->lens);
+	free(q);
+}
+
+/* Every part answered (or out of time): what was not found is absent. */
+static void query_finish(struct node *n, struct lquery *q)
+{
+	for (size_t i = 0; i < q->n; i++)
+		if (dc_get(n, q->keys[i], q->lens[i]) < 0)
+			dc_put(n, q->keys[i], q->lens[i], false);
+	fetch_wake(&q->f, 0); /* each waiter asks again, settled */
+	query_free(n, q);
+}
+
+static void queries_expire(struct node *n, uint64_t now)
+{
+	for (struct lquery *q = n->queries, *next; q; q = next) {
+		next = q->next;
+		if (now >= q->deadline)
+			query_finish(n, q);
+	}
+}
+
+static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp)
+{
+	for (struct lquery *q = n->queries; q; q = q->next)
+		for (unsigned i = 0; i < q->n_parts; i++) {
+			struct lpart *pt = &q->parts[i];
+
+			if (pt->done || pt->seq != seq)
+				continue;
+			pt->done = true;
+			for (size_t k = 0; k < resp->n_locations; k++) {
+				const Kvc__Peer__Location *l = resp->locations[k];
+				bool elsewhere = false;
+
+				for (size_t h = 0; h < l->n_holders; h++)
+					elsewhere |= strcmp(l->holders[h], n->id) != 0;
+				dc_put(n, (const char *) l->key.data, l->key.len, elsewhere);
+			}
+			if (--q->left == 0)
+				query_finish(n, q);
+			return true;
+		}
+	return false;
+}
+
+int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n_keys,
+		 uint8_t *present, bool settle, struct fetch **ret)
+{
+	struct node *n = be;
+	struct lquery *q = NULL;
+	ProtobufCBinaryData *bk = NULL;
+	size_t unknown = 0;
+	int r = 0;
+
+	for (size_t i = 0; i < n_keys; i++) {
+		int v = dc_get(n, keys[i], lens[i]);
+
+		present[i] = v == 1;
+		unknown += v < 0;
+	}
+	if (!unknown || settle)
+		return 0;
+	/* no master to ask, or too many questions out: they are misses */
+	if (n->n_queries >= MAX_QUERIES)
+		return 0;
+	q = calloc(1, sizeof(*q));
+	bk = calloc(unknown, sizeof(*bk));
+	if (!q || !bk)
+		goto fail;
+	q->keys = calloc(unknown, sizeof(*q->keys));
+	q->lens = calloc(unknown, sizeof(*q->lens));
+	if (!q->keys || !q->lens)
+		goto fail;
+	for (size_t i = 0; i < n_keys; i++) {
+		if (dc_get(n, keys[i], lens[i]) >= 0)
+			continue;
+		q->keys[q->n] = malloc(lens[i] ? lens[i] : 1);
+		if (!q->keys[q->n])
+			goto fail;
+		memcpy(q->keys[q->n], keys[i], lens[i]);
+		q->lens[q->n++] = lens[i];
+	}
+	/* one Lookup per master, each with the keys it owns */
+	for (unsigned m = 0; m < n->n_links; m++) {
+		struct link *k = &n->links[m];
+		size_t nk = 0;
+
+		for (size_t i = 0; i < q->n; i++)
+			if (node_owner(n, q->keys[i], q->lens[i]) == k)
+				bk[nk++] = (ProtobufCBinaryData) { .len = q->lens[i],
+								   .data = (uint8_t *) q->keys[i] };
+		if (!nk)
+			continue;
+		if (node_lookup_many(k, bk, nk, &q->parts[q->n_parts].seq) < 0)
+			continue; /* that master is down: its keys are misses */
+		q->parts[q->n_parts++].k = k;
+	}
+	free(bk);
+	bk = NULL;
+	if (!q->n_parts)
+		goto fail;
+	q->left = q->n_parts;
+	q->deadline = loop_now_ms(n->loop) + n->timeout_ms;
+	q->next = n->queries;
+	if (q->next)
+		q->next->prev = q;
+	n->queries = q;
+	n->n_queries++;
+	loop_timer_arm(n->timer, q->deadline);
+	*ret = &q->f;
+	return -EINPROGRESS;
+fail:
+	if (q) {
+		for (size_t i = 0; i < q->n; i++)
+			free(q->keys[i]);
+		free(q->keys);
+		free(q->lens);
+		free(q);
+	}
+	free(bk);
+	return r;
 }
 
 /* ---- serving ---- */
@@ -849,6 +1071,9 @@ int remote_setup(struct node *n)
 	x->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (x->bell < 0)
 		return -errno;
+	n->dcache = calloc(1, sizeof(*n->dcache));
+	if (!n->dcache)
+		return -ENOMEM;
 	r = index_init(&n->pending);
 	if (r < 0)
 		return r;
@@ -894,6 +1119,13 @@ void remote_teardown(struct node *n)
 	}
 	if (n->pending.buckets)
 		index_done(&n->pending);
+	while (n->queries)
+		query_free(n, n->queries); /* no waiter is left */
+	if (n->dcache)
+		for (size_t i = 0; i < DC_SLOTS; i++)
+			free(n->dcache->s[i].key);
+	free(n->dcache);
+	n->dcache = NULL;
 	loop_source_free(n->xfer_poller);
 	loop_source_free(x->bell_src);
 	if (x->bell >= 0)

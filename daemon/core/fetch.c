@@ -79,3 +79,13 @@ void fetch_done(struct store *st, struct object *o, int res)
 	}
 	free(f);
 }
+
+void fetch_wake(struct fetch *f, int res)
+{
+	while (f->waiters) {
+		struct waiter *w = f->waiters;
+
+		fetch_unwait(w);
+		w->done(w, res);
+	}
+}

@@ -52,6 +52,13 @@ struct backend_ops {
 	 * -ENOENT.  On success the backend publishes the object before
 	 * fetch_done(), so waiters find it in the index. */
 	int (*locate)(void *be, const void *key, size_t len, struct fetch **ret);
+	/* keys not in the index: which does another node hold?  Sets
+	 * present[i] for those; 0 when answered, or -EINPROGRESS with *ret to
+	 * wait on (ask again when it is done).  With settle, answer at once:
+	 * what is not known by now counts as absent, so a request waits at
+	 * most once. */
+	int (*where)(void *be, const char *const *keys, const size_t *lens, size_t n,
+		     uint8_t *present, bool settle, struct fetch **ret);
 	/* o was committed (or recovered): e.g. tell the directory */
 	void (*published)(void *be, const struct object *o);
 	/* the cluster as this node sees it (kvcachectl cluster); -errno */
@@ -86,5 +93,8 @@ struct backend {
 int store_fetch(struct store *st, struct object *o, struct fetch **ret);
 void fetch_wait(struct fetch *f, struct waiter *w);
 void fetch_unwait(struct waiter *w); /* idempotent */
+/* Tell every waiter of f (a fetch without an object: a directory question)
+ * that it is over; the owner frees f afterwards. */
+void fetch_wake(struct fetch *f, int res);
 /* The backend is done with o's fetch; res 0: o is in memory. */
 void fetch_done(struct store *st, struct object *o, int res);

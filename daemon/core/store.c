@@ -277,6 +277,16 @@ bool store_exists(struct store *st, const void *key, size_t key_len, bool prefet
 	return true;
 }
 
+int store_where(struct store *st, const char *const *keys, const size_t *lens, size_t n,
+		uint8_t *present, bool settle, struct fetch **ret)
+{
+	const struct backend *rb = &st->remote;
+
+	if (!n || !rb->ops || !rb->ops->where)
+		return 0;
+	return rb->ops->where(rb->be, keys, lens, n, present, settle, ret);
+}
+
 struct remove_walk {
 	struct store *st;
 	const void *prefix;

@@ -113,4 +113,8 @@ int store_pin(struct store *st, const void *key, size_t key_len, bool hard, uint
 int store_unpin(struct store *st, const void *key, size_t key_len, char *msg);
 /* Present or not; a hit counts as a use for LRU and grants a lease. */
 bool store_exists(struct store *st, const void *key, size_t key_len, bool prefetch);
+/* Keys this node does not hold: held by another node?  (The remote
+ * backend's where(); 0 with nothing set outside a cluster.) */
+int store_where(struct store *st, const char *const *keys, const size_t *lens, size_t n,
+		uint8_t *present, bool settle, struct fetch **ret);
 

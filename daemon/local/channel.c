@@ -47,6 +47,7 @@ struct parked {
 
 struct channel {
 	struct channel *next, *prev; /* all channels of the daemon */
+	bool settle;                 /* running a parked request again */
 	struct loop_source *bell;    /* efd in the loop: wakes it when it sleeps */
 	struct parked *parked;
 	struct shm_cqe *backlog;     /* completions that found the ring full */
@@ -218,12 +219,52 @@ static int arena_key(struct channel *ch, uint32_t off, uint32_t len, char *buf)
 	return 0;
 }
 
-static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix)
+/* Keys missing here, asked of the cluster in one question: 0 with present[]
+ * filled, or -EINPROGRESS with *ret_fetch to wait on. */
+static int ask_cluster(struct channel *ch, const struct shm_sqe *e, const uint32_t *idx,
+		       uint32_t n, uint8_t *present, struct fetch **ret_fetch)
+{
+	const char **keys = calloc(n, sizeof(*keys));
+	size_t *lens = calloc(n, sizeof(*lens));
+	char *buf = malloc((size_t) n * (WIRE_MAX_KEY + 1));
+	int r = -ENOMEM;
+
+	if (!keys || !lens || !buf)
+		goto out;
+	for (uint32_t i = 0; i < n; i++) {
+		struct shm_key_ref ref;
+
+		if (e->opcode == SHM_OP_EXISTS) {
+			r = arena_key(ch, e->key_off, e->key_len, buf);
+			lens[i] = e->key_len;
+		} else {
+			memcpy(&ref, ch->arena + e->list_off + (uint64_t) idx[i] * sizeof(ref),
+			       sizeof(ref));
+			r = arena_key(ch, ref.off, ref.len, buf + (size_t) i * (WIRE_MAX_KEY + 1));
+			lens[i] = ref.len;
+		}
+		if (r < 0)
+			goto out;
+		keys[i] = buf + (size_t) i * (WIRE_MAX_KEY + 1);
+	}
+	r = store_where(ch->s->sv->st, keys, lens, n, present, ch->settle, ret_fetch);
+out:
+	free(keys);
+	free(lens);
+	free(buf);
+	return r;
+}
+
+static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
+		    struct fetch **ret_fetch)
 {
 	struct shm_key_ref refs[64];
 	char key[WIRE_MAX_KEY + 1];
-	uint8_t *out = NULL;
+	uint8_t *out = NULL, *here = NULL;
+	uint32_t *missing = NULL, n_missing = 0;
 	uint32_t count = 0;
+	bool cluster = ch->s->sv->st->remote.ops != NULL;
+	int r = 0;
 
 	if (e->count > WIRE_MAX_BATCH)
 		return -EINVAL;
@@ -234,25 +275,67 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix)
 		if (!out)
 			return -EFAULT;
 	}
+	if (cluster) {
+		here = calloc(e->count ? e->count : 1, 1);
+		missing = calloc(e->count ? e->count : 1, sizeof(*missing));
+		if (!here || !missing) {
+			r = -ENOMEM;
+			goto out;
+		}
+	}
 	for (uint32_t i = 0; i < e->count; i += 64) {
 		uint32_t k = e->count - i < 64 ? e->count - i : 64;
 
 		memcpy(refs, ch->arena + e->list_off + (uint64_t) i * sizeof(refs[0]), k * sizeof(refs[0]));
 		for (uint32_t j = 0; j < k; j++) {
 			bool hit;
-			int r = arena_key(ch, refs[j].off, refs[j].len, key);
 
+			r = arena_key(ch, refs[j].off, refs[j].len, key);
 			if (r < 0)
-				return r;
+				goto out;
 			hit = store_exists(ch->s->sv->st, key, refs[j].len, prefix);
+			if (cluster) {
+				here[i + j] = hit;
+				if (!hit)
+					missing[n_missing++] = i + j;
+				continue;
+			}
 			count += hit;
 			if (out)
 				out[i + j] = hit;
-			else if (!hit)
-				return (int) count;
+			else if (!hit) {
+				r = (int) count;
+				goto out;
+			}
 		}
 	}
-	return (int) count;
+	if (!cluster) {
+		r = (int) count;
+		goto out;
+	}
+	if (n_missing) {
+		/* one question for every key missing here */
+		uint8_t *there = calloc(n_missing, 1);
+
+		r = there ? ask_cluster(ch, e, missing, n_missing, there, ret_fetch) : -ENOMEM;
+		for (uint32_t m = 0; r == 0 && m < n_missing; m++)
+			here[missing[m]] = there[m];
+		free(there);
+		if (r < 0)
+			goto out;
+	}
+	for (uint32_t i = 0; i < e->count; i++) {
+		if (out)
+			out[i] = here[i];
+		else if (!here[i])
+			break;
+		count += here[i];
+	}
+	r = (int) count;
+out:
+	free(here);
+	free(missing);
+	return r;
 }
 
 #define MAX_IOVS 1024
@@ -400,8 +483,14 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	switch (e->opcode) {
 	case SHM_OP_NOP:
 		return 0;
-	case SHM_OP_EXISTS:
-		return store_exists(s->sv->st, key, e->key_len, false);
+	case SHM_OP_EXISTS: {
+		uint8_t there = 0;
+
+		if (store_exists(s->sv->st, key, e->key_len, false))
+			return 1;
+		r = ask_cluster(ch, e, NULL, 1, &there, ret_fetch);
+		return r < 0 ? r : there;
+	}
 	case SHM_OP_ACQUIRE:
 		r = store_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
 		break;
@@ -433,9 +522,9 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 			return -EINVAL;
 		return store_remove(s->sv->st, key, e->key_len, e->arg & WIRE_REMOVE_FORCE, msg);
 	case SHM_OP_BATCH_EXISTS:
-		return run_keys(ch, e, false);
+		return run_keys(ch, e, false, ret_fetch);
 	case SHM_OP_PREFIX_LOOKUP:
-		return run_keys(ch, e, true);
+		return run_keys(ch, e, true, ret_fetch);
 	case SHM_OP_GET_INTO:
 		return run_get_into(ch, e, key, ret_fetch, msg);
 	case SHM_OP_PUT_FROM:
@@ -542,8 +631,12 @@ static void unparked(struct waiter *w, int res)
 	int64_t r = res;
 
 	unpark(p);
-	if (res == 0)
+	if (res == 0) {
+		/* a directory question is asked once per request */
+		ch->settle = true;
 		r = run(ch, &p->e, &c, &f, msg);
+		ch->settle = false;
+	}
 	else if (res == -EBADMSG)
 		snprintf(msg, sizeof(msg), "the object's record on disk is damaged; it was dropped");
 	if (r == -EINPROGRESS && f)

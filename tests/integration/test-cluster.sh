@@ -5,7 +5,8 @@
 # test-cluster.sh CASE.
 set -eu
 
-: "${KVCACHED:?run through meson test}" "${KVCACHECTL:?}" "${KVCACHE_MASTER:?}"
+: "${KVCACHED:?run through meson test}" "${KVCACHECTL:?}" "${KVCACHE_MASTER:?}" \
+	"${KVCACHE_WORKLOAD:?}"
 case_name=${1:?usage: test-cluster.sh CASE}
 dir=$(mktemp -d /tmp/kvc-cluster-XXXXXX)
 pids=
@@ -200,6 +201,23 @@ corrupt-in-flight)
 	ctl B stats | grep -Eq "^remote_corrupt +1$" || { ctl B stats >&2; fail "not counted"; }
 	ctl B ls | grep -q "^k " && fail "damaged bytes were kept"
 	grep -q "checksum mismatch" "$dir/B.log" || fail "not logged"
+	;;
+exists-across-nodes)
+	# exists, batch exists and prefix lookups see other nodes' keys
+	start_master 0
+	start_node A
+	start_node B
+	printf 'x' | ctl A put only-on-a - || fail "put on A"
+	sleep 0.3
+	expect 0 "$KVCACHECTL" -s "$dir/B.sock" exists only-on-a
+	expect 1 "$KVCACHECTL" -s "$dir/B.sock" exists on-no-node
+	ctl B ls | grep -q "^only-on-a " && fail "exists copied the object"
+	# engine A on node A stores prompts' KV blocks; engine B on node B finds
+	# every prompt cached (a cluster-wide prefix lookup) and loads every block
+	"$KVCACHE_WORKLOAD" --socket "$dir/A.sock" --cluster "$dir/B.sock" --prompts 6 \
+		--blocks 8 --block-size 256K >"$dir/out" 2>"$dir/err" || fail "workload across nodes"
+	grep -q "6/6 prompts fully cached" "$dir/out" || fail "not every prompt was found"
+	grep -q "every byte of every block matched" "$dir/out" || fail "bytes"
 	;;
 refused-configs)
 	start_master 0

@@ -219,6 +219,46 @@ exists-across-nodes)
 	grep -q "6/6 prompts fully cached" "$dir/out" || fail "not every prompt was found"
 	grep -q "every byte of every block matched" "$dir/out" || fail "bytes"
 	;;
+two-hosts)
+	# the same across two network namespaces joined by a veth pair, each
+	# node on its own address (skipped where namespaces cannot be made)
+	ns_a=kvct-a-$$ ns_b=kvct-b-$$
+	command -v ip >/dev/null && ip netns add "$ns_a" 2>/dev/null || {
+		echo "cannot make network namespaces here (root and iproute2 needed)"; exit 77; }
+	trap 'ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; cleanup' EXIT
+	ip netns add "$ns_b"
+	ip link add "kvta$$" type veth peer name "kvtb$$"
+	ip link set "kvta$$" netns "$ns_a"
+	ip link set "kvtb$$" netns "$ns_b"
+	ip -n "$ns_a" addr add 10.233.0.1/24 dev "kvta$$"
+	ip -n "$ns_b" addr add 10.233.0.2/24 dev "kvtb$$"
+	for n in "$ns_a" "$ns_b"; do ip -n "$n" link set lo up; done
+	ip -n "$ns_a" link set "kvta$$" up
+	ip -n "$ns_b" link set "kvtb$$" up
+	ip netns exec "$ns_a" "$KVCACHE_MASTER" --rpc_address 10.233.0.1 --port 50051 \
+		--client_ttl 2 2>"$dir/master.log" &
+	pids="$pids $!"
+	for n in A B; do
+		[ $n = A ] && { ns=$ns_a; ip=10.233.0.1; } || { ns=$ns_b; ip=10.233.0.2; }
+		ip netns exec "$ns" "$KVCACHED" --socket "$dir/$n.sock" --dram-size 64MB \
+			--hugepages off --master 10.233.0.1:50051 --listen "$ip:50052" --insecure \
+			--node-id "$n" 2>"$dir/$n.log" &
+		pids="$pids $!"
+		eval "pid_$n=\$!"
+	done
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' cluster | grep -q '1 of 1 joined'"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' cluster | grep -q '1 of 1 joined'"
+	"$KVCACHE_WORKLOAD" --socket "$dir/A.sock" --cluster "$dir/B.sock" --prompts 6 \
+		--blocks 8 --block-size 256K >"$dir/out" 2>"$dir/err" || fail "workload across hosts"
+	grep -q "every byte of every block matched" "$dir/out" || fail "bytes"
+	ctl B stats | grep -Eq "^remote_hits +[1-9]" || fail "nothing crossed the link"
+	# a holder killed: B's gets of its keys end cleanly, B goes on
+	kill -9 "$pid_A"
+	set +e; timeout 20 "$KVCACHECTL" -s "$dir/B.sock" get "never-stored" - >/dev/null 2>&1
+	got=$?; set -e
+	[ "$got" = 1 ] || fail "a miss after the holder died exited $got"
+	until_ok not_member B A
+	;;
 refused-configs)
 	start_master 0
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \

@@ -345,6 +345,56 @@ int kvc_unpin(struct kvc_client *c, const char *key)
 	return r;
 }
 
+int kvc_where(struct kvc_client *c, const char *key, char ***ret_nodes, size_t *ret_n)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__KeyReq kq = KVC__KEY_REQ__INIT;
+	Kvc__Response *resp;
+	size_t bytes = 0;
+	char **v, *p;
+	int r;
+
+	if (!c || !ret_nodes || !ret_n || client_check_key(key) < 0)
+		return -EINVAL;
+	kq.key = (ProtobufCBinaryData) { .len = strlen(key), .data = (uint8_t *) key };
+	q.op = KVC__OP__OP_WHERE;
+	q.body_case = KVC__REQUEST__BODY_KEY;
+	q.key = &kq;
+	r = client_rpc(c, &q, &resp);
+	if (r < 0)
+		return r;
+	if (resp->body_case != KVC__RESPONSE__BODY_WHERE) {
+		kvc__response__free_unpacked(resp, NULL);
+		return -EPROTO;
+	}
+	for (size_t i = 0; i < resp->where->n_nodes; i++)
+		bytes += strlen(resp->where->nodes[i]) + 1;
+	/* one block: the pointers, then the strings */
+	v = malloc((resp->where->n_nodes + 1) * sizeof(*v) + bytes);
+	if (!v) {
+		kvc__response__free_unpacked(resp, NULL);
+		return -ENOMEM;
+	}
+	p = (char *) (v + resp->where->n_nodes + 1);
+	for (size_t i = 0; i < resp->where->n_nodes; i++) {
+		size_t len = strlen(resp->where->nodes[i]) + 1;
+
+		memcpy(p, resp->where->nodes[i], len);
+		v[i] = p;
+		p += len;
+	}
+	v[resp->where->n_nodes] = NULL;
+	*ret_n = resp->where->n_nodes;
+	*ret_nodes = v;
+	kvc__response__free_unpacked(resp, NULL);
+	return 0;
+}
+
+void kvc_where_free(char **nodes)
+{
+	free(nodes);
+}
+
 static int stat_value(struct kvc_client *c, const char *name, uint64_t *ret)
 {
 	struct kvc_counter *v;

@@ -136,6 +136,7 @@ static int validate(const Kvc__Request *q, const char **why)
 	case KVC__OP__OP_EXISTS:
 	case KVC__OP__OP_REMOVE:
 	case KVC__OP__OP_UNPIN:
+	case KVC__OP__OP_WHERE:
 		if (q->body_case != KVC__REQUEST__BODY_KEY)
 			break;
 		return check_key(q->key, why);

@@ -58,6 +58,7 @@ static void usage(FILE *f)
 		"  evict [--tier T] [--bytes N | --all]\n"
 		"                               drop unused objects, least recently used first\n"
 		"  cluster                      the cluster's members as this daemon sees them\n"
+		"  where KEY                    the nodes holding KEY (exit 1 if none)\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   daemon socket (default: $KVCACHE_SOCKET, then\n"
@@ -272,6 +273,33 @@ static int cmd_cluster(struct kvc_client *c)
 		}
 	}
 	kvc_cluster_free(v);
+	return 0;
+}
+
+static int cmd_where(struct kvc_client *c, const char *key)
+{
+	char **nodes;
+	size_t n;
+	int r = kvc_where(c, key, &nodes, &n);
+
+	if (r == -ENOENT) {
+		if (arg_json)
+			printf("[]\n");
+		fprintf(stderr, "kvcachectl: %s: held by no node\n", key);
+		return 1;
+	}
+	if (r < 0)
+		return fail("where", r);
+	if (arg_json) {
+		struct json_object *a = json_object_new_array();
+
+		for (size_t i = 0; i < n; i++)
+			json_object_array_add(a, json_object_new_string(nodes[i]));
+		print_json(a);
+	} else
+		for (size_t i = 0; i < n; i++)
+			printf("%s\n", nodes[i]);
+	kvc_where_free(nodes);
 	return 0;
 }
 
@@ -661,7 +689,8 @@ int main(int argc, char **argv)
 		if (prefix && strlen(prefix) > KVC_KEY_MAX)
 			return usage_error("invalid prefix of %zu bytes: keys are at most 511 bytes",
 					   strlen(prefix));
-	} else if (strcmp(cmd, "exists") == 0 || strcmp(cmd, "unpin") == 0) {
+	} else if (strcmp(cmd, "exists") == 0 || strcmp(cmd, "unpin") == 0 ||
+		   strcmp(cmd, "where") == 0) {
 		if (nargs != 1)
 			return usage_error("usage: %s KEY", cmd);
 	} else if (strcmp(cmd, "evict") == 0) {
@@ -693,6 +722,8 @@ int main(int argc, char **argv)
 		r = cmd_status(c);
 	else if (strcmp(cmd, "cluster") == 0)
 		r = cmd_cluster(c);
+	else if (strcmp(cmd, "where") == 0)
+		r = cmd_where(c, a1);
 	else if (strcmp(cmd, "stats") == 0)
 		r = cmd_stats(c);
 	else if (strcmp(cmd, "ls") == 0)

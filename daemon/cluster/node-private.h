@@ -98,6 +98,8 @@ int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32
 int remote_setup(struct node *n);
 void remote_teardown(struct node *n);
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret);
+int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap, bool settle,
+		   struct fetch **ret);
 int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n,
 		 uint8_t *present, bool settle, struct fetch **ret);
 void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);

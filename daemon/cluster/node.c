@@ -493,6 +493,7 @@ static const struct backend_ops remote_ops = {
 	.published = be_published,
 	.locate = remote_locate,
 	.where = remote_where,
+	.holders = remote_holders,
 	.stats = be_stats,
 	.describe = be_describe,
 };

@@ -642,6 +642,7 @@ struct dslot {
 	bool present;
 	uint16_t key_len;
 	char *key;
+	char *holders;  /* "id,id": the other nodes holding it */
 };
 
 struct dcache {
@@ -684,6 +685,17 @@ static int dc_get(struct node *n, const char *key, size_t len)
 	return d->present;
 }
 
+static struct dslot *dc_find(struct node *n, const char *key, size_t len)
+{
+	uint64_t h = index_hash(key, len);
+	struct dslot *d = dc_slot(n, key, len, h);
+
+	if (!d->key || d->hash != h || d->key_len != len || memcmp(d->key, key, len) ||
+	    d->until <= loop_now_ms(n->loop))
+		return NULL;
+	return d;
+}
+
 static void dc_put(struct node *n, const char *key, size_t len, bool present)
 {
 	uint64_t h = index_hash(key, len);
@@ -695,6 +707,8 @@ static void dc_put(struct node *n, const char *key, size_t len, bool present)
 		if (!k)
 			return;
 		free(d->key);
+		free(d->holders);
+		d->holders = NULL;
 		memcpy(k, key, len);
 		d->key = k;
 		d->key_len = (uint16_t) len;
@@ -752,9 +766,28 @@ static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__Lookup
 				const Kvc__Peer__Location *l = resp->locations[k];
 				bool elsewhere = false;
 
-				for (size_t h = 0; h < l->n_holders; h++)
-					elsewhere |= strcmp(l->holders[h], n->id) != 0;
+				char ids[512] = "";
+				size_t used = 0;
+
+				for (size_t h = 0; h < l->n_holders; h++) {
+					if (!strcmp(l->holders[h], n->id))
+						continue;
+					elsewhere = true;
+					if (used < sizeof(ids))
+						used += (size_t) snprintf(ids + used, sizeof(ids) - used,
+									  "%s%s", used ? "," : "",
+									  l->holders[h]);
+				}
 				dc_put(n, (const char *) l->key.data, l->key.len, elsewhere);
+				{
+					struct dslot *d = dc_find(n, (const char *) l->key.data,
+								  l->key.len);
+
+					if (d) {
+						free(d->holders);
+						d->holders = elsewhere ? strdup(ids) : NULL;
+					}
+				}
 			}
 			if (--q->left == 0)
 				query_finish(n, q);
@@ -839,6 +872,28 @@ fail:
 	}
 	free(bk);
 	return r;
+}
+
+int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap, bool settle,
+		   struct fetch **ret)
+{
+	struct node *n = be;
+	struct dslot *d = dc_find(n, key, len);
+
+	if (!settle) {
+		/* kvcachectl where: the directory's list now, not the cache's */
+		uint8_t present;
+		int r;
+
+		if (d)
+			d->until = 0;
+		r = remote_where(be, &key, &len, 1, &present, false, ret);
+		if (r < 0)
+			return r;
+		d = dc_find(n, key, len);
+	}
+	snprintf(buf, cap, "%s", d && d->present && d->holders ? d->holders : "");
+	return 0;
 }
 
 /* ---- serving ---- */
@@ -1122,8 +1177,10 @@ void remote_teardown(struct node *n)
 	while (n->queries)
 		query_free(n, n->queries); /* no waiter is left */
 	if (n->dcache)
-		for (size_t i = 0; i < DC_SLOTS; i++)
+		for (size_t i = 0; i < DC_SLOTS; i++) {
 			free(n->dcache->s[i].key);
+			free(n->dcache->s[i].holders);
+		}
 	free(n->dcache);
 	n->dcache = NULL;
 	loop_source_free(n->xfer_poller);

@@ -59,6 +59,10 @@ struct backend_ops {
 	 * most once. */
 	int (*where)(void *be, const char *const *keys, const size_t *lens, size_t n,
 		     uint8_t *present, bool settle, struct fetch **ret);
+	/* the other nodes holding key, as "id,id,..." in buf (empty: none);
+	 * 0, or -EINPROGRESS with *ret to wait on, as where() */
+	int (*holders)(void *be, const char *key, size_t len, char *buf, size_t cap, bool settle,
+		       struct fetch **ret);
 	/* o was committed (or recovered): e.g. tell the directory */
 	void (*published)(void *be, const struct object *o);
 	/* the cluster as this node sees it (kvcachectl cluster); -errno */

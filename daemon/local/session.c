@@ -205,6 +205,7 @@ static int op_acquire(struct session *s, uint32_t seq, const ProtobufCBinaryData
 	int r = store_acquire(&s->h, key->data, key->len, &e, &pending, rep->msg);
 
 	if (r == -EINPROGRESS && pending && key->len <= sizeof(s->parked.key)) {
+		s->parked.op = KVC__OP__OP_ACQUIRE;
 		s->parked.active = true;
 		s->parked.seq = seq;
 		memcpy(s->parked.key, key->data, key->len);
@@ -224,6 +225,77 @@ static int op_acquire(struct session *s, uint32_t seq, const ProtobufCBinaryData
 	if (r == 0)
 		set_extent(rep, &e);
 	return r;
+}
+
+/* The nodes holding key: this one first if it does, then what the
+ * directory says (the session waits for it, see parked_done()). */
+static int op_where(struct session *s, uint32_t seq, const ProtobufCBinaryData *key,
+		    struct reply *rep, bool settle)
+{
+	struct store *st = s->sv->st;
+	const struct backend *rb = &st->remote;
+	char others[1024] = "", *save = NULL;
+	struct fetch *pending = NULL;
+	Kvc__WhereResp *w;
+	char **nodes, *copy;
+	size_t n = 0;
+	char self[256];
+	struct cluster_view *v = NULL;
+	int r = 0;
+
+	if (key->len > sizeof(s->parked.key))
+		return -EINVAL;
+	if (rb->ops && rb->ops->holders) {
+		char k[WIRE_MAX_KEY + 1];
+
+		memcpy(k, key->data, key->len);
+		k[key->len] = '\0';
+		r = rb->ops->holders(rb->be, k, key->len, others, sizeof(others), settle, &pending);
+		if (r == -EINPROGRESS && pending) {
+			s->parked.op = KVC__OP__OP_WHERE;
+			s->parked.active = true;
+			s->parked.seq = seq;
+			memcpy(s->parked.key, key->data, key->len);
+			s->parked.key_len = (uint32_t) key->len;
+			s->parked.w.done = parked_done;
+			fetch_wait(pending, &s->parked.w);
+			s->events = 0;
+			loop_set_io_events(s->src, 0);
+			return r;
+		}
+		if (r < 0)
+			return r;
+	}
+	self[0] = '\0';
+	if (index_find(&st->index, key->data, key->len, index_hash(key->data, key->len))) {
+		v = calloc(1, sizeof(*v));
+		if (v && rb->ops && rb->ops->describe && rb->ops->describe(rb->be, v) == 0 && v->self)
+			snprintf(self, sizeof(self), "%s", v->self);
+		else
+			snprintf(self, sizeof(self), "%s", "(this node)");
+		free(v);
+	}
+	w = calloc(1, sizeof(*w));
+	nodes = calloc(64, sizeof(*nodes));
+	copy = malloc(sizeof(others) + sizeof(self) + 1);
+	if (!w || !nodes || !copy) {
+		free(w);
+		free(nodes);
+		free(copy);
+		return -ENOMEM;
+	}
+	kvc__where_resp__init(w);
+	snprintf(copy, sizeof(others) + sizeof(self) + 1, "%s%s%s", self, self[0] && others[0] ? "," : "",
+		 others);
+	for (char *t = strtok_r(copy, ",", &save); t && n < 64; t = strtok_r(NULL, ",", &save))
+		nodes[n++] = t;
+	w->n_nodes = n;
+	w->nodes = nodes;
+	rep->resp.body_case = KVC__RESPONSE__BODY_WHERE;
+	rep->resp.where = w;
+	rep->free1 = nodes;
+	rep->free2 = copy;
+	return n ? 0 : -ENOENT;
 }
 
 static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struct reply *rep)
@@ -650,6 +722,9 @@ static void reply_free(struct reply *rep)
 	case KVC__RESPONSE__BODY_REMOVE:
 		free(rep->resp.remove);
 		break;
+	case KVC__RESPONSE__BODY_WHERE:
+		free(rep->resp.where);
+		break;
 	default:
 		break;
 	}
@@ -705,6 +780,13 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_acquire(s, h->seq, &q->key->key, &rep);
 		if (r == -EINPROGRESS) {
 			/* answered by parked_done() */
+			kvc__request__free_unpacked(q, NULL);
+			return;
+		}
+		break;
+	case KVC__OP__OP_WHERE:
+		r = op_where(s, h->seq, &q->key->key, &rep, false);
+		if (r == -EINPROGRESS) {
 			kvc__request__free_unpacked(q, NULL);
 			return;
 		}
@@ -807,14 +889,20 @@ static void parked_done(struct waiter *w, int res)
 	int r = res;
 
 	s->parked.active = false;
-	if (res == 0) {
-		r = op_acquire(s, s->parked.seq, &key, &rep);
-		if (r == -EINPROGRESS)
-			return; /* evicted again before it ran: waits again */
-	} else if (res == -EBADMSG)
-		snprintf(rep.msg, sizeof(rep.msg),
-			 "the object's record on disk is damaged; it was dropped");
-	send_reply(s, s->parked.seq, KVC__OP__OP_ACQUIRE, r, &rep);
+	if (s->parked.op == KVC__OP__OP_WHERE) {
+		/* the directory answered (or did not in time): reply now */
+		r = op_where(s, s->parked.seq, &key, &rep, true);
+		send_reply(s, s->parked.seq, KVC__OP__OP_WHERE, r, &rep);
+	} else {
+		if (res == 0) {
+			r = op_acquire(s, s->parked.seq, &key, &rep);
+			if (r == -EINPROGRESS)
+				return; /* evicted again before it ran: waits again */
+		} else if (res == -EBADMSG)
+			snprintf(rep.msg, sizeof(rep.msg),
+				 "the object's bytes failed their checksum; they were dropped");
+		send_reply(s, s->parked.seq, KVC__OP__OP_ACQUIRE, r, &rep);
+	}
 	if (!s->closing) {
 		update_events(s);
 		process(s);

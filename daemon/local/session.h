@@ -82,6 +82,7 @@ struct session {
 	 * disk: the session reads nothing more until it is answered */
 	struct {
 		struct waiter w;        /* on the fetch */
+		uint32_t op;            /* OP_ACQUIRE or OP_WHERE */
 		bool active;
 		uint32_t seq;
 		uint8_t key[WIRE_MAX_KEY];

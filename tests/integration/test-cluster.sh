@@ -144,11 +144,15 @@ remote-get)
 	head -c 1048576 /dev/urandom >"$dir/v1m"
 	head -c 5000001 /dev/urandom >"$dir/v5m"
 	for v in v1k v1m v5m; do ctl A put "$v" "$dir/$v" || fail "put $v on A"; done
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where v1k | grep -qx A"
+	expect 1 "$KVCACHECTL" -s "$dir/B.sock" where held-nowhere
 	for v in v1k v1m v5m; do
 		until_ok ctl B get "$v" "$dir/$v.b"
 		cmp "$dir/$v" "$dir/$v.b" || fail "$v differs on B"
 	done
 	ctl B stats | grep -Eq "^remote_hits +3$" || { ctl B stats >&2; fail "remote_hits"; }
+	# B holds a replica now: itself first, then A
+	[ "$(ctl B where v1k | tr '\n' ' ')" = "B A " ] || fail "where after the fetch: $(ctl B where v1k)"
 	# the replica is local now: no second transfer
 	ctl B get v5m "$dir/again" && cmp "$dir/v5m" "$dir/again" || fail "replica"
 	ctl A stats | grep -Eq "^remote_served +3$" || { ctl A stats >&2; fail "A served"; }

@@ -298,6 +298,12 @@ struct kvc_cluster {
 int kvc_cluster_get(struct kvc_client *c, struct kvc_cluster **ret);
 void kvc_cluster_free(struct kvc_cluster *v);
 
+/* The nodes holding key: node ids, this daemon's own first when it holds it,
+ * then what the cluster's directory says now.  -ENOENT: none.  Free the
+ * NULL-terminated array with kvc_where_free(). */
+int kvc_where(struct kvc_client *c, const char *key, char ***ret_nodes, size_t *ret_n);
+void kvc_where_free(char **nodes);
+
 /* Counters by name ("puts", "gets", "hits", "misses", "bytes_in", ...). */
 int kvc_stats_get(struct kvc_client *c, struct kvc_counter **ret, size_t *ret_n);
 void kvc_stats_free(struct kvc_counter *v);

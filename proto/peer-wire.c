@@ -90,7 +90,8 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 	case PEER_HELLO_ACK: {
 		const Kvc__Peer__HelloAck *x = (const void *) m;
 
-		return str_ok(x->error_msg) && x->proof.len <= 64 && x->error <= 0 ? 0 : -EINVAL;
+		return str_ok(x->error_msg) && (!x->proof.len || x->proof.len == PEER_PROOF_SIZE) &&
+		       (!x->nonce.len || x->nonce.len == PEER_NONCE_SIZE) && x->error <= 0 ? 0 : -EINVAL;
 	}
 	case PEER_JOIN: {
 		const Kvc__Peer__Join *x = (const void *) m;
@@ -165,6 +166,8 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 		}
 		return 0;
 	}
+	case PEER_AUTH:
+		return ((const Kvc__Peer__Auth *) m)->proof.len == PEER_PROOF_SIZE ? 0 : -EINVAL;
 	case PEER_FETCH: {
 		const Kvc__Peer__Fetch *x = (const void *) m;
 
@@ -194,6 +197,7 @@ static const ProtobufCMessageDescriptor *descriptor(uint8_t type)
 	case PEER_LOOKUP_RESP: return &kvc__peer__lookup_resp__descriptor;
 	case PEER_FETCH: return &kvc__peer__fetch__descriptor;
 	case PEER_FETCH_RESP: return &kvc__peer__fetch_resp__descriptor;
+	case PEER_AUTH: return &kvc__peer__auth__descriptor;
 	}
 	return NULL;
 }

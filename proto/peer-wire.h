@@ -25,6 +25,7 @@
 #define PEER_MAX_MEMBERS 4096u
 #define PEER_MAX_ID 255u             /* node ids, addresses, messages */
 #define PEER_NONCE_SIZE 16u
+#define PEER_PROOF_SIZE 32u
 #define PEER_MAX_OBJECT (UINT64_C(1) << 40) /* one value on the wire */
 
 enum peer_type {
@@ -39,7 +40,8 @@ enum peer_type {
 	PEER_LOOKUP_RESP = 9,
 	PEER_FETCH = 10,     /* node to node */
 	PEER_FETCH_RESP = 11, /* followed by FetchResp.len raw bytes */
-	PEER_TYPE_MAX = 11,
+	PEER_AUTH = 12,      /* the Hello side's proof of the secret */
+	PEER_TYPE_MAX = 12,
 };
 
 enum peer_role {

@@ -32,6 +32,7 @@ struct opts {
 	unsigned long long lease_ttl;
 	double high, ratio;
 	char log_level[64];
+	char secret_file[4096];
 };
 
 static struct opts o = { .port = 50051, .address = "0.0.0.0", .client_ttl = 10,
@@ -51,6 +52,8 @@ static const struct flag {
 	{ "eviction_high_watermark_ratio", K_DOUBLE, &o.high, "handed to nodes that join" },
 	{ "eviction_ratio", K_DOUBLE, &o.ratio, "handed to nodes that join" },
 	{ "log-level", K_STRING, o.log_level, "error, warn, notice, info or debug" },
+	{ "cluster-secret-file", K_STRING, o.secret_file,
+	  "every node proves this secret (the nodes' --cluster-secret-file)" },
 	/* Mooncake's, meaningless here */
 	{ "enable_gc", K_BOOL, NULL, NULL },
 	{ "max_threads", K_IGNORED, NULL, NULL },
@@ -135,7 +138,9 @@ static int set(const struct flag *f, const char *v)
 		return 0;
 	}
 	case K_STRING:
-		if (strlen(v) >= (f->dst == o.address ? sizeof(o.address) : sizeof(o.log_level)))
+		if (strlen(v) >= (f->dst == o.address	  ? sizeof(o.address)
+				  : f->dst == o.log_level ? sizeof(o.log_level)
+							  : sizeof(o.secret_file)))
 			return -EINVAL;
 		strcpy(f->dst, v);
 		return 0;
@@ -175,8 +180,10 @@ static int parse(int argc, char **argv)
 		memcpy(name, a, len);
 		name[len] = '\0';
 		for (char *p = name; *p; p++)
-			if (*p == '-' && strcmp(name, "log-level"))
+			if (*p == '-' && strcmp(name, "log-level") && strcmp(name, "cluster-secret-file"))
 				*p = '_';
+		if (!strcmp(name, "cluster_secret_file"))
+			strcpy(name, "cluster-secret-file");
 		for (size_t k = 0; k < sizeof(flags) / sizeof(flags[0]); k++)
 			if (!strcmp(flags[k].name, name))
 				f = &flags[k];
@@ -245,6 +252,18 @@ int main(int argc, char **argv)
 	cfg.default_kv_lease_ttl_ms = o.lease_ttl;
 	cfg.eviction_high_watermark_ratio = o.high;
 	cfg.eviction_ratio = o.ratio;
+	if (o.secret_file[0]) {
+		static struct peer_secret secret;
+		char err[512];
+
+		if (peer_secret_load(o.secret_file, &secret, err, sizeof(err)) < 0) {
+			fprintf(stderr, "kvcache-master: %s\n", err);
+			return 2;
+		}
+		cfg.secret = &secret;
+	} else if (cfg.listen.host[0] == '\0' || !net_addr_is_loopback(&cfg.listen))
+		fprintf(stderr, "kvcache-master: warning: no --cluster-secret-file: any host that "
+				"reaches this port can join\n");
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);

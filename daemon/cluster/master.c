@@ -74,6 +74,8 @@ struct mconn {
 	struct pconn pc;
 	struct loop_source *src;
 	bool hello;
+	bool authed;          /* proved the secret (or there is none) */
+	uint8_t nonce[PEER_NONCE_SIZE];
 	int node;             /* slot, or -1 */
 };
 
@@ -510,7 +512,12 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 		r = -EPROTO;
 		goto out;
 	}
-	if (c->node < 0 && h->type != PEER_HELLO && h->type != PEER_JOIN &&
+	if (c->hello && !c->authed && h->type != PEER_AUTH) {
+		log_warn("connection refused: no proof of the cluster secret");
+		r = -EACCES;
+		goto out;
+	}
+	if (c->node < 0 && h->type != PEER_HELLO && h->type != PEER_AUTH && h->type != PEER_JOIN &&
 	    h->type != PEER_LOOKUP) {
 		r = -ENOTCONN;
 		goto out;
@@ -526,15 +533,45 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 			r = -EPROTO;
 			break;
 		}
+		uint8_t proof[PEER_PROOF_SIZE];
+
 		c->hello = true;
 		ack.features = x->features & PEER_FEAT_KNOWN;
 		if (x->major != PEER_MAJOR) {
 			ack.error = -EPROTONOSUPPORT;
 			ack.error_msg = "unsupported peer protocol version";
-		}
+		} else if (m->cfg.secret && x->nonce.len != PEER_NONCE_SIZE) {
+			ack.error = -EACCES;
+			ack.error_msg = "this master requires the cluster secret "
+					"(--cluster-secret-file)";
+			log_warn("refused %s: it has no cluster secret",
+				 x->node_id && x->node_id[0] ? x->node_id : "a connection");
+		} else if (m->cfg.secret) {
+			peer_proof(m->cfg.secret, x->nonce.data, x->nonce.len, proof);
+			peer_nonce(c->nonce);
+			ack.proof = (ProtobufCBinaryData) { .len = sizeof(proof), .data = proof };
+			ack.nonce = (ProtobufCBinaryData) { .len = sizeof(c->nonce), .data = c->nonce };
+		} else
+			c->authed = true;
 		r = pconn_send(&c->pc, PEER_HELLO_ACK, h->seq, &ack.base);
 		if (ack.error)
-			r = -EPROTONOSUPPORT;
+			r = ack.error;
+		break;
+	}
+	case PEER_AUTH: {
+		const Kvc__Peer__Auth *x = (const void *) msg;
+
+		if (c->authed || !m->cfg.secret) {
+			r = -EPROTO;
+			break;
+		}
+		if (!peer_proof_ok(m->cfg.secret, c->nonce, sizeof(c->nonce), x->proof.data,
+				   x->proof.len)) {
+			log_warn("connection refused: wrong cluster secret");
+			r = -EACCES;
+			break;
+		}
+		c->authed = true;
 		break;
 	}
 	case PEER_JOIN:

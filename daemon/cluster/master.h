@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "net.h"
+#include "peer-auth.h"
 
 struct loop;
 struct master;
@@ -20,6 +21,7 @@ struct master_config {
 	uint64_t default_kv_lease_ttl_ms;      /* handed to nodes that join; 0: unset */
 	double eviction_high_watermark_ratio;  /* 0: unset */
 	double eviction_ratio;                 /* 0: unset */
+	const struct peer_secret *secret;      /* NULL: none; every connection proves it */
 };
 
 int master_new(struct loop *l, const struct master_config *cfg, struct master **ret);

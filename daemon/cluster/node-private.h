@@ -10,6 +10,7 @@
 #include "index.h"
 #include "loop.h"
 #include "net.h"
+#include "peer-auth.h"
 #include "peer-conn.h"
 #include "store.h"
 
@@ -42,6 +43,7 @@ struct link {
 	uint64_t retry_at, hb_at, heard_ms;
 	uint32_t seq;
 	bool warned;
+	uint8_t nonce[PEER_NONCE_SIZE];
 	/* directory updates not yet sent */
 	uint8_t *q;
 	size_t q_len, q_cap;
@@ -70,6 +72,7 @@ struct node {
 	unsigned n_links;
 	uint32_t ttl_s;
 	uint64_t timeout_ms;           /* --remote-timeout-ms */
+	struct peer_secret secret;     /* len 0: none */
 	/* remote.c: fetches in flight (placeholders by key for single
 	 * flight), serving connections, the data threads */
 	struct index pending;

@@ -108,6 +108,23 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 			r = a->error;
 			break;
 		}
+		if (n->secret.len) {
+			Kvc__Peer__Auth au = KVC__PEER__AUTH__INIT;
+			uint8_t proof[PEER_PROOF_SIZE];
+
+			if (!peer_proof_ok(&n->secret, k->nonce, sizeof(k->nonce), a->proof.data,
+					   a->proof.len) ||
+			    a->nonce.len != PEER_NONCE_SIZE) {
+				log_error("master %s does not know the cluster secret", k->name);
+				r = -EACCES;
+				break;
+			}
+			peer_proof(&n->secret, a->nonce.data, a->nonce.len, proof);
+			au.proof = (ProtobufCBinaryData) { .len = sizeof(proof), .data = proof };
+			r = pconn_send(&k->pc, PEER_AUTH, ++k->seq, &au.base);
+			if (r < 0)
+				break;
+		}
 		r = send_join(k);
 		break;
 	}
@@ -175,6 +192,11 @@ static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 		hello.features = PEER_FEAT_KNOWN;
 		hello.node_id = k->n->id;
 		hello.role = PEER_ROLE_NODE;
+		if (k->n->secret.len) {
+			peer_nonce(k->nonce);
+			hello.nonce = (ProtobufCBinaryData) { .len = sizeof(k->nonce),
+							      .data = k->nonce };
+		}
 		k->state = L_HELLO;
 		r = pconn_send(&k->pc, PEER_HELLO, ++k->seq, &hello.base);
 		if (r < 0) {
@@ -571,12 +593,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 		snprintf(err, err_len, "--listen %s: expected [HOST:]PORT", cfg->listen);
 		return -EINVAL;
 	}
-	if (cfg->secret_file[0]) {
-		snprintf(err, err_len, "--cluster-secret-file: not supported yet; use --insecure "
-			 "on a trusted network, or loopback addresses");
-		return -EINVAL;
-	}
-	if (!net_addr_is_loopback(&listen) && !cfg->insecure) {
+	if (!net_addr_is_loopback(&listen) && !cfg->insecure && !cfg->secret_file[0]) {
 		snprintf(err, err_len, "refusing to serve peers on %s without --cluster-secret-file "
 			 "(or --insecure on a trusted network)", listen.host[0] ? listen.host : "every address");
 		return -EINVAL;
@@ -590,6 +607,13 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	n->listen_fd = -1;
 	n->ttl_s = 10;
 	n->timeout_ms = cfg->remote_timeout_ms;
+	if (cfg->secret_file[0]) {
+		r = peer_secret_load(cfg->secret_file, &n->secret, err, err_len);
+		if (r < 0) {
+			free(n);
+			return -EINVAL;
+		}
+	}
 	if (getrandom(&n->generation, sizeof(n->generation), 0) != sizeof(n->generation))
 		n->generation = (uint64_t) getpid() << 32 ^ (uint64_t) loop_now_ms(st->loop);
 	snprintf(list, sizeof(list), "%s", cfg->master_server_address);
@@ -686,5 +710,6 @@ void node_teardown(struct node *n)
 	loop_source_free(n->timer);
 	if (n->listen_fd >= 0)
 		close(n->listen_fd);
+	explicit_bzero(&n->secret, sizeof(n->secret));
 	free(n);
 }

@@ -93,6 +93,8 @@ struct pserve {
 	struct holder h;
 	bool busy;               /* a data thread is sending */
 	bool eof;                /* the peer is done asking */
+	bool hello, authed;      /* with a secret: Hello, then its proof */
+	uint8_t nonce[PEER_NONCE_SIZE];
 	struct waiter w;         /* waiting for a disk read-back */
 	uint32_t seq;
 	uint8_t key[PEER_MAX_KEY];
@@ -303,6 +305,7 @@ static void idle_put(struct xfer *x, const char *address, int fd)
 }
 
 static int fetch_on(struct rfetch *rf, int fd, uint64_t deadline);
+static int handshake(struct node *n, int fd, uint64_t deadline);
 
 /* One fetch from one holder, on a data thread: on a kept connection if
  * there is one (once more on a new one if it went stale), else a new one. */
@@ -334,6 +337,8 @@ static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 		net_tune(fd, 1);
 		r = set_blocking(fd, true);
 	}
+	if (r == 0 && rf->n->secret.len)
+		r = handshake(rf->n, fd, deadline);
 	if (r == 0)
 		r = fetch_on(rf, fd, deadline);
 	if (r == 0 || r == -ENOENT)
@@ -341,6 +346,73 @@ static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 	else
 		close(fd);
 	return r;
+}
+
+/* One frame of at most cap payload bytes, of the type expected. */
+static int recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t deadline,
+		      ProtobufCMessage **ret)
+{
+	uint8_t hdr[PEER_HDR_SIZE];
+	struct peer_hdr h;
+	int r = recv_full(fd, hdr, sizeof(hdr), deadline);
+
+	if (r == 0)
+		r = peer_hdr_decode(hdr, cap, &h);
+	if (r == 0 && h.type != type)
+		r = -EPROTO;
+	if (r == 0)
+		r = recv_full(fd, buf, h.len, deadline);
+	if (r == 0)
+		r = peer_msg_decode(h.type, buf, h.len, ret);
+	return r;
+}
+
+static int send_msg(int fd, uint8_t type, const ProtobufCMessage *m, uint64_t deadline)
+{
+	uint8_t *frame;
+	size_t len;
+	int r = peer_frame_pack(type, 1, m, &frame, &len);
+
+	if (r < 0)
+		return r;
+	r = send_full(fd, frame, len, deadline);
+	free(frame);
+	return r;
+}
+
+/* On a new data connection, with a secret: Hello, the holder's proof,
+ * ours. */
+static int handshake(struct node *n, int fd, uint64_t deadline)
+{
+	Kvc__Peer__Hello hello = KVC__PEER__HELLO__INIT;
+	Kvc__Peer__Auth au = KVC__PEER__AUTH__INIT;
+	Kvc__Peer__HelloAck *ack;
+	ProtobufCMessage *m;
+	uint8_t nonce[PEER_NONCE_SIZE], proof[PEER_PROOF_SIZE], buf[1024];
+	int r;
+
+	peer_nonce(nonce);
+	hello.major = PEER_MAJOR;
+	hello.minor = PEER_MINOR;
+	hello.features = PEER_FEAT_KNOWN;
+	hello.node_id = n->id;
+	hello.role = PEER_ROLE_NODE;
+	hello.nonce = (ProtobufCBinaryData) { .len = sizeof(nonce), .data = nonce };
+	r = send_msg(fd, PEER_HELLO, &hello.base, deadline);
+	if (r == 0)
+		r = recv_frame(fd, PEER_HELLO_ACK, buf, sizeof(buf), deadline, &m);
+	if (r < 0)
+		return r;
+	ack = (Kvc__Peer__HelloAck *) m;
+	if (ack->error || ack->nonce.len != PEER_NONCE_SIZE ||
+	    !peer_proof_ok(&n->secret, nonce, sizeof(nonce), ack->proof.data, ack->proof.len)) {
+		protobuf_c_message_free_unpacked(m, NULL);
+		return -EACCES;
+	}
+	peer_proof(&n->secret, ack->nonce.data, ack->nonce.len, proof);
+	protobuf_c_message_free_unpacked(m, NULL);
+	au.proof = (ProtobufCBinaryData) { .len = sizeof(proof), .data = proof };
+	return send_msg(fd, PEER_AUTH, &au.base, deadline);
 }
 
 /* The exchange on a connected fd: 0, -ENOENT (cleanly, the connection is
@@ -975,6 +1047,46 @@ static int ps_serve(struct pserve *ps)
 	return 1;
 }
 
+/* The holder's side of the handshake (handshake() is the other). */
+static int ps_auth(struct pserve *ps, uint8_t type, uint32_t seq, ProtobufCMessage *m)
+{
+	const struct peer_secret *sec = &ps->n->secret;
+
+	if (type == PEER_HELLO) {
+		const Kvc__Peer__Hello *x = (const void *) m;
+		Kvc__Peer__HelloAck ack = KVC__PEER__HELLO_ACK__INIT;
+		uint8_t proof[PEER_PROOF_SIZE];
+
+		if (ps->hello)
+			return -EPROTO;
+		ps->hello = true;
+		ack.features = x->features & PEER_FEAT_KNOWN;
+		if (sec->len && x->nonce.len == PEER_NONCE_SIZE) {
+			peer_proof(sec, x->nonce.data, x->nonce.len, proof);
+			peer_nonce(ps->nonce);
+			ack.proof = (ProtobufCBinaryData) { .len = sizeof(proof), .data = proof };
+			ack.nonce = (ProtobufCBinaryData) { .len = sizeof(ps->nonce),
+							    .data = ps->nonce };
+		} else if (sec->len) {
+			ack.error = -EACCES;
+			ack.error_msg = "this node requires the cluster secret";
+		} else
+			ps->authed = true;
+		return pconn_send(&ps->pc, PEER_HELLO_ACK, seq, &ack.base) < 0 ? -EIO
+			: ack.error ? -EACCES : 0;
+	}
+	if (!ps->hello || ps->authed || !sec->len)
+		return -EPROTO;
+	if (!peer_proof_ok(sec, ps->nonce, sizeof(ps->nonce),
+			   ((const Kvc__Peer__Auth *) m)->proof.data,
+			   ((const Kvc__Peer__Auth *) m)->proof.len)) {
+		log_warn("peer connection refused: wrong cluster secret");
+		return -EACCES;
+	}
+	ps->authed = true;
+	return 0;
+}
+
 /* Frames already read, one request at a time. */
 static void ps_process(struct pserve *ps)
 {
@@ -988,13 +1100,23 @@ static void ps_process(struct pserve *ps)
 		r = pconn_next(&ps->pc, &h, &payload);
 		if (r <= 0)
 			break;
-		if (h.type != PEER_FETCH) {
-			r = -EPROTO;
-			break;
-		}
 		r = peer_msg_decode(h.type, payload, h.len, &m);
 		if (r < 0)
 			break;
+		if (h.type == PEER_HELLO || h.type == PEER_AUTH) {
+			r = ps_auth(ps, h.type, h.seq, m);
+			protobuf_c_message_free_unpacked(m, NULL);
+			if (r < 0)
+				break;
+			continue;
+		}
+		if (h.type != PEER_FETCH || (ps->n->secret.len && !ps->authed)) {
+			if (h.type == PEER_FETCH)
+				log_warn("peer connection refused: no proof of the cluster secret");
+			protobuf_c_message_free_unpacked(m, NULL);
+			r = h.type == PEER_FETCH ? -EACCES : -EPROTO;
+			break;
+		}
 		ps->seq = h.seq;
 		ps->key_len = ((Kvc__Peer__Fetch *) m)->key.len;
 		memcpy(ps->key, ((Kvc__Peer__Fetch *) m)->key.data, ps->key_len);

@@ -263,6 +263,45 @@ two-hosts)
 	[ "$got" = 1 ] || fail "a miss after the holder died exited $got"
 	until_ok not_member B A
 	;;
+secret)
+	# with --cluster-secret-file every connection proves the secret: the
+	# right one joins and fetches, a wrong one and none are refused
+	printf 'correct horse battery staple\n' >"$dir/secret"
+	printf 'another secret, quite wrong\n' >"$dir/wrong"
+	chmod 600 "$dir/secret" "$dir/wrong"
+	start_master 0 --cluster-secret-file "$dir/secret"
+	start_node A --cluster-secret-file "$dir/secret"
+	start_node B --cluster-secret-file "$dir/secret"
+	until_ok member A B up
+	head -c 300000 /dev/urandom >"$dir/v"
+	ctl A put k "$dir/v"
+	until_ok ctl B get k "$dir/v.b"
+	cmp "$dir/v" "$dir/v.b" || fail "bytes differ"
+	start_node C --cluster-secret-file "$dir/wrong"
+	start_node D
+	sleep 1
+	not_member A C || fail "a node with the wrong secret joined"
+	not_member A D || fail "a node without a secret joined"
+	grep -q "does not know the cluster secret\|refused this node" "$dir/C.log" ||
+		fail "C not told"
+	grep -q "requires the cluster secret" "$dir/D.log" || fail "D not told"
+	# a data connection without the secret gets nothing from A
+	a_port=$(ctl A cluster | sed -n 's/^A  *127\.0\.0\.1:\([0-9]*\) .*/\1/p')
+	[ -n "$a_port" ] || fail "no port for A"
+	python3 - "$a_port" <<'PY' || fail "A served a peer without the secret"
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+key = b"k"
+payload = bytes([0x0a, len(key)]) + key
+s.sendall(b"KP" + bytes([1, 10]) + struct.pack("<III", len(payload), 1, 0) + payload)
+data = s.recv(64)
+sys.exit(0 if data == b"" else 1)
+PY
+	# secret files others can read are refused, as ssh refuses keys
+	chmod 644 "$dir/wrong"
+	expect 2 "$KVCACHE_MASTER" --port 0 --cluster-secret-file "$dir/wrong"
+	grep -q "chmod 600" "$dir/err" || fail "not explained"
+	;;
 refused-configs)
 	start_master 0
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \

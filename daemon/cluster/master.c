@@ -367,6 +367,10 @@ static int on_join(struct mconn *c, uint32_t seq, const Kvc__Peer__Join *j)
 	int slot = node_find(m, j->node_id);
 	struct mnode *n;
 
+	/* a connection is one node: joining again (a re-join after a drop,
+	 * or the same id) is fine, as another node is not */
+	if (c->node >= 0 && c->node != slot)
+		return -EPROTO;
 	if (slot >= 0 && m->nodes[slot].generation != j->generation) {
 		/* the same name, a new run: what the old one held is gone */
 		if (m->nodes[slot].conn && m->nodes[slot].conn != c)
@@ -633,6 +637,31 @@ static void conn_event(struct loop_source *s, int fd, uint32_t events, void *u)
 	loop_set_io_events(c->src, EPOLLIN | (pconn_wants_write(&c->pc) ? EPOLLOUT : 0));
 }
 
+static struct mconn *adopt(struct master *m, int cfd)
+{
+	struct mconn *c;
+
+	if (m->n_conns >= CONN_MAX || !(c = calloc(1, sizeof(*c)))) {
+		close(cfd);
+		return NULL;
+	}
+	net_tune(cfd, (int) m->cfg.client_ttl_s);
+	c->m = m;
+	c->node = -1;
+	pconn_init(&c->pc, cfd, MAX_OUT);
+	if (loop_add_io(m->loop, cfd, EPOLLIN, conn_event, c, &c->src) < 0) {
+		pconn_done(&c->pc);
+		free(c);
+		return NULL;
+	}
+	c->next = m->conns;
+	if (c->next)
+		c->next->prev = c;
+	m->conns = c;
+	m->n_conns++;
+	return c;
+}
+
 static void on_accept(struct loop_source *s, int fd, uint32_t events, void *u)
 {
 	struct master *m = u;
@@ -641,34 +670,26 @@ static void on_accept(struct loop_source *s, int fd, uint32_t events, void *u)
 	(void) events;
 	for (;;) {
 		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct mconn *c;
 
 		if (cfd < 0)
 			return;
-		if (m->n_conns >= CONN_MAX) {
-			close(cfd);
-			continue;
-		}
-		c = calloc(1, sizeof(*c));
-		if (!c) {
-			close(cfd);
-			continue;
-		}
-		net_tune(cfd, (int) m->cfg.client_ttl_s);
-		c->m = m;
-		c->node = -1;
-		pconn_init(&c->pc, cfd, MAX_OUT);
-		if (loop_add_io(m->loop, cfd, EPOLLIN, conn_event, c, &c->src) < 0) {
-			pconn_done(&c->pc);
-			free(c);
-			continue;
-		}
-		c->next = m->conns;
-		if (c->next)
-			c->next->prev = c;
-		m->conns = c;
-		m->n_conns++;
+		adopt(m, cfd);
 	}
+}
+
+void master_feed(struct master *m, int fd)
+{
+	struct mconn *c = adopt(m, fd);
+
+	if (!c)
+		return;
+	conn_event(c->src, fd, EPOLLIN, c);
+	/* still open (it asked nothing wrong): the peer hangs up now */
+	for (struct mconn *x = m->conns; x; x = x->next)
+		if (x == c) {
+			conn_close(c, NULL);
+			break;
+		}
 }
 
 int master_new(struct loop *l, const struct master_config *cfg, struct master **ret)

@@ -28,3 +28,6 @@ int master_new(struct loop *l, const struct master_config *cfg, struct master **
 void master_free(struct master *m);
 /* The port it listens on (the one asked for, or the kernel's for 0). */
 uint16_t master_port(const struct master *m);
+/* Fuzzing: take fd as an accepted connection, handle what can be read from
+ * it now, then hang it up as if the peer had gone. */
+void master_feed(struct master *m, int fd);

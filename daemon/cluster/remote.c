@@ -599,6 +599,9 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	free(rf);
 }
 
+static bool dc_addresses(struct node *n, const char *key, size_t len, struct rfetch *rf,
+			 uint64_t *ret_len);
+
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 {
 	struct node *n = be;
@@ -616,12 +619,21 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	o = object_new(key, len);
 	f = calloc(1, sizeof(*f));
 	rf = calloc(1, sizeof(*rf));
-	if (!o || !f || !rf ||
-	    node_lookup(node_owner(n, key, len), key, len, &rf->seq) < 0) {
-		free(o);
-		free(f);
-		free(rf);
-		return -ENOENT;
+	if (!o || !f || !rf)
+		goto fail;
+	/* an exists or prefix lookup just asked the directory: no need to
+	 * ask again before fetching */
+	if (dc_addresses(n, key, len, rf, &o->len) && o->len <= (UINT64_C(1) << 30) &&
+	    o->len <= n->st->tiers[0].alloc.size &&
+	    tier_alloc(n->st, &n->st->tiers[0], o->len, &o->block) == 0) {
+		o->tier = &n->st->tiers[0];
+		rf->dst = (uint8_t *) o->tier->seg.base + o->block->offset;
+		rf->transferring = true;
+	} else {
+		rf->n_addr = 0;
+		o->len = 0;
+		if (node_lookup(node_owner(n, key, len), key, len, &rf->seq) < 0)
+			goto fail;
 	}
 	f->o = o;
 	o->fetch = f;
@@ -635,8 +647,17 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	n->rfetches = rf;
 	n->n_rfetches++;
 	loop_timer_arm(n->timer, rf->deadline);
+	if (rf->transferring) {
+		rf->job = (struct xjob) { .kind = J_FETCH, .owner = rf };
+		queue(n, &rf->job);
+	}
 	*ret = f;
 	return 0;
+fail:
+	free(o);
+	free(f);
+	free(rf);
+	return -ENOENT;
 }
 
 static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp);
@@ -715,6 +736,8 @@ struct dslot {
 	uint16_t key_len;
 	char *key;
 	char *holders;  /* "id,id": the other nodes holding it */
+	char *addrs;    /* their addresses, in the same order */
+	uint64_t len;   /* the value's */
 };
 
 struct dcache {
@@ -768,6 +791,24 @@ static struct dslot *dc_find(struct node *n, const char *key, size_t len)
 	return d;
 }
 
+/* A fresh answer naming holders: their addresses into rf, and the length;
+ * false when there is none. */
+static bool dc_addresses(struct node *n, const char *key, size_t len, struct rfetch *rf,
+			 uint64_t *ret_len)
+{
+	struct dslot *d = dc_find(n, key, len);
+	char copy[512], *save = NULL;
+
+	if (!d || !d->present || !d->addrs)
+		return false;
+	snprintf(copy, sizeof(copy), "%s", d->addrs);
+	for (char *t = strtok_r(copy, ",", &save); t && rf->n_addr < MAX_HOLDERS_TRIED;
+	     t = strtok_r(NULL, ",", &save))
+		snprintf(rf->addr[rf->n_addr++], sizeof(rf->addr[0]), "%s", t);
+	*ret_len = d->len;
+	return rf->n_addr > 0;
+}
+
 static void dc_put(struct node *n, const char *key, size_t len, bool present)
 {
 	uint64_t h = index_hash(key, len);
@@ -780,7 +821,8 @@ static void dc_put(struct node *n, const char *key, size_t len, bool present)
 			return;
 		free(d->key);
 		free(d->holders);
-		d->holders = NULL;
+		free(d->addrs);
+		d->holders = d->addrs = NULL;
 		memcpy(k, key, len);
 		d->key = k;
 		d->key_len = (uint16_t) len;
@@ -838,8 +880,8 @@ static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__Lookup
 				const Kvc__Peer__Location *l = resp->locations[k];
 				bool elsewhere = false;
 
-				char ids[512] = "";
-				size_t used = 0;
+				char ids[512] = "", addrs[512] = "";
+				size_t used = 0, aused = 0;
 
 				for (size_t h = 0; h < l->n_holders; h++) {
 					if (!strcmp(l->holders[h], n->id))
@@ -849,6 +891,11 @@ static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__Lookup
 						used += (size_t) snprintf(ids + used, sizeof(ids) - used,
 									  "%s%s", used ? "," : "",
 									  l->holders[h]);
+					if (aused < sizeof(addrs))
+						aused += (size_t) snprintf(addrs + aused,
+									   sizeof(addrs) - aused,
+									   "%s%s", aused ? "," : "",
+									   l->addresses[h]);
 				}
 				dc_put(n, (const char *) l->key.data, l->key.len, elsewhere);
 				{
@@ -857,7 +904,13 @@ static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__Lookup
 
 					if (d) {
 						free(d->holders);
+						free(d->addrs);
 						d->holders = elsewhere ? strdup(ids) : NULL;
+						d->addrs = elsewhere && used < sizeof(ids) &&
+								   aused < sizeof(addrs)
+							   ? strdup(addrs)
+							   : NULL;
+						d->len = l->len;
 					}
 				}
 			}
@@ -1302,6 +1355,7 @@ void remote_teardown(struct node *n)
 		for (size_t i = 0; i < DC_SLOTS; i++) {
 			free(n->dcache->s[i].key);
 			free(n->dcache->s[i].holders);
+			free(n->dcache->s[i].addrs);
 		}
 	free(n->dcache);
 	n->dcache = NULL;

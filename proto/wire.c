@@ -142,6 +142,7 @@ static int validate(const Kvc__Request *q, const char **why)
 		return check_key(q->key, why);
 	case KVC__OP__OP_BATCH_EXISTS:
 	case KVC__OP__OP_PREFIX_LOOKUP:
+	case KVC__OP__OP_PREFETCH:
 		if (q->body_case != KVC__REQUEST__BODY_KEYS)
 			break;
 		return check_keys(q->keys, why);

@@ -59,6 +59,8 @@ static void usage(FILE *f)
 		"                               drop unused objects, least recently used first\n"
 		"  cluster                      the cluster's members as this daemon sees them\n"
 		"  where KEY                    the nodes holding KEY (exit 1 if none)\n"
+		"  prefetch KEY...              start bringing KEYs into memory (from the disk\n"
+		"                               tier or another node) and return at once\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   daemon socket (default: $KVCACHE_SOCKET, then\n"
@@ -693,6 +695,13 @@ int main(int argc, char **argv)
 		   strcmp(cmd, "where") == 0) {
 		if (nargs != 1)
 			return usage_error("usage: %s KEY", cmd);
+	} else if (strcmp(cmd, "prefetch") == 0) {
+		if (nargs < 1 || nargs > 4096)
+			return usage_error("%s", "usage: prefetch KEY...");
+		for (int i = 0; i < nargs; i++)
+			if (!*argv[optind + 1 + i] || strlen(argv[optind + 1 + i]) > KVC_KEY_MAX)
+				return usage_error("invalid key '%s': keys are 1..511 bytes",
+						   argv[optind + 1 + i]);
 	} else if (strcmp(cmd, "evict") == 0) {
 		if (nargs != 0 || (all == have_bytes))
 			return usage_error("%s", "usage: evict [--tier T] (--bytes N | --all)");
@@ -724,6 +733,14 @@ int main(int argc, char **argv)
 		r = cmd_cluster(c);
 	else if (strcmp(cmd, "where") == 0)
 		r = cmd_where(c, a1);
+	else if (strcmp(cmd, "prefetch") == 0) {
+		int n = kvc_prefetch(c, (const char *const *) argv + optind + 1, (size_t) nargs);
+
+		if (n < 0)
+			r = fail("prefetch", n);
+		else
+			printf("%d fetch%s started\n", n, n == 1 ? "" : "es");
+	}
 	else if (strcmp(cmd, "stats") == 0)
 		r = cmd_stats(c);
 	else if (strcmp(cmd, "ls") == 0)

@@ -277,6 +277,22 @@ bool store_exists(struct store *st, const void *key, size_t key_len, bool prefet
 	return true;
 }
 
+int store_prefetch(struct store *st, const void *key, size_t key_len)
+{
+	struct object *o = lookup(st, key, key_len);
+	const struct backend *rb = &st->remote;
+	struct fetch *f;
+
+	if (o) {
+		if (o->where != OBJ_BELOW && o->where != OBJ_FETCHING)
+			return 0;
+		return store_fetch(st, o, &f) == 0;
+	}
+	if (rb->ops && rb->ops->locate && rb->ops->locate(rb->be, key, key_len, &f) == 0)
+		return 1; /* nobody waits: it lands as a replica */
+	return 0;
+}
+
 int store_where(struct store *st, const char *const *keys, const size_t *lens, size_t n,
 		uint8_t *present, bool settle, struct fetch **ret)
 {

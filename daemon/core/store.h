@@ -113,6 +113,10 @@ int store_pin(struct store *st, const void *key, size_t key_len, bool hard, uint
 int store_unpin(struct store *st, const void *key, size_t key_len, char *msg);
 /* Present or not; a hit counts as a use for LRU and grants a lease. */
 bool store_exists(struct store *st, const void *key, size_t key_len, bool prefetch);
+/* Start bringing key into dram (from the disk tier or another node) and
+ * return at once: 1 if a fetch was started or joined, 0 if it is in memory
+ * already or held nowhere known. */
+int store_prefetch(struct store *st, const void *key, size_t key_len);
 /* Keys this node does not hold: held by another node?  (The remote
  * backend's where(); 0 with nothing set outside a cluster.) */
 int store_where(struct store *st, const char *const *keys, const size_t *lens, size_t n,

@@ -820,6 +820,18 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 	case KVC__OP__OP_CLUSTER:
 		r = op_cluster(s, &rep);
 		break;
+	case KVC__OP__OP_PREFETCH: {
+		uint32_t started = 0;
+
+		for (size_t i = 0; i < q->keys->n_keys; i++)
+			started += (uint32_t) store_prefetch(sv->st, q->keys->keys[i].data,
+							     q->keys->keys[i].len);
+		rep.exists.count = started;
+		rep.resp.body_case = KVC__RESPONSE__BODY_EXISTS;
+		rep.resp.exists = &rep.exists;
+		r = 0;
+		break;
+	}
 	case KVC__OP__OP_LIST:
 		r = op_list(s, q->list, &rep);
 		break;

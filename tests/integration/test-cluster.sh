@@ -169,6 +169,16 @@ remote-get)
 	for p in $getters; do wait "$p" || fail "a concurrent get failed"; done
 	for i in 0 1 2 3 4 5 6 7 8 9; do cmp "$dir/v1m" "$dir/shared.$i" || fail "client $i"; done
 	ctl A stats | grep -Eq "^remote_served +4$" || { ctl A stats >&2; fail "not single flight"; }
+	# a prefetch starts the fetch and returns; the replica lands by itself
+	ctl A put warm "$dir/v1m"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where warm | grep -qx A"
+	ctl B prefetch warm held-nowhere-either >"$dir/out" || fail "prefetch"
+	grep -q "^2 fetches started" "$dir/out" || fail "prefetch: $(cat "$dir/out")"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' ls warm | grep -q ' warm\$'"
+	ctl A stats | grep -Eq "^remote_served +5$" || { ctl A stats >&2; fail "prefetch served"; }
+	expect 0 "$KVCACHECTL" -s "$dir/B.sock" prefetch warm
+	grep -q "^0 fetches started" "$dir/out" || fail "a key in memory was fetched again"
+	expect 1 "$KVCACHECTL" -s "$dir/B.sock" exists held-nowhere-either
 	;;
 holder-killed | holder-stopped)
 	start_master 0 --client_ttl 30
@@ -203,7 +213,8 @@ corrupt-in-flight)
 	sleep 0.3
 	expect 4 "$KVCACHECTL" -s "$dir/B.sock" get k -
 	ctl B stats | grep -Eq "^remote_corrupt +1$" || { ctl B stats >&2; fail "not counted"; }
-	ctl B ls | grep -q "^k " && fail "damaged bytes were kept"
+	ctl B ls >"$dir/ls" || fail "ls"
+	grep -q " k$" "$dir/ls" && fail "damaged bytes were kept"
 	grep -q "checksum mismatch" "$dir/B.log" || fail "not logged"
 	;;
 exists-across-nodes)
@@ -215,7 +226,8 @@ exists-across-nodes)
 	sleep 0.3
 	expect 0 "$KVCACHECTL" -s "$dir/B.sock" exists only-on-a
 	expect 1 "$KVCACHECTL" -s "$dir/B.sock" exists on-no-node
-	ctl B ls | grep -q "^only-on-a " && fail "exists copied the object"
+	ctl B ls >"$dir/ls" || fail "ls"
+	grep -q " only-on-a$" "$dir/ls" && fail "exists copied the object"
 	# engine A on node A stores prompts' KV blocks; engine B on node B finds
 	# every prompt cached (a cluster-wide prefix lookup) and loads every block
 	"$KVCACHE_WORKLOAD" --socket "$dir/A.sock" --cluster "$dir/B.sock" --prompts 6 \

@@ -298,6 +298,12 @@ struct kvc_cluster {
 int kvc_cluster_get(struct kvc_client *c, struct kvc_cluster **ret);
 void kvc_cluster_free(struct kvc_cluster *v);
 
+/* Start bringing keys into this node's memory, from its disk tier or from
+ * another node of the cluster, and return at once: the number of fetches
+ * started or joined (keys already in memory start none; a key held nowhere
+ * costs one directory question and then nothing). */
+int kvc_prefetch(struct kvc_client *c, const char *const *keys, size_t n);
+
 /* The nodes holding key: node ids, this daemon's own first when it holds it,
  * then what the cluster's directory says now.  -ENOENT: none.  Free the
  * NULL-terminated array with kvc_where_free(). */

@@ -390,6 +390,26 @@ int kvc_where(struct kvc_client *c, const char *key, char ***ret_nodes, size_t *
 	return 0;
 }
 
+int kvc_push(struct kvc_client *c, const char *key, const char *node_id)
+{
+	Kvc__Request q = KVC__REQUEST__INIT;
+	Kvc__PushReq pq = KVC__PUSH_REQ__INIT;
+	Kvc__Response *resp;
+	int r;
+
+	if (!c || client_check_key(key) < 0 || !node_id || !*node_id || strlen(node_id) > 255)
+		return -EINVAL;
+	pq.key = (ProtobufCBinaryData) { .len = strlen(key), .data = (uint8_t *) key };
+	pq.node = (char *) node_id;
+	q.op = KVC__OP__OP_PUSH;
+	q.body_case = KVC__REQUEST__BODY_PUSH;
+	q.push = &pq;
+	r = client_rpc(c, &q, &resp);
+	if (r == 0)
+		kvc__response__free_unpacked(resp, NULL);
+	return r;
+}
+
 int kvc_prefetch(struct kvc_client *c, const char *const *keys, size_t n)
 {
 	Kvc__Request q = KVC__REQUEST__INIT;

@@ -475,7 +475,10 @@ int kvc_put(struct kvc_client *c, const char *key, const void *val, size_t len,
 	if (r < 0)
 		return r;
 	memcpy(b.data, val, len);
-	return kvc_commit(c, &b);
+	r = kvc_commit(c, &b);
+	if (r == 0 && opts && opts->push_to)
+		r = kvc_push(c, key, opts->push_to);
+	return r;
 }
 
 /* One key, one answer. */

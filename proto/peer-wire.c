@@ -166,6 +166,15 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 		}
 		return 0;
 	}
+	case PEER_PUSH: {
+		const Kvc__Peer__Push *x = (const void *) m;
+
+		return peer_key_check(&x->key) == 0 && x->len && x->len <= PEER_MAX_OBJECT ? 0
+											    : -EINVAL;
+	}
+	case PEER_PUSH_READY:
+	case PEER_PUSH_DONE:
+		return ((const Kvc__Peer__PushReply *) m)->error <= 0 ? 0 : -EINVAL;
 	case PEER_AUTH:
 		return ((const Kvc__Peer__Auth *) m)->proof.len == PEER_PROOF_SIZE ? 0 : -EINVAL;
 	case PEER_FETCH: {
@@ -198,6 +207,9 @@ static const ProtobufCMessageDescriptor *descriptor(uint8_t type)
 	case PEER_FETCH: return &kvc__peer__fetch__descriptor;
 	case PEER_FETCH_RESP: return &kvc__peer__fetch_resp__descriptor;
 	case PEER_AUTH: return &kvc__peer__auth__descriptor;
+	case PEER_PUSH: return &kvc__peer__push__descriptor;
+	case PEER_PUSH_READY:
+	case PEER_PUSH_DONE: return &kvc__peer__push_reply__descriptor;
 	}
 	return NULL;
 }

@@ -41,7 +41,10 @@ enum peer_type {
 	PEER_FETCH = 10,     /* node to node */
 	PEER_FETCH_RESP = 11, /* followed by FetchResp.len raw bytes */
 	PEER_AUTH = 12,      /* the Hello side's proof of the secret */
-	PEER_TYPE_MAX = 12,
+	PEER_PUSH = 13,      /* node to node */
+	PEER_PUSH_READY = 14, /* PushReply: send the bytes (or not) */
+	PEER_PUSH_DONE = 15, /* PushReply: stored (or not) */
+	PEER_TYPE_MAX = 15,
 };
 
 enum peer_role {

@@ -158,6 +158,15 @@ static int validate(const Kvc__Request *q, const char **why)
 			return -EINVAL;
 		}
 		return 0;
+	case KVC__OP__OP_PUSH:
+		if (q->body_case != KVC__REQUEST__BODY_PUSH)
+			break;
+		if (wire_key_check(&q->push->key) < 0 || !q->push->node || !q->push->node[0] ||
+		    strlen(q->push->node) > 255) {
+			*why = "push needs a key of 1..511 bytes and a node id";
+			return -EINVAL;
+		}
+		return 0;
 	case KVC__OP__OP_CHANNEL_OPEN:
 	case KVC__OP__OP_FLUSH:
 	case KVC__OP__OP_STATUS:

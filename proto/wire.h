@@ -19,7 +19,8 @@
 
 #define KVC_PROTO_MAJOR 1
 #define KVC_PROTO_MINOR 2 /* 1: SegmentInfo layout, StatusResp recovery, OP_REMOVE_PREFIX;
-                           2: OP_CLUSTER, OP_WHERE, OP_PREFETCH */
+                           2: OP_CLUSTER, OP_WHERE, OP_PREFETCH,
+                           OP_PUSH */
 
 #define WIRE_MAGIC 0x4b56u /* "KV" */
 #define WIRE_HDR_SIZE 16u

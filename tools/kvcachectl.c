@@ -31,6 +31,7 @@ enum {
 
 static const char *arg_socket;
 static bool arg_json;
+static const char *arg_push_to;
 static char socket_path[108];
 
 static void usage(FILE *f)
@@ -42,7 +43,9 @@ static void usage(FILE *f)
 		"  status                       version, uptime, tiers, hugepages, clients\n"
 		"  stats                        counters: puts, gets, hits, misses, bytes, errors\n"
 		"  ls [PREFIX] [--limit N]      keys with size and state (default limit 1000)\n"
-		"  put KEY [FILE|-]             store FILE (or stdin) under KEY\n"
+		"  put KEY [FILE|-] [--push-to NODE]\n"
+		"                               store FILE (or stdin) under KEY; --push-to also\n"
+		"                               copies it to that node of the cluster\n"
 		"  get KEY [FILE|-]             write the object to FILE (or stdout)\n"
 		"  exists KEY                   exit 0 if present, 1 if not\n"
 		"  rm [--force] KEY             remove KEY (refused while viewed, or leased\n"
@@ -489,6 +492,8 @@ static int cmd_put(struct kvc_client *c, const char *key, const char *file)
 			return EXIT_FAIL;
 		}
 		r = kvc_commit(c, &b);
+		if (r == 0 && arg_push_to)
+			r = kvc_push(c, key, arg_push_to);
 	} else {
 		uint8_t *buf = NULL;
 		size_t len = 0;
@@ -501,7 +506,8 @@ static int cmd_put(struct kvc_client *c, const char *key, const char *file)
 				close(fd);
 			return EXIT_FAIL;
 		}
-		r = len ? kvc_put(c, key, buf, len, NULL) : -EINVAL;
+		r = len ? kvc_put(c, key, buf, len, &(struct kvc_put_opts) { .push_to = arg_push_to })
+			: -EINVAL;
 		if (!len)
 			fprintf(stderr, "kvcachectl: put: empty value (values are 1 byte or more)\n");
 		free(buf);
@@ -586,6 +592,7 @@ int main(int argc, char **argv)
 		{ "soft", required_argument, NULL, 'S' },
 		{ "hard", no_argument, NULL, 'H' },
 		{ "force", no_argument, NULL, 'f' },
+		{ "push-to", required_argument, NULL, 'U' },
 		{ "prefix", required_argument, NULL, 'P' },
 		{ 0 },
 	};
@@ -653,6 +660,9 @@ int main(int argc, char **argv)
 		case 'H':
 			hard = true;
 			break;
+		case 'U':
+			arg_push_to = optarg;
+			break;
 		case 'f':
 			force = true;
 			break;
@@ -713,6 +723,8 @@ int main(int argc, char **argv)
 		return usage_error("%s", "--tier and --bytes apply to evict only");
 	if (all && strcmp(cmd, "evict") != 0 && strcmp(cmd, "rm") != 0)
 		return usage_error("%s", "--all applies to evict and rm only");
+	if (arg_push_to && strcmp(cmd, "put") != 0)
+		return usage_error("%s", "--push-to applies to put only");
 	if ((force || prefix) && strcmp(cmd, "rm") != 0)
 		return usage_error("%s", "--force and --prefix apply to rm only");
 	if ((hard || have_soft) && strcmp(cmd, "pin") != 0)

@@ -84,10 +84,12 @@ struct node {
 	struct pserve *serving;
 	unsigned n_serving;
 	struct xfer *xfer;
+	struct holder h;               /* views of objects being pushed */
 	struct loop_source *xfer_poller;
 	struct {
 		uint64_t remote_hits, remote_misses, remote_bytes_in, remote_bytes_out;
 		uint64_t remote_errors, remote_corrupt, served, serve_errors;
+		uint64_t pushes, push_errors, pushes_received;
 	} c;
 };
 
@@ -108,5 +110,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);
 void remote_expire(struct node *n, uint64_t now);
 void remote_accept(struct node *n, int fd);
+/* Copy key (held here, in memory) to the node named target; 0 started. */
+int remote_push(void *be, const char *key, size_t len, const char *target);
 
 

@@ -500,6 +500,9 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_serve_errors", n->c.serve_errors);
 	emit(u, "remote_fetching", n->n_rfetches);
 	emit(u, "remote_peer_connections", n->n_serving);
+	emit(u, "pushes", n->c.pushes);
+	emit(u, "push_errors", n->c.push_errors);
+	emit(u, "pushes_received", n->c.pushes_received);
 }
 
 static bool be_maintain(void *be)
@@ -516,6 +519,7 @@ static const struct backend_ops remote_ops = {
 	.locate = remote_locate,
 	.where = remote_where,
 	.holders = remote_holders,
+	.push = remote_push,
 	.stats = be_stats,
 	.describe = be_describe,
 };

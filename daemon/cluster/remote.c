@@ -38,7 +38,7 @@
 #define MAX_HOLDERS_TRIED 4
 #define DATA_THREADS 4
 
-enum job_kind { J_FETCH, J_SEND };
+enum job_kind { J_FETCH, J_SEND, J_PUSH, J_RECV };
 
 struct xjob {
 	struct xjob *next;
@@ -95,12 +95,24 @@ struct pserve {
 	bool eof;                /* the peer is done asking */
 	bool hello, authed;      /* with a secret: Hello, then its proof */
 	uint8_t nonce[PEER_NONCE_SIZE];
+	struct object *push_o;   /* a pushed object being received */
 	struct waiter w;         /* waiting for a disk read-back */
 	uint32_t seq;
 	uint8_t key[PEER_MAX_KEY];
 	size_t key_len;
 	uint64_t handle, len;
 	const uint8_t *bytes;
+	struct xjob job;
+};
+
+/* This node copying one of its objects to another (push_to). */
+struct rpush {
+	struct node *n;
+	uint64_t handle, len;
+	const uint8_t *bytes;
+	char key[PEER_MAX_KEY + 1];
+	size_t key_len;
+	char addr[PEER_MAX_ID + 1];
 	struct xjob job;
 };
 
@@ -505,6 +517,100 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 	j->res = r;
 }
 
+/* On a data thread: offer the object, and send it if the target wants it. */
+static int push_on(struct rpush *p, int fd, uint64_t deadline, bool corrupt)
+{
+	Kvc__Peer__Push q = KVC__PEER__PUSH__INIT;
+	ProtobufCMessage *m;
+	uint8_t buf[256];
+	int r;
+
+	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
+	q.len = p->len;
+	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
+	if (r == 0)
+		r = recv_frame(fd, PEER_PUSH_READY, buf, sizeof(buf), deadline, &m);
+	if (r < 0)
+		return r;
+	r = ((Kvc__Peer__PushReply *) m)->error;
+	protobuf_c_message_free_unpacked(m, NULL);
+	if (r < 0)
+		return r == -EEXIST ? -EEXIST : -ENOENT; /* the connection is fine */
+	r = send_checked(fd, p->bytes, p->len, deadline, corrupt);
+	if (r == 0)
+		r = recv_frame(fd, PEER_PUSH_DONE, buf, sizeof(buf), deadline, &m);
+	if (r < 0)
+		return r == -ENOENT ? -EPROTO : r;
+	r = ((Kvc__Peer__PushReply *) m)->error;
+	protobuf_c_message_free_unpacked(m, NULL);
+	return r == -ENOENT ? -EIO : r;
+}
+
+static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool corrupt)
+{
+	struct xfer *x = p->n->xfer;
+	uint64_t deadline = mono_ms() + timeout_ms;
+	struct net_addr a;
+	int fd = idle_take(x, p->addr), r;
+
+	if (fd >= 0) {
+		r = push_on(p, fd, deadline, corrupt);
+		if (r == 0 || r == -EEXIST || r == -ENOENT) {
+			idle_put(x, p->addr, fd);
+			j->res = r;
+			return;
+		}
+		close(fd);
+	}
+	if (net_addr_parse(p->addr, 0, &a) < 0) {
+		j->res = -EINVAL;
+		return;
+	}
+	r = net_connect_start(&a, &fd);
+	if (r < 0) {
+		j->res = r == -ECONNREFUSED ? -ECONNRESET : r;
+		return;
+	}
+	r = wait_fd(fd, POLLOUT, deadline);
+	if (r == 0)
+		r = net_connect_result(fd);
+	if (r == 0) {
+		net_tune(fd, 1);
+		r = set_blocking(fd, true);
+	}
+	if (r == 0 && p->n->secret.len)
+		r = handshake(p->n, fd, deadline);
+	if (r == 0)
+		r = push_on(p, fd, deadline, corrupt);
+	if (r == 0 || r == -EEXIST || r == -ENOENT)
+		idle_put(x, p->addr, fd);
+	else
+		close(fd);
+	j->res = r == -ECONNREFUSED ? -ECONNRESET : r;
+}
+
+/* On a data thread: a pushed object's bytes into its block. */
+static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
+{
+	uint64_t deadline = mono_ms() + timeout_ms;
+	struct object *o = ps->push_o;
+	int r = set_blocking(ps->pc.fd, true);
+
+	/* PushReady may still sit in the connection's buffer */
+	if (r == 0 && pconn_wants_write(&ps->pc)) {
+		r = send_full(ps->pc.fd, ps->pc.out + ps->pc.out_off, ps->pc.out_len - ps->pc.out_off,
+			      deadline);
+		if (r == 0)
+			ps->pc.out_len = ps->pc.out_off = 0;
+	}
+	if (r == 0)
+		r = recv_checked(ps->pc.fd, (uint8_t *) o->tier->seg.base + o->block->offset, o->len,
+				 deadline);
+	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
+		r = -EIO;
+	j->res = r;
+}
+
 static void *data_main(void *arg)
 {
 	struct node *n = arg;
@@ -526,8 +632,12 @@ static void *data_main(void *arg)
 		pthread_mutex_unlock(&x->lock);
 		if (j->kind == J_FETCH)
 			run_fetch(j->owner, j, n->timeout_ms);
-		else
+		else if (j->kind == J_SEND)
 			run_send(j->owner, j, n->timeout_ms, x->corrupt);
+		else if (j->kind == J_PUSH)
+			run_push(j->owner, j, n->timeout_ms, x->corrupt);
+		else
+			run_recv(j->owner, j, n->timeout_ms);
 		pthread_mutex_lock(&x->lock);
 		j->next = x->done;
 		x->done = j;
@@ -1029,6 +1139,7 @@ static void ps_free(struct pserve *ps)
 	uint64_t res, views;
 
 	fetch_unwait(&ps->w);
+	object_free(n->st, ps->push_o); /* NULL-safe */
 	holder_done(&ps->h, &res, &views);
 	loop_source_free(ps->src);
 	pconn_done(&ps->pc);
@@ -1140,6 +1251,53 @@ static int ps_auth(struct pserve *ps, uint8_t type, uint32_t seq, ProtobufCMessa
 	return 0;
 }
 
+/* A push offered: make room and say so, then a data thread receives. */
+static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
+{
+	struct store *st = ps->n->st;
+	Kvc__Peer__PushReply rep = KVC__PEER__PUSH_REPLY__INIT;
+	struct tier *t = &st->tiers[0];
+	struct object *o = NULL;
+	int r = 0;
+
+	ps->seq = seq;
+	if (ps->n->secret.len && !ps->authed)
+		return -EACCES;
+	if (index_find(&st->index, x->key.data, x->key.len, index_hash(x->key.data, x->key.len)))
+		r = -EEXIST;
+	else if (x->len > t->alloc.size || x->len > (UINT64_C(1) << 30))
+		r = -E2BIG;
+	else if (!(o = object_new(x->key.data, x->key.len)))
+		r = -ENOMEM;
+	else {
+		o->len = x->len;
+		o->tier = t;
+		r = tier_alloc(st, t, o->len, &o->block);
+		if (r == -EAGAIN)
+			r = -ENOSPC;
+	}
+	rep.error = r;
+	if (r < 0) {
+		object_free(st, o);
+		return pconn_send(&ps->pc, PEER_PUSH_READY, seq, &rep.base) < 0 ? -EIO : 0;
+	}
+	if (pconn_send(&ps->pc, PEER_PUSH_READY, seq, &rep.base) < 0) {
+		object_free(st, o);
+		return -EIO;
+	}
+	if (ps->pc.in_len - ps->pc.in_off) {
+		/* bytes before PushReady: not how pushes go */
+		object_free(st, o);
+		return -EPROTO;
+	}
+	ps->push_o = o;
+	ps->busy = true;
+	loop_set_io_events(ps->src, 0);
+	ps->job = (struct xjob) { .kind = J_RECV, .owner = ps };
+	queue(ps->n, &ps->job);
+	return 1;
+}
+
 /* Frames already read, one request at a time. */
 static void ps_process(struct pserve *ps)
 {
@@ -1158,6 +1316,13 @@ static void ps_process(struct pserve *ps)
 			break;
 		if (h.type == PEER_HELLO || h.type == PEER_AUTH) {
 			r = ps_auth(ps, h.type, h.seq, m);
+			protobuf_c_message_free_unpacked(m, NULL);
+			if (r < 0)
+				break;
+			continue;
+		}
+		if (h.type == PEER_PUSH) {
+			r = ps_push(ps, h.seq, (const void *) m);
 			protobuf_c_message_free_unpacked(m, NULL);
 			if (r < 0)
 				break;
@@ -1264,6 +1429,50 @@ static bool xfer_poll(void *u)
 		list = j->next;
 		if (j->kind == J_FETCH) {
 			rf_finish(n, j->owner, j->res);
+		} else if (j->kind == J_PUSH) {
+			struct rpush *p = j->owner;
+			char msg[STORE_MSG_MAX];
+
+			store_release(&n->h, p->handle, msg);
+			if (j->res == 0) {
+				n->c.pushes++;
+				n->c.remote_bytes_out += p->len;
+			} else if (j->res != -EEXIST) {
+				n->c.push_errors++;
+				log_warn("push of %s to %s failed: %s", p->key, p->addr,
+					 strerror(-j->res));
+			}
+			free(p);
+		} else if (j->kind == J_RECV) {
+			struct pserve *ps = j->owner;
+			struct object *o = ps->push_o;
+			Kvc__Peer__PushReply rep = KVC__PEER__PUSH_REPLY__INIT;
+
+			ps->busy = false;
+			ps->push_o = NULL;
+			rep.error = j->res;
+			if (j->res == 0 && index_find(&n->st->index, o->key, o->key_len, o->hash))
+				rep.error = -EEXIST; /* stored here meanwhile */
+			if (rep.error == 0) {
+				object_publish(n->st, o);
+				n->c.pushes_received++;
+				n->c.remote_bytes_in += o->len;
+			} else {
+				if (j->res == -EBADMSG) {
+					n->c.remote_corrupt++;
+					log_warn("pushed %s: checksum mismatch; not stored", o->key);
+				}
+				object_free(n->st, o);
+			}
+			if (j->res < 0 && j->res != -EBADMSG) {
+				ps_free(ps); /* the stream is out of step */
+				continue;
+			}
+			if (pconn_send(&ps->pc, PEER_PUSH_DONE, ps->seq, &rep.base) < 0) {
+				ps_free(ps);
+				continue;
+			}
+			ps_process(ps);
 		} else {
 			struct pserve *ps = j->owner;
 			char msg[STORE_MSG_MAX];
@@ -1282,6 +1491,52 @@ static bool xfer_poll(void *u)
 	}
 	return true;
 }
+
+int remote_push(void *be, const char *key, size_t len, const char *target)
+{
+	struct node *n = be;
+	const char *addr = NULL;
+	char msg[STORE_MSG_MAX];
+	struct extent e;
+	struct fetch *f = NULL;
+	struct rpush *p;
+	int r;
+
+	if (!strcmp(target, n->id))
+		return -EINVAL;
+	for (unsigned i = 0; i < n->n_links && !addr; i++) {
+		const Kvc__Peer__Members *ms = n->links[i].members;
+
+		for (size_t k = 0; ms && k < ms->n_members && !addr; k++)
+			if (!strcmp(ms->members[k]->node_id, target) &&
+			    ms->members[k]->state != PEER_STATE_DOWN)
+				addr = ms->members[k]->address;
+	}
+	if (!addr)
+		return -EHOSTUNREACH;
+	if (!index_find(&n->st->index, key, len, index_hash(key, len)))
+		return -ENOENT;
+	r = store_acquire(&n->h, key, len, &e, &f, msg);
+	if (r < 0)
+		return r == -EINPROGRESS ? -EAGAIN : r; /* on disk only: not pushed */
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		store_release(&n->h, e.handle, msg);
+		return -ENOMEM;
+	}
+	p->n = n;
+	p->handle = e.handle;
+	p->len = e.len;
+	p->bytes = (const uint8_t *) n->st->tiers[e.segment].seg.base + e.offset;
+	memcpy(p->key, key, len);
+	p->key_len = len;
+	snprintf(p->addr, sizeof(p->addr), "%s", addr);
+	p->job = (struct xjob) { .kind = J_PUSH, .owner = p };
+	queue(n, &p->job);
+	return 0;
+}
+
+static const struct holder_ops push_holder_ops = { 0 };
 
 int remote_setup(struct node *n)
 {
@@ -1304,6 +1559,7 @@ int remote_setup(struct node *n)
 	n->dcache = calloc(1, sizeof(*n->dcache));
 	if (!n->dcache)
 		return -ENOMEM;
+	holder_init(&n->h, n->st, &push_holder_ops);
 	r = index_init(&n->pending);
 	if (r < 0)
 		return r;
@@ -1336,6 +1592,25 @@ void remote_teardown(struct node *n)
 	for (unsigned i = 0; i < x->n_idle; i++)
 		close(x->idle[i].fd);
 	/* jobs never started or never collected: their owners go below */
+	while (x->head) {
+		struct xjob *j = x->head;
+
+		x->head = j->next;
+		if (j->kind == J_PUSH)
+			free(j->owner); /* its view goes with the holder */
+	}
+	while (x->done) {
+		struct xjob *j = x->done;
+
+		x->done = j->next;
+		if (j->kind == J_PUSH)
+			free(j->owner);
+	}
+	{
+		uint64_t res, views;
+
+		holder_done(&n->h, &res, &views);
+	}
 	while (n->serving)
 		ps_free(n->serving);
 	while (n->rfetches) {

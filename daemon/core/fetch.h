@@ -63,6 +63,9 @@ struct backend_ops {
 	 * 0, or -EINPROGRESS with *ret to wait on, as where() */
 	int (*holders)(void *be, const char *key, size_t len, char *buf, size_t cap, bool settle,
 		       struct fetch **ret);
+	/* copy key (committed here) to the node named target, in the
+	 * background: 0 started, or -errno */
+	int (*push)(void *be, const char *key, size_t len, const char *target);
 	/* o was committed (or recovered): e.g. tell the directory */
 	void (*published)(void *be, const struct object *o);
 	/* the cluster as this node sees it (kvcachectl cluster); -errno */

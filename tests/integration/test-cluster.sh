@@ -314,6 +314,29 @@ PY
 	expect 2 "$KVCACHE_MASTER" --port 0 --cluster-secret-file "$dir/wrong"
 	grep -q "chmod 600" "$dir/err" || fail "not explained"
 	;;
+push-to)
+	# prefill on A pushes to decode on B: B then holds it before asking
+	start_master 0
+	start_node A
+	start_node B
+	until_ok member A B up
+	head -c 3000000 /dev/urandom >"$dir/v"
+	ctl A put k "$dir/v" --push-to B || fail "put --push-to"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' ls k | grep -q ' k\$'"
+	ctl B get k "$dir/v.b" && cmp "$dir/v" "$dir/v.b" || fail "pushed bytes differ"
+	ctl B stats | grep -Eq "^pushes_received +1$" || { ctl B stats >&2; fail "not counted on B"; }
+	ctl B stats | grep -Eq "^remote_hits +0$" || fail "B fetched what was pushed"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' stats | grep -Eq '^pushes +1\$'"
+	# the directory knows both copies
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' where k | tr '\n' ' ' | grep -qx 'A B '"
+	# pushing again: B keeps what it has
+	printf 'x' | ctl A put k2 - --push-to B
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' ls k2 | grep -q ' k2\$'"
+	# to a node that is not there: the put stands, the push is refused
+	expect 4 "$KVCACHECTL" -s "$dir/A.sock" put k3 "$dir/v" --push-to nowhere
+	grep -q "no node nowhere is up" "$dir/err" || fail "not explained: $(cat "$dir/err")"
+	ctl A exists k3 || fail "the put did not stand"
+	;;
 refused-configs)
 	start_master 0
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \

@@ -48,6 +48,10 @@ struct kvc_put_opts {
 	const char *parent_key; /* previous block of the same prompt, or NULL */
 	uint32_t pin_ttl_ms;    /* with KVC_PUT_SOFT_PIN; 0 = until unpinned */
 	int tier;               /* enum kvc_tier */
+	/* a node id: after the commit the object is also copied to that node
+	 * of the cluster, in the background (kvc_push()) -- prefill pushes,
+	 * decode finds its KV local; NULL: stays here */
+	const char *push_to;
 };
 
 /* Space reserved for a put; fill data[0..len) then commit or abort. */
@@ -297,6 +301,12 @@ struct kvc_cluster {
 
 int kvc_cluster_get(struct kvc_client *c, struct kvc_cluster **ret);
 void kvc_cluster_free(struct kvc_cluster *v);
+
+/* Copy a committed object to the node named node_id, in the background:
+ * 0 once the copy is started.  -EHOSTUNREACH: no such node is up;
+ * -ENOTCONN: this daemon is not in a cluster; -ENOENT: no such key here.
+ * The target keeps what it has already (the copy is then dropped). */
+int kvc_push(struct kvc_client *c, const char *key, const char *node_id);
 
 /* Start bringing keys into this node's memory, from its disk tier or from
  * another node of the cluster, and return at once: the number of fetches

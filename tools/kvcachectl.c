@@ -199,6 +199,26 @@ static int cmd_status(struct kvc_client *c)
 			json_object_object_add(rec, "total", json_object_new_uint64(s->recovery_total));
 			json_object_object_add(o, "recovery", rec);
 		}
+		{
+			struct kvc_cluster *v;
+
+			if (kvc_cluster_get(c, &v) == 0) {
+				struct json_object *cl = json_object_new_object(),
+						   *m = json_object_new_array();
+
+				json_object_object_add(cl, "role", json_object_new_string(
+					v->self[0] ? "node" : "single"));
+				if (v->self[0])
+					json_object_object_add(cl, "self", json_object_new_string(v->self));
+				for (size_t i = 0; i < v->n_masters; i++)
+					json_object_array_add(m, json_object_new_string(v->masters[i]));
+				json_object_object_add(cl, "masters", m);
+				json_object_object_add(cl, "masters_up",
+						       json_object_new_uint64(v->masters_up));
+				json_object_object_add(o, "cluster", cl);
+				kvc_cluster_free(v);
+			}
+		}
 		print_json(o);
 	} else {
 		printf("kvcached %s (pid %u) on %s\n", s->version, s->pid, s->socket);
@@ -208,6 +228,21 @@ static int cmd_status(struct kvc_client *c)
 		printf("hugepages:  %s\n", s->hugepages ? "yes (2 MiB pages)" : "no (4 KiB pages)");
 		printf("clients:    %u\n", s->clients);
 		printf("objects:    %" PRIu64 "\n", s->objects);
+		{
+			struct kvc_cluster *v;
+
+			if (kvc_cluster_get(c, &v) == 0) {
+				if (!v->self[0])
+					printf("cluster:    none (a single node)\n");
+				else {
+					printf("cluster:    node %s, masters", v->self);
+					for (size_t i = 0; i < v->n_masters; i++)
+						printf("%s %s", i ? "," : "", v->masters[i]);
+					printf(" (%zu of %zu joined)\n", v->masters_up, v->n_masters);
+				}
+				kvc_cluster_free(v);
+			}
+		}
 		if (s->recovering)
 			printf("recovery:   %" PRIu64 " of %" PRIu64 " disk records indexed so far "
 			       "(the rest are misses until then)\n", s->recovered, s->recovery_total);

@@ -284,12 +284,15 @@ int store_prefetch(struct store *st, const void *key, size_t key_len)
 	struct fetch *f;
 
 	if (o) {
-		if (o->where != OBJ_BELOW && o->where != OBJ_FETCHING)
+		if ((o->where != OBJ_BELOW && o->where != OBJ_FETCHING) || store_fetch(st, o, &f) < 0)
 			return 0;
-		return store_fetch(st, o, &f) == 0;
+		st->stats.prefetches++;
+		return 1;
 	}
-	if (rb->ops && rb->ops->locate && rb->ops->locate(rb->be, key, key_len, &f) == 0)
+	if (rb->ops && rb->ops->locate && rb->ops->locate(rb->be, key, key_len, &f) == 0) {
+		st->stats.prefetches++;
 		return 1; /* nobody waits: it lands as a replica */
+	}
 	return 0;
 }
 

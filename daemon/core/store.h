@@ -29,6 +29,7 @@ struct stats {
 	uint64_t reserves, aborts, put_conflicts;
 	uint64_t reclaimed_reservations, reclaimed_views;
 	uint64_t evict_examined;   /* objects looked at to choose victims: O(1) each */
+	uint64_t prefetches;       /* fetches a prefetch started or joined */
 };
 
 struct disk;

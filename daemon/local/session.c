@@ -512,6 +512,7 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "refused_channels", sv->stats.refused_channels },
 		{ "refused_buffers", sv->stats.refused_buffers },
 		{ "evict_examined", x->evict_examined },
+		{ "prefetches", x->prefetches },
 		{ "spill_waits", sv->stats.spill_waits },
 		{ "loop_longest_turn_us", loop_longest_turn_us(sv->loop) },
 		{ "loop_longest_busy_us", loop_longest_busy_us(sv->loop) },

@@ -179,6 +179,9 @@ remote-get)
 	expect 0 "$KVCACHECTL" -s "$dir/B.sock" prefetch warm
 	grep -q "^0 fetches started" "$dir/out" || fail "a key in memory was fetched again"
 	expect 1 "$KVCACHECTL" -s "$dir/B.sock" exists held-nowhere-either
+	ctl B stats | grep -Eq "^prefetches +2$" || { ctl B stats >&2; fail "prefetches"; }
+	ctl B status | grep -q "^cluster: *node B, masters 127.0.0.1:$master_port (1 of 1 joined)" ||
+		fail "status: $(ctl B status | grep cluster)"
 	;;
 holder-killed | holder-stopped)
 	start_master 0 --client_ttl 30

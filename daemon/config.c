@@ -39,6 +39,7 @@ void config_init(struct config *c)
 	strcpy(c->protocol, "auto");
 	strcpy(c->metadata_server, "P2PHANDSHAKE");
 	c->remote_timeout_ms = CONFIG_DEFAULT_REMOTE_TIMEOUT_MS;
+	c->data_streams = CONFIG_DEFAULT_DATA_STREAMS;
 	c->max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
 	c->spill_wait_ms = CONFIG_DEFAULT_SPILL_WAIT_MS;
 	c->max_channels = CONFIG_DEFAULT_MAX_CHANNELS;
@@ -229,6 +230,9 @@ static const struct opt_def opts[] = {
 	  "listen on a non-loopback address without a secret" },
 	{ "remote-timeout-ms", NULL, 0, T_U64, FIELD(remote_timeout_ms), 1, 3600000, false, false,
 	  "MS", "a remote operation ends within this (default 2000)" },
+	{ "data-streams", NULL, 0, T_U32, FIELD(data_streams), 1, 16, false, false, "N",
+	  "transfers with other nodes at once, each way: fetching\n"
+	  "and pushing, and serving (default 2)" },
 };
 
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))

@@ -20,6 +20,7 @@
 #define CONFIG_DEFAULT_SPILL_WAIT_MS 5000
 #define CONFIG_DEFAULT_MAX_CHANNELS 4096
 #define CONFIG_DEFAULT_REMOTE_TIMEOUT_MS 2000
+#define CONFIG_DEFAULT_DATA_STREAMS 2
 
 struct config {
 	char socket[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* "" = default */
@@ -54,6 +55,7 @@ struct config {
 	char secret_file[4096];
 	bool insecure;
 	uint64_t remote_timeout_ms;
+	uint32_t data_streams;             /* transfers at once with other nodes, each way */
 };
 
 void config_init(struct config *c);

@@ -72,6 +72,7 @@ struct node {
 	unsigned n_links;
 	uint32_t ttl_s;
 	uint64_t timeout_ms;           /* --remote-timeout-ms */
+	unsigned streams;              /* --data-streams: transfers at once, each way */
 	struct peer_secret secret;     /* len 0: none */
 	/* remote.c: fetches in flight (placeholders by key for single
 	 * flight), serving connections, the data threads */

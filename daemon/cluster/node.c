@@ -611,6 +611,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	n->listen_fd = -1;
 	n->ttl_s = 10;
 	n->timeout_ms = cfg->remote_timeout_ms;
+	n->streams = cfg->data_streams;
 	if (cfg->secret_file[0]) {
 		r = peer_secret_load(cfg->secret_file, &n->secret, err, err_len);
 		if (r < 0) {

@@ -36,7 +36,7 @@
 #define MAX_RFETCHES 256   /* fetches in flight; more are misses */
 #define MAX_SERVING 1024   /* peers' data connections */
 #define MAX_HOLDERS_TRIED 4
-#define DATA_THREADS 4
+#define MAX_STREAMS 16       /* --data-streams */
 
 enum job_kind { J_FETCH, J_SEND, J_PUSH, J_RECV };
 
@@ -60,13 +60,22 @@ struct xfer {
 	struct idle_conn idle[IDLE_MAX];
 	unsigned n_idle;
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct xjob *head, **tail;
+	/* two queues, each with its own threads, so that a slow peer being
+	 * served never holds up this node's own fetches, nor the reverse:
+	 * [0] fetches and pushes out, [1] serving (sends, pushed receives) */
+	struct {
+		struct xjob *head, **tail;
+		pthread_cond_t cond;
+	} q[2];
 	struct xjob *done;
 	uint32_t n_done;
 	bool stop;
-	pthread_t th[DATA_THREADS];
+	pthread_t th[2 * MAX_STREAMS];
 	unsigned n_th;
+	struct thread_arg {
+		struct node *n;
+		unsigned q;
+	} args[2 * MAX_STREAMS];
 	int bell;
 	struct loop_source *bell_src;
 	bool corrupt; /* tests: flip the first byte of what is served */
@@ -613,22 +622,24 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 
 static void *data_main(void *arg)
 {
-	struct node *n = arg;
+	const struct thread_arg *ta = arg;
+	struct node *n = ta->n;
 	struct xfer *x = n->xfer;
+	unsigned qi = ta->q;
 
 	pthread_mutex_lock(&x->lock);
 	for (;;) {
 		struct xjob *j;
 		uint64_t one = 1;
 
-		while (!x->head && !x->stop)
-			pthread_cond_wait(&x->cond, &x->lock);
+		while (!x->q[qi].head && !x->stop)
+			pthread_cond_wait(&x->q[qi].cond, &x->lock);
 		if (x->stop)
 			break;
-		j = x->head;
-		x->head = j->next;
-		if (!x->head)
-			x->tail = &x->head;
+		j = x->q[qi].head;
+		x->q[qi].head = j->next;
+		if (!x->q[qi].head)
+			x->q[qi].tail = &x->q[qi].head;
 		pthread_mutex_unlock(&x->lock);
 		if (j->kind == J_FETCH)
 			run_fetch(j->owner, j, n->timeout_ms);
@@ -654,11 +665,13 @@ static void queue(struct node *n, struct xjob *j)
 {
 	struct xfer *x = n->xfer;
 
+	unsigned qi = j->kind == J_FETCH || j->kind == J_PUSH ? 0 : 1;
+
 	pthread_mutex_lock(&x->lock);
 	j->next = NULL;
-	*x->tail = j;
-	x->tail = &j->next;
-	pthread_cond_signal(&x->cond);
+	*x->q[qi].tail = j;
+	x->q[qi].tail = &j->next;
+	pthread_cond_signal(&x->q[qi].cond);
 	pthread_mutex_unlock(&x->lock);
 }
 
@@ -1548,8 +1561,10 @@ int remote_setup(struct node *n)
 		return -ENOMEM;
 	n->xfer = x;
 	pthread_mutex_init(&x->lock, NULL);
-	pthread_cond_init(&x->cond, NULL);
-	x->tail = &x->head;
+	for (unsigned i = 0; i < 2; i++) {
+		x->q[i].tail = &x->q[i].head;
+		pthread_cond_init(&x->q[i].cond, NULL);
+	}
 	x->corrupt = corrupt && *corrupt == '1';
 	if (x->corrupt)
 		log_warn("KVCACHE_TEST_CORRUPT_PEER_SEND: every object served is sent damaged");
@@ -1569,8 +1584,9 @@ int remote_setup(struct node *n)
 	r = loop_add_poller(n->loop, xfer_poll, NULL, n, &n->xfer_poller);
 	if (r < 0)
 		return r;
-	for (; x->n_th < DATA_THREADS; x->n_th++) {
-		r = -pthread_create(&x->th[x->n_th], NULL, data_main, n);
+	for (unsigned streams = n->streams ? n->streams : 2; x->n_th < 2 * streams; x->n_th++) {
+		x->args[x->n_th] = (struct thread_arg) { n, x->n_th % 2 };
+		r = -pthread_create(&x->th[x->n_th], NULL, data_main, &x->args[x->n_th]);
 		if (r < 0)
 			return r;
 	}
@@ -1585,20 +1601,22 @@ void remote_teardown(struct node *n)
 		return;
 	pthread_mutex_lock(&x->lock);
 	x->stop = true;
-	pthread_cond_broadcast(&x->cond);
+	for (unsigned i = 0; i < 2; i++)
+		pthread_cond_broadcast(&x->q[i].cond);
 	pthread_mutex_unlock(&x->lock);
 	for (unsigned i = 0; i < x->n_th; i++)
 		pthread_join(x->th[i], NULL);
 	for (unsigned i = 0; i < x->n_idle; i++)
 		close(x->idle[i].fd);
 	/* jobs never started or never collected: their owners go below */
-	while (x->head) {
-		struct xjob *j = x->head;
+	for (unsigned i = 0; i < 2; i++)
+		while (x->q[i].head) {
+			struct xjob *j = x->q[i].head;
 
-		x->head = j->next;
-		if (j->kind == J_PUSH)
-			free(j->owner); /* its view goes with the holder */
-	}
+			x->q[i].head = j->next;
+			if (j->kind == J_PUSH)
+				free(j->owner); /* its view goes with the holder */
+		}
 	while (x->done) {
 		struct xjob *j = x->done;
 
@@ -1639,7 +1657,8 @@ void remote_teardown(struct node *n)
 	if (x->bell >= 0)
 		close(x->bell);
 	pthread_mutex_destroy(&x->lock);
-	pthread_cond_destroy(&x->cond);
+	for (unsigned i = 0; i < 2; i++)
+		pthread_cond_destroy(&x->q[i].cond);
 	free(x);
 	n->xfer = NULL;
 }

@@ -340,6 +340,41 @@ push-to)
 	grep -q "no node nowhere is up" "$dir/err" || fail "not explained: $(cat "$dir/err")"
 	ctl A exists k3 || fail "the put did not stand"
 	;;
+stale-entry)
+	# removed on the holder between the lookup and the fetch: a clean miss
+	start_master 0
+	start_node A
+	start_node B
+	printf 'v' | ctl A put k -
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k | grep -qx A"
+	ctl B exists k || fail "exists across nodes"
+	ctl A rm k || fail "rm on A"
+	# B's answer (A holds k) is still fresh: the fetch finds it gone
+	expect 1 "$KVCACHECTL" -s "$dir/B.sock" get k -
+	ctl B stats | grep -Eq "^remote_errors +0$" || fail "a stale entry counted as an error"
+	;;
+two-masters)
+	# the directory sharded over two masters by key hash
+	start_master 0
+	m1=$master_port
+	start_master 0
+	m2=$master_port
+	for n in A B; do
+		"$KVCACHED" --socket "$dir/$n.sock" --dram-size 16MB --hugepages off \
+			--master "127.0.0.1:$m1,127.0.0.1:$m2" --listen 127.0.0.1:0 --node-id "$n" \
+			2>"$dir/$n.log" &
+		pids="$pids $!"
+	done
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' cluster | grep -q '2 of 2 joined'"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' cluster | grep -q '2 of 2 joined'"
+	for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+		printf '%s' "value $i" | ctl A put "key-$i" - || fail "put $i"
+	done
+	for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where key-$i | grep -qx A"
+		[ "$(ctl B get "key-$i" -)" = "value $i" ] || fail "key-$i"
+	done
+	;;
 refused-configs)
 	start_master 0
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \

@@ -76,6 +76,17 @@ static bool load_ok(const Kvc__Peer__NodeLoad *l)
 	return !l || l->used <= UINT64_MAX / 2;
 }
 
+/* A batch of keys: at most PEER_MAX_BATCH, each a valid key. */
+static int keys_ok(const ProtobufCBinaryData *keys, size_t n)
+{
+	if (n > PEER_MAX_BATCH)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (peer_key_check(&keys[i]) < 0)
+			return -EINVAL;
+	return 0;
+}
+
 static int check(uint8_t type, const ProtobufCMessage *m)
 {
 	switch (type) {
@@ -129,26 +140,12 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 				return -EINVAL;
 		return 0;
 	}
-	case PEER_WITHDRAW: {
-		const Kvc__Peer__Withdraw *x = (const void *) m;
-
-		if (x->n_keys > PEER_MAX_BATCH)
-			return -EINVAL;
-		for (size_t i = 0; i < x->n_keys; i++)
-			if (peer_key_check(&x->keys[i]) < 0)
-				return -EINVAL;
-		return 0;
-	}
-	case PEER_LOOKUP: {
-		const Kvc__Peer__Lookup *x = (const void *) m;
-
-		if (x->n_keys > PEER_MAX_BATCH)
-			return -EINVAL;
-		for (size_t i = 0; i < x->n_keys; i++)
-			if (peer_key_check(&x->keys[i]) < 0)
-				return -EINVAL;
-		return 0;
-	}
+	case PEER_WITHDRAW:
+		return keys_ok(((const Kvc__Peer__Withdraw *) m)->keys,
+			       ((const Kvc__Peer__Withdraw *) m)->n_keys);
+	case PEER_LOOKUP:
+		return keys_ok(((const Kvc__Peer__Lookup *) m)->keys,
+			       ((const Kvc__Peer__Lookup *) m)->n_keys);
 	case PEER_LOOKUP_RESP: {
 		const Kvc__Peer__LookupResp *x = (const void *) m;
 

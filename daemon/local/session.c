@@ -195,8 +195,25 @@ static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply
 static void process(struct session *s);
 static void parked_done(struct waiter *w, int res);
 
-/* -EINPROGRESS: the answer comes later (the object is read back from disk;
- * the session waits on it, see parked_done()). */
+/* The request waits on f (parked_done() answers it); the session reads
+ * nothing more until then (a hang-up is still reported).  -EINPROGRESS. */
+static int park(struct session *s, uint32_t op, uint32_t seq, const ProtobufCBinaryData *key,
+		struct fetch *f)
+{
+	s->parked.op = op;
+	s->parked.active = true;
+	s->parked.seq = seq;
+	memcpy(s->parked.key, key->data, key->len);
+	s->parked.key_len = (uint32_t) key->len;
+	s->parked.w.done = parked_done;
+	fetch_wait(f, &s->parked.w);
+	s->events = 0;
+	loop_set_io_events(s->src, 0);
+	return -EINPROGRESS;
+}
+
+/* -EINPROGRESS: the answer comes later (the object is read back from disk
+ * or fetched from another node; see park()). */
 static int op_acquire(struct session *s, uint32_t seq, const ProtobufCBinaryData *key,
 		      struct reply *rep)
 {
@@ -204,20 +221,8 @@ static int op_acquire(struct session *s, uint32_t seq, const ProtobufCBinaryData
 	struct fetch *pending = NULL;
 	int r = store_acquire(&s->h, key->data, key->len, &e, &pending, rep->msg);
 
-	if (r == -EINPROGRESS && pending && key->len <= sizeof(s->parked.key)) {
-		s->parked.op = KVC__OP__OP_ACQUIRE;
-		s->parked.active = true;
-		s->parked.seq = seq;
-		memcpy(s->parked.key, key->data, key->len);
-		s->parked.key_len = (uint32_t) key->len;
-		s->parked.w.done = parked_done;
-		fetch_wait(pending, &s->parked.w);
-		/* read nothing more until it is answered (a hang-up is still
-		 * reported) */
-		s->events = 0;
-		loop_set_io_events(s->src, 0);
-		return r;
-	}
+	if (r == -EINPROGRESS && pending && key->len <= sizeof(s->parked.key))
+		return park(s, KVC__OP__OP_ACQUIRE, seq, key, pending);
 	if (r == -EINPROGRESS) {
 		snprintf(rep->msg, sizeof(rep->msg), "the object could not be read back from disk");
 		r = -EIO;
@@ -251,18 +256,8 @@ static int op_where(struct session *s, uint32_t seq, const ProtobufCBinaryData *
 		memcpy(k, key->data, key->len);
 		k[key->len] = '\0';
 		r = rb->ops->holders(rb->be, k, key->len, others, sizeof(others), settle, &pending);
-		if (r == -EINPROGRESS && pending) {
-			s->parked.op = KVC__OP__OP_WHERE;
-			s->parked.active = true;
-			s->parked.seq = seq;
-			memcpy(s->parked.key, key->data, key->len);
-			s->parked.key_len = (uint32_t) key->len;
-			s->parked.w.done = parked_done;
-			fetch_wait(pending, &s->parked.w);
-			s->events = 0;
-			loop_set_io_events(s->src, 0);
-			return r;
-		}
+		if (r == -EINPROGRESS && pending)
+			return park(s, KVC__OP__OP_WHERE, seq, key, pending);
 		if (r < 0)
 			return r;
 	}

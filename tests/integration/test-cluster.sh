@@ -34,9 +34,9 @@ expect() {
 # until CMD...: retry CMD for up to 20 s (a deadline for something to
 # happen at all, not a measurement)
 until_ok() {
-	i=0
+	tries=0
 	until "$@" >/dev/null 2>&1; do
-		i=$((i + 1)); [ $i -lt 200 ] || fail "never true: $*"; sleep 0.1
+		tries=$((tries + 1)); [ $tries -lt 200 ] || fail "never true: $*"; sleep 0.1
 	done
 }
 
@@ -367,12 +367,12 @@ two-masters)
 	done
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' cluster | grep -q '2 of 2 joined'"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' cluster | grep -q '2 of 2 joined'"
-	for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
-		printf '%s' "value $i" | ctl A put "key-$i" - || fail "put $i"
+	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+		printf '%s' "value $k" | ctl A put "key-$k" - || fail "put $k"
 	done
-	for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
-		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where key-$i | grep -qx A"
-		[ "$(ctl B get "key-$i" -)" = "value $i" ] || fail "key-$i"
+	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where key-$k | grep -qx A"
+		[ "$(ctl B get "key-$k" -)" = "value $k" ] || fail "key-$k"
 	done
 	;;
 refused-configs)

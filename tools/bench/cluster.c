@@ -219,6 +219,114 @@ static double remote_gets(const char *sa, const char *sb, const char *prefix, ui
 	return (double) (n * size) / ((double) (t1 - t0));
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* p50 in microseconds of exists and of a 4 KiB get, one local client. */
+static void local_latency(const char *sock, double *ex_us, double *get_us)
+{
+	enum { N = 20000 };
+	static uint64_t samples[N];
+	static uint8_t v[4096], out[4096];
+	struct kvc_client *c;
+
+	check(kvc_connect(sock, &c), "connect B");
+	{
+		int r = kvc_put(c, "local/small", v, sizeof(v), NULL);
+
+		if (r < 0 && r != -EEXIST)
+			die(r, "%s", "put on B");
+	}
+	for (int i = 0; i < N; i++) {
+		uint64_t t = now_ns();
+
+		if (kvc_exists(c, "local/small") != 1)
+			die(0, "%s", "local exists missed");
+		samples[i] = now_ns() - t;
+	}
+	qsort(samples, N, sizeof(samples[0]), cmp_u64);
+	*ex_us = (double) samples[N / 2] / 1e3;
+	for (int i = 0; i < N; i++) {
+		uint64_t t = now_ns();
+
+		if (kvc_get(c, "local/small", out, sizeof(out)) != (int64_t) sizeof(out))
+			die(0, "%s", "local get missed");
+		samples[i] = now_ns() - t;
+	}
+	qsort(samples, N, sizeof(samples[0]), cmp_u64);
+	*get_us = (double) samples[N / 2] / 1e3;
+	kvc_disconnect(c);
+}
+
+struct churner {
+	const char *sb;
+	unsigned n;
+	volatile bool stop;
+	uint64_t bytes;
+};
+
+/* Fetch busy/0..n-1 from A over and over (dropping B's replicas after each
+ * pass), until told to stop. */
+static void *churn_remote(void *arg)
+{
+	struct churner *ch = arg;
+	struct kvc_client *c;
+	char key[64];
+
+	check(kvc_connect(ch->sb, &c), "connect B");
+	while (!ch->stop) {
+		for (unsigned i = 0; i < ch->n && !ch->stop; i++) {
+			struct kvc_view v;
+
+			snprintf(key, sizeof(key), "busy/%u", i);
+			if (kvc_acquire(c, key, &v) == 0) {
+				ch->bytes += v.len;
+				kvc_release(c, &v);
+			}
+		}
+		kvc_remove_prefix(c, "busy/", KVC_REMOVE_FORCE, NULL);
+	}
+	kvc_disconnect(c);
+	return NULL;
+}
+
+static void local_while_remote(const char *sa, const char *sb)
+{
+	struct churner ch = { .sb = sb, .n = 16 };
+	double ex0, get0, ex1, get1;
+	struct kvc_client *a;
+	uint8_t *v = calloc(1, 16 << 20);
+	uint64_t t0;
+	pthread_t th;
+	char key[64];
+
+	if (!v)
+		die(ENOMEM, "%s", "buffer");
+	check(kvc_connect(sa, &a), "connect A");
+	for (unsigned i = 0; i < ch.n; i++) {
+		snprintf(key, sizeof(key), "busy/%u", i);
+		check(kvc_put(a, key, v, 16 << 20, NULL), "put on A");
+	}
+	kvc_disconnect(a);
+	free(v);
+	usleep(500000);
+	local_latency(sb, &ex0, &get0);
+	pthread_create(&th, NULL, churn_remote, &ch);
+	usleep(300000);
+	t0 = now_ns();
+	local_latency(sb, &ex1, &get1);
+	ch.stop = true;
+	pthread_join(th, NULL);
+	printf("local on B, idle / while B fetches 16 MiB values from A (%.2f GB/s meanwhile):\n"
+	       "  exists p50 %.2f / %.2f us (%.2fx), 4 KiB get p50 %.2f / %.2f us (%.2fx)\n",
+	       (double) ch.bytes / (double) (now_ns() - t0 + 300000000), ex0, ex1, ex1 / ex0,
+	       get0, get1, get1 / get0);
+}
+
 int run_cluster(void)
 {
 	static const uint64_t dflt[] = { 64 << 10, 1 << 20, 16 << 20 };
@@ -316,6 +424,7 @@ int run_cluster(void)
 			kvc_disconnect(c);
 		}
 	}
+	local_while_remote(sa, sb);
 	teardown();
 	rmdir(tmpdir);
 	return 0;

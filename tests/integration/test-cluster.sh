@@ -6,7 +6,7 @@
 set -eu
 
 : "${KVCACHED:?run through meson test}" "${KVCACHECTL:?}" "${KVCACHE_MASTER:?}" \
-	"${KVCACHE_WORKLOAD:?}"
+	"${KVCACHE_WORKLOAD:?}" "${KVCACHE_CLUSTER_CLIENT:?}"
 case_name=${1:?usage: test-cluster.sh CASE}
 dir=$(mktemp -d /tmp/kvc-cluster-XXXXXX)
 pids=
@@ -374,6 +374,14 @@ two-masters)
 		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where key-$k | grep -qx A"
 		[ "$(ctl B get "key-$k" -)" = "value $k" ] || fail "key-$k"
 	done
+	;;
+batch-across-nodes)
+	start_master 0
+	start_node A --dram-size 32MB
+	start_node B --dram-size 32MB
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" >"$dir/out" 2>"$dir/err" ||
+		fail "batch calls across nodes"
+	ctl B stats | grep -Eq "^remote_hits +12$" || { ctl B stats >&2; fail "remote_hits"; }
 	;;
 refused-configs)
 	start_master 0

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The batch and registered-buffer calls across nodes (run by
+ * test-cluster.sh batch-across-nodes): values put through node A's daemon
+ * are read through node B's with kvc_batch_get, kvc_get_into and
+ * kvc_batch_get_into, several fetches in flight at once, every byte
+ * checked.  Usage: cluster-client A_SOCKET B_SOCKET
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <kvcache/kvcache.h>
+
+#include "helpers.h"
+
+#define N 12
+#define LEN (200u * 1024 + 3)
+
+static void fill(uint8_t *p, size_t len, int k)
+{
+	for (size_t i = 0; i < len; i++)
+		p[i] = (uint8_t) (i * 31 + (size_t) k * 7);
+}
+
+static int same(const uint8_t *p, size_t len, int k)
+{
+	for (size_t i = 0; i < len; i++)
+		if (p[i] != (uint8_t) (i * 31 + (size_t) k * 7))
+			return 0;
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvc_client *a, *b;
+	char names[N][32];
+	const char *keys[N];
+	uint8_t *v = malloc(LEN);
+	int i, tries;
+
+	if (argc != 3 || !v)
+		return 2;
+	CHECK_EQ(kvc_connect(argv[1], &a), 0);
+	CHECK_EQ(kvc_connect(argv[2], &b), 0);
+	for (i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "batch-%d", i);
+		keys[i] = names[i];
+		fill(v, LEN, i);
+		CHECK_EQ(kvc_put(a, keys[i], v, LEN, NULL), 0);
+	}
+	/* the directory hears of commits in batches: wait until B sees all */
+	for (tries = 0; tries < 200; tries++) {
+		uint8_t present[N];
+
+		if (kvc_batch_exists(b, keys, N, present) == N)
+			break;
+		usleep(50000);
+	}
+	CHECK(tries < 200);
+
+	/* kvc_batch_get: four keys fetched from A at once */
+	{
+		struct kvc_iovec io[4], *iop[4];
+		size_t n_iov[4];
+		ssize_t res[4];
+
+		for (i = 0; i < 4; i++) {
+			io[i] = (struct kvc_iovec) { malloc(LEN), LEN };
+			CHECK(io[i].base);
+			iop[i] = &io[i];
+			n_iov[i] = 1;
+		}
+		CHECK_EQ(kvc_batch_get(b, 4, keys, (const struct kvc_iovec *const *) iop, n_iov, res),
+			 4);
+		for (i = 0; i < 4; i++) {
+			CHECK_EQ(res[i], (ssize_t) LEN);
+			CHECK(same(io[i].base, LEN, i));
+			free(io[i].base);
+		}
+	}
+	/* kvc_get_into and kvc_batch_get_into: registered buffers */
+	{
+		struct kvc_buffer buf;
+		struct kvc_iov iov[N], *iop[N];
+		size_t n_iov[N];
+		ssize_t res[N];
+
+		CHECK_EQ(kvc_buffer_alloc(b, (size_t) LEN * N, &buf), 0);
+		CHECK_EQ(kvc_get_into(b, keys[4], &buf, 0, LEN), (ssize_t) LEN);
+		CHECK(same(buf.data, LEN, 4));
+		for (i = 5; i < N; i++) {
+			iov[i] = (struct kvc_iov) { &buf, (uint64_t) LEN * (uint64_t) i, LEN };
+			iop[i] = &iov[i];
+			n_iov[i] = 1;
+		}
+		CHECK_EQ(kvc_batch_get_into(b, N - 5, keys + 5, (const struct kvc_iov *const *) (iop + 5),
+					    n_iov + 5, res + 5),
+			 N - 5);
+		for (i = 5; i < N; i++) {
+			CHECK_EQ(res[i], (ssize_t) LEN);
+			CHECK(same((uint8_t *) buf.data + (size_t) LEN * (size_t) i, LEN, i));
+		}
+		CHECK_EQ(kvc_buffer_free(b, &buf), 0);
+	}
+	kvc_disconnect(a);
+	kvc_disconnect(b);
+	free(v);
+	printf("batch, get_into and batch_get_into across nodes: every byte matched\n");
+	return 0;
+}

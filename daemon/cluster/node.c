@@ -505,16 +505,9 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "pushes_received", n->c.pushes_received);
 }
 
-static bool be_maintain(void *be)
-{
-	(void) be;
-	return false;
-}
-
 static const struct backend_ops remote_ops = {
 	.name = "remote",
 	.forget = be_forget,
-	.maintain = be_maintain,
 	.published = be_published,
 	.locate = remote_locate,
 	.where = remote_where,

@@ -884,34 +884,29 @@ struct lquery {
 	unsigned n_parts, left;
 };
 
-static struct dslot *dc_slot(struct node *n, const char *key, size_t len, uint64_t h)
+static struct dslot *dc_slot(struct node *n, uint64_t h)
 {
-	(void) key;
-	(void) len;
 	return &n->dcache->s[h & (DC_SLOTS - 1)];
 }
 
-/* 1 present elsewhere, 0 not, -1 unknown. */
-static int dc_get(struct node *n, const char *key, size_t len)
-{
-	uint64_t h = index_hash(key, len);
-	struct dslot *d = dc_slot(n, key, len, h);
-
-	if (!d->key || d->hash != h || d->key_len != len || memcmp(d->key, key, len) ||
-	    d->until <= loop_now_ms(n->loop))
-		return -1;
-	return d->present;
-}
-
+/* The fresh answer about key, or NULL. */
 static struct dslot *dc_find(struct node *n, const char *key, size_t len)
 {
 	uint64_t h = index_hash(key, len);
-	struct dslot *d = dc_slot(n, key, len, h);
+	struct dslot *d = dc_slot(n, h);
 
 	if (!d->key || d->hash != h || d->key_len != len || memcmp(d->key, key, len) ||
 	    d->until <= loop_now_ms(n->loop))
 		return NULL;
 	return d;
+}
+
+/* 1 present elsewhere, 0 not, -1 unknown. */
+static int dc_get(struct node *n, const char *key, size_t len)
+{
+	const struct dslot *d = dc_find(n, key, len);
+
+	return d ? d->present : -1;
 }
 
 /* A fresh answer naming holders: their addresses into rf, and the length;
@@ -935,7 +930,7 @@ static bool dc_addresses(struct node *n, const char *key, size_t len, struct rfe
 static void dc_put(struct node *n, const char *key, size_t len, bool present)
 {
 	uint64_t h = index_hash(key, len);
-	struct dslot *d = dc_slot(n, key, len, h);
+	struct dslot *d = dc_slot(n, h);
 
 	if (!d->key || d->key_len != len || memcmp(d->key, key, len)) {
 		char *k = malloc(len ? len : 1);

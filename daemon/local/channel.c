@@ -488,6 +488,8 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 
 		if (store_exists(s->sv->st, key, e->key_len, false))
 			return 1;
+		if (!s->sv->st->remote.ops)
+			return 0; /* a single node: a miss is a miss */
 		r = ask_cluster(ch, e, NULL, 1, &there, ret_fetch);
 		return r < 0 ? r : there;
 	}

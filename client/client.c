@@ -228,6 +228,15 @@ int client_extent_ptr(struct kvc_client *c, uint32_t segment, uint64_t offset, u
 	return 0;
 }
 
+int kvc_segments(struct kvc_client *c, struct kvc_segment *ret, size_t max)
+{
+	if (!c || (max && !ret))
+		return -EINVAL;
+	for (size_t i = 0; i < c->n_segs && i < max; i++)
+		ret[i] = (struct kvc_segment) { c->segs[i].base, c->segs[i].size };
+	return (int) c->n_segs;
+}
+
 int kvc_socket_path(const char *socket_path, char *buf, size_t len)
 {
 	if (!buf)

@@ -371,6 +371,17 @@ int kvc_evict(struct kvc_client *c, int tier, uint64_t bytes, uint32_t flags,
  * count is in kvc_last_error_msg()). */
 int kvc_flush(struct kvc_client *c, int timeout_ms);
 
+/* The daemon's shared-memory segments this client maps: every view and
+ * reservation points into one of them.  An engine that copies to and from
+ * a GPU pins them once (cudaHostRegister) so those copies are DMA.  Fills
+ * up to max entries and returns how many segments there are. */
+struct kvc_segment {
+	void *base;
+	size_t len;
+};
+
+int kvc_segments(struct kvc_client *c, struct kvc_segment *ret, size_t max);
+
 /* The socket path kvc_connect() would use for socket_path. */
 int kvc_socket_path(const char *socket_path, char *buf, size_t len);
 

@@ -1,0 +1,580 @@
+# SPDX-License-Identifier: MIT
+"""Mooncake's store API on kvcache, so code written for it runs unchanged.
+
+``MooncakeDistributedStore`` has the signatures and return conventions of
+``mooncake.store.MooncakeDistributedStore`` (ints, ``b""`` on a miss, 1/0/-1
+from ``is_exist``, per-key lists from batch calls) and talks to the node's
+kvcached.  ``setup()`` connects to the daemon; the master, metadata server,
+protocol and segment sizes it is given belong to the daemon's own
+configuration (``kvcached --config mooncake.json``), so here they are
+accepted and unused.
+
+Error codes are Mooncake's, because engines branch on them:
+
+==========================  ======  ===================================
+kvcache                     here    Mooncake name
+==========================  ======  ===================================
+``-ENOENT``                 -704    OBJECT_NOT_FOUND
+``-ENOSPC``                 -200    NO_AVAILABLE_HANDLE (store pressure)
+``-EEXIST``                 -705    OBJECT_ALREADY_EXISTS
+``-EBUSY``                  -706    OBJECT_HAS_LEASE
+``-EINVAL``, ``-ENOBUFS``,  -600    INVALID_PARAMS
+``-EFAULT``, ``-E2BIG``
+anything else               -1
+==========================  ======  ===================================
+
+A put of a key that is already stored answers 0, as Mooncake's does.
+Pointers passed as ints must lie inside memory given to
+``register_buffer()`` (or handed out by ``MooncakeHostMemAllocator``);
+others are refused with -600, never dereferenced.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import re
+import socket as _socket
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+from .. import _kvcache
+
+OK = 0
+NO_AVAILABLE_HANDLE = -200
+INVALID_PARAMS = -600
+OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
+OBJECT_HAS_LEASE = -706
+INTERNAL_ERROR = -1
+
+_CODES = {
+    errno.ENOENT: OBJECT_NOT_FOUND,
+    errno.ENOSPC: NO_AVAILABLE_HANDLE,
+    errno.EEXIST: OBJECT_ALREADY_EXISTS,
+    errno.EBUSY: OBJECT_HAS_LEASE,
+    errno.EINVAL: INVALID_PARAMS,
+    errno.ENOBUFS: INVALID_PARAMS,
+    errno.EFAULT: INVALID_PARAMS,
+    errno.E2BIG: INVALID_PARAMS,
+}
+
+
+def mooncake_code(r: int) -> int:
+    """Mooncake's error code for a kvcache result (non-negative passes)."""
+    if r >= 0:
+        return r
+    return _CODES.get(-r, INTERNAL_ERROR)
+
+
+def _put_code(r: int) -> int:
+    return 0 if r == -errno.EEXIST else mooncake_code(r)
+
+
+class SoftPinAction(enum.IntEnum):
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+class ReplicateConfig:
+    """Mooncake's replica settings.  Pins map onto kvcache pins; replica
+    counts and placement belong to the cluster and are ignored here."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.replica_num = 1
+        self.nof_replica_num = 0
+        self.dfs_replica_num = 0
+        self.with_soft_pin = False
+        self.soft_pin_action = SoftPinAction.PRESERVE
+        self.soft_pin_ttl_ms = 0
+        self.with_hard_pin = False
+        self.preferred_segments: List[str] = []
+        self.preferred_nof_segments: List[str] = []
+        self.preferred_segment = ""
+        self.prefer_alloc_in_same_node = False
+        self.group_ids: List[str] = []
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    def __repr__(self) -> str:
+        return "ReplicateConfig(replica_num=%d, with_hard_pin=%s)" % (self.replica_num,
+                                                                    self.with_hard_pin)
+
+
+def _put_opts(config: Optional[ReplicateConfig], replace: bool = False) -> Dict[str, Any]:
+    opts: Dict[str, Any] = {}
+    if replace:
+        opts["replace"] = True
+    if config is None:
+        return opts
+    if getattr(config, "with_hard_pin", False):
+        opts["pin"] = "hard"
+    elif (getattr(config, "with_soft_pin", False) or
+          getattr(config, "soft_pin_action", SoftPinAction.PRESERVE) == SoftPinAction.ENABLE):
+        opts["pin"] = "soft"
+        opts["pin_ttl_ms"] = int(getattr(config, "soft_pin_ttl_ms", 0) or 0)
+    return opts
+
+
+# One Client per daemon socket and process, shared by the stores and
+# allocators of that process (so memory one of them registers is known to
+# all).  A forked child connects afresh.
+_lock = threading.Lock()
+_shared: Dict[Any, List[Any]] = {}
+
+
+def _acquire_client(sock: Optional[str]) -> "_kvcache.Client":
+    key = (os.getpid(), _kvcache.socket_path(sock))
+    with _lock:
+        ent = _shared.get(key)
+        if ent is None:
+            ent = _shared[key] = [_kvcache.Client(sock), 0, {}]
+        ent[1] += 1
+        return ent[0]
+
+
+def _allocations(client: "_kvcache.Client") -> Dict[int, "_kvcache.Buffer"]:
+    for ent in _shared.values():
+        if ent[0] is client:
+            return ent[2]
+    return {}
+
+
+def _release_client(client: "_kvcache.Client") -> None:
+    with _lock:
+        for key, ent in list(_shared.items()):
+            if ent[0] is client:
+                ent[1] -= 1
+                if ent[1] == 0 and not ent[2]:
+                    del _shared[key]
+                    client.close()
+                return
+
+
+def _find_allocation(client, ptr: int, size: int):
+    """The allocator Buffer holding [ptr, ptr + size), and the offset."""
+    for base, buf in list(_allocations(client).items()):
+        if base <= ptr and ptr + size <= base + buf.size:
+            return buf, ptr - base
+    return None, 0
+
+
+class MooncakeDistributedStore:
+    """Drop-in for ``mooncake.store.MooncakeDistributedStore`` over kvcached."""
+
+    def __init__(self) -> None:
+        self._client: Optional[_kvcache.Client] = None
+        self._hostname = _socket.gethostname()
+        self._put_sessions: Dict[str, _kvcache.Reservation] = {}
+        self._get_sessions: Dict[str, _kvcache.View] = {}
+        self._registered: List[int] = []
+
+    # ---- set-up ----
+    def setup(self, *args: Any, **kw: Any) -> int:
+        """``setup(local_hostname, metadata_server, global_segment_size,
+        local_buffer_size, protocol, rdma_devices, master_server_addr, ...)``
+        or ``setup(config_dict)``: connects to the node's kvcached (the
+        socket from the ``ipc_socket_path``/``socket`` key, else
+        ``$KVCACHE_SOCKET`` and the defaults).  0, or -1 when no daemon
+        answers."""
+        sock = kw.pop("socket", None)
+        if args and isinstance(args[0], dict):
+            cfg = {k: str(v) for k, v in args[0].items()}
+            sock = sock or cfg.get("ipc_socket_path") or cfg.get("socket") or None
+            host = cfg.get("local_hostname")
+        else:
+            host = args[0] if args else kw.get("local_hostname")
+        if host:
+            self._hostname = str(host)
+        if self._client is not None:
+            return 0
+        try:
+            self._client = _acquire_client(sock)
+        except OSError:
+            return -1
+        return 0
+
+    def setup_dummy(self, mem_pool_size: int = 0, local_buffer_size: int = 0,
+                    server_address: str = "") -> int:
+        """Mooncake's dummy client talks to a local real client; here that is
+        kvcached, at ``server_address`` when it names a socket file."""
+        sock = server_address if server_address.startswith("/") else None
+        return self.setup({"socket": sock} if sock else {})
+
+    def init_all(self, *args: Any, **kw: Any) -> int:
+        return self.setup(*args, **kw)
+
+    def _c(self) -> _kvcache.Client:
+        if self._client is None:
+            raise RuntimeError("MooncakeDistributedStore.setup() was not called")
+        return self._client
+
+    def close(self) -> int:
+        if self._client is None:
+            return 0
+        for v in self._get_sessions.values():
+            v.release()
+        for r in self._put_sessions.values():
+            r.abort()
+        self._get_sessions.clear()
+        self._put_sessions.clear()
+        for p in self._registered:
+            self._client.unregister_memory(p)
+        self._registered.clear()
+        client, self._client = self._client, None
+        _release_client(client)
+        return 0
+
+    def tearDownAll(self) -> int:  # noqa: N802 (Mooncake's name)
+        return self.close()
+
+    def get_hostname(self) -> str:
+        return self._hostname
+
+    def health_check(self) -> int:
+        """0 healthy, 1 not set up, 2 the daemon does not answer."""
+        if self._client is None:
+            return 1
+        try:
+            self._client.status()
+        except (OSError, ValueError):
+            return 2
+        return 0
+
+    # ---- copying ----
+    def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
+        return _put_code(self._c().put(key, value, **_put_opts(config)))
+
+    def upsert(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
+        return mooncake_code(self._c().put(key, value, **_put_opts(config, replace=True)))
+
+    def put_parts(self, key: str, *parts: Any, config: Optional[ReplicateConfig] = None) -> int:
+        return self._parts(key, parts, config, False)
+
+    def upsert_parts(self, key: str, *parts: Any,
+                     config: Optional[ReplicateConfig] = None) -> int:
+        return self._parts(key, parts, config, True)
+
+    def _parts(self, key, parts, config, replace) -> int:
+        views = [memoryview(p).cast("B") for p in parts]
+        r = self._c().batch_put_from_multi_buffers([key], [views], [[v.nbytes for v in views]],
+                                                   **_put_opts(config, replace))[0]
+        return mooncake_code(r) if replace else _put_code(r)
+
+    def put_batch(self, keys: Sequence[str], values: Sequence[Any],
+                  config: Optional[ReplicateConfig] = None) -> int:
+        return self._batch(keys, values, config, False)
+
+    def upsert_batch(self, keys: Sequence[str], values: Sequence[Any],
+                     config: Optional[ReplicateConfig] = None) -> int:
+        return self._batch(keys, values, config, True)
+
+    def _batch(self, keys, values, config, replace) -> int:
+        if len(keys) != len(values):
+            return INVALID_PARAMS
+        views = [memoryview(v).cast("B") for v in values]
+        res = self._c().batch_put_from_multi_buffers(list(keys), [[v] for v in views],
+                                                     [[v.nbytes] for v in views],
+                                                     **_put_opts(config, replace))
+        for r in res:
+            code = mooncake_code(r) if replace else _put_code(r)
+            if code < 0:
+                return code
+        return 0
+
+    def get(self, key: str) -> bytes:
+        try:
+            v = self._c().get(key)
+        except OSError:
+            return b""
+        return b"" if v is None else v
+
+    def get_batch(self, keys: Sequence[str]) -> List[bytes]:
+        return [self.get(k) for k in keys]
+
+    def get_buffer(self, key: str) -> Optional[_kvcache.View]:
+        """A read-only View (buffer protocol, ``.ptr``, ``.size``,
+        ``len()``) pinning the object until it is released or collected."""
+        try:
+            return self._c().acquire(key)
+        except OSError:
+            return None
+
+    def batch_get_buffer(self, keys: Sequence[str]) -> List[Optional[_kvcache.View]]:
+        return [self.get_buffer(k) for k in keys]
+
+    def get_size(self, key: str) -> int:
+        v = self.get_buffer(key)
+        if v is None:
+            return OBJECT_NOT_FOUND
+        with v:
+            return v.size
+
+    # ---- registered memory ----
+    def register_buffer(self, buffer_ptr: int, size: int) -> int:
+        c = self._c()
+        buf, _ = _find_allocation(c, buffer_ptr, size)
+        if buf is not None:
+            return 0  # allocator memory is the daemon's: nothing to do
+        r = c.register_memory(buffer_ptr, size)
+        if r == 0:
+            self._registered.append(buffer_ptr)
+        return mooncake_code(r)
+
+    def unregister_buffer(self, buffer_ptr: int) -> int:
+        if buffer_ptr in self._registered:
+            self._registered.remove(buffer_ptr)
+            return mooncake_code(self._c().unregister_memory(buffer_ptr))
+        return 0 if _find_allocation(self._c(), buffer_ptr, 1)[0] is not None else INVALID_PARAMS
+
+    def _put_from(self, key, ptr, size, config, replace) -> int:
+        c = self._c()
+        buf, off = _find_allocation(c, ptr, size)
+        opts = _put_opts(config, replace)
+        if buf is not None:  # the daemon copies
+            r = c.put_from(key, buf, off, size, **opts)
+        else:
+            r = c.batch_put_from_multi_buffers([key], [[ptr]], [[size]], **opts)[0]
+        return mooncake_code(r) if replace else _put_code(r)
+
+    def put_from(self, key: str, buffer_ptr: int, size: int,
+                 config: Optional[ReplicateConfig] = None) -> int:
+        return self._put_from(key, buffer_ptr, size, config, False)
+
+    def upsert_from(self, key: str, buffer_ptr: int, size: int,
+                    config: Optional[ReplicateConfig] = None) -> int:
+        return self._put_from(key, buffer_ptr, size, config, True)
+
+    def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Bytes read, or <0 (-704 miss, -600 when size is smaller than the
+        object or the memory is not registered)."""
+        c = self._c()
+        buf, off = _find_allocation(c, buffer_ptr, size)
+        if buf is not None:
+            r = c.get_into(key, buf, off, size)
+        else:
+            r = c.batch_get_into_multi_buffers([key], [[buffer_ptr]], [[size]])[0]
+        return mooncake_code(r)
+
+    def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                       sizes: Sequence[int],
+                       config: Optional[ReplicateConfig] = None) -> List[int]:
+        return self.batch_put_from_multi_buffers(keys, [[p] for p in buffer_ptrs],
+                                                 [[s] for s in sizes], config)
+
+    def batch_upsert_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                          sizes: Sequence[int],
+                          config: Optional[ReplicateConfig] = None) -> List[int]:
+        res = self._c().batch_put_from_multi_buffers(
+            list(keys), [[p] for p in buffer_ptrs], [[s] for s in sizes],
+            **_put_opts(config, replace=True))
+        return [mooncake_code(r) for r in res]
+
+    def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                       sizes: Sequence[int]) -> List[int]:
+        return self.batch_get_into_multi_buffers(keys, [[p] for p in buffer_ptrs],
+                                                 [[s] for s in sizes])
+
+    def batch_put_from_multi_buffers(self, keys: Sequence[str],
+                                     all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     config: Optional[ReplicateConfig] = None) -> List[int]:
+        if self._client is None:
+            return []
+        if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
+            return [INVALID_PARAMS] * len(keys)
+        res = self._client.batch_put_from_multi_buffers(list(keys), all_buffer_ptrs, all_sizes,
+                                                        **_put_opts(config))
+        return [_put_code(r) for r in res]
+
+    def batch_get_into_multi_buffers(self, keys: Sequence[str],
+                                     all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     prefer_alloc_in_same_node: bool = False) -> List[int]:
+        if self._client is None:
+            return []
+        if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
+            return [INVALID_PARAMS] * len(keys)
+        res = self._client.batch_get_into_multi_buffers(list(keys), all_buffer_ptrs, all_sizes)
+        return [mooncake_code(r) for r in res]
+
+    # ---- sessions: reserve ... commit, acquire ... release ----
+    def batch_put_session_start(self, keys: Sequence[str], sizes: Sequence[int],
+                                config: Optional[ReplicateConfig] = None) -> List[int]:
+        c, out = self._c(), []
+        for k, s in zip(keys, sizes):
+            if k in self._put_sessions:
+                out.append(OBJECT_ALREADY_EXISTS)
+                continue
+            try:
+                self._put_sessions[k] = c.reserve(k, s, **_put_opts(config))
+                out.append(0)
+            except OSError as e:
+                out.append(mooncake_code(-e.errno))
+        return out
+
+    def batch_put_from_multi_buffer_ranges(self, keys: Sequence[str],
+                                           all_buffer_ptrs: Sequence[Sequence[int]],
+                                           all_sizes: Sequence[Sequence[int]],
+                                           all_dst_offsets: Sequence[Sequence[int]]) -> List[int]:
+        out = []
+        for k, ptrs, sizes, offs in zip(keys, all_buffer_ptrs, all_sizes, all_dst_offsets):
+            r = self._put_sessions.get(k)
+            if r is None:
+                out.append(OBJECT_NOT_FOUND)
+                continue
+            code = 0
+            for p, s, o in zip(ptrs, sizes, offs):
+                try:
+                    w = r.write_from(o, p, s)
+                except ValueError:
+                    w = -errno.EINVAL
+                if w < 0:
+                    code = mooncake_code(w)
+                    break
+            out.append(code)
+        return out
+
+    def batch_put_session_end(self, keys: Sequence[str]) -> List[int]:
+        out = []
+        for k in keys:
+            r = self._put_sessions.pop(k, None)
+            out.append(OBJECT_NOT_FOUND if r is None else _put_code(r.commit()))
+        return out
+
+    def batch_put_session_revoke(self, keys: Sequence[str]) -> List[int]:
+        out = []
+        for k in keys:
+            r = self._put_sessions.pop(k, None)
+            out.append(OBJECT_NOT_FOUND if r is None else mooncake_code(r.abort()))
+        return out
+
+    def batch_get_session_start(self, keys: Sequence[str]) -> List[int]:
+        c, out = self._c(), []
+        for k in keys:
+            v = self._get_sessions.get(k)
+            if v is None:
+                try:
+                    v = c.acquire(k)
+                except OSError as e:
+                    out.append(mooncake_code(-e.errno))
+                    continue
+                if v is None:
+                    out.append(OBJECT_NOT_FOUND)
+                    continue
+                self._get_sessions[k] = v
+            out.append(v.size)
+        return out
+
+    def batch_get_into_multi_buffer_ranges(self, keys: Sequence[str],
+                                           all_buffer_ptrs: Sequence[Sequence[int]],
+                                           all_sizes: Sequence[Sequence[int]],
+                                           all_src_offsets: Sequence[Sequence[int]]) -> List[int]:
+        out = []
+        for k, ptrs, sizes, offs in zip(keys, all_buffer_ptrs, all_sizes, all_src_offsets):
+            v = self._get_sessions.get(k)
+            if v is None:
+                out.append(OBJECT_NOT_FOUND)
+                continue
+            total = 0
+            for p, s, o in zip(ptrs, sizes, offs):
+                try:
+                    n = v.read_into(o, p, s)
+                except ValueError:
+                    n = -errno.EINVAL
+                if n < 0:
+                    total = mooncake_code(n)
+                    break
+                total += n
+            out.append(total)
+        return out
+
+    def batch_get_session_end(self, keys: Sequence[str]) -> int:
+        missing = 0
+        for k in keys:
+            v = self._get_sessions.pop(k, None)
+            if v is None:
+                missing += 1
+            else:
+                v.release()
+        return OBJECT_NOT_FOUND if missing else 0
+
+    # ---- presence and removal ----
+    def is_exist(self, key: str) -> int:
+        """1 present, 0 absent, -1 error."""
+        try:
+            return 1 if self._c().exists(key) else 0
+        except (OSError, ValueError, RuntimeError):
+            return -1
+
+    def batch_is_exist(self, keys: Sequence[str]) -> List[int]:
+        try:
+            return [1 if p else 0 for p in self._c().batch_exists(list(keys))]
+        except (OSError, ValueError, RuntimeError):
+            return [-1] * len(keys)
+
+    def remove(self, key: str, force: bool = False) -> int:
+        return mooncake_code(self._c().remove(key, force=force))
+
+    def batch_remove(self, keys: Sequence[str], force: bool = False) -> List[int]:
+        return [self.remove(k, force) for k in keys]
+
+    def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
+        """How many objects were removed, or <0."""
+        try:
+            pattern = re.compile(regex_pattern)
+        except re.error:
+            return INVALID_PARAMS
+        c, removed = self._c(), 0
+        for info in c.list(None, 1 << 30):
+            if info["state"] == "committed" and pattern.search(info["key"]):
+                if c.remove(info["key"], force=force) == 0:
+                    removed += 1
+        return removed
+
+    def remove_all(self, force: bool = False) -> int:
+        try:
+            removed, _ = self._c().remove_prefix(None, force=force)
+        except OSError as e:
+            return mooncake_code(-e.errno)
+        return removed
+
+
+class MooncakeHostMemAllocator:
+    """Memory shared with the daemon (kvcache registered buffers): a store
+    of the same process puts from and gets into it with the daemon doing
+    the copy.  ``alloc(size) -> address`` (0 on failure), ``free(address)``."""
+
+    def __init__(self, socket: Optional[str] = None) -> None:
+        self._client = _acquire_client(socket)
+
+    def alloc(self, size: int) -> int:
+        try:
+            buf = self._client.buffer_alloc(size)
+        except OSError:
+            return 0
+        with _lock:
+            _allocations(self._client)[buf.ptr] = buf
+        return buf.ptr
+
+    def free(self, ptr: int) -> int:
+        with _lock:
+            buf = _allocations(self._client).pop(ptr, None)
+        if buf is None:
+            return INVALID_PARAMS
+        buf.free()
+        return 0
+
+    def close(self) -> None:
+        with _lock:
+            bufs = _allocations(self._client)
+            for b in bufs.values():
+                b.free()
+            bufs.clear()
+        _release_client(self._client)
+
+
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction",
+           "MooncakeHostMemAllocator", "mooncake_code"]

@@ -1,0 +1,214 @@
+# SPDX-License-Identifier: MIT
+"""kvcache.compat.mooncake against Mooncake's documented return codes."""
+import errno
+import importlib
+import os
+import sys
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from kvcache.compat import mooncake as mc  # noqa: E402
+from kvcache.compat.mooncake import MooncakeDistributedStore, ReplicateConfig  # noqa: E402
+
+
+@pytest.fixture
+def store(daemon):
+    s = MooncakeDistributedStore()
+    assert s.health_check() == 1  # not set up
+    assert s.setup("localhost", "P2PHANDSHAKE", 1 << 30, 1 << 26, "tcp", "",
+                   "localhost:50051", socket=daemon) == 0
+    assert s.health_check() == 0
+    yield s
+    s.remove_all(force=True)
+    assert s.close() == 0
+
+
+def test_error_mapping():
+    assert mc.mooncake_code(5) == 5
+    assert mc.mooncake_code(-errno.ENOENT) == -704
+    assert mc.mooncake_code(-errno.ENOSPC) == -200
+    assert mc.mooncake_code(-errno.EEXIST) == -705
+    assert mc.mooncake_code(-errno.EBUSY) == -706
+    assert mc.mooncake_code(-errno.EINVAL) == -600
+    assert mc.mooncake_code(-errno.EIO) == -1
+
+
+def test_setup_forms(daemon):
+    s = MooncakeDistributedStore()
+    assert s.setup({"local_hostname": "node-a", "metadata_server": "P2PHANDSHAKE",
+                    "global_segment_size": 3200 * 1024 * 1024, "protocol": "tcp",
+                    "master_server_addr": "127.0.0.1:50051", "ipc_socket_path": daemon}) == 0
+    assert s.get_hostname() == "node-a"
+    assert s.put("setup", b"v") == 0
+    assert s.close() == 0
+    bad = MooncakeDistributedStore()
+    assert bad.setup({"ipc_socket_path": daemon + ".none"}) == -1
+    assert bad.health_check() == 1
+    with pytest.raises(RuntimeError):
+        bad.put("k", b"v")
+    d = MooncakeDistributedStore()
+    assert d.setup_dummy(1 << 30, 1 << 26, daemon) == 0
+    assert d.get("setup") == b"v"
+    d.close()
+
+
+def test_put_get_exist_remove(store):
+    assert store.put("a", b"alpha") == 0
+    assert store.put("a", b"again") == 0  # Mooncake: an existing key is success
+    assert store.get("a") == b"alpha"
+    assert store.get("missing") == b""
+    assert store.is_exist("a") == 1
+    assert store.is_exist("missing") == 0
+    assert store.batch_is_exist(["a", "missing"]) == [1, 0]
+    assert store.get_size("a") == 5
+    assert store.get_size("missing") == -704
+    assert store.remove("a") == -706  # the get leased it
+    assert store.remove("a", force=True) == 0
+    assert store.remove("a") == -704
+    assert store.upsert("u", b"1") == 0
+    assert store.upsert("u", b"22") == 0
+    assert store.get("u") == b"22"
+    assert store.put_parts("parts", b"ab", bytearray(b"cd"), memoryview(b"ef")) == 0
+    assert store.get("parts") == b"abcdef"
+    assert store.put_batch(["b1", "b2"], [b"x", b"yy"]) == 0
+    assert store.get_batch(["b1", "b2", "nope"]) == [b"x", b"yy", b""]
+    assert store.batch_remove(["b1", "nope"], force=True) == [0, -704]
+    v = store.get_buffer("b2")
+    assert bytes(v) == b"yy" and len(v) == 2 and v.size == 2
+    v.release()
+    assert store.get_buffer("nope") is None
+    assert [x is None for x in store.batch_get_buffer(["b2", "nope"])] == [False, True]
+    with pytest.raises(ValueError):
+        store.is_exist("") if False else store.put("", b"v")
+
+
+def test_is_exist_error_is_minus_one(daemon):
+    s = MooncakeDistributedStore()
+    assert s.is_exist("k") == -1  # not set up
+    assert s.batch_is_exist(["k", "l"]) == [-1, -1]
+
+
+def test_registered_pointers(store):
+    src = (np.arange(1 << 20) % 251).astype(np.uint8)
+    dst = np.zeros(1 << 20, np.uint8)
+    assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+    assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+    assert store.put_from("pf", src.ctypes.data, 1 << 20) == 0
+    assert store.get_into("pf", dst.ctypes.data, 1 << 20) == 1 << 20
+    assert (dst == src).all()
+    assert store.get_into("pf", dst.ctypes.data, 100) == -600  # smaller than the object
+    assert store.get_into("missing", dst.ctypes.data, 100) == -704
+    unreg = np.zeros(4096, np.uint8)
+    assert store.get_into("pf", unreg.ctypes.data, 4096) == -600
+    assert store.put_from("bad", 4096, 16) == -600
+    assert store.register_buffer(8, 16) != 0
+    keys = ["bp%d" % i for i in range(4)]
+    ptrs = [src.ctypes.data + i * 1000 for i in range(4)]
+    assert store.batch_put_from(keys, ptrs, [1000] * 4) == [0] * 4
+    dptrs = [dst.ctypes.data + i * 1000 for i in range(4)]
+    dst[:] = 0
+    assert store.batch_get_into(keys + ["nope"], dptrs + [dst.ctypes.data], [1000] * 5) == \
+        [1000] * 4 + [-704]
+    assert (dst[:4000] == src[:4000]).all()
+    # one object from (or into) several pieces
+    res = store.batch_put_from_multi_buffers(
+        ["mb"], [[src.ctypes.data, src.ctypes.data + 8192]], [[100, 200]])
+    assert res == [0]
+    res = store.batch_get_into_multi_buffers(
+        ["mb", "nope"], [[dst.ctypes.data, dst.ctypes.data + 500], [dst.ctypes.data]],
+        [[150, 150], [10]])
+    assert res == [300, -704]
+    assert (dst[:100] == src[:100]).all() and (dst[100:150] == src[8192:8242]).all()
+    assert (dst[500:650] == src[8242:8392]).all()
+    assert store.batch_put_from_multi_buffers(["x"], [[1], [2]], [[1]]) == [-600]
+    assert store.unregister_buffer(src.ctypes.data) == 0
+    assert store.put_from("after", src.ctypes.data, 16) == -600
+
+
+def test_sessions(store):
+    src = (np.arange(8192) % 253).astype(np.uint8)
+    dst = np.zeros(8192, np.uint8)
+    store.register_buffer(src.ctypes.data, src.nbytes)
+    store.register_buffer(dst.ctypes.data, dst.nbytes)
+    assert store.batch_put_session_start(["s1", "s2"], [8192, 100]) == [0, 0]
+    assert store.is_exist("s1") == 0
+    # layer by layer: two halves at their offsets
+    assert store.batch_put_from_multi_buffer_ranges(
+        ["s1"], [[src.ctypes.data, src.ctypes.data + 4096]], [[4096, 4096]], [[0, 4096]]) == [0]
+    assert store.batch_put_from_multi_buffer_ranges(["s1"], [[1234]], [[8]], [[0]]) == [-600]
+    assert store.batch_put_session_end(["s1"]) == [0]
+    assert store.batch_put_session_revoke(["s2", "s3"]) == [0, -704]
+    assert store.is_exist("s1") == 1 and store.is_exist("s2") == 0
+    assert store.batch_get_session_start(["s1", "nope"]) == [8192, -704]
+    assert store.batch_get_into_multi_buffer_ranges(
+        ["s1"], [[dst.ctypes.data, dst.ctypes.data + 4096]], [[4096, 4096]], [[4096, 0]]) == [8192]
+    assert (dst[:4096] == src[4096:]).all() and (dst[4096:] == src[:4096]).all()
+    assert store.remove("s1") == -706  # the session holds it
+    assert store.batch_get_session_end(["s1"]) == 0
+    assert store.batch_get_session_end(["s1"]) == -704
+
+
+def test_pins_and_pressure(store):
+    hard = ReplicateConfig(with_hard_pin=True)
+    blob = bytes(16 << 20)
+    n = 0
+    codes = set()
+    while n < 40:  # 256 MiB of dram: hard pins fill it and then refuse
+        r = store.put("pin%d" % n, blob, hard)
+        codes.add(r)
+        if r != 0:
+            break
+        n += 1
+    assert -200 in codes, codes  # NO_AVAILABLE_HANDLE: the engines' store-pressure code
+    assert store.put("huge", bytes(300 << 20)) == -600  # larger than the pool
+    soft = ReplicateConfig(soft_pin_action=mc.SoftPinAction.ENABLE, soft_pin_ttl_ms=1000)
+    assert mc._put_opts(soft) == {"pin": "soft", "pin_ttl_ms": 1000}
+    assert mc._put_opts(ReplicateConfig(replica_num=2)) == {}
+    assert store.remove_all(force=True) >= n
+
+
+def test_remove_by_regex(store):
+    for k in ["layer0_tp0", "layer1_tp0", "layer0_tp1", "other"]:
+        assert store.put(k, b"v") == 0
+    assert store.remove_by_regex(r"^layer\d_tp0$") == 2
+    assert store.batch_is_exist(["layer0_tp0", "layer1_tp0", "layer0_tp1", "other"]) == [0, 0, 1, 1]
+    assert store.remove_by_regex("(") == -600
+    assert store.remove_all() == 0  # is_exist leased both survivors
+    assert store.remove_all(force=True) == 2
+
+
+def test_host_allocator(store, daemon):
+    alloc = mc.MooncakeHostMemAllocator(daemon)
+    p = alloc.alloc(1 << 20)
+    assert p
+    assert store.register_buffer(p, 1 << 20) == 0
+    import ctypes
+    ctypes.memmove(p, b"from-allocator", 14)
+    assert store.put_from("alloc", p, 14) == 0
+    assert store.get("alloc") == b"from-allocator"
+    assert store.get_into("alloc", p + 4096, 1000) == 14
+    assert ctypes.string_at(p + 4096, 14) == b"from-allocator"
+    assert alloc.free(p) == 0
+    assert alloc.free(p) == -600
+    alloc.close()
+
+
+def test_shim_import(daemon):
+    shim = os.environ.get("KVCACHE_SHIM_DIR")
+    if not shim:
+        pytest.skip("KVCACHE_SHIM_DIR is not set")
+    sys.path.insert(0, shim)
+    try:
+        store_mod = importlib.import_module("mooncake.store")
+        s = store_mod.MooncakeDistributedStore()
+        assert s.setup({"ipc_socket_path": daemon}) == 0
+        assert s.put("shim", b"ok") == 0 and s.get("shim") == b"ok"
+        assert isinstance(store_mod.ReplicateConfig(), ReplicateConfig)
+        s.remove("shim", force=True)
+        s.close()
+    finally:
+        sys.path.remove(shim)
+        for m in ["mooncake.store", "mooncake"]:
+            sys.modules.pop(m, None)

@@ -1,0 +1,394 @@
+# SPDX-License-Identifier: MIT
+"""What every engine adapter does, without any engine.
+
+An engine keeps its KV cache in paged tensors: per layer, one (or a K and a V)
+tensor whose first dimension is the block.  kvcache stores one object per
+block and rank: the block's bytes of every layer, K then V, layer after
+layer, under a key from ``kvcache.keys``.  ``KVLayout`` says where a
+block's bytes lie in the engine's tensors; ``BlockStore`` moves blocks
+between them and kvcached:
+
+* ``lookup(hashes)``: how many leading blocks every rank has stored (one
+  ``batch_exists`` over all ranks' keys: the scheduler process asks for all
+  of them, no worker round trip);
+* ``save(hashes, block_ids)``/``load(hashes, block_ids)``: whole blocks,
+  existing ones skipped on save, each block's key naming its parent so
+  eviction keeps prefixes usable;
+* ``begin_save``/``begin_load``: layer by layer, for engines that overlap
+  the transfer of layer i with the compute of layer i+1 (a reservation or a
+  view held over the whole step, one layer's bytes copied at a time).
+
+Two ways to move the bytes: ``"pointers"`` (host tensors: their memory is
+registered once and libkvcache copies, with the GIL released) and
+``"torch"`` (``tensor.copy_`` into reservation and view memory: what device
+tensors need; the daemon's memory can be pinned with ``cudaHostRegister`` on
+``client.segments()`` so those copies are DMA).  Both run on CPU tensors in
+the tests; neither has run on a GPU here.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from .keys import BlockHash, KeySpec
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One tensor (or the K or V half of one) holding a block per row."""
+
+    base: int         # address of block 0
+    block_bytes: int  # bytes of one block
+    stride: int       # bytes from one block to the next
+    num_blocks: int
+    layer: int
+    tensor: object = None  # torch view with the block as dim 0 (for "torch")
+
+
+class KVLayout:
+    """Where each block's bytes lie in an engine's KV tensors, and where
+    each segment lands inside the block's object."""
+
+    def __init__(self, segments: Sequence[Segment]):
+        if not segments:
+            raise ValueError("a layout needs at least one segment")
+        self.segments = list(segments)
+        self.num_blocks = min(s.num_blocks for s in self.segments)
+        self.offsets = []
+        off = 0
+        for s in self.segments:
+            self.offsets.append(off)
+            off += s.block_bytes
+        self.block_bytes = off
+        self.num_layers = max(s.layer for s in self.segments) + 1
+
+    @classmethod
+    def from_tensors(cls, tensors: Sequence["torch.Tensor"]) -> "KVLayout":  # noqa: F821
+        """Per layer, a tensor of shape ``(num_blocks, ...)`` (one segment:
+        MLA, FlashInfer) or ``(2, num_blocks, ...)`` (K and V: FlashAttention),
+        each block contiguous.  The rule is Mooncake's: a leading dimension
+        of 2 whose stride exceeds one block is the K/V dimension."""
+        segs = []
+        for layer, t in enumerate(tensors):
+            halves = [t]
+            if t.dim() >= 3 and t.shape[0] == 2 and t.stride(0) > t.stride(1):
+                halves = [t[0], t[1]]
+            for h in halves:
+                block = h[0]
+                if not block.is_contiguous():
+                    raise ValueError("layer %d: a block is not contiguous in memory" % layer)
+                nbytes = block.numel() * block.element_size()
+                segs.append(Segment(h.data_ptr(), nbytes, h.stride(0) * h.element_size(),
+                                    h.shape[0], layer, h))
+        return cls(segs)
+
+    def pieces(self, block_id: int, layer: Optional[int] = None) -> Tuple[List[int], List[int]]:
+        """Addresses and lengths of a block's bytes (one layer's, or all)."""
+        if not 0 <= block_id < self.num_blocks:
+            raise IndexError("block %d of %d" % (block_id, self.num_blocks))
+        ptrs, sizes = [], []
+        for s in self.segments:
+            if layer is None or s.layer == layer:
+                ptrs.append(s.base + block_id * s.stride)
+                sizes.append(s.block_bytes)
+        return ptrs, sizes
+
+    def ranges(self) -> List[Tuple[int, int]]:
+        """The memory the segments span, merged: what to register."""
+        spans = sorted((s.base, s.base + (s.num_blocks - 1) * s.stride + s.block_bytes)
+                       for s in self.segments)
+        out: List[List[int]] = []
+        for lo, hi in spans:
+            if out and lo <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], hi)
+            else:
+                out.append([lo, hi])
+        return [(lo, hi - lo) for lo, hi in out]
+
+
+def _byte_view(t):
+    """A flat uint8 view of a contiguous tensor (no copy)."""
+    import torch
+    return t.reshape(-1).view(torch.uint8)
+
+
+class BlockStore:
+    """Blocks of one rank's KV cache in kvcached (see the module's text)."""
+
+    def __init__(self, client, spec: KeySpec, layout: Optional[KVLayout] = None,
+                 transfer: str = "pointers"):
+        if transfer not in ("pointers", "torch"):
+            raise ValueError("transfer is 'pointers' or 'torch'")
+        self.client = client
+        self.spec = spec
+        self.layout = None
+        self.transfer = transfer
+        self.stats = {"saved": 0, "skipped": 0, "loaded": 0, "save_failed": 0,
+                      "load_failed": 0, "pressure": 0}
+        if layout is not None:
+            self.attach(layout)
+
+    def attach(self, layout: KVLayout) -> None:
+        """Use these tensors.  With "pointers" their memory is registered;
+        memory that is not host memory (a device tensor) falls back to
+        "torch" copies."""
+        self.layout = layout
+        if self.transfer != "pointers":
+            return
+        for base, length in layout.ranges():
+            r = self.client.register_memory(base, length)
+            if r == -errno.EFAULT and all(s.tensor is not None for s in layout.segments):
+                self.transfer = "torch"
+                return
+            if r < 0:
+                raise OSError(-r, "cannot register the KV cache memory: %s" %
+                              self.client_strerror(r))
+
+    @staticmethod
+    def client_strerror(r: int) -> str:
+        from . import strerror
+        return strerror(r)
+
+    # ---- keys and lookup ----
+    def keys(self, hashes: Sequence[BlockHash]) -> List[str]:
+        return self.spec.keys(hashes)
+
+    def lookup(self, hashes: Sequence[BlockHash], all_ranks: bool = True) -> int:
+        """Leading blocks stored for every rank (or this one)."""
+        if not hashes:
+            return 0
+        specs = self.spec.ranks() if all_ranks else [self.spec]
+        if len(specs) == 1:
+            return self.client.prefix_lookup(specs[0].keys(hashes))
+        keys: List[str] = []
+        for s in specs:
+            keys += s.keys(hashes)
+        present = self.client.batch_exists(keys)
+        n = len(hashes)
+        hit = n
+        for r in range(len(specs)):
+            row = present[r * n:(r + 1) * n]
+            first_miss = row.index(False) if False in row else n
+            hit = min(hit, first_miss)
+        return hit
+
+    # ---- whole blocks ----
+    def save(self, hashes: Sequence[BlockHash], block_ids: Sequence[int],
+             parent: Optional[BlockHash] = None, skip_existing: bool = True) -> List[int]:
+        """Store blocks (hashes[i] from block_ids[i]): 0 or -errno each; a
+        block stored already answers 0.  ``parent`` is the hash of the block
+        before hashes[0], if any."""
+        self._need_layout()
+        if len(hashes) != len(block_ids):
+            raise ValueError("hashes and block_ids differ in length")
+        keys = self.keys(hashes)
+        parents = [self.spec.key(parent) if parent is not None else None] + keys[:-1]
+        todo = list(range(len(keys)))
+        results = [0] * len(keys)
+        if skip_existing and keys:
+            present = self.client.batch_exists(keys)
+            todo = [i for i in todo if not present[i]]
+            self.stats["skipped"] += len(keys) - len(todo)
+        # one put per block: each names its own parent
+        for i in todo:
+            if self.transfer == "pointers":
+                ptrs, sizes = self.layout.pieces(block_ids[i])
+                r = self.client.batch_put_from_multi_buffers([keys[i]], [ptrs], [sizes],
+                                                             parent=parents[i])[0]
+            else:
+                r = self._save_torch(keys[i], block_ids[i], parents[i])
+            if r == -errno.EEXIST:
+                r = 0
+            results[i] = r
+            if r == 0:
+                self.stats["saved"] += 1
+            else:
+                self.stats["save_failed"] += 1
+                if r == -errno.ENOSPC:
+                    self.stats["pressure"] += 1
+                    # store pressure: the rest would fail too
+                    for j in todo[todo.index(i) + 1:]:
+                        results[j] = -errno.ENOSPC
+                    break
+        return results
+
+    def _save_torch(self, key: str, block_id: int, parent: Optional[str]) -> int:
+        import torch
+        try:
+            res = self.client.reserve(key, self.layout.block_bytes, parent=parent)
+        except OSError as e:
+            return -e.errno
+        dst = torch.frombuffer(res.memoryview(), dtype=torch.uint8)
+        for s, off in zip(self.layout.segments, self.layout.offsets):
+            dst[off:off + s.block_bytes].copy_(_byte_view(s.tensor[block_id]))
+        _sync(self.layout)
+        del dst
+        return res.commit()
+
+    def load(self, hashes: Sequence[BlockHash], block_ids: Sequence[int]) -> List[int]:
+        """Load blocks into block_ids: the object's length or -errno each."""
+        self._need_layout()
+        if len(hashes) != len(block_ids):
+            raise ValueError("hashes and block_ids differ in length")
+        keys = self.keys(hashes)
+        if self.transfer == "pointers":
+            ptrs, sizes = [], []
+            for b in block_ids:
+                p, s = self.layout.pieces(b)
+                ptrs.append(p)
+                sizes.append(s)
+            res = self.client.batch_get_into_multi_buffers(keys, ptrs, sizes)
+        else:
+            res = [self._load_torch(k, b) for k, b in zip(keys, block_ids)]
+        for i, r in enumerate(res):
+            if r >= 0 and r != self.layout.block_bytes:
+                res[i] = -errno.EBADMSG  # another layout's bytes under this key
+        self.stats["loaded"] += sum(1 for r in res if r >= 0)
+        self.stats["load_failed"] += sum(1 for r in res if r < 0)
+        return res
+
+    def _load_torch(self, key: str, block_id: int) -> int:
+        import torch
+        v = self.client.acquire(key)
+        if v is None:
+            return -errno.ENOENT
+        with v:
+            if v.size != self.layout.block_bytes:
+                return v.size
+            src = torch.frombuffer(v.memoryview(), dtype=torch.uint8)
+            for s, off in zip(self.layout.segments, self.layout.offsets):
+                _byte_view(s.tensor[block_id]).copy_(src[off:off + s.block_bytes])
+            _sync(self.layout)
+            del src
+            return v.size
+
+    # ---- layer by layer ----
+    def begin_save(self, hashes: Sequence[BlockHash], block_ids: Sequence[int],
+                   parent: Optional[BlockHash] = None) -> "LayerwiseSave":
+        self._need_layout()
+        return LayerwiseSave(self, hashes, block_ids, parent)
+
+    def begin_load(self, hashes: Sequence[BlockHash], block_ids: Sequence[int]) -> "LayerwiseLoad":
+        self._need_layout()
+        return LayerwiseLoad(self, hashes, block_ids)
+
+    def _need_layout(self) -> None:
+        if self.layout is None:
+            raise RuntimeError("no KV cache attached (BlockStore.attach)")
+
+
+def _sync(layout: KVLayout) -> None:
+    """Device copies must be done before a commit or a release."""
+    t = layout.segments[0].tensor
+    if t is not None and getattr(t, "is_cuda", False):
+        import torch
+        torch.cuda.current_stream(t.device).synchronize()
+
+
+class LayerwiseSave:
+    """Reserve every missing block's object now, copy one layer's bytes at a
+    time (``save_layer``), commit at ``finish``."""
+
+    def __init__(self, store: BlockStore, hashes, block_ids, parent):
+        self.store = store
+        keys = store.keys(hashes)
+        parents = [store.spec.key(parent) if parent is not None else None] + keys[:-1]
+        present = store.client.batch_exists(keys) if keys else []
+        self.results = [0] * len(keys)
+        self.items: List[Tuple[int, object, int]] = []  # (position, reservation, block id)
+        for i, k in enumerate(keys):
+            if present[i]:
+                continue
+            try:
+                res = store.client.reserve(k, store.layout.block_bytes, parent=parents[i])
+            except OSError as e:
+                self.results[i] = -e.errno
+                continue
+            self.items.append((i, res, block_ids[i]))
+
+    def save_layer(self, layer: int) -> None:
+        lay = self.store.layout
+        for _, res, b in self.items:
+            for s, off in zip(lay.segments, lay.offsets):
+                if s.layer != layer:
+                    continue
+                if self.store.transfer == "pointers":
+                    res.write_from(off, s.base + b * s.stride, s.block_bytes)
+                else:
+                    import torch
+                    dst = torch.frombuffer(res.memoryview(), dtype=torch.uint8)
+                    dst[off:off + s.block_bytes].copy_(_byte_view(s.tensor[b]))
+                    del dst
+
+    def finish(self, ok: bool = True) -> List[int]:
+        _sync(self.store.layout)
+        for i, res, _ in self.items:
+            r = res.commit() if ok else res.abort()
+            self.results[i] = 0 if r == -errno.EEXIST else r
+        self.store.stats["saved"] += sum(1 for i, _, _ in self.items if self.results[i] == 0)
+        self.items = []
+        return self.results
+
+
+class LayerwiseLoad:
+    """Acquire every block's object now (the views pin them), copy one
+    layer's bytes at a time (``load_layer``), release at ``finish``."""
+
+    def __init__(self, store: BlockStore, hashes, block_ids):
+        self.store = store
+        self.results: List[int] = []
+        self.items: List[Tuple[object, int]] = []
+        for k, b in zip(store.keys(hashes), block_ids):
+            v = store.client.acquire(k)
+            if v is None:
+                self.results.append(-errno.ENOENT)
+            elif v.size != store.layout.block_bytes:
+                v.release()
+                self.results.append(-errno.EBADMSG)
+            else:
+                self.results.append(v.size)
+                self.items.append((v, b))
+
+    def load_layer(self, layer: int) -> None:
+        lay = self.store.layout
+        for v, b in self.items:
+            for s, off in zip(lay.segments, lay.offsets):
+                if s.layer != layer:
+                    continue
+                if self.store.transfer == "pointers":
+                    v.read_into(off, s.base + b * s.stride, s.block_bytes)
+                else:
+                    import torch
+                    src = torch.frombuffer(v.memoryview(), dtype=torch.uint8)
+                    _byte_view(s.tensor[b]).copy_(src[off:off + s.block_bytes])
+                    del src
+
+    def finish(self) -> List[int]:
+        _sync(self.store.layout)
+        for v, _ in self.items:
+            v.release()
+        self.items = []
+        self.store.stats["loaded"] += sum(1 for r in self.results if r >= 0)
+        return self.results
+
+
+def block_hashes_of(tokens: Sequence[int], block_tokens: int,
+                    salt: bytes = b"") -> List[bytes]:
+    """Chained sha256 block hashes of full blocks (SGLang's scheme, over
+    little-endian uint32 tokens): for engines and tools that bring none."""
+    import hashlib
+    import struct
+    out: List[bytes] = []
+    prev = salt
+    for i in range(0, len(tokens) - len(tokens) % block_tokens, block_tokens):
+        h = hashlib.sha256(prev)
+        h.update(struct.pack("<%dI" % block_tokens, *tokens[i:i + block_tokens]))
+        prev = h.digest()
+        out.append(prev)
+    return out
+
+
+__all__ = ["Segment", "KVLayout", "BlockStore", "LayerwiseSave", "LayerwiseLoad",
+           "block_hashes_of"]

@@ -1,0 +1,152 @@
+# SPDX-License-Identifier: MIT
+"""kvcache.engine on real tensors: blocks round-trip through kvcached."""
+import errno
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kvcache.engine import BlockStore, KVLayout, block_hashes_of  # noqa: E402
+from kvcache.keys import KeySpec  # noqa: E402
+
+LAYERS, BLOCKS, BT, HEADS, HD = 3, 16, 4, 2, 8
+
+
+def flash_caches(seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, BLOCKS, BT, HEADS, HD, generator=g).to(dtype) for _ in range(LAYERS)]
+
+
+def spec(**kw):
+    return KeySpec("test/model", "float32", "vllm-NHD", BT, **kw)
+
+
+def test_layout_from_tensors():
+    caches = flash_caches()
+    lay = KVLayout.from_tensors(caches)
+    assert len(lay.segments) == 2 * LAYERS  # K and V per layer
+    assert lay.block_bytes == 2 * LAYERS * BT * HEADS * HD * 4
+    ptrs, sizes = lay.pieces(3)
+    assert ptrs[0] == caches[0][0][3].data_ptr() and ptrs[1] == caches[0][1][3].data_ptr()
+    assert sizes == [BT * HEADS * HD * 4] * (2 * LAYERS)
+    assert lay.pieces(3, layer=1)[0] == [caches[1][0][3].data_ptr(), caches[1][1][3].data_ptr()]
+    mla = [torch.zeros(BLOCKS, BT, 40) for _ in range(2)]
+    assert len(KVLayout.from_tensors(mla).segments) == 2  # one per layer
+    with pytest.raises(IndexError):
+        lay.pieces(BLOCKS)
+    with pytest.raises(ValueError):
+        KVLayout.from_tensors([torch.zeros(4, 4, BLOCKS).permute(2, 1, 0)])  # blocks not contiguous
+
+
+@pytest.mark.parametrize("transfer", ["pointers", "torch"])
+def test_save_load_round_trip(client, transfer):
+    src = flash_caches(1)
+    store = BlockStore(client, spec(), KVLayout.from_tensors(src), transfer)
+    tokens = list(range(10 * BT + 3))
+    hashes = block_hashes_of(tokens, BT)
+    assert len(hashes) == 10
+    ids = list(range(2, 12))
+    assert store.lookup(hashes) == 0
+    assert store.save(hashes[:6], ids[:6]) == [0] * 6
+    assert store.lookup(hashes) == 6
+    assert store.save(hashes, ids) == [0] * 10  # the first six are skipped
+    assert store.stats["skipped"] == 6 and store.stats["saved"] == 10
+    dst = [torch.zeros_like(t) for t in src]
+    loader = BlockStore(client, spec(), KVLayout.from_tensors(dst), transfer)
+    # into other block ids, as another engine instance would
+    other = [15 - i for i in range(10)]
+    res = loader.load(hashes, other)
+    assert res == [store.layout.block_bytes] * 10
+    for t_src, t_dst in zip(src, dst):
+        for a, b in zip(ids, other):
+            assert torch.equal(t_src[:, a], t_dst[:, b])
+    assert loader.load([b"\x00" * 32], [0]) == [-errno.ENOENT]
+    # the chain: each block names its parent
+    keys = store.keys(hashes)
+    assert client.exists(keys[9])
+
+
+def test_layerwise(client):
+    src = flash_caches(2)
+    store = BlockStore(client, spec(), KVLayout.from_tensors(src))
+    hashes = block_hashes_of(list(range(4 * BT)), BT, salt=b"layerwise")
+    save = store.begin_save(hashes, [0, 1, 2, 3])
+    for layer in range(LAYERS):
+        assert not client.exists(store.keys(hashes)[0])  # nothing visible before finish
+        save.save_layer(layer)
+    assert save.finish() == [0, 0, 0, 0]
+    dst = flash_caches(99)
+    loader = BlockStore(client, spec(), KVLayout.from_tensors(dst), "torch")
+    load = loader.begin_load(hashes + [b"\x01" * 32], [4, 5, 6, 7, 8])
+    assert load.results[:4] == [store.layout.block_bytes] * 4 and load.results[4] == -errno.ENOENT
+    load.load_layer(0)
+    assert torch.equal(dst[0][:, 4:8], src[0][:, 0:4])
+    assert not torch.equal(dst[1][:, 4:8], src[1][:, 0:4])  # layer 1 not yet
+    for layer in range(1, LAYERS):
+        load.load_layer(layer)
+    load.finish()
+    for t_src, t_dst in zip(src, dst):
+        assert torch.equal(t_src[:, 0:4], t_dst[:, 4:8])
+    # an aborted layerwise save leaves nothing
+    h2 = block_hashes_of(list(range(BT)), BT, salt=b"aborted")
+    s2 = store.begin_save(h2, [9])
+    s2.save_layer(0)
+    s2.finish(ok=False)
+    assert store.lookup(h2) == 0
+
+
+def test_lookup_is_the_minimum_over_ranks(client):
+    hashes = block_hashes_of(list(range(8 * BT)), BT, salt=b"ranks")
+    r0 = BlockStore(client, spec(tp_rank=0, tp_size=2), KVLayout.from_tensors(flash_caches(3)))
+    r1 = BlockStore(client, spec(tp_rank=1, tp_size=2), KVLayout.from_tensors(flash_caches(4)))
+    assert r0.save(hashes, list(range(8))) == [0] * 8
+    assert r1.save(hashes[:5], list(range(5))) == [0] * 5
+    assert r0.lookup(hashes) == 5 and r1.lookup(hashes) == 5
+    assert r0.lookup(hashes, all_ranks=False) == 8
+    # rank 1's bytes are not rank 0's
+    assert r0.keys(hashes)[0] != r1.keys(hashes)[0]
+
+
+def test_other_layout_under_the_same_spec_is_refused(client):
+    hashes = block_hashes_of(list(range(BT)), BT, salt=b"layout")
+    a = BlockStore(client, spec(), KVLayout.from_tensors(flash_caches(5)))
+    assert a.save(hashes, [0]) == [0]
+    small = [torch.zeros(2, BLOCKS, BT, 1, HD) for _ in range(LAYERS)]
+    b = BlockStore(client, spec(), KVLayout.from_tensors(small))
+    assert b.load(hashes, [0]) == [-errno.ENOBUFS]
+    bigger = [torch.zeros(2, BLOCKS, BT, 4, HD) for _ in range(LAYERS)]
+    c = BlockStore(client, spec(), KVLayout.from_tensors(bigger))
+    assert c.load(hashes, [0]) == [-errno.EBADMSG]
+
+
+def test_store_pressure(daemon):
+    import kvcache
+    c = kvcache.Client(daemon)
+    big = [torch.zeros(2, 64, 256, 8, 64) for _ in range(2)]  # 2 MiB blocks... per layer
+    store = BlockStore(c, KeySpec("m", "float32", "l", 256), KVLayout.from_tensors(big))
+    assert store.layout.block_bytes == 4 * 256 * 8 * 64 * 4
+    # hard-pin a filler so that the pool is full
+    filler = []
+    while True:
+        r = c.put("filler%d" % len(filler), bytes(16 << 20), pin="hard")
+        if r != 0:
+            break
+        filler.append(r)
+    hashes = block_hashes_of(list(range(40 * 256)), 256, salt=b"pressure")
+    res = store.save(hashes, list(range(40)))
+    assert -errno.ENOSPC in res and store.stats["pressure"] == 1
+    first = res.index(-errno.ENOSPC)
+    assert all(r == -errno.ENOSPC for r in res[first:])  # the rest are not attempted
+    c.remove_prefix(None, force=True)
+    for i in range(len(filler)):
+        c.unpin("filler%d" % i)
+    c.remove_prefix(None, force=True)
+    del store
+    c.close()
+
+
+def test_block_hashes_chain():
+    a = block_hashes_of([1, 2, 3, 4, 5, 6, 7, 8, 9], 4)
+    b = block_hashes_of([1, 2, 3, 4, 5, 6, 7, 0], 4)
+    assert len(a) == 2 and a[0] == b[0] and a[1] != b[1]
+    assert block_hashes_of([1, 2, 3], 4) == []

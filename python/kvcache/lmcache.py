@@ -1,0 +1,291 @@
+# SPDX-License-Identifier: MIT
+"""LMCache on kvcached: a ``kvcache://`` remote connector and the native
+client of LMCache's multiprocess server.
+
+Remote connector (LMCache in the engine process)::
+
+    remote_url: "kvcache://localhost:0/?socket=/run/kvcached.sock"
+    remote_serde: "naive"
+    remote_storage_plugins: ["kvcache"]
+    extra_config:
+      remote_storage_plugin.kvcache.module_path: kvcache.lmcache
+      remote_storage_plugin.kvcache.class_name: KvcacheConnectorAdapter
+      save_chunk_meta: false
+
+The value of a key is the chunk's raw KV bytes (``save_chunk_meta`` false:
+LMCache keeps the shape and dtype locally), stored and loaded with the
+GIL released on a worker thread (``asyncio.to_thread``).
+
+Native client (``lmcache server``, MP mode)::
+
+    --l2-adapter '{"type": "native_plugin", "module_path": "kvcache.lmcache",
+                   "class_name": "NativeClient",
+                   "adapter_params": {"socket": "/run/kvcached.sock", "num_workers": 2}}'
+
+It runs batches on its own threads and signals completions on an eventfd,
+holding each batch's memoryviews until its completion is drained.
+
+LMCache's keys (``model@world_size@worker_id@chunk_hash@dtype``) already
+carry the model, the KV dtype and the rank; they are stored as they are.
+LMCache is not installed where the test suite runs: the suite drives these
+classes with LMCache-shaped memory objects and contexts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import queue
+import threading
+from typing import Any, List, Optional, Sequence, Tuple
+from urllib.parse import parse_qs, urlparse
+
+from . import _kvcache
+
+try:
+    from lmcache.v1.storage_backend.connector import ConnectorAdapter  # type: ignore
+    from lmcache.v1.storage_backend.connector.base_connector import (  # type: ignore
+        RemoteConnector,
+    )
+    HAVE_LMCACHE = True
+except ImportError:
+    HAVE_LMCACHE = False
+
+    class ConnectorAdapter:  # type: ignore[no-redef]
+        def __init__(self, schema: str = "") -> None:
+            self.schema = schema
+
+        def can_parse(self, url: str) -> bool:
+            return self.schema != "" and url.startswith(self.schema)
+
+    class RemoteConnector:  # type: ignore[no-redef]
+        save_chunk_meta: bool = True
+
+        def reshape_partial_chunk(self, memory_obj: Any, bytes_read: int) -> Any:
+            return memory_obj
+
+
+def socket_from_url(url: str) -> Optional[str]:
+    """``kvcache://host:port/?socket=PATH`` -> PATH (None: the default)."""
+    q = parse_qs(urlparse(url).query)
+    return q.get("socket", [None])[0]
+
+
+def _key(k: Any) -> str:
+    return k if isinstance(k, str) else k.to_string()
+
+
+class KvcacheRemoteConnector(RemoteConnector):
+    """LMCache's RemoteConnector over kvcached."""
+
+    def __init__(self, socket: Optional[str], loop: Any, local_cpu_backend: Any,
+                 config: Any = None):
+        try:
+            super().__init__()
+        except TypeError:
+            pass
+        self.save_chunk_meta = False
+        self.loop = loop
+        self.local_cpu_backend = local_cpu_backend
+        self.config = config
+        self.client = _kvcache.Client(socket)
+
+    # presence
+    async def exists(self, key: Any) -> bool:
+        return await asyncio.to_thread(self.exists_sync, key)
+
+    def exists_sync(self, key: Any) -> bool:
+        return self.client.exists(_key(key))
+
+    def support_batched_contains(self) -> bool:
+        return True
+
+    def batched_contains(self, keys: List[Any], stop_after_first_not_exits: bool = True
+                         ) -> List[bool]:
+        ks = [_key(k) for k in keys]
+        if stop_after_first_not_exits:
+            n = self.client.prefix_lookup(ks)
+            return [True] * n + [False] * (len(ks) - n)
+        return self.client.batch_exists(ks)
+
+    def support_batched_async_contains(self) -> bool:
+        return True
+
+    async def batched_async_contains(self, lookup_id: str, keys: List[Any],
+                                     pin: bool = False) -> int:
+        return await asyncio.to_thread(self.client.prefix_lookup, [_key(k) for k in keys])
+
+    # loads and stores
+    def support_batched_get(self) -> bool:
+        return True
+
+    async def get(self, key: Any) -> Optional[Any]:
+        return (await self.batched_get([key]))[0]
+
+    async def batched_get(self, keys: List[Any]) -> List[Optional[Any]]:
+        objs = [self.local_cpu_backend.allocate(self.meta_shape, self.meta_dtype, self.meta_fmt)
+                for _ in keys]
+        todo = [i for i, o in enumerate(objs) if o is not None]
+        res = await asyncio.to_thread(
+            self.client.batch_get_into_multi_buffers, [_key(keys[i]) for i in todo],
+            [[objs[i].byte_array] for i in todo], [[objs[i].get_size()] for i in todo])
+        out: List[Optional[Any]] = [None] * len(keys)
+        for i, r in zip(todo, res):
+            o = objs[i]
+            if r <= 0:
+                o.ref_count_down()
+            elif r < o.get_size():
+                out[i] = self.reshape_partial_chunk(o, r)
+            else:
+                out[i] = o
+        return out
+
+    def support_batched_put(self) -> bool:
+        return True
+
+    async def put(self, key: Any, memory_obj: Any) -> None:
+        await self.batched_put([key], [memory_obj])
+
+    async def batched_put(self, keys: List[Any], memory_objs: List[Any]) -> List[int]:
+        try:
+            return await asyncio.to_thread(
+                self.client.batch_put_from_multi_buffers, [_key(k) for k in keys],
+                [[o.byte_array] for o in memory_objs], [[o.get_size()] for o in memory_objs])
+        finally:
+            for o in memory_objs:  # "Will decrease the ref count after send finishes"
+                o.ref_count_down()
+
+    def remove_sync(self, key: Any) -> bool:
+        return self.client.remove(_key(key), force=True) == 0
+
+    async def list(self) -> List[str]:
+        infos = await asyncio.to_thread(self.client.list, None, 1 << 30)
+        return [i["key"] for i in infos if i["state"] == "committed"]
+
+    def support_ping(self) -> bool:
+        return True
+
+    async def ping(self) -> int:
+        try:
+            await asyncio.to_thread(self.client.status)
+            return 0
+        except OSError as e:
+            return -e.errno
+
+    async def close(self) -> None:
+        self.client.close()
+
+
+class KvcacheConnectorAdapter(ConnectorAdapter):
+    """Makes KvcacheRemoteConnectors for ``kvcache://`` URLs."""
+
+    def __init__(self) -> None:
+        super().__init__("kvcache://")
+
+    def create_connector(self, context: Any) -> KvcacheRemoteConnector:
+        return KvcacheRemoteConnector(socket_from_url(context.url), context.loop,
+                                      context.local_cpu_backend,
+                                      getattr(context, "config", None))
+
+
+class NativeClient:
+    """LMCache's native-plugin contract: submit batches, learn of their
+    completion through ``event_fd()``, collect them with
+    ``drain_completions()`` as ``(future_id, ok, error, per-key bools)``."""
+
+    def __init__(self, socket: Optional[str] = None, num_workers: int = 2, **kwargs: Any):
+        self.client = _kvcache.Client(socket)
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._jobs: "queue.Queue[Optional[Tuple[int, str, list, Any]]]" = queue.Queue()
+        self._lock = threading.Lock()
+        self._done: List[Tuple[int, bool, str, Optional[List[bool]]]] = []
+        self._next = 1
+        self._closed = False
+        self._threads = [threading.Thread(target=self._run, name="kvcache-lmcache-%d" % i,
+                                          daemon=True) for i in range(max(1, int(num_workers)))]
+        for t in self._threads:
+            t.start()
+
+    def event_fd(self) -> int:
+        return self._fd
+
+    def _submit(self, kind: str, keys: Sequence[str], views: Any = None) -> int:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        keys = [_key(k) for k in keys]
+        if views is not None:
+            views = list(views)  # held until the completion is drained
+            if len(views) != len(keys):
+                raise ValueError("keys and memoryviews differ in length")
+        with self._lock:
+            fid = self._next
+            self._next += 1
+        self._jobs.put((fid, kind, keys, views))
+        return fid
+
+    def submit_batch_get(self, keys: Sequence[str], memoryviews: Sequence[Any]) -> int:
+        return self._submit("get", keys, memoryviews)
+
+    def submit_batch_set(self, keys: Sequence[str], memoryviews: Sequence[Any]) -> int:
+        return self._submit("set", keys, memoryviews)
+
+    def submit_batch_exists(self, keys: Sequence[str]) -> int:
+        return self._submit("exists", keys)
+
+    def submit_batch_delete(self, keys: Sequence[str]) -> int:
+        return self._submit("delete", keys)
+
+    def drain_completions(self) -> List[Tuple[int, bool, str, Optional[List[bool]]]]:
+        try:
+            os.eventfd_read(self._fd)
+        except BlockingIOError:
+            pass
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fid, kind, keys, views = job
+            try:
+                ok, err, bools = True, "", self._do(kind, keys, views)
+            except Exception as e:  # noqa: BLE001 - reported, never lost
+                ok, err, bools = False, "%s: %s" % (type(e).__name__, e), None
+            with self._lock:
+                self._done.append((fid, ok, err, bools))
+            os.eventfd_write(self._fd, 1)
+
+    def _do(self, kind: str, keys: List[str], views: Any) -> List[bool]:
+        c = self.client
+        if not keys:
+            return []
+        if kind == "get":
+            res = c.batch_get_into_multi_buffers(keys, [[v] for v in views],
+                                                 [[memoryview(v).nbytes] for v in views])
+            return [r > 0 for r in res]
+        if kind == "set":
+            res = c.batch_put_from_multi_buffers(keys, [[v] for v in views],
+                                                 [[memoryview(v).nbytes] for v in views])
+            return [r == 0 or r == -errno.EEXIST for r in res]
+        if kind == "exists":
+            return c.batch_exists(keys)
+        return [c.remove(k, force=True) == 0 for k in keys]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._jobs.put(None)
+        for t in self._threads:
+            t.join()
+        self.client.close()
+        os.close(self._fd)
+
+
+__all__ = ["KvcacheConnectorAdapter", "KvcacheRemoteConnector", "NativeClient",
+           "socket_from_url", "HAVE_LMCACHE"]

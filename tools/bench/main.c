@@ -41,6 +41,7 @@ static void usage(FILE *f)
 		   "       kvcache-bench burst [--dir DIR]\n"
 		   "       kvcache-bench cluster [--sizes 64K,1M,16M]   (root, iperf3)\n"
 		   "       kvcache-bench recovery [--objects N] [--dir DIR]\n"
+		   "       kvcache-bench python [--duration S] [--json]   (the Python module)\n"
 		   "       kvcache-bench local --objects N [--fill-disk] [--dir DIR] [--duration S]\n"
 		   "       kvcache-bench local --pinned N | --leased [--duration S]\n"
 		   "       kvcache-bench churn [--sizes SIZE] [--duration S] [--socket PATH]\n"
@@ -73,7 +74,8 @@ int main(int argc, char **argv)
 
 	if (argc < 2 || (strcmp(argv[1], "local") != 0 && strcmp(argv[1], "churn") != 0 &&
 			 strcmp(argv[1], "disk") != 0 && strcmp(argv[1], "burst") != 0 &&
-			 strcmp(argv[1], "recovery") != 0 && strcmp(argv[1], "cluster") != 0)) {
+			 strcmp(argv[1], "recovery") != 0 && strcmp(argv[1], "cluster") != 0 &&
+			 strcmp(argv[1], "python") != 0)) {
 		usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
 		return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 	}
@@ -156,6 +158,8 @@ int main(int argc, char **argv)
 		return run_burst();
 	if (strcmp(argv[1], "cluster") == 0)
 		return run_cluster();
+	if (strcmp(argv[1], "python") == 0)
+		return run_python();
 	if (strcmp(argv[1], "recovery") == 0)
 		return run_recovery();
 	if (arg_pinned)

@@ -17,8 +17,9 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <poll.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -81,6 +82,9 @@ int chan_open(struct kvc_client *c)
 		       ch->base + SHM_CHAN_CQES_OFF, sizeof(struct shm_cqe), SHM_CHAN_ENTRIES, 0);
 	pthread_mutex_init(&ch->sq_lock, NULL);
 	pthread_mutex_init(&ch->cq_lock, NULL);
+	pthread_mutex_init(&ch->cfd_lock, NULL);
+	pthread_cond_init(&ch->cfd_cond, NULL);
+	ch->cfd = -1;
 	for (uint32_t i = 0; i < CHAN_TAGS; i++)
 		ch->free_tags[i] = CHAN_TAGS - 1 - i;
 	ch->n_free = CHAN_TAGS;
@@ -95,6 +99,8 @@ void chan_close(struct chan *ch)
 	close(ch->efd);
 	pthread_mutex_destroy(&ch->sq_lock);
 	pthread_mutex_destroy(&ch->cq_lock);
+	pthread_mutex_destroy(&ch->cfd_lock);
+	pthread_cond_destroy(&ch->cfd_cond);
 	ch->base = NULL;
 }
 
@@ -351,6 +357,117 @@ int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct sh
 
 /* ---- asynchronous completions ---- */
 
+static bool async_ready(struct kvc_client *c, uint32_t unused);
+
+/* After a pop: once nothing waits to be reaped, the fd stops being
+ * readable and the helper thread watches for the next completion. */
+static void completion_fd_drained(struct kvc_client *c)
+{
+	struct chan *ch = &c->chan;
+	uint64_t v;
+
+	pthread_mutex_lock(&ch->cfd_lock);
+	if (ch->cfd_signalled && !async_ready(c, 0)) {
+		if (read(ch->cfd, &v, sizeof(v)) < 0) {
+			/* EAGAIN: nothing to drain */
+		}
+		ch->cfd_signalled = false;
+		pthread_cond_signal(&ch->cfd_cond);
+	}
+	pthread_mutex_unlock(&ch->cfd_lock);
+}
+
+/* Readable while async completions wait: wait for one, signal, wait until
+ * they are reaped, again.  Short waits, so that stopping is prompt. */
+static void *completion_fd_thread(void *arg)
+{
+	struct kvc_client *c = arg;
+	struct chan *ch = &c->chan;
+	uint64_t one = 1;
+
+	for (;;) {
+		int r = chan_wait_async(c, 20 * 1000000);
+
+		pthread_mutex_lock(&ch->cfd_lock);
+		if (ch->cfd_stop) {
+			pthread_mutex_unlock(&ch->cfd_lock);
+			break;
+		}
+		if (r == 0 || r == -ECONNRESET) {
+			/* a dead daemon wakes the caller too: its next call says so */
+			if (!ch->cfd_signalled && write(ch->cfd, &one, sizeof(one)) == sizeof(one))
+				ch->cfd_signalled = true;
+			while (ch->cfd_signalled && !ch->cfd_stop)
+				pthread_cond_wait(&ch->cfd_cond, &ch->cfd_lock);
+		}
+		pthread_mutex_unlock(&ch->cfd_lock);
+		if (r == -ECONNRESET)
+			break;
+	}
+	return NULL;
+}
+
+int kvc_completion_fd(struct kvc_client *c)
+{
+	struct chan *ch;
+	int fd, r = 0;
+
+	if (!c)
+		return -EINVAL;
+	ch = &c->chan;
+	pthread_mutex_lock(&ch->cfd_lock);
+	if (ch->cfd >= 0) {
+		r = ch->cfd;
+		goto out;
+	}
+	fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	fd = client_fd_above_stdio(fd);
+	if (fd < 0) {
+		r = fd;
+		goto out;
+	}
+	ch->cfd_stop = false;
+	ch->cfd_signalled = false;
+	__atomic_store_n(&ch->cfd, fd, __ATOMIC_RELEASE);
+	r = -pthread_create(&ch->cfd_thread, NULL, completion_fd_thread, c);
+	if (r < 0) {
+		__atomic_store_n(&ch->cfd, -1, __ATOMIC_RELEASE);
+		close(fd);
+		goto out;
+	}
+	ch->cfd_running = true;
+	r = fd;
+out:
+	pthread_mutex_unlock(&ch->cfd_lock);
+	return r;
+}
+
+void chan_completion_fd_done(struct kvc_client *c)
+{
+	struct chan *ch = &c->chan;
+	bool running;
+
+	if (!ch->base)
+		return;
+	pthread_mutex_lock(&ch->cfd_lock);
+	ch->cfd_stop = true;
+	running = ch->cfd_running;
+	pthread_cond_signal(&ch->cfd_cond);
+	pthread_mutex_unlock(&ch->cfd_lock);
+	if (running) {
+		wake_sleepers(ch); /* the thread may sleep on the completion futex */
+		pthread_join(ch->cfd_thread, NULL);
+	}
+	if (ch->cfd >= 0)
+		close(ch->cfd);
+	ch->cfd = -1;
+	ch->cfd_running = false;
+}
+
 static bool async_ready(struct kvc_client *c, uint32_t unused)
 {
 	(void) unused;
@@ -378,6 +495,8 @@ int chan_pop_async(struct kvc_client *c, struct kvc_completion *ret, size_t max)
 	pthread_mutex_unlock(&ch->cq_lock);
 	for (size_t i = 0; i < n; i++)
 		chan_tag_put(ch, tags[i]);
+	if (n && __atomic_load_n(&ch->cfd, __ATOMIC_ACQUIRE) >= 0)
+		completion_fd_drained(c);
 	return (int) n;
 }
 

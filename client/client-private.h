@@ -43,6 +43,13 @@ struct chan {
 	uint32_t done_q[CHAN_TAGS];
 	uint32_t done_head, done_tail;
 	uint64_t dropped_errors;
+	/* kvc_completion_fd(): an eventfd kept readable, by a helper thread,
+	 * while async completions wait to be reaped (cfd_lock) */
+	pthread_mutex_t cfd_lock;
+	pthread_cond_t cfd_cond;
+	int cfd;
+	bool cfd_signalled, cfd_stop, cfd_running;
+	pthread_t cfd_thread;
 };
 
 struct kvc_client {
@@ -102,5 +109,8 @@ int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct sh
 int chan_pop_async(struct kvc_client *c, struct kvc_completion *ret, size_t max);
 /* Until one is ready: 0, -ETIMEDOUT, -ECONNRESET. */
 int chan_wait_async(struct kvc_client *c, int64_t timeout_ns);
+/* Stop kvc_completion_fd()'s thread and close its fd (before the channel
+ * goes away). */
+void chan_completion_fd_done(struct kvc_client *c);
 
 int client_fd_above_stdio(int fd);

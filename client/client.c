@@ -374,6 +374,7 @@ void kvc_disconnect(struct kvc_client *c)
 {
 	if (!c)
 		return;
+	chan_completion_fd_done(c);
 	/* Closing the socket is the release: the daemon drops this
 	 * connection's reservations and views when it sees the hang-up. */
 	if (c->fd >= 0)

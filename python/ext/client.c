@@ -1278,6 +1278,19 @@ fail:
 	return NULL;
 }
 
+static PyObject *client_fileno(ClientObject *self, PyObject *unused)
+{
+	int fd;
+
+	if (client_enter(self))
+		return NULL;
+	fd = kvc_completion_fd(self->c);
+	client_leave(self);
+	if (fd < 0)
+		return raise_kvc(fd);
+	return PyLong_FromLong(fd);
+}
+
 static PyObject *client_in_flight(ClientObject *self, void *unused)
 {
 	return PyLong_FromSize_t(self->slots_used);
@@ -1603,6 +1616,9 @@ static PyMethodDef client_methods[] = {
 	  "poll(max=64) -> [(user_data, result)] ready now." },
 	{ "wait", (PyCFunction) (void (*)(void)) client_wait, METH_VARARGS | METH_KEYWORDS,
 	  "wait(min=1, max=64, timeout_ms=-1) -> [(user_data, result)]." },
+	{ "fileno", (PyCFunction) client_fileno, METH_NOARGS,
+	  "A file descriptor readable while completions wait to be reaped (poll/wait), for "
+	  "select, epoll or asyncio's add_reader." },
 	{ "status", (PyCFunction) client_status, METH_NOARGS, "The daemon's status as a dict." },
 	{ "stats", (PyCFunction) client_stats, METH_NOARGS, "Counters by name." },
 	{ "list", (PyCFunction) (void (*)(void)) client_list, METH_VARARGS | METH_KEYWORDS,

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The public API's semantics against a private daemon. */
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -414,6 +416,52 @@ static void test_remove_parity(void)
 	test_daemon_stop(&t2);
 }
 
+static bool readable(int fd, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+/* kvc_completion_fd(): readable exactly while completions wait; closed
+ * with the client, its thread stopped. */
+static void test_completion_fd(void)
+{
+	struct kvc_completion done[8];
+	struct kvc_client *c;
+	struct kvc_op ops[3];
+	int fd, n = 0;
+
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	CHECK_EQ(kvc_put(c, "cfd/a", "abc", 3, NULL), 0);
+	fd = kvc_completion_fd(c);
+	CHECK(fd > 2);
+	CHECK_EQ(kvc_completion_fd(c), fd);
+	CHECK(!readable(fd, 0));
+	for (int i = 0; i < 3; i++)
+		ops[i] = (struct kvc_op) { .opcode = KVC_OP_EXISTS, .key = i ? "cfd/none" : "cfd/a",
+					   .user_data = (uint64_t) i + 10 };
+	CHECK_EQ(kvc_submit(c, ops, 3), 3);
+	CHECK(readable(fd, 10000));
+	while (n < 3) {
+		int r = kvc_poll(c, done + n, 8 - (size_t) n);
+
+		CHECK(r >= 0);
+		n += r;
+		if (n < 3)
+			CHECK(readable(fd, 10000));
+	}
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(done[i].res, done[i].user_data == 10 ? 1 : 0);
+	/* all reaped: unreadable (the helper may still be on its way) */
+	for (int i = 0; i < 100 && readable(fd, 0); i++)
+		usleep(1000);
+	CHECK(!readable(fd, 0));
+	CHECK_EQ(kvc_completion_fd(NULL), -EINVAL);
+	kvc_disconnect(c);
+	CHECK(fcntl(fd, F_GETFD) < 0 && errno == EBADF); /* closed with the client */
+}
+
 int main(void)
 {
 	struct kvc_client *c;
@@ -434,6 +482,7 @@ int main(void)
 	test_evict(c);
 	test_full_pool_evicts_lru(c);
 	test_remove_parity();
+	test_completion_fd();
 	kvc_disconnect(c);
 	test_daemon_stop(&td);
 	return 0;

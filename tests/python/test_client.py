@@ -447,3 +447,55 @@ def test_admin(client):
     assert kvcache.strerror(-errno.ENOENT)
     assert kvcache.parse_size("1GiB") == 1 << 30
     assert kvcache.socket_path(client.socket) == client.socket
+
+
+def test_fileno_is_readable_while_completions_wait(client):
+    import select
+    fd = client.fileno()
+    assert fd == client.fileno() and fd > 2
+    assert select.select([fd], [], [], 0)[0] == []  # nothing in flight
+    b = client.buffer_alloc(4096)
+    assert client.put("fd-key", b"x" * 100) == 0
+    assert client.submit([(kvcache.OP_GET_INTO, "fd-key", b, 0, 4096, 1),
+                          (kvcache.OP_EXISTS, "fd-key", 2)]) == 2
+    assert select.select([fd], [], [], 10)[0] == [fd]
+    got = []
+    while len(got) < 2:
+        got += client.poll()
+        if len(got) < 2:
+            select.select([fd], [], [], 10)
+    assert sorted(got) == [(1, 100), (2, 1)]
+    # reaped: not readable until the next completion
+    for _ in range(100):
+        if select.select([fd], [], [], 0.01)[0] == []:
+            break
+    assert select.select([fd], [], [], 0)[0] == []
+    assert client.submit([(kvcache.OP_EXISTS, "nope", 3)]) == 1
+    assert select.select([fd], [], [], 10)[0] == [fd]
+    assert client.wait(1, 4, 1000) == [(3, 0)]
+    b.free()
+
+
+def test_fileno_with_asyncio(client):
+    import asyncio
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        results = []
+
+        def ready():
+            results.extend(client.poll())
+            if len(results) >= 20:
+                done.set()
+
+        loop.add_reader(client.fileno(), ready)
+        try:
+            n = client.submit([(kvcache.OP_EXISTS, "aio-%d" % i, i) for i in range(20)])
+            assert n == 20
+            await asyncio.wait_for(done.wait(), 10)
+        finally:
+            loop.remove_reader(client.fileno())
+        return sorted(results)
+
+    assert asyncio.run(run()) == [(i, 0) for i in range(20)]

@@ -241,6 +241,15 @@ int kvc_poll(struct kvc_client *c, struct kvc_completion *ret, size_t max);
 int kvc_wait(struct kvc_client *c, struct kvc_completion *ret, size_t min, size_t max,
 	     int timeout_ms);
 
+/* A file descriptor that is readable while completions of kvc_submit()
+ * wait to be reaped, for poll(), epoll or an event loop (asyncio's
+ * add_reader).  Reaping them all with kvc_poll() or kvc_wait() makes it
+ * unreadable again; reading it is never needed.  It is readable too when
+ * the daemon went away (the next call says -ECONNRESET).  The same fd on
+ * every call; kvc_disconnect() closes it.  The first call starts a helper
+ * thread that watches the completion ring. */
+int kvc_completion_fd(struct kvc_client *c);
+
 const char *kvc_strerror(int err);
 
 /* The daemon's explanation of the last error this thread got from it, or

@@ -39,6 +39,7 @@ void config_init(struct config *c)
 	strcpy(c->protocol, "auto");
 	strcpy(c->metadata_server, "P2PHANDSHAKE");
 	c->remote_timeout_ms = CONFIG_DEFAULT_REMOTE_TIMEOUT_MS;
+	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
 	c->data_streams = CONFIG_DEFAULT_DATA_STREAMS;
 	c->max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
 	c->spill_wait_ms = CONFIG_DEFAULT_SPILL_WAIT_MS;
@@ -233,6 +234,12 @@ static const struct opt_def opts[] = {
 	{ "data-streams", NULL, 0, T_U32, FIELD(data_streams), 1, 16, false, false, "N",
 	  "transfers with other nodes at once, each way: fetching\n"
 	  "and pushing, and serving (default 2)" },
+	/* operations (docs/operating.rst) */
+	{ "metrics-port", NULL, 0, T_U32, FIELD(metrics_port), 0, 65535, false, false, "PORT",
+	  "serve GET /metrics (Prometheus) and /health over HTTP\n"
+	  "on this port (default 0 = off)" },
+	{ "metrics-address", NULL, 0, T_STRING, FIELD(metrics_address), 1, 0, false, false, "ADDR",
+	  "the address /metrics listens on (default 127.0.0.1)" },
 };
 
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))

@@ -56,6 +56,9 @@ struct config {
 	bool insecure;
 	uint64_t remote_timeout_ms;
 	uint32_t data_streams;             /* transfers at once with other nodes, each way */
+
+	uint32_t metrics_port;             /* GET /metrics and /health; 0 = off */
+	char metrics_address[64];
 };
 
 void config_init(struct config *c);

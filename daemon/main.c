@@ -13,6 +13,7 @@
 #include "kvc-config.h"
 #include "log.h"
 #include "disk.h"
+#include "export.h"
 #include "node.h"
 #include "session.h"
 
@@ -54,6 +55,7 @@ int main(int argc, char **argv)
 	struct store st = { .cfg = &cfg };
 	struct server sv = { .st = &st, .cfg = &cfg };
 	struct node *node = NULL;
+	struct exporter *exporter = NULL;
 	bool bad_config = false;
 	char err[CONFIG_ERR_MAX] = "";
 	const char *env;
@@ -160,10 +162,17 @@ int main(int argc, char **argv)
 			bad_config = true;
 		goto out;
 	}
+	r = export_setup(&sv, &cfg, &exporter);
+	if (r < 0) {
+		bad_config = r == -EINVAL;
+		goto out;
+	}
 	log_notice("kvcached %s listening on %s (dram %llu bytes, %s pages)", KVC_VERSION,
 		   sv.socket_path, (unsigned long long) cfg.dram_size, st.hugepages ? "2 MiB" : "4 KiB");
+	export_serving(exporter, true);
 	r = loop_run(st.loop);
 out:
+	export_teardown(exporter);
 	/* sessions first: nothing waits on a remote fetch after this */
 	server_teardown(&sv);
 	node_teardown(node);

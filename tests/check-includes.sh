@@ -13,7 +13,8 @@ where() {
 	kvcache.pb-c.h | peer.pb-c.h) echo proto; return ;;
 	kvcache/kvcache.h) echo public; return ;;
 	esac
-	for d in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon net proto \
+	for d in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/metrics \
+		daemon net proto \
 		shmem client \
 		client/include tools/bench tests/common; do
 		[ -f "$d/$1" ] && { echo "$d"; return; }
@@ -28,8 +29,9 @@ allowed() {
 	daemon/core) echo "daemon/base daemon/core daemon shmem proto build" ;;
 	daemon/local) echo "daemon/base daemon/core daemon/local daemon shmem proto build" ;;
 	daemon/disk) echo "daemon/base daemon/core daemon/disk daemon shmem proto build" ;;
-	daemon/cluster) echo "daemon/base daemon/core daemon/cluster daemon net proto shmem build" ;;
-	daemon) echo "daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon net shmem proto build" ;;
+	daemon/cluster) echo "daemon/base daemon/core daemon/cluster daemon/metrics daemon net proto shmem build" ;;
+	daemon/metrics) echo "daemon/metrics build" ;;
+	daemon) echo "daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/metrics daemon net shmem proto build" ;;
 	net) echo "net proto build" ;;
 	proto) echo "proto build" ;;
 	shmem) echo "shmem build" ;;
@@ -39,7 +41,8 @@ allowed() {
 }
 
 bad=0
-for dir in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon net proto shmem \
+for dir in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/metrics daemon \
+	net proto shmem \
 	client tools tools/bench; do
 	ok=$(allowed "$dir")
 	for f in "$dir"/*.c "$dir"/*.h; do

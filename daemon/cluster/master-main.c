@@ -20,6 +20,7 @@
 #include "log.h"
 #include "loop.h"
 #include "master.h"
+#include "metrics.h"
 
 #define LOG_TOPIC "main"
 
@@ -33,10 +34,12 @@ struct opts {
 	double high, ratio;
 	char log_level[64];
 	char secret_file[4096];
+	unsigned metrics_port;
+	char metrics_address[64];
 };
 
 static struct opts o = { .port = 50051, .address = "0.0.0.0", .client_ttl = 10,
-			 .log_level = "notice" };
+			 .log_level = "notice", .metrics_address = "127.0.0.1" };
 
 static const struct flag {
 	const char *name;
@@ -61,7 +64,10 @@ static const struct flag {
 	{ "rpc_conn_timeout_seconds", K_IGNORED, NULL, NULL },
 	{ "rpc_enable_tcp_no_delay", K_BOOL, NULL, NULL },
 	{ "enable_metric_reporting", K_BOOL, NULL, NULL },
-	{ "metrics_port", K_IGNORED, NULL, NULL },
+	{ "metrics_port", K_PORT, &o.metrics_port,
+	  "serve GET /metrics and /health over HTTP (default 0 = off)" },
+	{ "metrics_address", K_STRING, o.metrics_address,
+	  "the address /metrics listens on (default 127.0.0.1)" },
 	{ "default_kv_soft_pin_ttl", K_IGNORED, NULL, NULL },
 	{ "allow_evict_soft_pinned_objects", K_BOOL, NULL, NULL },
 	{ "enable_ha", K_BOOL, NULL, NULL },
@@ -83,7 +89,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: kvcache-master [--port N] [--rpc_address ADDR] [--client_ttl S]\n"
 		   "                      [--default_kv_lease_ttl MS] [--eviction_ratio R]\n"
-		   "                      [--eviction_high_watermark_ratio R] [--log-level L]\n\n"
+		   "                      [--eviction_high_watermark_ratio R] [--log-level L]\n"
+		   "                      [--metrics_port N] [--metrics_address ADDR]\n\n"
 		   "Membership and the directory of a kvcache cluster; data never passes\n"
 		   "through it.  Flags may be written -flag V, --flag V or --flag=V.\n\n");
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
@@ -138,9 +145,10 @@ static int set(const struct flag *f, const char *v)
 		return 0;
 	}
 	case K_STRING:
-		if (strlen(v) >= (f->dst == o.address	  ? sizeof(o.address)
-				  : f->dst == o.log_level ? sizeof(o.log_level)
-							  : sizeof(o.secret_file)))
+		if (strlen(v) >= (f->dst == o.address		? sizeof(o.address)
+				  : f->dst == o.log_level	? sizeof(o.log_level)
+				  : f->dst == o.metrics_address ? sizeof(o.metrics_address)
+								: sizeof(o.secret_file)))
 			return -EINVAL;
 		strcpy(f->dst, v);
 		return 0;
@@ -217,6 +225,39 @@ static int parse(int argc, char **argv)
 	return 0;
 }
 
+/* ---- /metrics: the master's figures, twice a second ---- */
+
+struct exporter {
+	struct master *m;
+	struct loop *l;
+	struct metrics *metrics;
+	struct mtext t;
+};
+
+static void emit(void *u, const char *name, const char *state, bool counter, uint64_t value)
+{
+	struct exporter *e = u;
+	char family[96], labels[32] = "";
+
+	snprintf(family, sizeof(family), "kvcache_master_%s%s", name, counter ? "_total" : "");
+	if (state)
+		snprintf(labels, sizeof(labels), "state=\"%s\"", state);
+	mtext_sample(&e->t, family, counter ? "counter" : "gauge",
+		     state ? "Member nodes by state." : "kvcache-master's own figure.", labels, value);
+}
+
+static void on_export(struct loop_source *s, void *u)
+{
+	struct exporter *e = u;
+
+	e->t = (struct mtext) { 0 };
+	mtext_sample(&e->t, "kvcache_master_info", "gauge", "kvcache-master's version.",
+		     "version=\"" KVC_VERSION "\"", 1);
+	master_export(e->m, emit, e);
+	metrics_publish(e->metrics, &e->t);
+	loop_timer_arm(s, loop_now_ms(e->l) + 500);
+}
+
 static void on_signal(struct loop_source *s, int fd, uint32_t events, void *u)
 {
 	struct signalfd_siginfo si;
@@ -231,7 +272,8 @@ static void on_signal(struct loop_source *s, int fd, uint32_t events, void *u)
 int main(int argc, char **argv)
 {
 	struct master_config cfg = { 0 };
-	struct loop_source *sig_src = NULL;
+	struct loop_source *sig_src = NULL, *export_src = NULL;
+	struct exporter ex = { 0 };
 	struct master *m = NULL;
 	struct loop *l = NULL;
 	sigset_t mask;
@@ -286,10 +328,29 @@ int main(int argc, char **argv)
 	r = loop_add_io(l, sfd, EPOLLIN, on_signal, l, &sig_src);
 	if (r < 0)
 		goto out;
+	if (o.metrics_port) {
+		r = metrics_start(o.metrics_address, (uint16_t) o.metrics_port, &ex.metrics);
+		if (r < 0) {
+			fprintf(stderr, "kvcache-master: cannot serve metrics on %s:%u: %s\n",
+				o.metrics_address, o.metrics_port, strerror(-r));
+			goto out;
+		}
+		ex.m = m;
+		ex.l = l;
+		r = loop_add_timer(l, on_export, &ex, &export_src);
+		if (r < 0)
+			goto out;
+		on_export(export_src, &ex);
+		metrics_set_serving(ex.metrics, true);
+		log_notice("metrics on http://%s:%u/metrics", o.metrics_address, o.metrics_port);
+	}
 	log_notice("kvcache-master %s listening on %s:%u (client_ttl %u s)", KVC_VERSION, o.address,
 		   master_port(m), o.client_ttl);
 	r = loop_run(l);
 out:
+	metrics_set_serving(ex.metrics, false);
+	metrics_stop(ex.metrics);
+	loop_source_free(export_src);
 	loop_source_free(sig_src);
 	master_free(m);
 	loop_free(l);

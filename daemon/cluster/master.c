@@ -89,6 +89,7 @@ struct master {
 	unsigned n_conns;
 	struct mnode nodes[MAX_NODES];
 	struct dir dir;
+	uint64_t joins, drops, refused;
 };
 
 /* ---- directory ---- */
@@ -227,6 +228,7 @@ static void node_drop(struct master *m, int slot, const char *why)
 	struct mnode *n = &m->nodes[slot];
 
 	log_notice("node %s (%s) dropped: %s", n->id, n->address, why);
+	m->drops++;
 	if (n->conn)
 		n->conn->node = -1;
 	n->used = false;
@@ -250,6 +252,28 @@ static uint32_t node_state(const struct master *m, const struct mnode *n)
 		return PEER_STATE_DOWN;
 	return silent > (uint64_t) m->cfg.client_ttl_s * 1000 / 3 ? PEER_STATE_SUSPECT
 								     : PEER_STATE_UP;
+}
+
+void master_export(const struct master *m, master_export_fn fn, void *u)
+{
+	uint64_t by_state[3] = { 0 };
+	static const char *const names[3] = { "up", "suspect", "down" };
+
+	for (int i = 0; i < MAX_NODES; i++) {
+		uint32_t st;
+
+		if (!m->nodes[i].used)
+			continue;
+		st = node_state(m, &m->nodes[i]);
+		by_state[st == PEER_STATE_UP ? 0 : st == PEER_STATE_SUSPECT ? 1 : 2]++;
+	}
+	for (int i = 0; i < 3; i++)
+		fn(u, "nodes", names[i], false, by_state[i]);
+	fn(u, "directory_entries", NULL, false, m->dir.n);
+	fn(u, "connections", NULL, false, m->n_conns);
+	fn(u, "joins", NULL, true, m->joins);
+	fn(u, "drops", NULL, true, m->drops);
+	fn(u, "refused_connections", NULL, true, m->refused);
 }
 
 static void ttl_check(struct loop_source *s, void *u)
@@ -391,6 +415,7 @@ static int on_join(struct mconn *c, uint32_t seq, const Kvc__Peer__Join *j)
 		snprintf(n->id, sizeof(n->id), "%s", j->node_id);
 		n->generation = j->generation;
 		log_notice("node %s joined from %s", j->node_id, j->address);
+		m->joins++;
 	}
 	n = &m->nodes[slot];
 	snprintf(n->address, sizeof(n->address), "%s", j->address);
@@ -518,6 +543,7 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 	}
 	if (c->hello && !c->authed && h->type != PEER_AUTH) {
 		log_warn("connection refused: no proof of the cluster secret");
+		c->m->refused++;
 		r = -EACCES;
 		goto out;
 	}
@@ -572,6 +598,7 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 		if (!peer_proof_ok(m->cfg.secret, c->nonce, sizeof(c->nonce), x->proof.data,
 				   x->proof.len)) {
 			log_warn("connection refused: wrong cluster secret");
+			c->m->refused++;
 			r = -EACCES;
 			break;
 		}

@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "net.h"
@@ -28,6 +29,12 @@ int master_new(struct loop *l, const struct master_config *cfg, struct master **
 void master_free(struct master *m);
 /* The port it listens on (the one asked for, or the kernel's for 0). */
 uint16_t master_port(const struct master *m);
+/* The master's figures for /metrics: nodes (state "up", "suspect",
+ * "down"), directory entries, connections, and counters of joins, drops
+ * and refused connections. */
+typedef void (*master_export_fn)(void *u, const char *name, const char *state, bool counter,
+				 uint64_t value);
+void master_export(const struct master *m, master_export_fn fn, void *u);
 /* Fuzzing: take fd as an accepted connection, handle what can be read from
  * it now, then hang it up as if the peer had gone. */
 void master_feed(struct master *m, int fd);

@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -543,6 +544,25 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	return r;
 }
 
+static uint64_t clock_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
+	return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+}
+
+static void ophist_add(struct ophist *h, uint64_t ns)
+{
+	unsigned i = 0;
+
+	while (i < OPHIST_BUCKETS - 1 && ns > ophist_bounds_ns[i])
+		i++;
+	h->bucket[i]++;
+	h->count++;
+	h->sum_ns += ns;
+}
+
 static void wake_client(struct channel *ch)
 {
 	if (ch->cq_dirty && ring_peer_sleeping(ch->cq.r)) {
@@ -768,7 +788,14 @@ static unsigned poll_channel(struct channel *ch)
 		ready--;
 		msg[0] = '\0';
 		f = NULL;
-		r = run(ch, &e, &c, &f, msg);
+		if (++ch->s->sv->ophist_tick % OPHIST_SAMPLE == 0 && e.opcode < SHM_OP_MAX) {
+			uint64_t t0 = clock_ns();
+
+			r = run(ch, &e, &c, &f, msg);
+			ophist_add(&ch->s->sv->ophist[e.opcode], clock_ns() - t0);
+		} else {
+			r = run(ch, &e, &c, &f, msg);
+		}
 		if (r == -EINPROGRESS && f)
 			park(ch, &e, f);
 		else if (r == -EAGAIN && is_put(&e) && ch->s->sv->cfg->spill_wait_ms)

@@ -473,15 +473,36 @@ static int op_cluster(struct session *s, struct reply *rep)
 	return 0;
 }
 
-static int op_stats(struct session *s, struct reply *rep)
+const uint64_t ophist_bounds_ns[OPHIST_BUCKETS - 1] = {
+	1000,    2500,     5000,     10000,     25000,     50000,     100000,
+	250000,  500000,   1000000,  2500000,   10000000,  100000000,
+};
+
+/* The backends' figures that are levels, not counts. */
+static bool below_is_gauge(const char *name)
 {
-	struct server *sv = s->sv;
+	static const char *const gauges[] = {
+		"disk.records",         "disk.bytes",         "disk.raw_bytes",
+		"disk.pending",         "disk.flush_pending", "disk.flush_unwritten",
+		"disk.flush_error",     "disk.recovering",    "disk.recovery_total",
+		"disk.direct_io",       "disk.compression",   "disk.compression_permille",
+		"remote_fetching",      "remote_peer_connections",
+	};
+
+	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++)
+		if (strcmp(name, gauges[i]) == 0)
+			return true;
+	return false;
+}
+
+void server_export(struct server *sv, server_export_fn fn, void *u)
+{
 	const struct stats *x = &sv->st->stats;
 	uint64_t registered = 0, channels = 0;
-	struct {
+	const struct {
 		const char *name;
 		uint64_t value;
-	} base[] = {
+	} counters[] = {
 		{ "puts", x->puts },
 		{ "gets", x->gets },
 		{ "hits", x->hits },
@@ -509,83 +530,108 @@ static int op_stats(struct session *s, struct reply *rep)
 		{ "evict_examined", x->evict_examined },
 		{ "prefetches", x->prefetches },
 		{ "spill_waits", sv->stats.spill_waits },
-		{ "loop_longest_turn_us", loop_longest_turn_us(sv->loop) },
-		{ "loop_longest_busy_us", loop_longest_busy_us(sv->loop) },
-		{ "registered_bytes", 0 },
-		{ "channels", 0 },
 	};
-	const size_t nb = sizeof(base) / sizeof(base[0]), per_tier = 15;
-	struct below_stats disk = { 0 };
-	size_t nd;
+	static const char *const tier_names[] = {
+		"capacity", "used", "high_watermark", "objects", "hits", "misses",
+		"promotions", "demotions", "evictions", "evictions_capacity",
+		"evictions_watermark", "evictions_manual", "evicted_bytes",
+		"bytes_moved", "lease_protected",
+	};
+	struct below_stats below = { 0 };
 	const unsigned nt = tier_count(sv->st);
-	size_t n;
-	Kvc__StatsResp *st;
-	Kvc__Counter *cs, **cp;
-	char *names;
 
-	below_stats(sv, &disk);
-	nd = disk.n;
-	n = nb + nt * per_tier + nd;
-	for (struct session *x2 = sv->sessions; x2; x2 = x2->next) {
-		registered += x2->buffer_bytes;
-		channels += x2->n_channels;
+	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+		fn(u, counters[i].name, NULL, EXPORT_COUNTER, counters[i].value);
+	for (struct session *s = sv->sessions; s; s = s->next) {
+		registered += s->buffer_bytes;
+		channels += s->n_channels;
 	}
-	base[nb - 2].value = registered;
-	base[nb - 1].value = channels;
+	fn(u, "loop_longest_turn_us", NULL, EXPORT_GAUGE, loop_longest_turn_us(sv->loop));
+	fn(u, "loop_longest_busy_us", NULL, EXPORT_GAUGE, loop_longest_busy_us(sv->loop));
+	fn(u, "registered_bytes", NULL, EXPORT_GAUGE, registered);
+	fn(u, "channels", NULL, EXPORT_GAUGE, channels);
+	for (unsigned i = 0; i < nt; i++) {
+		const struct tier *t = tier_at(sv->st, i);
+		const uint64_t v[] = {
+			tier_capacity(t), tier_used(t), t->high, t->objects, t->st.hits,
+			t->st.misses, t->st.promotions, t->st.demotions,
+			t->st.evictions[0] + t->st.evictions[1] + t->st.evictions[2],
+			t->st.evictions[EVICT_CAPACITY], t->st.evictions[EVICT_WATERMARK],
+			t->st.evictions[EVICT_MANUAL], t->st.evicted_bytes, t->st.bytes_moved,
+			/* leases not yet seen to expire count until they are */
+			t->lists[OL_LEASED].n,
+		};
+		_Static_assert(sizeof(v) / sizeof(v[0]) == sizeof(tier_names) / sizeof(tier_names[0]),
+			       "per-tier figures");
+		for (size_t j = 0; j < sizeof(v) / sizeof(v[0]); j++)
+			fn(u, tier_names[j], t->name, j < 4 || j == 14 ? EXPORT_GAUGE : EXPORT_COUNTER,
+			   v[j]);
+	}
+	below_stats(sv, &below);
+	for (size_t i = 0; i < below.n; i++)
+		fn(u, below.name[i], NULL, below_is_gauge(below.name[i]) ? EXPORT_GAUGE : EXPORT_COUNTER,
+		   below.value[i]);
+}
+
+/* kvcachectl stats: server_export()'s figures, tiers' as "<tier>.<name>". */
+struct stats_acc {
+	Kvc__Counter *cs;
+	Kvc__Counter **cp;
+	char *names;
+	size_t n, cap;
+};
+
+static void stats_add(void *u, const char *name, const char *tier, enum export_kind kind,
+		      uint64_t value)
+{
+	struct stats_acc *a = u;
+
+	(void) kind;
+	if (a->n == a->cap)
+		return;
+	kvc__counter__init(&a->cs[a->n]);
+	a->cs[a->n].name = a->names + a->n * 64;
+	if (tier)
+		snprintf(a->cs[a->n].name, 64, "%s.%s", tier, name);
+	else
+		snprintf(a->cs[a->n].name, 64, "%s", name);
+	a->cs[a->n].value = value;
+	a->cp[a->n] = &a->cs[a->n];
+	a->n++;
+}
+
+static void count_one(void *u, const char *name, const char *tier, enum export_kind kind,
+		      uint64_t value)
+{
+	(void) name, (void) tier, (void) kind, (void) value;
+	(*(size_t *) u)++;
+}
+
+static int op_stats(struct session *s, struct reply *rep)
+{
+	struct stats_acc a = { 0 };
+	Kvc__StatsResp *st;
+
+	server_export(s->sv, count_one, &a.cap);
 	st = calloc(1, sizeof(*st));
-	cs = calloc(n, sizeof(*cs));
-	cp = calloc(n, sizeof(*cp));
-	names = calloc(n, 64);
-	if (!st || !cs || !cp || !names) {
+	a.cs = calloc(a.cap, sizeof(*a.cs));
+	a.cp = calloc(a.cap, sizeof(*a.cp));
+	a.names = calloc(a.cap, 64);
+	if (!st || !a.cs || !a.cp || !a.names) {
 		free(st);
-		free(cs);
-		free(cp);
-		free(names);
+		free(a.cs);
+		free(a.cp);
+		free(a.names);
 		return -ENOMEM;
 	}
 	kvc__stats_resp__init(st);
-	for (size_t i = 0; i < n; i++) {
-		kvc__counter__init(&cs[i]);
-		cs[i].name = names + i * 64;
-		cp[i] = &cs[i];
-		if (i < nb) {
-			snprintf(cs[i].name, 64, "%s", base[i].name);
-			cs[i].value = base[i].value;
-		} else if (i >= nb + nt * per_tier) {
-			snprintf(cs[i].name, 64, "%s", disk.name[i - nb - nt * per_tier]);
-			cs[i].value = disk.value[i - nb - nt * per_tier];
-		} else {
-			const struct tier *t = tier_at(sv->st, (unsigned) ((i - nb) / per_tier));
-			static const char *const what[] = {
-				"capacity", "used", "high_watermark", "objects", "hits", "misses",
-				"promotions", "demotions", "evictions", "evictions_capacity",
-				"evictions_watermark", "evictions_manual", "evicted_bytes",
-				"bytes_moved", "lease_protected",
-			};
-			/* leases not yet seen to expire count until they are */
-			uint64_t leased = t->lists[OL_LEASED].n;
-
-			{
-				uint64_t v[] = {
-					tier_capacity(t), tier_used(t), t->high, t->objects, t->st.hits,
-					t->st.misses, t->st.promotions, t->st.demotions,
-					t->st.evictions[0] + t->st.evictions[1] + t->st.evictions[2],
-					t->st.evictions[EVICT_CAPACITY], t->st.evictions[EVICT_WATERMARK],
-					t->st.evictions[EVICT_MANUAL], t->st.evicted_bytes,
-					t->st.bytes_moved, leased,
-				};
-				_Static_assert(sizeof(what) / sizeof(what[0]) == 15, "per-tier counters");
-				snprintf(cs[i].name, 64, "%s.%s", t->name, what[(i - nb) % per_tier]);
-				cs[i].value = v[(i - nb) % per_tier];
-			}
-		}
-	}
-	st->n_counters = n;
-	st->counters = cp;
+	server_export(s->sv, stats_add, &a);
+	st->n_counters = a.n;
+	st->counters = a.cp;
 	rep->resp.body_case = KVC__RESPONSE__BODY_STATS;
 	rep->resp.stats = st;
-	rep->free1 = cs;
-	rep->free2 = names; /* cp goes with st in reply_free() */
+	rep->free1 = a.cs;
+	rep->free2 = a.names; /* cp goes with st in reply_free() */
 	return 0;
 }
 

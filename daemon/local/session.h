@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "holder.h"
+#include "shm-layout.h"
 #include "store.h"
 #include "tier.h"
 #include "wire.h"
@@ -26,6 +27,29 @@ struct server_stats {
 	uint64_t refused_clients, refused_channels, refused_buffers; /* daemon-wide limits */
 	uint64_t spill_waits;      /* puts that waited for a spill */
 };
+
+/* Service time of requests on the channels, one in OPHIST_SAMPLE timed
+ * (two clock reads on every request would cost the fast path a few per
+ * cent), by opcode; bucket i counts times <= ophist_bounds_ns[i], the
+ * last one everything slower. */
+#define OPHIST_SAMPLE 8
+#define OPHIST_BUCKETS 14
+extern const uint64_t ophist_bounds_ns[OPHIST_BUCKETS - 1];
+
+struct ophist {
+	uint64_t count, sum_ns;
+	uint64_t bucket[OPHIST_BUCKETS];
+};
+
+/* What server_export() hands out: a counter only ever grows, a gauge is a
+ * level; tier is the tier's name, or NULL. */
+enum export_kind {
+	EXPORT_COUNTER,
+	EXPORT_GAUGE,
+};
+
+typedef void (*server_export_fn)(void *u, const char *name, const char *tier,
+				 enum export_kind kind, uint64_t value);
 
 /*
  * The local transport: the listening socket, its sessions and their
@@ -52,6 +76,8 @@ struct server {
 	uint32_t n_channels;       /* all sessions' */
 	uint64_t registered_bytes; /* all sessions' registered buffers */
 	uint64_t next_session_id;
+	struct ophist ophist[SHM_OP_MAX];
+	uint32_t ophist_tick;
 };
 
 struct session {
@@ -113,6 +139,9 @@ void channel_set_sleeping(struct server *sv, bool sleeping);
 
 /* Sessions (session.c). */
 int session_new(struct server *sv, int fd);
+/* Every figure of kvcachectl stats, each once, with its kind: the store's,
+ * each tier's (tier set), the server's and the backends'. */
+void server_export(struct server *sv, server_export_fn fn, void *u);
 void session_free(struct session *s);
 void session_event(struct session *s, uint32_t events);
 

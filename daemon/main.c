@@ -7,6 +7,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include "tier.h"
@@ -170,7 +171,11 @@ int main(int argc, char **argv)
 	log_notice("kvcached %s listening on %s (dram %llu bytes, %s pages)", KVC_VERSION,
 		   sv.socket_path, (unsigned long long) cfg.dram_size, st.hugepages ? "2 MiB" : "4 KiB");
 	export_serving(exporter, true);
+	/* under systemd (Type=notify): ready now; a no-op elsewhere */
+	sd_notifyf(0, "READY=1\nSTATUS=serving on %s\nMAINPID=%lu", sv.socket_path,
+		   (unsigned long) getpid());
 	r = loop_run(st.loop);
+	sd_notify(0, "STOPPING=1");
 out:
 	export_teardown(exporter);
 	/* sessions first: nothing waits on a remote fetch after this */

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include "kvc-config.h"
@@ -346,7 +347,9 @@ int main(int argc, char **argv)
 	}
 	log_notice("kvcache-master %s listening on %s:%u (client_ttl %u s)", KVC_VERSION, o.address,
 		   master_port(m), o.client_ttl);
+	sd_notifyf(0, "READY=1\nSTATUS=listening on %s:%u", o.address, master_port(m));
 	r = loop_run(l);
+	sd_notify(0, "STOPPING=1");
 out:
 	metrics_set_serving(ex.metrics, false);
 	metrics_stop(ex.metrics);

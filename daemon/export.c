@@ -43,8 +43,8 @@ static void collect(void *u, const char *name, const char *tier, enum export_kin
 	struct figure *f;
 	char *p;
 
-	if (e->n == MAX_FIGURES)
-		return;
+	if (e->n == MAX_FIGURES || strncmp(name, "op.", 3) == 0)
+		return; /* the service times: kvcache_op_duration_seconds */
 	f = &e->figs[e->n++];
 	snprintf(f->family, sizeof(f->family), "kvcache_%s%s%s", tier ? "tier_" : "", name,
 		 kind == EXPORT_COUNTER ? "_total" : "");

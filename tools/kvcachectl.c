@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ctl.h"
 #include "kvc-config.h"
 #include <kvcache/kvcache.h>
 
@@ -64,6 +65,9 @@ static void usage(FILE *f)
 		"  where KEY                    the nodes holding KEY (exit 1 if none)\n"
 		"  prefetch KEY...              start bringing KEYs into memory (from the disk\n"
 		"                               tier or another node) and return at once\n"
+		"  top [-n N]                   a live view, every second: ops/s, hit ratio,\n"
+		"                               bytes/s, tiers, evictions, the slowest kinds of\n"
+		"                               request; q quits; -n: N refreshes, then exit\n"
 		"\n"
 		"Options:\n"
 		"  -s, --socket PATH   daemon socket (default: $KVCACHE_SOCKET, then\n"
@@ -135,7 +139,7 @@ static int connect_daemon(struct kvc_client **ret)
 	return EXIT_OK;
 }
 
-static void human(uint64_t v, char *buf, size_t len)
+void human(uint64_t v, char *buf, size_t len)
 {
 	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
 	double d = (double) v;
@@ -629,6 +633,7 @@ int main(int argc, char **argv)
 		{ "force", no_argument, NULL, 'f' },
 		{ "push-to", required_argument, NULL, 'U' },
 		{ "prefix", required_argument, NULL, 'P' },
+		{ "iterations", required_argument, NULL, 'n' },
 		{ 0 },
 	};
 	const char *prefix = NULL;
@@ -640,9 +645,11 @@ int main(int argc, char **argv)
 	bool hard = false, have_soft = false;
 	uint64_t soft_ttl = 0;
 	int tier = KVC_TIER_DEFAULT, opt, r, nargs;
+	long refreshes = 0;
+	bool have_refreshes = false;
 
 	/* "+" would stop at the command; options may also follow it. */
-	while ((opt = getopt_long(argc, argv, "s:jhV", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:jhVn:", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			arg_socket = optarg;
@@ -704,6 +711,16 @@ int main(int argc, char **argv)
 		case 'P':
 			prefix = optarg;
 			break;
+		case 'n': {
+			char *end;
+
+			errno = 0;
+			refreshes = strtol(optarg, &end, 10);
+			if (errno || *end || !*optarg || refreshes < 1 || refreshes > 1000000)
+				return usage_error("invalid -n '%s': expected 1..1000000", optarg);
+			have_refreshes = true;
+			break;
+		}
 		default:
 			fprintf(stderr, "Try 'kvcachectl --help'.\n");
 			return EXIT_USAGE;
@@ -718,7 +735,7 @@ int main(int argc, char **argv)
 
 	/* Check the command line fully before touching the daemon. */
 	if (strcmp(cmd, "status") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "flush") == 0 ||
-	    strcmp(cmd, "cluster") == 0) {
+	    strcmp(cmd, "cluster") == 0 || strcmp(cmd, "top") == 0) {
 		if (nargs != 0)
 			return usage_error("%s takes no arguments", cmd);
 	} else if (strcmp(cmd, "ls") == 0) {
@@ -752,6 +769,10 @@ int main(int argc, char **argv)
 			return usage_error("%s", "usage: evict [--tier T] (--bytes N | --all)");
 	} else
 		return usage_error("unknown command '%s'", cmd);
+	if (have_refreshes && strcmp(cmd, "top") != 0)
+		return usage_error("%s", "-n applies to top only");
+	if (arg_json && strcmp(cmd, "top") == 0)
+		return usage_error("%s", "top has no --json (see stats --json)");
 	if (have_limit && strcmp(cmd, "ls") != 0)
 		return usage_error("%s", "--limit applies to ls only");
 	if ((have_tier || have_bytes) && strcmp(cmd, "evict") != 0)
@@ -790,6 +811,10 @@ int main(int argc, char **argv)
 	}
 	else if (strcmp(cmd, "stats") == 0)
 		r = cmd_stats(c);
+	else if (strcmp(cmd, "top") == 0) {
+		r = ctl_top(c, refreshes);
+		r = r < 0 && r != -EPIPE ? fail("top", r) : EXIT_OK;
+	}
 	else if (strcmp(cmd, "ls") == 0)
 		r = cmd_ls(c, a1, (size_t) limit);
 	else if (strcmp(cmd, "put") == 0)

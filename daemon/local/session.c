@@ -567,6 +567,18 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 			fn(u, tier_names[j], t->name, j < 4 || j == 14 ? EXPORT_GAUGE : EXPORT_COUNTER,
 			   v[j]);
 	}
+	for (unsigned op = 1; op < SHM_OP_MAX; op++) {
+		static const char *const ops[SHM_OP_MAX] = {
+			NULL, "exists", "acquire", "release", "reserve", "commit", "abort", "remove",
+			"batch_exists", "prefix_lookup", "get_into", "put_from",
+		};
+		char name[64];
+
+		snprintf(name, sizeof(name), "op.%s.timed", ops[op]);
+		fn(u, name, NULL, EXPORT_COUNTER, sv->ophist[op].count);
+		snprintf(name, sizeof(name), "op.%s.ns", ops[op]);
+		fn(u, name, NULL, EXPORT_COUNTER, sv->ophist[op].sum_ns);
+	}
 	below_stats(sv, &below);
 	for (size_t i = 0; i < below.n; i++)
 		fn(u, below.name[i], NULL, below_is_gauge(below.name[i]) ? EXPORT_GAUGE : EXPORT_COUNTER,

@@ -1,7 +1,7 @@
 # Sourced by tools/quickstart and tools/run-tests: install the Debian
 # packages kvcache builds with, if any is missing.
 KVC_DEPS="gcc meson ninja-build pkg-config protobuf-c-compiler libprotobuf-c-dev
-libjson-c-dev libxxhash-dev liburing-dev libzstd-dev libsodium-dev libmicrohttpd-dev libsystemd-dev iproute2
+libjson-c-dev libxxhash-dev liburing-dev libzstd-dev libsodium-dev libmicrohttpd-dev libsystemd-dev scdoc iproute2
 python3 python3-dev"
 
 kvc_install_deps() {

@@ -65,7 +65,7 @@ static void usage(FILE *f)
 		"  where KEY                    the nodes holding KEY (exit 1 if none)\n"
 		"  prefetch KEY...              start bringing KEYs into memory (from the disk\n"
 		"                               tier or another node) and return at once\n"
-		"  top [-n N]                   a live view, every second: ops/s, hit ratio,\n"
+		"  top [-n|--iterations N]      a live view, every second: ops/s, hit ratio,\n"
 		"                               bytes/s, tiers, evictions, the slowest kinds of\n"
 		"                               request; q quits; -n: N refreshes, then exit\n"
 		"\n"

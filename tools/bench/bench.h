@@ -41,7 +41,7 @@
 /* options (main.c) */
 extern double arg_duration;
 extern bool arg_json, arg_peers, arg_zstd, arg_fill_disk, arg_leased;
-extern const char *arg_dir, *arg_socket, *arg_kvcached, *arg_ops;
+extern const char *arg_dir, *arg_socket, *arg_kvcached, *arg_ops, *arg_plot;
 extern uint64_t arg_sizes[MAX_SIZES], arg_objects, arg_pinned;
 extern size_t n_sizes;
 
@@ -165,6 +165,10 @@ void redis_op(struct peer *p, enum peer_op op, const char *key, const void *val,
 	      void *dst);
 void bench_peer(struct peer *p, peer_fn fn, enum peer_op op, uint64_t size, uint8_t *src,
 		uint8_t *dst, struct counters *k, struct result *r);
+
+/* plot.c: the figures of the local case as an SVG chart (gnuplot) */
+int bench_plot(const char *file, const struct result *res, size_t n,
+	       const struct result *const peers[2], const size_t n_peer[2]);
 
 /* the other cases */
 int run_churn(uint64_t size);

@@ -303,6 +303,16 @@ int run_local(void)
 					    i + 1 < n_peer[p] || (p == 0 && n_peer[1]));
 		printf("  ]\n}\n");
 	}
+	if (arg_plot) {
+		const struct result *const peers[2] = { peer_res[0], peer_res[1] };
+		int pr = bench_plot(arg_plot, res, n_res, peers, n_peer);
+
+		if (pr < 0)
+			fprintf(stderr, "kvcache-bench: the chart %s was not drawn: %s\n", arg_plot,
+				strerror(-pr));
+		else if (!arg_json)
+			printf("\nchart: %s\n", arg_plot);
+	}
 	counters_done(&k);
 	kvc_disconnect(c);
 	stop_daemon();

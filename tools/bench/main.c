@@ -19,7 +19,7 @@
 
 double arg_duration = 1.0;
 bool arg_json, arg_peers, arg_zstd, arg_fill_disk, arg_leased;
-const char *arg_dir, *arg_socket, *arg_kvcached;
+const char *arg_dir, *arg_socket, *arg_kvcached, *arg_plot;
 const char *arg_ops = "exists,get,put,acquire,prefix64,batch64";
 uint64_t arg_sizes[MAX_SIZES] = { 4096, 65536, 1 << 20, 4 << 20, 16 << 20 };
 uint64_t arg_objects, arg_pinned;
@@ -48,7 +48,7 @@ static void usage(FILE *f)
 		   "       kvcache-bench local [--sizes 4K,64K,1M,4M,16M]\n"
 		   "                          [--ops exists,get,put,acquire,prefix64,batch64]\n"
 		   "                          [--duration S] [--json] [--peers] [--socket PATH]\n"
-		   "                          [--kvcached PATH]\n");
+		   "                          [--kvcached PATH] [--plot FILE.svg]\n");
 }
 
 int main(int argc, char **argv)
@@ -67,6 +67,7 @@ int main(int argc, char **argv)
 		{ "pinned", required_argument, NULL, 'P' },
 		{ "fill-disk", no_argument, NULL, 'F' },
 		{ "leased", no_argument, NULL, 'L' },
+		{ "plot", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -146,6 +147,9 @@ int main(int argc, char **argv)
 		case 'L':
 			arg_leased = true;
 			break;
+		case 'G':
+			arg_plot = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -153,6 +157,10 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (arg_plot && (strcmp(argv[1], "local") != 0 || arg_objects || arg_pinned || arg_leased)) {
+		fprintf(stderr, "kvcache-bench: --plot draws the local case's sizes only\n");
+		return 2;
 	}
 	if (strcmp(argv[1], "burst") == 0)
 		return run_burst();

@@ -166,9 +166,39 @@ void redis_op(struct peer *p, enum peer_op op, const char *key, const void *val,
 void bench_peer(struct peer *p, peer_fn fn, enum peer_op op, uint64_t size, uint8_t *src,
 		uint8_t *dst, struct counters *k, struct result *r);
 
-/* plot.c: the figures of the local case as an SVG chart (gnuplot) */
-int bench_plot(const char *file, const struct result *res, size_t n,
-	       const struct result *const peers[2], const size_t n_peer[2]);
+/* plot.c: the figures a case printed as an SVG chart (gnuplot), one panel
+ * per measure, series against value size; reference series (limits,
+ * peers) are dashed. */
+#define PLOT_PANELS 2
+#define PLOT_SERIES 12
+
+struct plot_series {
+	char title[48];
+	bool reference;
+	size_t n;
+	double x[MAX_SIZES], y[MAX_SIZES];
+};
+
+struct plot_panel {
+	char title[48], ylabel[32];
+	bool logy;
+	struct plot_series series[PLOT_SERIES];
+	size_t n;
+};
+
+struct plot {
+	struct plot_panel panels[PLOT_PANELS];
+	size_t n;
+};
+
+void plot_add(struct plot *p, const char *panel, const char *ylabel, bool logy,
+	      const char *series, bool reference, double x, double y);
+/* get/put/acquire results by size: latency, bandwidth (and memcpy). */
+void plot_results(struct plot *p, const struct result *res, size_t n, const char *system,
+		  bool reference);
+int plot_draw(const struct plot *p, const char *file, const char *title);
+/* With --plot: draw, and say where (or why not). */
+void plot_finish(const struct plot *p, const char *title);
 
 /* the other cases */
 int run_churn(uint64_t size);

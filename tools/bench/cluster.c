@@ -334,6 +334,7 @@ int run_cluster(void)
 	const uint64_t *sizes = given ? arg_sizes : dflt;
 	size_t ns = given ? n_sizes : 3;
 	char master[4200], kvcached[4200], sa[256], sb[256], la[64], lb[64];
+	static struct plot chart;
 	double p1, p2;
 	/* two daemons' spinning loops would take both CPUs of a small
 	 * machine from the data threads and the link: both sleep when idle */
@@ -411,6 +412,16 @@ int run_cluster(void)
 		g3 = remote_gets(sa, sb, p, size, n, 1, false);
 		printf("%-6s %7" PRIu64 " %6.2f GB/s %6.0f%% %6.2f GB/s %6.0f%% %6.2f GB/s %6.0f%%\n",
 		       name, n, g1, 100 * g1 / p1, g2, 100 * g2 / p2, g3, 100 * g3 / p1);
+		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 1 client", false,
+			 (double) size, g1);
+		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 2 clients", false,
+			 (double) size, g2);
+		plot_add(&chart, "remote fetch", "GB/s", false, "get, 1 client", false, (double) size,
+			 g3);
+		plot_add(&chart, "remote fetch", "GB/s", false, "iperf3 (this run)", true,
+			 (double) size, p1);
+		plot_add(&chart, "remote fetch", "GB/s", false, "iperf3 -P2 (this run)", true,
+			 (double) size, p2);
 		/* make room for the next size on both nodes */
 		{
 			struct kvc_client *c;
@@ -424,6 +435,7 @@ int run_cluster(void)
 			kvc_disconnect(c);
 		}
 	}
+	plot_finish(&chart, "kvcache-bench cluster");
 	local_while_remote(sa, sb);
 	teardown();
 	rmdir(tmpdir);

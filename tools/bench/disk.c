@@ -246,6 +246,7 @@ static double median3(double *v)
 int run_disk(const char *dir, const uint64_t *sizes, size_t n, const char *compress)
 {
 	const uint64_t total = 384 << 20;
+	static struct plot chart;
 
 	if (!dir)
 		dir = "/var/tmp";
@@ -272,7 +273,21 @@ int run_disk(const char *dir, const uint64_t *sizes, size_t n, const char *compr
 		printf("%-7s %6s %7.2f GB/s %6.2f GB/s %6.2f GB/s %6.2f GB/s %8.0f%% %8.0f%%\n", compress,
 		       sz, raw_w, spill, raw_r, back, 100.0 * spill / raw_w, 100.0 * back / raw_r);
 		fflush(stdout);
+		{
+			char t[48];
+
+			snprintf(t, sizeof(t), "spill (%s)", compress);
+			plot_add(&chart, "write", "GB/s", false, t, false, (double) sizes[i], spill);
+			plot_add(&chart, "write", "GB/s", false, "raw O_DIRECT write", true,
+				 (double) sizes[i], raw_w);
+			snprintf(t, sizeof(t), "read-back (%s)", compress);
+			plot_add(&chart, "read", "GB/s", false, t, false, (double) sizes[i], back);
+			plot_add(&chart, "read", "GB/s", false, "raw O_DIRECT read", true,
+				 (double) sizes[i], raw_r);
+		}
 	}
+	if (arg_plot && (strcmp(compress, "zstd") == 0 || !arg_zstd))
+		plot_finish(&chart, "kvcache-bench disk");
 	rmdir(tmpdir);
 	return 0;
 }

@@ -304,14 +304,12 @@ int run_local(void)
 		printf("  ]\n}\n");
 	}
 	if (arg_plot) {
-		const struct result *const peers[2] = { peer_res[0], peer_res[1] };
-		int pr = bench_plot(arg_plot, res, n_res, peers, n_peer);
+		static struct plot chart;
 
-		if (pr < 0)
-			fprintf(stderr, "kvcache-bench: the chart %s was not drawn: %s\n", arg_plot,
-				strerror(-pr));
-		else if (!arg_json)
-			printf("\nchart: %s\n", arg_plot);
+		plot_results(&chart, res, n_res, "kvcache", false);
+		plot_results(&chart, peer_res[0], n_peer[0], "memcached", true);
+		plot_results(&chart, peer_res[1], n_peer[1], "redis", true);
+		plot_finish(&chart, "kvcache-bench local");
 	}
 	counters_done(&k);
 	kvc_disconnect(c);

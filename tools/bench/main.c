@@ -158,8 +158,10 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (arg_plot && (strcmp(argv[1], "local") != 0 || arg_objects || arg_pinned || arg_leased)) {
-		fprintf(stderr, "kvcache-bench: --plot draws the local case's sizes only\n");
+	if (arg_plot && ((strcmp(argv[1], "local") != 0 && strcmp(argv[1], "disk") != 0 &&
+			  strcmp(argv[1], "cluster") != 0) ||
+			 arg_objects || arg_pinned || arg_leased)) {
+		fprintf(stderr, "kvcache-bench: --plot draws the sizes of local, disk and cluster\n");
 		return 2;
 	}
 	if (strcmp(argv[1], "burst") == 0)

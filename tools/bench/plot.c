@@ -1,122 +1,95 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * --plot FILE.svg: the figures just printed, drawn by gnuplot (Debian
- * gnuplot-nox): p50 latency and bandwidth against value size, kvcache's
- * operations beside the peers', with the same run's memcpy as the
- * reference line of the bandwidth chart.
+ * gnuplot-nox) against value size, with the same run's limits (memcpy,
+ * the raw disk, iperf3) and peers as dashed reference lines.
  */
 #include "bench.h"
 
-static bool sized(const struct result *r, const char *op)
+static struct plot_panel *panel_of(struct plot *p, const char *title, const char *ylabel,
+				   bool logy)
 {
-	return r->size && strcmp(r->op, op) == 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (strcmp(p->panels[i].title, title) == 0)
+			return &p->panels[i];
+	if (p->n == PLOT_PANELS)
+		return NULL;
+	p->panels[p->n] = (struct plot_panel) { .logy = logy };
+	snprintf(p->panels[p->n].title, sizeof(p->panels[0].title), "%s", title);
+	snprintf(p->panels[p->n].ylabel, sizeof(p->panels[0].ylabel), "%s", ylabel);
+	return &p->panels[p->n++];
 }
 
-/* One data block per series: "size value" lines, then two blank lines. */
-static int series(FILE *f, const struct result *v, size_t n, const char *op, bool gbs,
-		  bool memcpy_line)
+void plot_add(struct plot *p, const char *panel, const char *ylabel, bool logy,
+	      const char *series, bool reference, double x, double y)
 {
-	int rows = 0;
+	struct plot_panel *pp = panel_of(p, panel, ylabel, logy);
+	struct plot_series *s = NULL;
 
-	for (size_t i = 0; i < n; i++) {
-		if (!sized(&v[i], op))
-			continue;
-		double y = memcpy_line ? v[i].memcpy_gbs : gbs ? gb_s(&v[i]) : v[i].p50;
-
-		if (y <= 0)
-			continue;
-		fprintf(f, "%" PRIu64 " %g\n", v[i].size, y);
-		rows++;
+	if (!pp || y <= 0)
+		return;
+	for (size_t i = 0; i < pp->n; i++)
+		if (strcmp(pp->series[i].title, series) == 0)
+			s = &pp->series[i];
+	if (!s) {
+		if (pp->n == PLOT_SERIES)
+			return;
+		s = &pp->series[pp->n++];
+		*s = (struct plot_series) { .reference = reference };
+		snprintf(s->title, sizeof(s->title), "%s", series);
 	}
-	fprintf(f, "\n\n");
-	return rows;
+	for (size_t i = 0; i < s->n; i++)
+		if (s->x[i] == x) { /* measured again: the last one stands */
+			s->y[i] = y;
+			return;
+		}
+	if (s->n < MAX_SIZES) {
+		s->x[s->n] = x;
+		s->y[s->n++] = y;
+	}
 }
 
-int bench_plot(const char *file, const struct result *res, size_t n,
-	       const struct result *const peers[2], const size_t n_peer[2])
+int plot_draw(const struct plot *p, const char *file, const char *title)
 {
-	static const char *const peer_names[2] = { "memcached", "redis" };
-	static const char *const ops[] = { "get", "put", "acquire" };
-	char data[128], script[128];
-	FILE *d, *s;
-	int idx = 0, st;
+	char script[128];
+	FILE *s;
+	int st, id = 0;
 	pid_t pid;
-	struct {
-		int index;
-		char title[64];
-		bool dashed;
-	} lt[16], bw[16];
-	int n_lat = 0, n_bw = 0;
 
-	snprintf(data, sizeof(data), "%s/plot.dat", tmpdir);
-	snprintf(script, sizeof(script), "%s/plot.gp", tmpdir);
-	d = fopen(data, "w");
-	s = fopen(script, "w");
-	if (!d || !s) {
-		if (d)
-			fclose(d);
-		if (s)
-			fclose(s);
-		return -errno;
-	}
-	for (size_t o = 0; o < 3; o++) {
-		if (series(d, res, n, ops[o], false, false)) {
-			lt[n_lat].index = idx;
-			lt[n_lat].dashed = false;
-			snprintf(lt[n_lat++].title, sizeof(lt[0].title), "kvcache %s", ops[o]);
-		}
-		idx++;
-		if (o < 2 && series(d, res, n, ops[o], true, false)) {
-			bw[n_bw].index = idx;
-			bw[n_bw].dashed = false;
-			snprintf(bw[n_bw++].title, sizeof(bw[0].title), "kvcache %s", ops[o]);
-		}
-		if (o < 2)
-			idx++;
-	}
-	if (series(d, res, n, "get", true, true)) {
-		bw[n_bw].index = idx;
-		bw[n_bw].dashed = true;
-		snprintf(bw[n_bw++].title, sizeof(bw[0].title), "memcpy (this run)");
-	}
-	idx++;
-	for (int p = 0; p < 2; p++)
-		for (size_t o = 0; o < 2; o++) {
-			if (series(d, peers[p], n_peer[p], ops[o], false, false)) {
-				lt[n_lat].index = idx;
-				lt[n_lat].dashed = true;
-				snprintf(lt[n_lat++].title, sizeof(lt[0].title), "%s %s",
-					 peer_names[p], ops[o]);
-			}
-			idx++;
-			if (series(d, peers[p], n_peer[p], ops[o], true, false)) {
-				bw[n_bw].index = idx;
-				bw[n_bw].dashed = true;
-				snprintf(bw[n_bw++].title, sizeof(bw[0].title), "%s %s",
-					 peer_names[p], ops[o]);
-			}
-			idx++;
-		}
-	fclose(d);
-	if (n_lat == 0) {
-		fclose(s);
+	if (p->n == 0)
 		return -ENODATA;
-	}
-	fprintf(s, "set terminal svg size 1100,460 dynamic font 'sans,11'\n"
+	snprintf(script, sizeof(script), "%s/plot.gp", tmpdir);
+	s = fopen(script, "w");
+	if (!s)
+		return -errno;
+	/* the data as inline blocks, one per series */
+	for (size_t i = 0; i < p->n; i++)
+		for (size_t j = 0; j < p->panels[i].n; j++, id++) {
+			const struct plot_series *x = &p->panels[i].series[j];
+
+			fprintf(s, "$d%d << EOD\n", id);
+			for (size_t k = 0; k < x->n; k++)
+				fprintf(s, "%.0f %g\n", x->x[k], x->y[k]);
+			fprintf(s, "EOD\n");
+		}
+	fprintf(s, "set terminal svg size %d,460 dynamic font 'sans,11'\n"
 		   "set output '%s'\n"
-		   "set multiplot layout 1,2 title 'kvcache-bench local (kvcache %s), same run'\n"
-		   "set logscale x 2\nset logscale y 10\nset grid\nset key top left\n"
+		   "set multiplot layout 1,%zu title '%s (kvcache %s), one run'\n"
+		   "set logscale x 2\nset grid\nset key top left\n"
 		   "set format x '%%.0s%%cB'\nset xlabel 'value size'\n",
-		file, KVC_VERSION);
-	fprintf(s, "set title 'p50 latency'\nset ylabel 'microseconds'\nplot ");
-	for (int i = 0; i < n_lat; i++)
-		fprintf(s, "%s'%s' index %d with linespoints lw 2 %s title '%s'", i ? ", " : "",
-			data, lt[i].index, lt[i].dashed ? "dt 2" : "dt 1", lt[i].title);
-	fprintf(s, "\nset title 'bandwidth'\nset ylabel 'GB/s'\nset key bottom right\nplot ");
-	for (int i = 0; i < n_bw; i++)
-		fprintf(s, "%s'%s' index %d with linespoints lw 2 %s title '%s'", i ? ", " : "", data,
-			bw[i].index, bw[i].dashed ? "dt 2" : "dt 1", bw[i].title);
-	fprintf(s, "\nunset multiplot\n");
+		p->n > 1 ? 1100 : 640, file, p->n, title, KVC_VERSION);
+	id = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct plot_panel *pp = &p->panels[i];
+
+		fprintf(s, "set title '%s'\nset ylabel '%s'\n%s\nplot ", pp->title, pp->ylabel,
+			pp->logy ? "set logscale y 10" : "unset logscale y\nset yrange [0:*]");
+		for (size_t j = 0; j < pp->n; j++, id++)
+			fprintf(s, "%s$d%d with linespoints lw 2 %s title '%s'", j ? ", " : "", id,
+				pp->series[j].reference ? "dt 2" : "dt 1", pp->series[j].title);
+		fprintf(s, "\n");
+	}
+	fprintf(s, "unset multiplot\n");
 	fclose(s);
 	pid = fork();
 	if (pid == 0) {
@@ -129,7 +102,45 @@ int bench_plot(const char *file, const struct result *res, size_t n,
 		return -errno;
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
-	unlink(data);
 	unlink(script);
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
+void plot_finish(const struct plot *p, const char *title)
+{
+	int r;
+
+	if (!arg_plot)
+		return;
+	r = plot_draw(p, arg_plot, title);
+	if (r < 0)
+		fprintf(stderr, "kvcache-bench: the chart %s was not drawn: %s\n", arg_plot,
+			strerror(-r));
+	else if (!arg_json)
+		printf("\nchart: %s\n", arg_plot);
+}
+
+void plot_results(struct plot *p, const struct result *res, size_t n, const char *system,
+		  bool reference)
+{
+	static const char *const ops[] = { "get", "put", "acquire" };
+	char name[64];
+
+	for (size_t i = 0; i < n; i++) {
+		const struct result *r = &res[i];
+
+		for (size_t o = 0; o < 3; o++) {
+			if (!r->size || strcmp(r->op, ops[o]) != 0)
+				continue;
+			snprintf(name, sizeof(name), "%s %s", system, ops[o]);
+			plot_add(p, "p50 latency", "microseconds", true, name, reference,
+				 (double) r->size, r->p50);
+			if (o < 2)
+				plot_add(p, "bandwidth", "GB/s", true, name, reference,
+					 (double) r->size, gb_s(r));
+			if (o == 0 && !reference && r->memcpy_gbs > 0)
+				plot_add(p, "bandwidth", "GB/s", true, "memcpy (this run)", true,
+					 (double) r->size, r->memcpy_gbs);
+		}
+	}
 }

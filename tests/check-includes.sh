@@ -16,7 +16,7 @@ where() {
 	for d in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/metrics \
 		daemon net proto \
 		shmem client \
-		client/include tools/bench tests/common; do
+		client/include tools tools/bench tests/common; do
 		[ -f "$d/$1" ] && { echo "$d"; return; }
 	done
 	echo unknown
@@ -36,7 +36,7 @@ allowed() {
 	proto) echo "proto build" ;;
 	shmem) echo "shmem build" ;;
 	client) echo "client client/include public shmem proto build" ;;
-	tools | tools/bench) echo "tools/bench public build" ;;
+	tools | tools/bench) echo "tools tools/bench public build" ;;
 	esac
 }
 

@@ -262,6 +262,7 @@ void chan_tag_put(struct chan *ch, uint32_t t)
 int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
 {
 	struct chan *ch = &c->chan;
+	bool local_only = __atomic_load_n(&c->get_flags, __ATOMIC_RELAXED) & KVC_LOCAL_ONLY;
 	uint32_t done = 0;
 
 	if (c->broken)
@@ -282,8 +283,13 @@ int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
 			continue;
 		}
 		k = n - done < space ? n - done : space;
-		for (uint32_t i = 0; i < k; i++)
-			memcpy(ring_entry(&ch->sq, ch->sq.pos + i), &e[done + i], sizeof(*e));
+		for (uint32_t i = 0; i < k; i++) {
+			struct shm_sqe *d = ring_entry(&ch->sq, ch->sq.pos + i);
+
+			memcpy(d, &e[done + i], sizeof(*e));
+			if (local_only)
+				d->flags |= SHM_SQE_LOCAL_ONLY;
+		}
 		ring_publish(&ch->sq, k);
 		done += k;
 		if (ring_peer_sleeping(ch->sq.r)) {

@@ -55,6 +55,7 @@ struct chan {
 struct kvc_client {
 	int fd;
 	bool broken;
+	uint32_t get_flags; /* enum kvc_get_flags, atomic */
 	pthread_mutex_t lock; /* one socket request/response in flight at a time */
 	uint32_t seq;
 	uint64_t client_id;

@@ -228,6 +228,13 @@ int client_extent_ptr(struct kvc_client *c, uint32_t segment, uint64_t offset, u
 	return 0;
 }
 
+uint32_t kvc_set_get_flags(struct kvc_client *c, uint32_t flags)
+{
+	if (!c)
+		return 0;
+	return __atomic_exchange_n(&c->get_flags, flags & KVC_LOCAL_ONLY, __ATOMIC_RELAXED);
+}
+
 int kvc_segments(struct kvc_client *c, struct kvc_segment *ret, size_t max)
 {
 	if (!c || (max && !ret))

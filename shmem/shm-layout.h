@@ -100,6 +100,7 @@ enum shm_op {
 enum shm_sqe_flags {
 	SHM_SQE_NO_CQE = 1u << 0,   /* post no completion unless it fails */
 	SHM_SQE_WANT_MSG = 1u << 1, /* on failure, write a message at msg_off */
+	SHM_SQE_LOCAL_ONLY = 1u << 2, /* lookups and gets: this node alone (KVC_LOCAL_ONLY) */
 };
 
 #define SHM_MSG_MAX 256u /* bytes at msg_off, NUL-terminated */

@@ -33,6 +33,7 @@ enum {
 static const char *arg_socket;
 static bool arg_json;
 static const char *arg_push_to;
+static bool arg_local_only;
 static char socket_path[108];
 
 static void usage(FILE *f)
@@ -73,6 +74,8 @@ static void usage(FILE *f)
 		"  -s, --socket PATH   daemon socket (default: $KVCACHE_SOCKET, then\n"
 		"                      $XDG_RUNTIME_DIR/kvcached.sock, then /tmp/kvcached-<uid>.sock)\n"
 		"  -j, --json          machine-readable output\n"
+		"      --local-only    lookups and gets answer from this node alone (in a\n"
+		"                      cluster: a key held only elsewhere is not found)\n"
 		"  -h, --help          this help\n"
 		"  -V, --version       print the version\n"
 		"\n"
@@ -634,6 +637,7 @@ int main(int argc, char **argv)
 		{ "push-to", required_argument, NULL, 'U' },
 		{ "prefix", required_argument, NULL, 'P' },
 		{ "iterations", required_argument, NULL, 'n' },
+		{ "local-only", no_argument, NULL, 'o' },
 		{ 0 },
 	};
 	const char *prefix = NULL;
@@ -710,6 +714,9 @@ int main(int argc, char **argv)
 			break;
 		case 'P':
 			prefix = optarg;
+			break;
+		case 'o':
+			arg_local_only = true;
 			break;
 		case 'n': {
 			char *end;
@@ -794,6 +801,8 @@ int main(int argc, char **argv)
 	r = connect_daemon(&c);
 	if (r != EXIT_OK)
 		return r;
+	if (arg_local_only)
+		kvc_set_get_flags(c, KVC_LOCAL_ONLY);
 
 	if (strcmp(cmd, "status") == 0)
 		r = cmd_status(c);

@@ -1192,7 +1192,7 @@ static int ps_serve(struct pserve *ps)
 
 	/* only what this node holds: never a lookup on a peer's behalf */
 	if (index_find(&n->st->index, ps->key, ps->key_len, index_hash(ps->key, ps->key_len)))
-		r = store_acquire(&ps->h, ps->key, ps->key_len, &e, &f, msg);
+		r = store_acquire(&ps->h, ps->key, ps->key_len, true, &e, &f, msg);
 	if (r == -EINPROGRESS && f) {
 		/* on disk: wait for it, reading nothing more meanwhile */
 		ps->w.done = ps_fetch_ready;
@@ -1524,7 +1524,7 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 		return -EHOSTUNREACH;
 	if (!index_find(&n->st->index, key, len, index_hash(key, len)))
 		return -ENOENT;
-	r = store_acquire(&n->h, key, len, &e, &f, msg);
+	r = store_acquire(&n->h, key, len, true, &e, &f, msg);
 	if (r < 0)
 		return r == -EINPROGRESS ? -EAGAIN : r; /* on disk only: not pushed */
 	p = calloc(1, sizeof(*p));

@@ -164,8 +164,8 @@ int store_abort(struct holder *h, uint64_t handle, char *msg)
 	return r;
 }
 
-int store_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
-		struct fetch **ret_fetch, char *msg)
+int store_acquire(struct holder *h, const void *key, size_t key_len, bool local_only,
+		  struct extent *ret, struct fetch **ret_fetch, char *msg)
 {
 	struct store *st = h->st;
 	struct object *o = lookup(st, key, key_len);
@@ -176,7 +176,7 @@ int store_acquire(struct holder *h, const void *key, size_t key_len, struct exte
 	if (!o) {
 		const struct backend *rb = &st->remote;
 
-		if (rb->ops && rb->ops->locate &&
+		if (!local_only && rb->ops && rb->ops->locate &&
 		    rb->ops->locate(rb->be, key, key_len, ret_fetch) == 0)
 			return -EINPROGRESS; /* another node has it: it comes here */
 		st->stats.misses++;

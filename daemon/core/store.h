@@ -93,13 +93,14 @@ struct put_args {
 /* Each returns 0 or -errno; msg (STORE_MSG_MAX bytes) may explain an error.
  * What a holder takes (reservations, views) is its until given back or
  * holder_done().  store_acquire() returns -EINPROGRESS for an object being
- * brought back from below memory, with *ret_fetch the fetch to wait on: run
- * the request again once it is done. */
+ * brought back from below memory (or, unless local_only, from another node of
+ * the cluster), with *ret_fetch the fetch to wait on: run the request again
+ * once it is done. */
 int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg);
 int store_commit(struct holder *h, uint64_t handle, char *msg);
 int store_abort(struct holder *h, uint64_t handle, char *msg);
-int store_acquire(struct holder *h, const void *key, size_t key_len, struct extent *ret,
-		struct fetch **ret_fetch, char *msg);
+int store_acquire(struct holder *h, const void *key, size_t key_len, bool local_only,
+		  struct extent *ret, struct fetch **ret_fetch, char *msg);
 int store_release(struct holder *h, uint64_t handle, char *msg);
 /* force: a lease does not refuse it (a view still does). */
 int store_remove(struct store *st, const void *key, size_t key_len, bool force, char *msg);

@@ -264,7 +264,7 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 	uint8_t *out = NULL, *here = NULL;
 	uint32_t *missing = NULL, n_missing = 0;
 	uint32_t count = 0;
-	bool cluster = ch->s->sv->st->remote.ops != NULL;
+	bool cluster = ch->s->sv->st->remote.ops != NULL && !(e->flags & SHM_SQE_LOCAL_ONLY);
 	int r = 0;
 
 	if (e->count > WIRE_MAX_BATCH)
@@ -406,7 +406,7 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 	r = load_iovs(ch, e, iov_scratch, &cap);
 	if (r < 0)
 		return r;
-	r = store_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
+	r = store_acquire(&s->h, key, e->key_len, e->flags & SHM_SQE_LOCAL_ONLY, &x, ret_fetch, msg);
 	if (r < 0)
 		return r;
 	if (x.len > cap)
@@ -489,13 +489,13 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 
 		if (store_exists(s->sv->st, key, e->key_len, false))
 			return 1;
-		if (!s->sv->st->remote.ops)
-			return 0; /* a single node: a miss is a miss */
+		if (!s->sv->st->remote.ops || (e->flags & SHM_SQE_LOCAL_ONLY))
+			return 0; /* a single node, or this one alone: a miss is a miss */
 		r = ask_cluster(ch, e, NULL, 1, &there, ret_fetch);
 		return r < 0 ? r : there;
 	}
 	case SHM_OP_ACQUIRE:
-		r = store_acquire(&s->h, key, e->key_len, &x, ret_fetch, msg);
+		r = store_acquire(&s->h, key, e->key_len, e->flags & SHM_SQE_LOCAL_ONLY, &x, ret_fetch, msg);
 		break;
 	case SHM_OP_RELEASE:
 		return store_release(&s->h, e->arg, msg);

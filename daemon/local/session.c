@@ -219,7 +219,7 @@ static int op_acquire(struct session *s, uint32_t seq, const ProtobufCBinaryData
 {
 	struct extent e;
 	struct fetch *pending = NULL;
-	int r = store_acquire(&s->h, key->data, key->len, &e, &pending, rep->msg);
+	int r = store_acquire(&s->h, key->data, key->len, false, &e, &pending, rep->msg);
 
 	if (r == -EINPROGRESS && pending && key->len <= sizeof(s->parked.key))
 		return park(s, KVC__OP__OP_ACQUIRE, seq, key, pending);

@@ -1278,6 +1278,20 @@ fail:
 	return NULL;
 }
 
+static PyObject *client_set_get_flags(ClientObject *self, PyObject *arg)
+{
+	unsigned long flags = PyLong_AsUnsignedLong(arg);
+	uint32_t old;
+
+	if (flags == (unsigned long) -1 && PyErr_Occurred())
+		return NULL;
+	if (client_enter(self))
+		return NULL;
+	old = kvc_set_get_flags(self->c, (uint32_t) flags);
+	client_leave(self);
+	return PyLong_FromUnsignedLong(old);
+}
+
 static PyObject *client_fileno(ClientObject *self, PyObject *unused)
 {
 	int fd;
@@ -1616,6 +1630,8 @@ static PyMethodDef client_methods[] = {
 	  "poll(max=64) -> [(user_data, result)] ready now." },
 	{ "wait", (PyCFunction) (void (*)(void)) client_wait, METH_VARARGS | METH_KEYWORDS,
 	  "wait(min=1, max=64, timeout_ms=-1) -> [(user_data, result)]." },
+	{ "set_get_flags", (PyCFunction) client_set_get_flags, METH_O,
+	  "set_get_flags(LOCAL_ONLY or 0) -> the previous flags: where lookups and gets look." },
 	{ "fileno", (PyCFunction) client_fileno, METH_NOARGS,
 	  "A file descriptor readable while completions wait to be reaped (poll/wait), for "
 	  "select, epoll or asyncio's add_reader." },
@@ -1730,6 +1746,7 @@ PyMODINIT_FUNC PyInit__kvcache(void)
 		{ "OP_GET_INTO", KVC_OP_GET_INTO },   { "OP_PUT_FROM", KVC_OP_PUT_FROM },
 		{ "OP_EXISTS", KVC_OP_EXISTS },       { "OP_REMOVE", KVC_OP_REMOVE },
 		{ "KEY_MAX", KVC_KEY_MAX },           { "ASYNC_MAX", ASYNC_SLOTS },
+		{ "LOCAL_ONLY", KVC_LOCAL_ONLY },
 	};
 	static bool atfork;
 	PyTypeObject *types[] = { &Client_Type, &View_Type, &Reservation_Type, &Buffer_Type };

@@ -14,6 +14,7 @@ and ``kvcache.compat.mooncake`` is a drop-in for Mooncake's store class.
 from ._kvcache import (  # noqa: F401
     ASYNC_MAX,
     KEY_MAX,
+    LOCAL_ONLY,
     OP_EXISTS,
     OP_GET_INTO,
     OP_PUT_FROM,
@@ -36,5 +37,5 @@ from .keys import KeySpec  # noqa: F401
 __all__ = [
     "Client", "View", "Reservation", "Buffer", "KeySpec", "strerror", "parse_size",
     "socket_path", "TIER_DEFAULT", "TIER_DEVICE", "TIER_DRAM", "TIER_DISK", "OP_GET_INTO",
-    "OP_PUT_FROM", "OP_EXISTS", "OP_REMOVE", "KEY_MAX", "VALUE_MAX", "ASYNC_MAX",
+    "OP_PUT_FROM", "OP_EXISTS", "OP_REMOVE", "KEY_MAX", "VALUE_MAX", "ASYNC_MAX", "LOCAL_ONLY",
 ]

@@ -135,6 +135,25 @@ PY
 	start_node B
 	until_ok member A B up
 	;;
+local-only)
+	# KVC_LOCAL_ONLY: a key held only by A is a miss on B, with no transfer
+	start_master 0
+	start_node A
+	start_node B
+	head -c 100000 /dev/urandom >"$dir/v"
+	ctl A put only-on-a "$dir/v"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where only-on-a | grep -qx A"
+	expect 1 "$KVCACHECTL" -s "$dir/B.sock" --local-only exists only-on-a
+	expect 1 "$KVCACHECTL" -s "$dir/B.sock" --local-only get only-on-a -
+	ctl B stats | grep -Eq "^remote_hits +0$" || { ctl B stats >&2; fail "a local-only get fetched"; }
+	ctl B --local-only ls | grep -q only-on-a && fail "B holds a replica after local-only gets"
+	# without the flag the same client tools find it through the cluster
+	expect 0 "$KVCACHECTL" -s "$dir/B.sock" exists only-on-a
+	ctl B get only-on-a "$dir/v.b"
+	cmp "$dir/v" "$dir/v.b" || fail "bytes differ"
+	# now B holds a replica: local-only finds it too
+	expect 0 "$KVCACHECTL" -s "$dir/B.sock" --local-only exists only-on-a
+	;;
 remote-get)
 	# a key put on A is read on B, byte for byte, and becomes B's replica
 	start_master 0

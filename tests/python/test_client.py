@@ -444,6 +444,9 @@ def test_admin(client):
     assert client.put("seg", b"s" * 100) == 0
     with client.acquire("seg") as v:
         assert any(base <= v.ptr < base + length for base, length in segs)
+    assert client.set_get_flags(kvcache.LOCAL_ONLY) == 0
+    assert client.exists("seg") is True  # local objects are local
+    assert client.set_get_flags(0) == kvcache.LOCAL_ONLY
     assert kvcache.strerror(-errno.ENOENT)
     assert kvcache.parse_size("1GiB") == 1 << 30
     assert kvcache.socket_path(client.socket) == client.socket

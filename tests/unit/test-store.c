@@ -66,7 +66,7 @@ static void test_put_semantics(struct holder *a, struct holder *b)
 	CHECK_EQ(store_commit(b, xb.handle, msg), -EEXIST); /* exactly one wins */
 	CHECK_EQ(store_commit(a, xa.handle, msg), -ESTALE);
 	CHECK(present("k"));
-	CHECK_EQ(store_acquire(b, "k", 1, &v, &f, msg), 0);
+	CHECK_EQ(store_acquire(b, "k", 1, false, &v, &f, msg), 0);
 	CHECK_EQ(v.len, 100);
 	CHECK_EQ(store_remove(&st, "k", 1, true, msg), -EBUSY); /* a view, even forced */
 	CHECK_EQ(store_release(b, v.handle, msg), 0);
@@ -94,7 +94,7 @@ static void test_eviction(struct holder *h)
 	/* hard pins and a view at the old end of the LRU */
 	CHECK_EQ(put(h, "hard", 64 * KiB, WIRE_PUT_HARD_PIN, NULL), 0);
 	CHECK_EQ(put(h, "viewed", 64 * KiB, 0, NULL), 0);
-	CHECK_EQ(store_acquire(h, "viewed", 6, &v, &f, msg), 0);
+	CHECK_EQ(store_acquire(h, "viewed", 6, false, &v, &f, msg), 0);
 	CHECK_EQ(put(h, "soft", 64 * KiB, WIRE_PUT_SOFT_PIN, NULL), 0);
 	/* a chain root <- mid <- leaf, older than everything below */
 	CHECK_EQ(put(h, "root", 64 * KiB, 0, NULL), 0);

@@ -380,6 +380,22 @@ int kvc_evict(struct kvc_client *c, int tier, uint64_t bytes, uint32_t flags,
  * count is in kvc_last_error_msg()). */
 int kvc_flush(struct kvc_client *c, int timeout_ms);
 
+/* Where this client's lookups and gets look. */
+enum kvc_get_flags {
+	/* This node alone: a key held only by another node of the cluster is
+	 * a miss, answered at local speed, with no question to a master and
+	 * no transfer.  Applies to kvc_exists, kvc_batch_exists,
+	 * kvc_prefix_lookup, kvc_get, kvc_acquire, the batch gets and
+	 * kvc_get_into, and to async GET_INTO and EXISTS operations. */
+	KVC_LOCAL_ONLY = 1u << 0,
+};
+
+/* Set the flags of every lookup and get this client makes from now on
+ * (enum kvc_get_flags; 0: the whole cluster, the default).  Returns the
+ * previous flags.  A program that wants both kinds of answer keeps two
+ * clients. */
+uint32_t kvc_set_get_flags(struct kvc_client *c, uint32_t flags);
+
 /* The daemon's shared-memory segments this client maps: every view and
  * reservation points into one of them.  An engine that copies to and from
  * a GPU pins them once (cudaHostRegister) so those copies are DMA.  Fills

@@ -18,12 +18,12 @@
 
 #define LOG_TOPIC "metrics"
 #define EXPORT_PERIOD_MS 500
-#define MAX_FIGURES 256
+#define MAX_FIGURES 768
 
 struct figure {
 	char family[96];
 	char help[96];
-	char tier[16];
+	char labels[160];
 	bool counter;
 	uint64_t value;
 };
@@ -46,14 +46,27 @@ static void collect(void *u, const char *name, const char *tier, enum export_kin
 	if (e->n == MAX_FIGURES || strncmp(name, "op.", 3) == 0)
 		return; /* the service times: kvcache_op_duration_seconds */
 	f = &e->figs[e->n++];
-	snprintf(f->family, sizeof(f->family), "kvcache_%s%s%s", tier ? "tier_" : "", name,
-		 kind == EXPORT_COUNTER ? "_total" : "");
+	f->labels[0] = '\0';
+	if (strncmp(name, "peer.", 5) == 0 && strrchr(name, '.') > name + 5) {
+		/* peer.<address>.<figure>: one family, the address a label */
+		const char *what = strrchr(name, '.') + 1;
+
+		snprintf(f->family, sizeof(f->family), "kvcache_peer_%s%s", what,
+			 kind == EXPORT_COUNTER ? "_total" : "");
+		snprintf(f->labels, sizeof(f->labels), "peer=\"%.*s\"",
+			 (int) (what - 1 - (name + 5)), name + 5);
+		snprintf(f->help, sizeof(f->help), "kvcachectl stats: peer.<address>.%s.", what);
+	} else {
+		snprintf(f->family, sizeof(f->family), "kvcache_%s%s%s", tier ? "tier_" : "", name,
+			 kind == EXPORT_COUNTER ? "_total" : "");
+		if (tier)
+			snprintf(f->labels, sizeof(f->labels), "tier=\"%s\"", tier);
+		snprintf(f->help, sizeof(f->help), "kvcachectl stats: %s%s%s.",
+			 tier ? "<tier>" : "", tier ? "." : "", name);
+	}
 	for (p = f->family; *p; p++)
 		if (*p == '.' || *p == '-')
 			*p = '_';
-	snprintf(f->tier, sizeof(f->tier), "%s", tier ? tier : "");
-	snprintf(f->help, sizeof(f->help), "kvcachectl stats: %s%s%s.", tier ? "<tier>" : "",
-		 tier ? "." : "", name);
 	f->counter = kind == EXPORT_COUNTER;
 	f->value = value;
 }
@@ -100,12 +113,16 @@ static void histograms(struct mtext *t, const struct server *sv)
 	}
 }
 
+static int by_family(const void *a, const void *b)
+{
+	return strcmp(((const struct figure *) a)->family, ((const struct figure *) b)->family);
+}
+
 /* Build the whole text: every family's samples together, as the format
  * wants. */
 static void build(struct exporter *e, struct mtext *t)
 {
 	struct server *sv = e->sv;
-	char labels[64];
 
 	e->n = 0;
 	server_export(sv, collect, e);
@@ -116,24 +133,13 @@ static void build(struct exporter *e, struct mtext *t)
 	mtext_sample(t, "kvcache_clients", "gauge", "Connected clients.", "", sv->n_sessions);
 	mtext_sample(t, "kvcache_objects", "gauge", "Objects stored, all tiers.", "",
 		     sv->st->index.n_objects);
+	/* a family's samples together: sorted by family, O(n log n) */
+	qsort(e->figs, e->n, sizeof(e->figs[0]), by_family);
 	for (size_t i = 0; i < e->n; i++) {
-		bool seen = false;
+		const struct figure *f = &e->figs[i];
 
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = strcmp(e->figs[j].family, e->figs[i].family) == 0;
-		if (seen)
-			continue;
-		for (size_t j = i; j < e->n; j++) {
-			const struct figure *f = &e->figs[j];
-
-			if (strcmp(f->family, e->figs[i].family) != 0)
-				continue;
-			labels[0] = '\0';
-			if (f->tier[0])
-				snprintf(labels, sizeof(labels), "tier=\"%s\"", f->tier);
-			mtext_sample(t, f->family, f->counter ? "counter" : "gauge", f->help, labels,
-				     f->value);
-		}
+		mtext_sample(t, f->family, f->counter ? "counter" : "gauge", f->help, f->labels,
+			     f->value);
 	}
 	histograms(t, sv);
 }

@@ -53,6 +53,16 @@ struct link {
 	Kvc__Peer__Members *members; /* the last answer */
 };
 
+/* Transfers with one peer, by the address it serves at (kvcachectl stats:
+ * peer.<address>.<figure>). */
+#define MAX_PEER_STATS 64
+
+struct peer_stat {
+	char addr[PEER_MAX_ID + 1];
+	uint64_t fetches, fetch_bytes, fetch_errors;
+	uint64_t pushes, push_bytes, push_errors;
+};
+
 struct xfer;
 struct dcache;
 struct lquery;
@@ -92,7 +102,14 @@ struct node {
 		uint64_t remote_errors, remote_corrupt, served, serve_errors;
 		uint64_t pushes, push_errors, pushes_received;
 	} c;
+	struct peer_stat peer_stats[MAX_PEER_STATS];
+	unsigned n_peer_stats;
+	char stat_name[PEER_MAX_ID + 32];
 };
+
+/* The figures of the peer at addr (a new entry the first time; NULL when
+ * the table is full). */
+struct peer_stat *node_peer_stat(struct node *n, const char *addr);
 
 /* node.c */
 struct link *node_owner(struct node *n, const void *key, size_t len);

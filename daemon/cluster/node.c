@@ -486,6 +486,19 @@ static int be_describe(void *be, struct cluster_view *v)
 	return 0;
 }
 
+struct peer_stat *node_peer_stat(struct node *n, const char *addr)
+{
+	for (unsigned i = 0; i < n->n_peer_stats; i++)
+		if (strcmp(n->peer_stats[i].addr, addr) == 0)
+			return &n->peer_stats[i];
+	if (n->n_peer_stats == MAX_PEER_STATS)
+		return NULL;
+	struct peer_stat *p = &n->peer_stats[n->n_peer_stats++];
+	*p = (struct peer_stat) { 0 };
+	snprintf(p->addr, sizeof(p->addr), "%s", addr);
+	return p;
+}
+
 static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u)
 {
 	struct node *n = be;
@@ -503,6 +516,23 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);
 	emit(u, "pushes_received", n->c.pushes_received);
+	for (unsigned i = 0; i < n->n_peer_stats; i++) {
+		const struct peer_stat *p = &n->peer_stats[i];
+		const struct {
+			const char *what;
+			uint64_t v;
+		} f[] = {
+			{ "fetches", p->fetches }, { "fetch_bytes", p->fetch_bytes },
+			{ "fetch_errors", p->fetch_errors }, { "pushes", p->pushes },
+			{ "push_bytes", p->push_bytes }, { "push_errors", p->push_errors },
+		};
+
+		/* the names live in the node: emit() copies them at once */
+		for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
+			snprintf(n->stat_name, sizeof(n->stat_name), "peer.%s.%s", p->addr, f[k].what);
+			emit(u, n->stat_name, f[k].v);
+		}
+	}
 }
 
 static const struct backend_ops remote_ops = {

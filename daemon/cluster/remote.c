@@ -90,6 +90,7 @@ struct rfetch {
 	uint64_t deadline;
 	char addr[MAX_HOLDERS_TRIED][PEER_MAX_ID + 1];
 	unsigned n_addr;
+	unsigned tried;          /* the holder the data thread asked last */
 	uint8_t *dst;
 	struct xjob job;
 };
@@ -489,6 +490,7 @@ static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t timeout_ms)
 
 	j->res = -ENOENT;
 	for (unsigned i = 0; i < rf->n_addr; i++) {
+		rf->tried = i;
 		j->res = fetch_from(rf, rf->addr[i], deadline);
 		/* wrong bytes, or out of time: no second try */
 		if (j->res == 0 || j->res == -EBADMSG || j->res == -ETIMEDOUT)
@@ -697,6 +699,16 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	struct object *o = rf->o;
 
 	rf_unlink(n, rf);
+	if (rf->n_addr && rf->transferring) {
+		struct peer_stat *ps = node_peer_stat(n, rf->addr[rf->tried]);
+
+		if (ps && res == 0) {
+			ps->fetches++;
+			ps->fetch_bytes += o->len;
+		} else if (ps && res < 0 && res != -ENOENT) {
+			ps->fetch_errors++;
+		}
+	}
 	if (res == 0 && index_find(&st->index, o->key, o->key_len, o->hash))
 		res = 1; /* stored here meanwhile: waiters find that one */
 	if (res == 0) {
@@ -1442,6 +1454,14 @@ static bool xfer_poll(void *u)
 			char msg[STORE_MSG_MAX];
 
 			store_release(&n->h, p->handle, msg);
+			struct peer_stat *pst = node_peer_stat(n, p->addr);
+
+			if (pst && j->res == 0) {
+				pst->pushes++;
+				pst->push_bytes += p->len;
+			} else if (pst && j->res != -EEXIST) {
+				pst->push_errors++;
+			}
 			if (j->res == 0) {
 				n->c.pushes++;
 				n->c.remote_bytes_out += p->len;

@@ -328,10 +328,14 @@ static uint64_t uptime_s(struct server *sv)
 	return (uint64_t) (now.tv_sec - sv->started.tv_sec);
 }
 
-/* The counters of the backends (the disk tier, the cluster), by name. */
+/* The counters of the backends (the disk tier, the cluster, each peer), by
+ * name, copied (a backend may build a name in one buffer).  Only n needs
+ * setting before use. */
+#define BELOW_MAX 512
+
 struct below_stats {
-	const char *name[64];
-	uint64_t value[64];
+	char name[BELOW_MAX][96];
+	uint64_t value[BELOW_MAX];
 	size_t n;
 };
 
@@ -339,8 +343,8 @@ static void below_emit(void *u, const char *name, uint64_t v)
 {
 	struct below_stats *b = u;
 
-	if (b->n < 64) {
-		b->name[b->n] = name;
+	if (b->n < BELOW_MAX) {
+		snprintf(b->name[b->n], sizeof(b->name[0]), "%s", name);
 		b->value[b->n++] = v;
 	}
 }
@@ -400,8 +404,9 @@ static int op_status(struct session *s, struct reply *rep)
 	st->protocol_minor = KVC_PROTO_MINOR;
 	st->layout_version = SHM_LAYOUT_VERSION;
 	{
-		struct below_stats b = { 0 };
+		struct below_stats b;
 
+		b.n = 0;
 		below_stats(sv, &b);
 		st->recovering = below_stat(&b, "disk.recovering");
 		st->recovered = below_stat(&b, "disk.recovered");
@@ -537,7 +542,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		"evictions_watermark", "evictions_manual", "evicted_bytes",
 		"bytes_moved", "lease_protected",
 	};
-	struct below_stats below = { 0 };
+	struct below_stats below;
 	const unsigned nt = tier_count(sv->st);
 
 	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
@@ -579,6 +584,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		snprintf(name, sizeof(name), "op.%s.ns", ops[op]);
 		fn(u, name, NULL, EXPORT_COUNTER, sv->ophist[op].sum_ns);
 	}
+	below.n = 0;
 	below_stats(sv, &below);
 	for (size_t i = 0; i < below.n; i++)
 		fn(u, below.name[i], NULL, below_is_gauge(below.name[i]) ? EXPORT_GAUGE : EXPORT_COUNTER,
@@ -586,6 +592,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 }
 
 /* kvcachectl stats: server_export()'s figures, tiers' as "<tier>.<name>". */
+#define STAT_NAME_MAX 128
 struct stats_acc {
 	Kvc__Counter *cs;
 	Kvc__Counter **cp;
@@ -602,11 +609,11 @@ static void stats_add(void *u, const char *name, const char *tier, enum export_k
 	if (a->n == a->cap)
 		return;
 	kvc__counter__init(&a->cs[a->n]);
-	a->cs[a->n].name = a->names + a->n * 64;
+	a->cs[a->n].name = a->names + a->n * STAT_NAME_MAX;
 	if (tier)
-		snprintf(a->cs[a->n].name, 64, "%s.%s", tier, name);
+		snprintf(a->cs[a->n].name, STAT_NAME_MAX, "%s.%s", tier, name);
 	else
-		snprintf(a->cs[a->n].name, 64, "%s", name);
+		snprintf(a->cs[a->n].name, STAT_NAME_MAX, "%s", name);
 	a->cs[a->n].value = value;
 	a->cp[a->n] = &a->cs[a->n];
 	a->n++;
@@ -628,7 +635,7 @@ static int op_stats(struct session *s, struct reply *rep)
 	st = calloc(1, sizeof(*st));
 	a.cs = calloc(a.cap, sizeof(*a.cs));
 	a.cp = calloc(a.cap, sizeof(*a.cp));
-	a.names = calloc(a.cap, 64);
+	a.names = calloc(a.cap, STAT_NAME_MAX);
 	if (!st || !a.cs || !a.cp || !a.names) {
 		free(st);
 		free(a.cs);

@@ -170,6 +170,11 @@ remote-get)
 		cmp "$dir/$v" "$dir/$v.b" || fail "$v differs on B"
 	done
 	ctl B stats | grep -Eq "^remote_hits +3$" || { ctl B stats >&2; fail "remote_hits"; }
+	# per peer: all three came from A, at the address A serves at
+	ctl B stats | grep -Eq "^peer\.127\.0\.0\.1:[0-9]+\.fetches +3$" ||
+		{ ctl B stats >&2; fail "per-peer fetches"; }
+	ctl B stats | grep -Eq "^peer\.127\.0\.0\.1:[0-9]+\.fetch_bytes +6049601$" ||
+		{ ctl B stats >&2; fail "per-peer bytes"; }
 	# B holds a replica now: itself first, then A
 	[ "$(ctl B where v1k | tr '\n' ' ')" = "B A " ] || fail "where after the fetch: $(ctl B where v1k)"
 	# the replica is local now: no second transfer
@@ -349,6 +354,8 @@ push-to)
 	ctl B stats | grep -Eq "^pushes_received +1$" || { ctl B stats >&2; fail "not counted on B"; }
 	ctl B stats | grep -Eq "^remote_hits +0$" || fail "B fetched what was pushed"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' stats | grep -Eq '^pushes +1\$'"
+	ctl A stats | grep -Eq "^peer\.127\.0\.0\.1:[0-9]+\.pushes +1$" ||
+		{ ctl A stats >&2; fail "per-peer pushes"; }
 	# the directory knows both copies
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' where k | tr '\n' ' ' | grep -qx 'A B '"
 	# pushing again: B keeps what it has

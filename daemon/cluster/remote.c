@@ -28,6 +28,7 @@
 #include <xxhash.h>
 
 #include "log.h"
+#include "checksum.h"
 #include "node-private.h"
 #include "tier.h"
 
@@ -242,44 +243,40 @@ static int recv_full(int fd, void *buf, size_t len, uint64_t deadline)
 
 static int recv_checked(int fd, uint8_t *dst, uint64_t len, uint64_t deadline)
 {
-	XXH3_state_t *h = XXH3_createState();
+	struct csum *h = csum_new();
 	uint64_t want;
 	uint8_t tail[8];
 	int r = h ? 0 : -ENOMEM;
 
-	if (r == 0)
-		XXH3_64bits_reset(h);
 	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
 		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
 
 		r = recv_full(fd, dst + off, n, deadline);
 		if (r == 0)
-			XXH3_64bits_update(h, dst + off, n);
+			csum_update(h, dst + off, n);
 	}
 	if (r == 0)
 		r = recv_full(fd, tail, sizeof(tail), deadline);
 	if (r == 0) {
 		memcpy(&want, tail, sizeof(want));
-		if (XXH3_64bits_digest(h) != le64toh(want))
+		if (csum_digest(h) != le64toh(want))
 			r = -EBADMSG;
 	}
-	XXH3_freeState(h);
+	csum_free(h);
 	return r;
 }
 
 static int send_checked(int fd, const uint8_t *src, uint64_t len, uint64_t deadline,
 			bool corrupt)
 {
-	XXH3_state_t *h = XXH3_createState();
+	struct csum *h = csum_new();
 	uint64_t sum;
 	int r = h ? 0 : -ENOMEM;
 
-	if (r == 0)
-		XXH3_64bits_reset(h);
 	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
 		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
 
-		XXH3_64bits_update(h, src + off, n);
+		csum_update(h, src + off, n);
 		if (corrupt && off == 0) {
 			/* tests: the first byte arrives flipped */
 			uint8_t first = src[0] ^ 0xff;
@@ -291,10 +288,10 @@ static int send_checked(int fd, const uint8_t *src, uint64_t len, uint64_t deadl
 			r = send_full(fd, src + off, n, deadline);
 	}
 	if (r == 0) {
-		sum = htole64(XXH3_64bits_digest(h));
+		sum = htole64(csum_digest(h));
 		r = send_full(fd, &sum, sizeof(sum), deadline);
 	}
-	XXH3_freeState(h);
+	csum_free(h);
 	return r;
 }
 

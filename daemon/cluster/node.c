@@ -486,6 +486,11 @@ static int be_describe(void *be, struct cluster_view *v)
 	return 0;
 }
 
+void node_feed(struct node *n, int fd)
+{
+	remote_feed(n, fd);
+}
+
 struct peer_stat *node_peer_stat(struct node *n, const char *addr)
 {
 	for (unsigned i = 0; i < n->n_peer_stats; i++)

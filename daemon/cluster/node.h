@@ -17,3 +17,6 @@ struct node;
 int node_setup(struct store *st, const struct config *cfg, struct node **ret, char *err,
 	       size_t err_len);
 void node_teardown(struct node *n);
+/* Fuzzing: serve fd (taken) as a peer's data connection: what can be read
+ * from it now, to the end, then hang it up as if the peer had gone. */
+void node_feed(struct node *n, int fd);

@@ -1421,6 +1421,37 @@ void remote_accept(struct node *n, int fd)
 	n->n_serving++;
 }
 
+static bool xfer_poll(void *u);
+
+/* Fuzzing: serve fd as an accepted data connection.  Handle what can be
+ * read from it now, let the data threads finish what that started (their
+ * completions run here, as the loop would run them), then hang it up as if
+ * the peer had gone. */
+void remote_feed(struct node *n, int fd)
+{
+	struct pserve *ps;
+
+	remote_accept(n, fd);
+	ps = n->serving;
+	if (!ps || ps->pc.fd != fd)
+		return; /* refused: already closed */
+	ps_event(ps->src, fd, EPOLLIN, ps);
+	for (;;) {
+		struct pserve *x;
+
+		for (x = n->serving; x && x != ps; x = x->next)
+			;
+		if (!x)
+			return; /* it closed itself */
+		if (!ps->busy) {
+			ps_free(ps);
+			return;
+		}
+		if (!xfer_poll(n))
+			usleep(100); /* a data thread is still sending */
+	}
+}
+
 /* ---- completions ---- */
 
 static bool xfer_poll(void *u)

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A node's serving side of a data connection fed whatever a peer may send:
+ * Hello, Auth, Fetch and Push frames in any order, lengths that lie, keys
+ * that exist and keys that do not, raw bytes where a frame is expected.  An
+ * in-process node (a 4 MiB dram tier holding a few small objects, no
+ * master reachable) serves the input as one connection, its data threads
+ * included, and the connection is then hung up.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "holder.h"
+#include "log.h"
+#include "node.h"
+#include "store.h"
+#include "tier.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct config cfg;
+static struct store st = { .cfg = &cfg };
+static struct node *node;
+
+static void put(const char *key, size_t len)
+{
+	static const struct holder_ops ops = { 0 };
+	struct put_args a = { .key = key, .key_len = strlen(key), .len = len };
+	char msg[STORE_MSG_MAX];
+	uint64_t res, views;
+	struct holder h;
+	struct extent x;
+
+	holder_init(&h, &st, &ops);
+	if (store_reserve(&h, &a, &x, msg) < 0)
+		abort();
+	memset((uint8_t *) st.tiers[x.segment].seg.base + x.offset, 0x5a, x.len);
+	if (store_commit(&h, x.handle, msg) < 0)
+		abort();
+	holder_done(&h, &res, &views);
+}
+
+static void setup(void)
+{
+	char err[256];
+
+	config_init(&cfg);
+	cfg.dram_size = 4 << 20;
+	cfg.hugepages = SHM_HUGEPAGES_OFF;
+	cfg.remote_timeout_ms = 200; /* a send the fuzzer never reads ends soon */
+	snprintf(cfg.master_server_address, sizeof(cfg.master_server_address), "127.0.0.1:1");
+	snprintf(cfg.listen, sizeof(cfg.listen), "127.0.0.1:0");
+	snprintf(cfg.node_id, sizeof(cfg.node_id), "fuzz");
+	log_configure("error");
+	/* a loop that never runs: the node's sources register with it */
+	if (loop_new(0, &st.loop) < 0 || index_init(&st.index) < 0 || tier_setup(&st) < 0)
+		abort();
+	if (node_setup(&st, &cfg, &node, err, sizeof(err)) < 0) {
+		fprintf(stderr, "node_setup: %s\n", err);
+		abort();
+	}
+	put("k", 100);
+	put("key-2", 4000);
+	put("empty-ish", 1);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	int sv[2];
+
+	if (!node)
+		setup();
+	if (size > (64u << 10))
+		return 0;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
+		return 0;
+	if (size && write(sv[1], data, size) != (ssize_t) size) {
+		close(sv[0]);
+		close(sv[1]);
+		return 0;
+	}
+	shutdown(sv[1], SHUT_WR);
+	node_feed(node, sv[0]); /* takes sv[0] */
+	close(sv[1]);
+	return 0;
+}

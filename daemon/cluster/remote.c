@@ -853,11 +853,18 @@ void remote_expire(struct node *n, uint64_t now)
 
 /* ---- exists and prefix lookups: what the directory said lately ----
  *
- * A direct-mapped cache of answers (present elsewhere or not), kept a short
- * while: a request whose keys are missing here is answered from it, or
- * waits for one Lookup per master covering every key it does not know.
+ * A cache of answers (present elsewhere or not), kept a short while: a
+ * request whose keys are missing here is answered from it, or waits for
+ * one Lookup per master covering every key it does not know, and then
+ * reads the answers from it.  So every answer of one Lookup must stay
+ * until its requests have read them: the cache is 8-way set associative
+ * (direct-mapped, keys of one batch that collided overwrote each other's
+ * answers: about one 64-key batch in ten lost a key), and a new answer evicts
+ * an expired one, else the one that expires first (a "held nowhere"
+ * before a "held elsewhere").
  */
 #define DC_SLOTS 65536
+#define DC_WAYS 8
 #define DC_HIT_MS 1000   /* "held elsewhere" is believed this long */
 #define DC_MISS_MS 100   /* "held nowhere" */
 #define MAX_QUERIES 256
@@ -893,21 +900,26 @@ struct lquery {
 	unsigned n_parts, left;
 };
 
-static struct dslot *dc_slot(struct node *n, uint64_t h)
+static struct dslot *dc_set(struct node *n, uint64_t h)
 {
-	return &n->dcache->s[h & (DC_SLOTS - 1)];
+	return &n->dcache->s[(h & (DC_SLOTS / DC_WAYS - 1)) * DC_WAYS];
+}
+
+static bool dc_same(const struct dslot *d, uint64_t h, const char *key, size_t len)
+{
+	return d->key && d->hash == h && d->key_len == len && !memcmp(d->key, key, len);
 }
 
 /* The fresh answer about key, or NULL. */
 static struct dslot *dc_find(struct node *n, const char *key, size_t len)
 {
-	uint64_t h = index_hash(key, len);
-	struct dslot *d = dc_slot(n, h);
+	uint64_t h = index_hash(key, len), now = loop_now_ms(n->loop);
+	struct dslot *set = dc_set(n, h);
 
-	if (!d->key || d->hash != h || d->key_len != len || memcmp(d->key, key, len) ||
-	    d->until <= loop_now_ms(n->loop))
-		return NULL;
-	return d;
+	for (unsigned w = 0; w < DC_WAYS; w++)
+		if (dc_same(&set[w], h, key, len))
+			return set[w].until > now ? &set[w] : NULL;
+	return NULL;
 }
 
 /* 1 present elsewhere, 0 not, -1 unknown. */
@@ -938,10 +950,22 @@ static bool dc_addresses(struct node *n, const char *key, size_t len, struct rfe
 
 static void dc_put(struct node *n, const char *key, size_t len, bool present)
 {
-	uint64_t h = index_hash(key, len);
-	struct dslot *d = dc_slot(n, h);
+	uint64_t h = index_hash(key, len), now = loop_now_ms(n->loop);
+	struct dslot *set = dc_set(n, h), *d = NULL;
 
-	if (!d->key || d->key_len != len || memcmp(d->key, key, len)) {
+	for (unsigned w = 0; w < DC_WAYS && !d; w++)
+		if (dc_same(&set[w], h, key, len))
+			d = &set[w];
+	for (unsigned w = 0; w < DC_WAYS && !d; w++)
+		if (!set[w].key || set[w].until <= now)
+			d = &set[w];
+	if (!d) {
+		d = &set[0];
+		for (unsigned w = 1; w < DC_WAYS; w++)
+			if (set[w].until < d->until)
+				d = &set[w];
+	}
+	if (!dc_same(d, h, key, len)) {
 		char *k = malloc(len ? len : 1);
 
 		if (!k)

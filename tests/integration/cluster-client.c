@@ -5,6 +5,11 @@
  * are read through node B's with kvc_batch_get, kvc_get_into and
  * kvc_batch_get_into, several fetches in flight at once, every byte
  * checked.  Usage: cluster-client A_SOCKET B_SOCKET
+ *
+ * cluster-client A_SOCKET B_SOCKET lookups: batches of 64 keys that only A
+ * holds, asked from B with kvc_prefix_lookup and kvc_batch_exists, each
+ * batch answered by one directory question and then from what B
+ * remembers: every key is found, every time.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +37,44 @@ static int same(const uint8_t *p, size_t len, int k)
 	return 1;
 }
 
+static int lookups(struct kvc_client *a, struct kvc_client *b)
+{
+	/* these names put keys that share a slot of a direct-mapped cache of
+	 * 65536 answers into one batch (keys 64..127): the defect this found */
+	enum { KEYS = 1280, BATCH = 64 };
+	static char names[KEYS][32];
+	const char *keys[BATCH];
+	uint8_t present[BATCH], x = 1;
+	char **nodes;
+	size_t nn;
+	int tries;
+
+	for (int i = 0; i < KEYS; i++) {
+		snprintf(names[i], sizeof(names[i]), "lk-p/%d", i);
+		CHECK_EQ(kvc_put(a, names[i], &x, 1, NULL), 0);
+	}
+	/* the directory hears of commits in batches, in order */
+	for (tries = 0; tries < 400 && kvc_where(b, names[KEYS - 1], &nodes, &nn) != 0; tries++)
+		usleep(50000);
+	CHECK(tries < 400);
+	kvc_where_free(nodes);
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < KEYS; i += BATCH) {
+			for (int k = 0; k < BATCH; k++)
+				keys[k] = names[i + k];
+			/* even batches: prefix first; odd ones: batch_exists first */
+			if ((i / BATCH) % 2 == 0) {
+				CHECK_EQ(kvc_prefix_lookup(b, keys, BATCH), BATCH);
+				CHECK_EQ(kvc_batch_exists(b, keys, BATCH, present), BATCH);
+			} else {
+				CHECK_EQ(kvc_batch_exists(b, keys, BATCH, present), BATCH);
+				CHECK_EQ(kvc_prefix_lookup(b, keys, BATCH), BATCH);
+			}
+		}
+	printf("%d keys in batches of %d found from the other node, twice\n", KEYS, BATCH);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvc_client *a, *b;
@@ -40,10 +83,18 @@ int main(int argc, char **argv)
 	uint8_t *v = malloc(LEN);
 	int i, tries;
 
-	if (argc != 3 || !v)
+	if ((argc != 3 && argc != 4) || !v)
 		return 2;
 	CHECK_EQ(kvc_connect(argv[1], &a), 0);
 	CHECK_EQ(kvc_connect(argv[2], &b), 0);
+	if (argc == 4) {
+		int r = strcmp(argv[3], "lookups") == 0 ? lookups(a, b) : 2;
+
+		kvc_disconnect(a);
+		kvc_disconnect(b);
+		free(v);
+		return r;
+	}
 	for (i = 0; i < N; i++) {
 		snprintf(names[i], sizeof(names[i]), "batch-%d", i);
 		keys[i] = names[i];

@@ -135,6 +135,14 @@ PY
 	start_node B
 	until_ok member A B up
 	;;
+lookup-batches)
+	# batch lookups across nodes: every key of every 64-key batch is found
+	start_master 0
+	start_node A --dram-size 64MB
+	start_node B --dram-size 64MB
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" lookups >"$dir/out" 2>"$dir/err" ||
+		fail "lookups from B"
+	;;
 local-only)
 	# KVC_LOCAL_ONLY: a key held only by A is a miss on B, with no transfer
 	start_master 0

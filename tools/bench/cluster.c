@@ -226,6 +226,119 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Remote lookups on B of keys only A holds, each key asked once (no answer
+ * remembered yet): p50 of one exists, and of one prefix_lookup over 64 keys
+ * (one question to the master for all of them). */
+static void remote_lookups(const char *sa, const char *sb)
+{
+	enum { N_EXISTS = 400, N_PREFIX = 50, K = 64 };
+	static uint64_t ex[N_EXISTS], px[N_PREFIX];
+	static char names[N_PREFIX * K][32];
+	const char *keys[K];
+	struct kvc_client *a, *b;
+	uint8_t x = 1;
+
+	check(kvc_connect(sa, &a), "connect A");
+	for (int i = 0; i < N_EXISTS; i++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "lk-e/%d", i);
+		check(kvc_put(a, key, &x, 1, NULL), "put on A");
+	}
+	for (int i = 0; i < N_PREFIX * K; i++) {
+		snprintf(names[i], sizeof(names[i]), "lk-p/%d", i);
+		check(kvc_put(a, names[i], &x, 1, NULL), "put on A");
+	}
+	kvc_disconnect(a);
+	check(kvc_connect(sb, &b), "connect B");
+	/* the directory hears of commits in batches, in order: wait for the
+	 * last of each set (kvc_where asks the master, and remembers nothing) */
+	for (int i = 0;; i++) {
+		const char *last[2] = { "lk-e/399", names[N_PREFIX * K - 1] };
+		int found = 0;
+
+		for (int k = 0; k < 2; k++) {
+			char **nodes;
+			size_t nn;
+
+			if (kvc_where(b, last[k], &nodes, &nn) == 0) {
+				found++;
+				kvc_where_free(nodes);
+			}
+		}
+		if (found == 2)
+			break;
+		if (i > 2000)
+			die(0, "%s", "the directory never heard of A's keys");
+		usleep(10000);
+	}
+	for (int i = 0; i < N_EXISTS; i++) {
+		char key[32];
+		uint64_t t0;
+
+		snprintf(key, sizeof(key), "lk-e/%d", i);
+		t0 = now_ns();
+		if (kvc_exists(b, key) != 1)
+			die(0, "%s: not found from B", key);
+		ex[i] = now_ns() - t0;
+	}
+	for (int i = 0; i < N_PREFIX; i++) {
+		uint64_t t0;
+
+		for (int k = 0; k < K; k++)
+			keys[k] = names[i * K + k];
+		t0 = now_ns();
+		int got = kvc_prefix_lookup(b, keys, K);
+
+		if (got != K)
+			die(got < 0 ? got : 0, "prefix_lookup of %s.. from B: %d of %d", keys[0], got, K);
+		px[i] = now_ns() - t0;
+	}
+	kvc_disconnect(b);
+	qsort(ex, N_EXISTS, sizeof(ex[0]), cmp_u64);
+	qsort(px, N_PREFIX, sizeof(px[0]), cmp_u64);
+	printf("remote lookups on B of keys A holds (each asked once): exists p50 %.1f us, "
+	       "prefix_lookup of %d keys p50 %.1f us (%.2f us a key)\n",
+	       (double) ex[N_EXISTS / 2] / 1e3, K, (double) px[N_PREFIX / 2] / 1e3,
+	       (double) px[N_PREFIX / 2] / 1e3 / K);
+}
+
+/* Puts on A that push each object to B (kvc_put_opts.push_to): GB/s from
+ * the first put to B holding them all. */
+static double push_rate(const char *sa, const char *sb, uint64_t size, uint64_t n)
+{
+	struct kvc_put_opts o = { .push_to = "B" };
+	struct kvc_client *a, *b;
+	uint8_t *v = malloc(size);
+	uint64_t t0, t1, start, now;
+	char key[64];
+
+	if (!v)
+		die(ENOMEM, "%s", "buffer");
+	memset(v, 0x3c, size);
+	check(kvc_connect(sa, &a), "connect A");
+	check(kvc_connect(sb, &b), "connect B");
+	start = counter(b, "pushes_received");
+	t0 = now_ns();
+	for (uint64_t i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "push-%" PRIu64 "/%" PRIu64, size, i);
+		check(kvc_put(a, key, v, size, &o), "put with push_to on A");
+	}
+	for (;;) {
+		now = counter(b, "pushes_received");
+		if (now - start >= n)
+			break;
+		if (now_ns() - t0 > UINT64_C(60000000000))
+			die(0, "only %" PRIu64 " of %" PRIu64 " pushes arrived", now - start, n);
+		usleep(200);
+	}
+	t1 = now_ns();
+	kvc_disconnect(a);
+	kvc_disconnect(b);
+	free(v);
+	return (double) (n * size) / (double) (t1 - t0);
+}
+
 /* p50 in microseconds of exists and of a 4 KiB get, one local client. */
 static void local_latency(const char *sock, double *ex_us, double *get_us)
 {
@@ -436,6 +549,32 @@ int run_cluster(void)
 		}
 	}
 	plot_finish(&chart, "kvcache-bench cluster");
+	remote_lookups(sa, sb);
+	printf("pushes A->B (puts on A with push_to B, until B holds them all):\n");
+	for (size_t i = 0; i < ns; i++) {
+		uint64_t n = (UINT64_C(256) << 20) / sizes[i];
+		char name[16];
+		double g;
+
+		if (n > 2048)
+			n = 2048;
+		if (n < 8)
+			n = 8;
+		size_name(name, sizeof(name), sizes[i]);
+		g = push_rate(sa, sb, sizes[i], n);
+		printf("%-6s %7" PRIu64 " %6.2f GB/s %6.0f%% of iperf3\n", name, n, g, 100 * g / p1);
+		{
+			struct kvc_client *c;
+			uint64_t skipped;
+
+			check(kvc_connect(sa, &c), "connect A");
+			kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped);
+			kvc_disconnect(c);
+			check(kvc_connect(sb, &c), "connect B");
+			kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped);
+			kvc_disconnect(c);
+		}
+	}
 	local_while_remote(sa, sb);
 	teardown();
 	rmdir(tmpdir);

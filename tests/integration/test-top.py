@@ -15,6 +15,7 @@ KVCACHED = os.environ["KVCACHED"]
 KVCACHECTL = os.environ["KVCACHECTL"]
 WORKLOAD = os.environ["KVCACHE_WORKLOAD"]
 DIR = tempfile.mkdtemp(prefix="kvc-top-")
+PROCS = []  # stopped whatever happens
 
 
 def fail(msg):
@@ -44,6 +45,7 @@ def daemon():
     sock = os.path.join(DIR, "kvcached.sock")
     p = subprocess.Popen([KVCACHED, "--socket", sock, "--dram-size", "256MiB", "--hugepages",
                           "off"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    PROCS.append(p)
     until("kvcached answers", lambda: subprocess.run(
         [KVCACHECTL, "-s", sock, "status"], capture_output=True).returncode == 0)
     return p, sock
@@ -58,6 +60,7 @@ class Load:
                                    "%s --socket %s --prompts 8 --blocks 8 --block-size 64K "
                                    ">/dev/null || exit 1; i=$((i+1)); done"
                                    % (self.stop_file, WORKLOAD, sock)])
+        PROCS.append(self.p)
 
     def wait(self):
         open(self.stop_file, "w").close()
@@ -134,6 +137,14 @@ def main():
     try:
         globals()["case_" + sys.argv[1]]()
     finally:
+        open(os.path.join(DIR, "stop-load"), "w").close()
+        if shutil.which("tmux"):
+            subprocess.run(["tmux", "kill-server"], env=dict(os.environ, TMUX_TMPDIR=DIR),
+                           capture_output=True)
+        for p in PROCS:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
         shutil.rmtree(DIR, ignore_errors=True)
     print("ok: " + sys.argv[1])
 

@@ -376,6 +376,7 @@ static void local_latency(const char *sock, double *ex_us, double *get_us)
 }
 
 struct churner {
+	uint64_t failed;
 	const char *sb;
 	unsigned n;
 	volatile bool stop;
@@ -396,9 +397,14 @@ static void *churn_remote(void *arg)
 			struct kvc_view v;
 
 			snprintf(key, sizeof(key), "busy/%u", i);
-			if (kvc_acquire(c, key, &v) == 0) {
+			int e = kvc_acquire(c, key, &v);
+
+			if (e == 0) {
 				ch->bytes += v.len;
 				kvc_release(c, &v);
+			} else if (!ch->failed++) {
+				fprintf(stderr, "kvcache-bench: remote acquire %s from B: %s (%s)\n", key,
+					kvc_strerror(e), kvc_last_error_msg());
 			}
 		}
 		kvc_remove_prefix(c, "busy/", KVC_REMOVE_FORCE, NULL);

@@ -185,14 +185,14 @@ class BlockStore:
             raise ValueError("hashes and block_ids differ in length")
         keys = self.keys(hashes)
         parents = [self.spec.key(parent) if parent is not None else None] + keys[:-1]
-        todo = list(range(len(keys)))
+        pending = list(range(len(keys)))
         results = [0] * len(keys)
         if skip_existing and keys:
             present = self.client.batch_exists(keys)
-            todo = [i for i in todo if not present[i]]
-            self.stats["skipped"] += len(keys) - len(todo)
+            pending = [i for i in pending if not present[i]]
+            self.stats["skipped"] += len(keys) - len(pending)
         # one put per block: each names its own parent
-        for i in todo:
+        for i in pending:
             if self.transfer == "pointers":
                 ptrs, sizes = self.layout.pieces(block_ids[i])
                 r = self.client.batch_put_from_multi_buffers([keys[i]], [ptrs], [sizes],
@@ -209,7 +209,7 @@ class BlockStore:
                 if r == -errno.ENOSPC:
                     self.stats["pressure"] += 1
                     # store pressure: the rest would fail too
-                    for j in todo[todo.index(i) + 1:]:
+                    for j in pending[pending.index(i) + 1:]:
                         results[j] = -errno.ENOSPC
                     break
         return results

@@ -126,12 +126,12 @@ class KvcacheRemoteConnector(RemoteConnector):
     async def batched_get(self, keys: List[Any]) -> List[Optional[Any]]:
         objs = [self.local_cpu_backend.allocate(self.meta_shape, self.meta_dtype, self.meta_fmt)
                 for _ in keys]
-        todo = [i for i, o in enumerate(objs) if o is not None]
+        allocated = [i for i, o in enumerate(objs) if o is not None]
         res = await asyncio.to_thread(
-            self.client.batch_get_into_multi_buffers, [_key(keys[i]) for i in todo],
-            [[objs[i].byte_array] for i in todo], [[objs[i].get_size()] for i in todo])
+            self.client.batch_get_into_multi_buffers, [_key(keys[i]) for i in allocated],
+            [[objs[i].byte_array] for i in allocated], [[objs[i].get_size()] for i in allocated])
         out: List[Optional[Any]] = [None] * len(keys)
-        for i, r in zip(todo, res):
+        for i, r in zip(allocated, res):
             o = objs[i]
             if r <= 0:
                 o.ref_count_down()

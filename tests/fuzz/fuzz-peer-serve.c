@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "holder.h"
+#include "fuzz-socket.h"
 #include "log.h"
 #include "node.h"
 #include "store.h"
@@ -67,23 +68,17 @@ static void setup(void)
 	put("empty-ish", 1);
 }
 
+static void feed(void *ctx, int fd)
+{
+	node_feed(ctx, fd); /* takes fd */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	int sv[2];
-
 	if (!node)
 		setup();
 	if (size > (64u << 10))
 		return 0;
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
-		return 0;
-	if (size && write(sv[1], data, size) != (ssize_t) size) {
-		close(sv[0]);
-		close(sv[1]);
-		return 0;
-	}
-	shutdown(sv[1], SHUT_WR);
-	node_feed(node, sv[0]); /* takes sv[0] */
-	close(sv[1]);
+	fuzz_feed_socket(data, size, feed, node);
 	return 0;
 }

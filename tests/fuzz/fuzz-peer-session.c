@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz-socket.h"
 #include "log.h"
 #include "loop.h"
 #include "master.h"
@@ -17,10 +18,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static struct loop *l;
 static struct master *m;
 
+static void feed(void *ctx, int fd)
+{
+	master_feed(ctx, fd); /* takes fd */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	int sv[2];
-
 	if (!m) {
 		struct master_config cfg = { .client_ttl_s = 10 };
 
@@ -31,15 +35,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (size > (64u << 10))
 		return 0;
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
-		return 0;
-	if (size && write(sv[1], data, size) != (ssize_t) size) {
-		close(sv[0]);
-		close(sv[1]);
-		return 0;
-	}
-	shutdown(sv[1], SHUT_WR);
-	master_feed(m, sv[0]); /* takes sv[0] */
-	close(sv[1]);
+	fuzz_feed_socket(data, size, feed, m);
 	return 0;
 }

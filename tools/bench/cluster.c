@@ -226,6 +226,21 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Remove everything from both nodes. */
+static void clear_nodes(const char *sa, const char *sb)
+{
+	const char *socks[2] = { sa, sb };
+
+	for (int i = 0; i < 2; i++) {
+		struct kvc_client *c;
+		uint64_t skipped;
+
+		check(kvc_connect(socks[i], &c), "connect");
+		kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped);
+		kvc_disconnect(c);
+	}
+}
+
 /* Remote lookups on B of keys only A holds, each key asked once (no answer
  * remembered yet): p50 of one exists, and of one prefix_lookup over 64 keys
  * (one question to the master for all of them). */
@@ -541,18 +556,7 @@ int run_cluster(void)
 			 (double) size, p1);
 		plot_add(&chart, "remote fetch", "GB/s", false, "iperf3 -P2 (this run)", true,
 			 (double) size, p2);
-		/* make room for the next size on both nodes */
-		{
-			struct kvc_client *c;
-			uint64_t skipped;
-
-			check(kvc_connect(sa, &c), "connect A");
-			kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped);
-			kvc_disconnect(c);
-			check(kvc_connect(sb, &c), "connect B");
-			kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped);
-			kvc_disconnect(c);
-		}
+		clear_nodes(sa, sb); /* room for the next size on both nodes */
 	}
 	plot_finish(&chart, "kvcache-bench cluster");
 	remote_lookups(sa, sb);
@@ -569,17 +573,7 @@ int run_cluster(void)
 		size_name(name, sizeof(name), sizes[i]);
 		g = push_rate(sa, sb, sizes[i], n);
 		printf("%-6s %7" PRIu64 " %6.2f GB/s %6.0f%% of iperf3\n", name, n, g, 100 * g / p1);
-		{
-			struct kvc_client *c;
-			uint64_t skipped;
-
-			check(kvc_connect(sa, &c), "connect A");
-			kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped);
-			kvc_disconnect(c);
-			check(kvc_connect(sb, &c), "connect B");
-			kvc_remove_all(c, KVC_REMOVE_FORCE, &skipped);
-			kvc_disconnect(c);
-		}
+		clear_nodes(sa, sb);
 	}
 	local_while_remote(sa, sb);
 	teardown();

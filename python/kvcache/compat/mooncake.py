@@ -161,6 +161,29 @@ def _find_allocation(client, ptr: int, size: int):
     return None, 0
 
 
+def _ranges(sessions, keys, all_ptrs, all_sizes, all_offsets, copy) -> List[int]:
+    """Copy each key's pieces to or from its session object at their offsets:
+    the bytes copied per key, or a Mooncake error code."""
+    out = []
+    for k, ptrs, sizes, offs in zip(keys, all_ptrs, all_sizes, all_offsets):
+        obj = sessions.get(k)
+        if obj is None:
+            out.append(OBJECT_NOT_FOUND)
+            continue
+        total = 0
+        for p, s, o in zip(ptrs, sizes, offs):
+            try:
+                n = copy(obj, o, p, s)
+            except ValueError:
+                n = -errno.EINVAL
+            if n < 0:
+                total = mooncake_code(n)
+                break
+            total += n
+        out.append(total)
+    return out
+
+
 class MooncakeDistributedStore:
     """Drop-in for ``mooncake.store.MooncakeDistributedStore`` over kvcached."""
 
@@ -419,23 +442,9 @@ class MooncakeDistributedStore:
                                            all_buffer_ptrs: Sequence[Sequence[int]],
                                            all_sizes: Sequence[Sequence[int]],
                                            all_dst_offsets: Sequence[Sequence[int]]) -> List[int]:
-        out = []
-        for k, ptrs, sizes, offs in zip(keys, all_buffer_ptrs, all_sizes, all_dst_offsets):
-            r = self._put_sessions.get(k)
-            if r is None:
-                out.append(OBJECT_NOT_FOUND)
-                continue
-            code = 0
-            for p, s, o in zip(ptrs, sizes, offs):
-                try:
-                    w = r.write_from(o, p, s)
-                except ValueError:
-                    w = -errno.EINVAL
-                if w < 0:
-                    code = mooncake_code(w)
-                    break
-            out.append(code)
-        return out
+        res = _ranges(self._put_sessions, keys, all_buffer_ptrs, all_sizes, all_dst_offsets,
+                      lambda r, o, p, s: r.write_from(o, p, s))
+        return [r if r < 0 else 0 for r in res]
 
     def batch_put_session_end(self, keys: Sequence[str]) -> List[int]:
         out = []
@@ -472,24 +481,8 @@ class MooncakeDistributedStore:
                                            all_buffer_ptrs: Sequence[Sequence[int]],
                                            all_sizes: Sequence[Sequence[int]],
                                            all_src_offsets: Sequence[Sequence[int]]) -> List[int]:
-        out = []
-        for k, ptrs, sizes, offs in zip(keys, all_buffer_ptrs, all_sizes, all_src_offsets):
-            v = self._get_sessions.get(k)
-            if v is None:
-                out.append(OBJECT_NOT_FOUND)
-                continue
-            total = 0
-            for p, s, o in zip(ptrs, sizes, offs):
-                try:
-                    n = v.read_into(o, p, s)
-                except ValueError:
-                    n = -errno.EINVAL
-                if n < 0:
-                    total = mooncake_code(n)
-                    break
-                total += n
-            out.append(total)
-        return out
+        return _ranges(self._get_sessions, keys, all_buffer_ptrs, all_sizes, all_src_offsets,
+                       lambda v, o, p, s: v.read_into(o, p, s))
 
     def batch_get_session_end(self, keys: Sequence[str]) -> int:
         missing = 0

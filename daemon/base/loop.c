@@ -341,6 +341,12 @@ void loop_timer_arm(struct loop_source *s, uint64_t at_ms)
 	s->at_ms = at_ms;
 }
 
+void loop_timer_arm_by(struct loop_source *s, uint64_t at_ms)
+{
+	if (!s->at_ms || at_ms < s->at_ms)
+		s->at_ms = at_ms;
+}
+
 void loop_source_free(struct loop_source *s)
 {
 	struct loop *l;
@@ -509,6 +515,7 @@ int loop_run(struct loop *l)
 	struct epoll_event evs[64];
 	uint64_t last_work = now_us(), prev = last_work;
 
+	l->quit = false; /* a loop may run again after it quit */
 	l->window_us = base;
 	l->now_ms = last_work / 1000;
 	cpu_mark(l, last_work);
@@ -527,7 +534,7 @@ int loop_run(struct loop *l)
 		}
 		now = tick(l, &prev);
 		timeout = timers(l);
-		if (idle_all(l))
+		if (idle_all(l) || l->quit) /* a timer may have ended the loop */
 			continue;
 		if (__atomic_load_n(&l->ctl_ready, __ATOMIC_ACQUIRE)) {
 			dispatch_control(l);

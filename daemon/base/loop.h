@@ -50,6 +50,9 @@ int loop_add_idle(struct loop *l, loop_poll_fn fn, void *userdata, struct loop_s
 int loop_add_timer(struct loop *l, loop_timer_fn fn, void *userdata, struct loop_source **ret);
 /* Run the timer once at (monotonic) ms; 0 disarms it. */
 void loop_timer_arm(struct loop_source *s, uint64_t at_ms);
+/* Run it no later than at_ms: an earlier arming stands.  For a timer that
+ * several deadlines share; its callback computes the next one itself. */
+void loop_timer_arm_by(struct loop_source *s, uint64_t at_ms);
 /* Unhook now (an io source leaves its epoll set), free after this turn.
  * The caller may close the fd right after.  NULL-safe. */
 void loop_source_free(struct loop_source *s);

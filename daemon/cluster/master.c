@@ -297,7 +297,7 @@ static void conn_close(struct mconn *c, const char *why)
 	if (c->node >= 0) {
 		struct mnode *n = &m->nodes[c->node];
 
-		log_info("node %s disconnected: %s", n->id, why);
+		log_info("node %s disconnected: %s", n->id, why ? why : "closed");
 		n->connected = false;
 		n->conn = NULL;
 	} else if (why)
@@ -757,7 +757,7 @@ void master_free(struct master *m)
 	if (!m)
 		return;
 	while (m->conns)
-		conn_close(m->conns, NULL);
+		conn_close(m->conns, "the master is stopping");
 	loop_source_free(m->listen_src);
 	loop_source_free(m->ttl_timer);
 	if (m->listen_fd >= 0)

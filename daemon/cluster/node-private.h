@@ -101,6 +101,7 @@ struct node {
 		uint64_t remote_hits, remote_misses, remote_bytes_in, remote_bytes_out;
 		uint64_t remote_errors, remote_corrupt, served, serve_errors;
 		uint64_t pushes, push_errors, pushes_received;
+		uint64_t master_drops; /* links to a master that went down */
 	} c;
 	struct peer_stat peer_stats[MAX_PEER_STATS];
 	unsigned n_peer_stats;

@@ -36,6 +36,8 @@ static const struct backend_ops remote_ops;
 
 static void link_down(struct link *k, const char *why)
 {
+	if (k->state == L_UP)
+		k->n->c.master_drops++;
 	if (k->state == L_UP || !k->warned)
 		log_warn("master %s: %s; retrying every %d ms", k->name, why, RETRY_MS);
 	k->warned = true;
@@ -46,7 +48,7 @@ static void link_down(struct link *k, const char *why)
 	k->retry_at = loop_now_ms(k->n->loop) + RETRY_MS;
 	k->q_len = 0; /* what it missed comes with the next re-publish */
 	k->resync = false;
-	loop_timer_arm(k->n->timer, k->retry_at);
+	loop_timer_arm_by(k->n->timer, k->retry_at);
 }
 
 static void fill_load(struct node *n, Kvc__Peer__NodeLoad *l)
@@ -521,6 +523,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);
 	emit(u, "pushes_received", n->c.pushes_received);
+	emit(u, "master_drops", n->c.master_drops);
 	for (unsigned i = 0; i < n->n_peer_stats; i++) {
 		const struct peer_stat *p = &n->peer_stats[i];
 		const struct {

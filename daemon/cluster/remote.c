@@ -778,7 +778,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 		rf->next->prev = rf;
 	n->rfetches = rf;
 	n->n_rfetches++;
-	loop_timer_arm(n->timer, rf->deadline);
+	loop_timer_arm_by(n->timer, rf->deadline);
 	if (rf->transferring) {
 		rf->job = (struct xjob) { .kind = J_FETCH, .owner = rf };
 		queue(n, &rf->job);
@@ -1135,7 +1135,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 		q->next->prev = q;
 	n->queries = q;
 	n->n_queries++;
-	loop_timer_arm(n->timer, q->deadline);
+	loop_timer_arm_by(n->timer, q->deadline);
 	*ret = &q->f;
 	return -EINPROGRESS;
 fail:

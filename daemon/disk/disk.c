@@ -1251,7 +1251,7 @@ static bool land(struct store *st, struct disk_io *io)
 		io->block = NULL;
 		io->qnext = k->space_wait;
 		k->space_wait = io;
-		loop_timer_arm(k->space_timer, now_ms(st) + 20);
+		loop_timer_arm_by(k->space_timer, now_ms(st) + 20);
 		return true;
 	}
 	if (r < 0) {
@@ -1416,7 +1416,7 @@ static bool disk_maintain(struct store *st)
 		}
 	}
 	if (k->space_wait)
-		loop_timer_arm(k->space_timer, now_ms(st) + 20);
+		loop_timer_arm_by(k->space_timer, now_ms(st) + 20);
 	disk_submit(st);
 	return did;
 }

@@ -143,6 +143,32 @@ lookup-batches)
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" lookups >"$dir/out" 2>"$dir/err" ||
 		fail "lookups from B"
 	;;
+busy-heartbeats)
+	# a node fetching without pause still heartbeats: every fetch's
+	# deadline shares the node's timer with the heartbeats, and must not
+	# keep postponing them (ttl 1 s: the master drops a silent node after
+	# 1 s, the node gives up on a silent master after 2 s)
+	start_master 0 --client_ttl 1
+	start_node A
+	start_node B --remote-timeout-ms 3000
+	head -c 100000 /dev/urandom >"$dir/v"
+	ctl A put k "$dir/v"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k | grep -qx A"
+	end=$(($(date +%s) + 3))
+	count=0
+	while [ "$(date +%s)" -lt "$end" ]; do
+		ctl B get k "$dir/v.b" || fail "remote get $count"
+		ctl B rm --force k >/dev/null || fail "dropping B's replica"
+		count=$((count + 1))
+	done
+	cmp "$dir/v" "$dir/v.b" || fail "bytes differ"
+	# past the last fetch's deadline: a postponed timer has run by now
+	sleep 3.2
+	ctl B stats | grep -Eq "^remote_hits +$count$" || { ctl B stats >&2; fail "not $count fetches"; }
+	ctl B stats | grep -Eq "^master_drops +0$" || { ctl B stats >&2; fail "B lost its master"; }
+	grep -q "node B disconnected" "$dir/master.log" && fail "the master dropped B"
+	member A B up || fail "B is not up"
+	;;
 local-only)
 	# KVC_LOCAL_ONLY: a key held only by A is a miss on B, with no transfer
 	start_master 0

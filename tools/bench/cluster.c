@@ -461,6 +461,20 @@ static void local_while_remote(const char *sa, const char *sb)
 	       get0, get1, get1 / get0);
 }
 
+/* How long each daemon's loop went without serving anyone during the run. */
+static void loop_figures(const char *name, const char *sock)
+{
+	struct kvc_client *c;
+
+	check(kvc_connect(sock, &c), "connect");
+	printf("node %s: longest loop turn %.2f ms (%.2f ms of it on the CPU), %" PRIu64
+	       " lost master link(s)\n", name,
+	       (double) counter(c, "loop_longest_turn_us") / 1e3,
+	       (double) counter(c, "loop_longest_busy_us") / 1e3,
+	       counter(c, "master_drops"));
+	kvc_disconnect(c);
+}
+
 int run_cluster(void)
 {
 	static const uint64_t dflt[] = { 64 << 10, 1 << 20, 16 << 20 };
@@ -576,6 +590,8 @@ int run_cluster(void)
 		clear_nodes(sa, sb);
 	}
 	local_while_remote(sa, sb);
+	loop_figures("A", sa);
+	loop_figures("B", sb);
 	teardown();
 	rmdir(tmpdir);
 	return 0;

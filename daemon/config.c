@@ -163,6 +163,11 @@ static const struct opt_def opts[] = {
 	  "also --global-segment-size, --global_segment_size" },
 	{ "hugepages", NULL, 0, T_HUGEPAGES, FIELD(hugepages), 0, 0, false, false, "MODE",
 	  "auto|on|off: 2 MiB pages for shared segments (default auto)" },
+	{ "prefault", NULL, 0, T_HUGEPAGES, FIELD(prefault), 0, 0, false, false, "MODE",
+	  "auto|on|off: fault the memory tiers in on a background\n"
+	  "thread at start, so that the first bytes stored in a\n"
+	  "page do not pay for clearing it (default auto: with\n"
+	  "2 MiB pages, which are reserved anyway)" },
 	{ "config", NULL, 0, T_CONFIG, 0, 0, 0, 0, false, false, "FILE",
 	  "JSON config; mooncake.json keys are understood\n"
 	  "(default: $MOONCAKE_CONFIG_PATH if set)" },

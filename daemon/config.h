@@ -26,6 +26,7 @@ struct config {
 	char socket[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* "" = default */
 	uint64_t dram_size;
 	enum shm_hugepages hugepages;
+	enum shm_hugepages prefault;   /* auto|on|off, parsed like hugepages */
 	char log_level[64];
 	uint32_t poll_us; /* spin this long after the last request; 0 = always sleep */
 	uint64_t device_size;          /* 0 = no device tier */

@@ -381,7 +381,7 @@ static bool node_poll(void *u)
 		if (k->resync && k->state == L_UP && k->q_len < QUEUE_MAX / 2) {
 			struct resync_walk w = { n, i };
 
-			k->cursor = index_walk_some(&n->st->index, k->cursor, RESYNC_BUCKETS,
+			k->cursor = index_walk_some(&n->st->index, k->cursor, RESYNC_BUCKETS, RESYNC_OBJECTS,
 						    resync_one, &w);
 			if (k->cursor == UINT64_MAX) {
 				k->resync = false;

@@ -152,16 +152,19 @@ void index_walk(struct index *idx, void (*fn)(void *u, struct object *o), void *
 }
 
 uint64_t index_walk_some(struct index *idx, uint64_t cursor, size_t max_buckets,
-			 void (*fn)(void *u, struct object *o), void *u)
+			 size_t max_objects, void (*fn)(void *u, struct object *o), void *u)
 {
+	size_t seen = 0;
+
 	if (idx->old) {
 		index_migrate(idx, max_buckets);
 		return cursor;
 	}
-	for (; cursor < idx->n_buckets && max_buckets--; cursor++)
+	for (; cursor < idx->n_buckets && max_buckets-- && seen < max_objects; cursor++)
 		for (struct object *o = idx->buckets[cursor], *next; o; o = next) {
 			next = o->hnext; /* fn may free o */
 			fn(u, o);
+			seen++;
 		}
 	return cursor < idx->n_buckets ? cursor : UINT64_MAX;
 }

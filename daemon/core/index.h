@@ -29,8 +29,9 @@ bool index_migrate(struct index *idx, size_t budget);
 /* Every indexed object, O(n): admin and shutdown only.  fn may free o (the
  * walk does not touch it again) but must not unlink others. */
 void index_walk(struct index *idx, void (*fn)(void *u, struct object *o), void *u);
-/* The same over at most max_buckets buckets from cursor (0 to start); the
+/* The same over at most max_buckets buckets from cursor (0 to start),
+ * ending early at the end of a bucket once max_objects were visited; the
  * next cursor, or UINT64_MAX when done.  While the index grows it first
  * finishes moving buckets (bounded too), returning the same cursor. */
 uint64_t index_walk_some(struct index *idx, uint64_t cursor, size_t max_buckets,
-			 void (*fn)(void *u, struct object *o), void *u);
+			 size_t max_objects, void (*fn)(void *u, struct object *o), void *u);

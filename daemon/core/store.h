@@ -45,6 +45,7 @@ struct store {
 	struct loop *loop;
 	uint64_t generation; /* segments of this run (the Welcome carries it) */
 	bool hugepages;
+	struct prefault *prefault; /* the thread faulting the tiers in, or NULL */
 
 	struct tier tiers[DAEMON_MAX_TIERS]; /* by segment index: dram first */
 	unsigned n_tiers;   /* memory tiers */

@@ -52,6 +52,29 @@ tiers-exceed-memory)
 	printf '{"global_segment_size": "60T"}' >"$dir/c.json"
 	expect 2 "$KVCACHED" --socket "$sock" --config "$dir/c.json"
 	;;
+prefault)
+	# --prefault on faults the whole dram tier in (RssShmem reaches its
+	# size) without changing a stored byte; auto with 4 KiB pages does not
+	expect 2 "$KVCACHED" --socket "$sock" --prefault sometimes
+	grep -q "expected auto, on or off" "$dir/err" || fail "bad --prefault not explained"
+	start_daemon --dram-size 256MB --log-level info
+	head -c 100000 /dev/urandom >"$dir/v"
+	ctl put early "$dir/v"
+	sleep 0.3
+	rss=$(awk '/^RssShmem/ { print $2 }' "/proc/$pid/status")
+	[ "$rss" -lt 65536 ] || fail "auto with 4 KiB pages faulted $rss KiB in"
+	kill "$pid"; wait "$pid" || true; pid=
+	start_daemon --dram-size 256MB --log-level info --prefault on
+	ctl put early "$dir/v"
+	i=0
+	until grep -q "dram tier: [0-9]* MiB faulted in" "$dir/daemon.log"; do
+		i=$((i + 1)); [ $i -lt 200 ] || fail "never faulted in"; sleep 0.1
+	done
+	rss=$(awk '/^RssShmem/ { print $2 }' "/proc/$pid/status")
+	[ "$rss" -ge 262144 ] || fail "RssShmem $rss KiB after prefaulting 256 MiB"
+	ctl get early "$dir/v.out"
+	cmp "$dir/v" "$dir/v.out" || fail "a byte stored before the prefault changed"
+	;;
 flush-readonly-dir)
 	mkdir "$dir/disk"
 	mount -t tmpfs -o ro,size=4m tmpfs "$dir/disk" 2>/dev/null || { echo "no mount(2) here"; exit 77; }

@@ -66,6 +66,23 @@ int main(void)
 	while (index_migrate(&idx, 1000))
 		;
 	CHECK(idx.old == NULL);
+	/* a bounded walk: every object exactly once over the calls, and no
+	 * call much past its object budget (a bucket's chain is short) */
+	{
+		size_t total = 0, calls = 0;
+		uint64_t cursor = 0;
+
+		do {
+			size_t seen = 0;
+
+			cursor = index_walk_some(&idx, cursor, 1u << 20, 100, count, &seen);
+			CHECK(seen <= 100 + 16);
+			total += seen;
+			calls++;
+		} while (cursor != UINT64_MAX);
+		CHECK_EQ(total, idx.n_objects);
+		CHECK(calls >= idx.n_objects / 116);
+	}
 	for (int i = 0; i < N; i++)
 		if (objs[i]) {
 			CHECK(index_find(&idx, objs[i]->key, objs[i]->key_len, objs[i]->hash) == objs[i]);

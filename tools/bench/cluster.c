@@ -7,6 +7,11 @@
  * namespaces in the same run: on a small machine the veth link is bound by
  * CPU, so only the ratio means anything.  Needs root and iperf3.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+
 #include "bench.h"
 
 #define NET "10.231.0"
@@ -117,6 +122,125 @@ static double iperf(int streams)
 	return bps / 8e9; /* GB/s */
 }
 
+/* This process, or a child of it, into a namespace made above. */
+static void enter_ns(const char *ns)
+{
+	char path[128];
+	int fd;
+
+	snprintf(path, sizeof(path), "/var/run/netns/%s", ns);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || setns(fd, CLONE_NEWNET) < 0)
+		die(errno, "entering %s", ns);
+	close(fd);
+}
+
+static int full_io(int fd, void *buf, size_t len, bool out)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = out ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, MSG_WAITALL);
+
+		if (n <= 0) {
+			if (n < 0 && errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += n;
+		len -= (size_t) n;
+	}
+	return 0;
+}
+
+/*
+ * The same work as a remote get, in plain TCP: B asks A for `size` bytes
+ * (an 8-byte request) and reads the answer with recv(MSG_WAITALL), one
+ * value at a time over one connection with TCP_NODELAY; n values, GB/s.
+ * No directory, no checksum, no shared memory: what one request and one
+ * answer cost between the same namespaces.
+ */
+static double plain_tcp(uint64_t size, uint64_t n)
+{
+	int one = 1, ready[2], res[2];
+	pid_t server, client;
+	double gbs = 0;
+
+	if (pipe(ready) < 0 || pipe(res) < 0)
+		die(errno, "%s", "pipe");
+	server = fork();
+	if (server == 0) {
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(5302) };
+		uint8_t *buf = malloc(size);
+		int l, c;
+		uint64_t want;
+
+		enter_ns(ns_a);
+		inet_pton(AF_INET, NET ".1", &sa.sin_addr);
+		l = socket(AF_INET, SOCK_STREAM, 0);
+		setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (!buf || bind(l, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(l, 1) < 0)
+			_exit(1);
+		memset(buf, 0x5a, size);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(1);
+		c = accept(l, NULL, NULL);
+		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		while (full_io(c, &want, sizeof(want), false) == 0 && want <= size)
+			if (full_io(c, buf, want, true) < 0)
+				break;
+		_exit(0);
+	}
+	if (server < 0)
+		die(errno, "%s", "fork");
+	char r;
+
+	if (read(ready[0], &r, 1) != 1)
+		die(0, "%s", "the plain TCP server did not start");
+	client = fork();
+	if (client == 0) {
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(5302) };
+		uint8_t *buf = malloc(size);
+		int c;
+		uint64_t t0;
+		double g;
+
+		enter_ns(ns_b);
+		inet_pton(AF_INET, NET ".1", &sa.sin_addr);
+		c = socket(AF_INET, SOCK_STREAM, 0);
+		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (!buf || connect(c, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+			_exit(1);
+		memset(buf, 0, size);
+		/* a warm-up value: a fresh connection starts with a small window */
+		if (full_io(c, &size, sizeof(size), true) < 0 || full_io(c, buf, size, false) < 0)
+			_exit(1);
+		t0 = now_ns();
+		for (uint64_t i = 0; i < n; i++)
+			if (full_io(c, &size, sizeof(size), true) < 0 ||
+			    full_io(c, buf, size, false) < 0)
+				_exit(1);
+		g = (double) (n * size) / (double) (now_ns() - t0);
+		if (write(res[1], &g, sizeof(g)) != sizeof(g))
+			_exit(1);
+		_exit(0);
+	}
+	if (client < 0)
+		die(errno, "%s", "fork");
+	if (read(res[0], &gbs, sizeof(gbs)) != sizeof(gbs))
+		gbs = 0;
+	waitpid(client, NULL, 0);
+	kill(server, SIGTERM);
+	waitpid(server, NULL, 0);
+	close(ready[0]);
+	close(ready[1]);
+	close(res[0]);
+	close(res[1]);
+	if (gbs <= 0)
+		die(0, "plain TCP transfer of %" PRIu64 " bytes failed", size);
+	return gbs;
+}
+
 static void wait_joined(const char *sock)
 {
 	for (int i = 0; i < 500; i++) {
@@ -178,17 +302,12 @@ static void *read_range(void *arg)
 	return NULL;
 }
 
-/* Put n values of `size` on A under prefix, then read them on B with
- * `threads` clients; GB/s. */
-static double remote_gets(const char *sa, const char *sb, const char *prefix, uint64_t size,
-			  uint64_t n, unsigned threads, bool view)
+/* Put n values of `size` on A under prefix, each starting with its number. */
+static void put_values(const char *sa, const char *prefix, uint64_t size, uint64_t n)
 {
 	struct kvc_client *a;
 	uint8_t *v = malloc(size);
-	struct reader rd[8];
-	pthread_t th[8];
 	char key[64];
-	uint64_t t0, t1;
 
 	if (!v)
 		die(ENOMEM, "%s", "buffer");
@@ -200,7 +319,20 @@ static double remote_gets(const char *sa, const char *sb, const char *prefix, ui
 		check(kvc_put(a, key, v, size, NULL), "put on A");
 	}
 	kvc_disconnect(a);
+	free(v);
 	usleep(500000); /* the directory hears of commits in batches */
+}
+
+/* Put n values of `size` on A under prefix, then read them on B with
+ * `threads` clients; GB/s. */
+static double remote_gets(const char *sa, const char *sb, const char *prefix, uint64_t size,
+			  uint64_t n, unsigned threads, bool view)
+{
+	struct reader rd[8];
+	pthread_t th[8];
+	uint64_t t0, t1;
+
+	put_values(sa, prefix, size, n);
 	for (unsigned t = 0; t < threads; t++) {
 		rd[t] = (struct reader) { sb, prefix, size, n * t / threads, n * (t + 1) / threads,
 					  malloc(size), view };
@@ -215,7 +347,56 @@ static double remote_gets(const char *sa, const char *sb, const char *prefix, ui
 	t1 = now_ns();
 	for (unsigned t = 0; t < threads; t++)
 		free(rd[t].buf);
-	free(v);
+	return (double) (n * size) / ((double) (t1 - t0));
+}
+
+/* The values remote_gets() put under prefix, read on B in batches of
+ * `batch` keys with kvc_batch_get_into (an engine loading a request's
+ * blocks): every fetch of a batch is in flight at once; GB/s. */
+static double remote_batches(const char *sb, const char *prefix, uint64_t size, uint64_t n,
+			     unsigned batch)
+{
+	struct kvc_client *b;
+	struct kvc_buffer buf;
+	char names[64][64];
+	const char *keys[64];
+	struct kvc_iov iov[64];
+	const struct kvc_iov *iovs[64];
+	size_t n_iov[64];
+	ssize_t res[64];
+	uint64_t t0, t1;
+
+	if (batch > 64)
+		batch = 64;
+	check(kvc_connect(sb, &b), "connect B");
+	check(kvc_buffer_alloc(b, size * batch, &buf), "registered buffer on B");
+	memset(buf.data, 0, size * batch); /* not the fetch's page faults */
+	t0 = now_ns();
+	for (uint64_t i = 0; i < n; i += batch) {
+		unsigned k = (unsigned) (n - i < batch ? n - i : batch);
+
+		for (unsigned j = 0; j < k; j++) {
+			snprintf(names[j], sizeof(names[j]), "%s/%" PRIu64, prefix, i + j);
+			keys[j] = names[j];
+			iov[j] = (struct kvc_iov) { &buf, (uint64_t) j * size, size };
+			iovs[j] = &iov[j];
+			n_iov[j] = 1;
+		}
+		if (kvc_batch_get_into(b, k, keys, iovs, n_iov, res) != (int) k)
+			for (unsigned j = 0; j < k; j++)
+				if (res[j] != (ssize_t) size)
+					die((int) (res[j] < 0 ? res[j] : 0), "remote batch get %s (%s)",
+					    keys[j], kvc_last_error_msg());
+		for (unsigned j = 0; j < k; j++) {
+			uint64_t want = i + j;
+
+			if (memcmp((uint8_t *) buf.data + (uint64_t) j * size, &want, sizeof(want)))
+				die(0, "%s: wrong bytes", keys[j]);
+		}
+	}
+	t1 = now_ns();
+	kvc_buffer_free(b, &buf);
+	kvc_disconnect(b);
 	return (double) (n * size) / ((double) (t1 - t0));
 }
 
@@ -539,33 +720,45 @@ int run_cluster(void)
 		wait_joined(sb);
 	}
 	printf("remote fetches into B's dram (acquire: a view of the replica), then gets (the same\n"
-	       "plus the copy to the client); each value is fetched once; daemons run --poll-us 0\n");
-	printf("%-6s %7s %11s %7s %11s %7s %11s %7s\n", "size", "values", "acquire", "/iperf3",
-	       "2 clients", "/-P2", "get", "/iperf3");
+	       "plus the copy to the client); each value is fetched once; daemons run --poll-us 0;\n"
+	       "tcp: the same values asked for and sent one at a time over a plain TCP connection\n");
+	printf("%-6s %6s %10s %10s %7s %5s %10s %5s %10s %7s %5s %10s %7s\n", "size", "values",
+	       "tcp", "acquire", "/iperf3", "/tcp", "2 clients", "/-P2", "get", "/iperf3", "/tcp",
+	       "batch", "/iperf3");
 	for (size_t i = 0; i < ns; i++) {
 		uint64_t size = sizes[i], n = (UINT64_C(384) << 20) / size;
 		char name[16], p[32];
-		double g1, g2, g3;
+		double g1, g2, g3, g4, tcp;
 
 		if (n > 4096)
 			n = 4096;
 		if (n < 8)
 			n = 8;
 		size_name(name, sizeof(name), size);
+		tcp = plain_tcp(size, n);
 		snprintf(p, sizeof(p), "one-%s", name);
 		g1 = remote_gets(sa, sb, p, size, n, 1, true);
 		snprintf(p, sizeof(p), "two-%s", name);
 		g2 = remote_gets(sa, sb, p, size, n, 2, true);
 		snprintf(p, sizeof(p), "get-%s", name);
 		g3 = remote_gets(sa, sb, p, size, n, 1, false);
-		printf("%-6s %7" PRIu64 " %6.2f GB/s %6.0f%% %6.2f GB/s %6.0f%% %6.2f GB/s %6.0f%%\n",
-		       name, n, g1, 100 * g1 / p1, g2, 100 * g2 / p2, g3, 100 * g3 / p1);
+		snprintf(p, sizeof(p), "bat-%s", name);
+		put_values(sa, p, size, n);
+		g4 = remote_batches(sb, p, size, n, size >= (8 << 20) ? 4 : 16);
+		printf("%-6s %6" PRIu64 " %5.2f GB/s %5.2f GB/s %6.0f%% %4.0f%% %5.2f GB/s %4.0f%% "
+		       "%5.2f GB/s %6.0f%% %4.0f%% %5.2f GB/s %6.0f%%\n", name, n, tcp, g1,
+		       100 * g1 / p1, 100 * g1 / tcp, g2, 100 * g2 / p2, g3, 100 * g3 / p1,
+		       100 * g3 / tcp, g4, 100 * g4 / p1);
 		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 1 client", false,
 			 (double) size, g1);
 		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 2 clients", false,
 			 (double) size, g2);
 		plot_add(&chart, "remote fetch", "GB/s", false, "get, 1 client", false, (double) size,
 			 g3);
+		plot_add(&chart, "remote fetch", "GB/s", false, "batch_get_into, 1 client", false,
+			 (double) size, g4);
+		plot_add(&chart, "remote fetch", "GB/s", false, "plain TCP, one at a time (this run)",
+			 true, (double) size, tcp);
 		plot_add(&chart, "remote fetch", "GB/s", false, "iperf3 (this run)", true,
 			 (double) size, p1);
 		plot_add(&chart, "remote fetch", "GB/s", false, "iperf3 -P2 (this run)", true,

@@ -76,6 +76,27 @@ static bool load_ok(const Kvc__Peer__NodeLoad *l)
 	return !l || l->used <= UINT64_MAX / 2;
 }
 
+/* A pool's RDMA description: bounded blobs, regions that do not wrap
+ * around the address space, each segment index once. */
+static bool rdma_ok(const Kvc__Peer__RdmaInfo *r)
+{
+	uint32_t seen = 0;
+
+	if (!r->worker.len || r->worker.len > PEER_MAX_RDMA_BLOB || !str_ok(r->device) ||
+	    r->n_regions == 0 || r->n_regions > PEER_MAX_REGIONS)
+		return false;
+	for (size_t i = 0; i < r->n_regions; i++) {
+		const Kvc__Peer__RdmaRegion *g = r->regions[i];
+
+		if (g->id >= PEER_MAX_REGIONS || (seen & (1u << g->id)) || !g->size ||
+		    g->addr > UINT64_MAX - g->size || !g->rkey.len ||
+		    g->rkey.len > PEER_MAX_RDMA_BLOB)
+			return false;
+		seen |= 1u << g->id;
+	}
+	return true;
+}
+
 /* A batch of keys: at most PEER_MAX_BATCH, each a valid key. */
 static int keys_ok(const ProtobufCBinaryData *keys, size_t n)
 {
@@ -101,6 +122,8 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 	case PEER_HELLO_ACK: {
 		const Kvc__Peer__HelloAck *x = (const void *) m;
 
+		if (x->rdma && !rdma_ok(x->rdma))
+			return -EINVAL;
 		return str_ok(x->error_msg) && (!x->proof.len || x->proof.len == PEER_PROOF_SIZE) &&
 		       (!x->nonce.len || x->nonce.len == PEER_NONCE_SIZE) && x->error <= 0 ? 0 : -EINVAL;
 	}
@@ -182,9 +205,11 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 	case PEER_FETCH_RESP: {
 		const Kvc__Peer__FetchResp *x = (const void *) m;
 
-		return x->error <= 0 && x->len <= PEER_MAX_OBJECT && (!x->error || !x->len) ? 0
-											 : -EINVAL;
+		return x->error <= 0 && x->len <= PEER_MAX_OBJECT && (!x->error || !x->len) &&
+		       x->region < PEER_MAX_REGIONS && x->offset <= PEER_MAX_OBJECT * 64 ? 0 : -EINVAL;
 	}
+	case PEER_FETCH_DONE:
+		return ((const Kvc__Peer__FetchDone *) m)->error <= 0 ? 0 : -EINVAL;
 	}
 	return -EPROTO;
 }
@@ -207,6 +232,7 @@ static const ProtobufCMessageDescriptor *descriptor(uint8_t type)
 	case PEER_PUSH: return &kvc__peer__push__descriptor;
 	case PEER_PUSH_READY:
 	case PEER_PUSH_DONE: return &kvc__peer__push_reply__descriptor;
+	case PEER_FETCH_DONE: return &kvc__peer__fetch_done__descriptor;
 	}
 	return NULL;
 }

@@ -44,7 +44,8 @@ enum peer_type {
 	PEER_PUSH = 13,      /* node to node */
 	PEER_PUSH_READY = 14, /* PushReply: send the bytes (or not) */
 	PEER_PUSH_DONE = 15, /* PushReply: stored (or not) */
-	PEER_TYPE_MAX = 15,
+	PEER_FETCH_DONE = 16, /* FetchDone: an object read by RDMA may go */
+	PEER_TYPE_MAX = 16,
 };
 
 enum peer_role {
@@ -60,7 +61,10 @@ enum peer_state {
 };
 
 #define PEER_FEAT_TCP (1u << 0)
-#define PEER_FEAT_KNOWN PEER_FEAT_TCP
+#define PEER_FEAT_RDMA (1u << 1)  /* one-sided reads of the pool (UCX) */
+#define PEER_FEAT_KNOWN (PEER_FEAT_TCP | PEER_FEAT_RDMA)
+#define PEER_MAX_REGIONS 8u
+#define PEER_MAX_RDMA_BLOB 4096u  /* a worker address or a packed rkey */
 
 struct peer_hdr {
 	uint8_t version; /* PEER_MAJOR */

@@ -529,8 +529,9 @@ out:
 
 static void print_version(void)
 {
-	printf("kvcached %s\nprotocol %u.%u\nshm-layout %u\n", KVC_VERSION, KVC_PROTO_MAJOR,
-	       KVC_PROTO_MINOR, SHM_LAYOUT_VERSION);
+	printf("kvcached %s\nprotocol %u.%u\nshm-layout %u\nrdma %s\nnuma %s\n", KVC_VERSION,
+	       KVC_PROTO_MAJOR, KVC_PROTO_MINOR, SHM_LAYOUT_VERSION, KVC_HAVE_RDMA ? "yes" : "no",
+	       KVC_HAVE_NUMA ? "yes" : "no");
 }
 
 /* getopt's table: every option under its name and its alias, each with

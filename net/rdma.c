@@ -682,7 +682,7 @@ int rdma_new(const struct rdma_opts *o, struct rdma **ret, char err[RDMA_ERR_MAX
 	r->efd = r->bell = -1;
 	r->q_tail = &r->q;
 	if (o->over_tcp)
-		snprintf(r->device, sizeof(r->device), "ucx over tcp (tests)");
+		snprintf(r->device, sizeof(r->device), "ucx-tcp");
 	else
 		rdma_active_devices(o->devices, r->device, sizeof(r->device));
 	daemon_settings();

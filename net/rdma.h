@@ -59,7 +59,7 @@ int rdma_active_devices(const char *devices, char *first, size_t cap);
 int rdma_new(const struct rdma_opts *o, struct rdma **ret, char err[RDMA_ERR_MAX]);
 void rdma_free(struct rdma *r); /* NULL-safe */
 
-/* "mlx5_0:1", or "ucx over tcp (tests)" */
+/* "mlx5_0:1", or "ucx-tcp" (tests) */
 const char *rdma_device(const struct rdma *r);
 
 /* Register [base, base + size) as region id (a segment index). */

@@ -122,8 +122,6 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 	case PEER_HELLO_ACK: {
 		const Kvc__Peer__HelloAck *x = (const void *) m;
 
-		if (x->rdma && !rdma_ok(x->rdma))
-			return -EINVAL;
 		return str_ok(x->error_msg) && (!x->proof.len || x->proof.len == PEER_PROOF_SIZE) &&
 		       (!x->nonce.len || x->nonce.len == PEER_NONCE_SIZE) && x->error <= 0 ? 0 : -EINVAL;
 	}
@@ -194,7 +192,8 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 	}
 	case PEER_PUSH_READY:
 	case PEER_PUSH_DONE:
-		return ((const Kvc__Peer__PushReply *) m)->error <= 0 ? 0 : -EINVAL;
+		return ((const Kvc__Peer__PushReply *) m)->error <= 0 &&
+		       ((const Kvc__Peer__PushReply *) m)->region < PEER_MAX_REGIONS ? 0 : -EINVAL;
 	case PEER_AUTH:
 		return ((const Kvc__Peer__Auth *) m)->proof.len == PEER_PROOF_SIZE ? 0 : -EINVAL;
 	case PEER_FETCH: {
@@ -210,6 +209,8 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 	}
 	case PEER_FETCH_DONE:
 		return ((const Kvc__Peer__FetchDone *) m)->error <= 0 ? 0 : -EINVAL;
+	case PEER_RDMA_INFO:
+		return rdma_ok((const Kvc__Peer__RdmaInfo *) m) ? 0 : -EINVAL;
 	}
 	return -EPROTO;
 }
@@ -233,6 +234,7 @@ static const ProtobufCMessageDescriptor *descriptor(uint8_t type)
 	case PEER_PUSH_READY:
 	case PEER_PUSH_DONE: return &kvc__peer__push_reply__descriptor;
 	case PEER_FETCH_DONE: return &kvc__peer__fetch_done__descriptor;
+	case PEER_RDMA_INFO: return &kvc__peer__rdma_info__descriptor;
 	}
 	return NULL;
 }

@@ -45,7 +45,8 @@ enum peer_type {
 	PEER_PUSH_READY = 14, /* PushReply: send the bytes (or not) */
 	PEER_PUSH_DONE = 15, /* PushReply: stored (or not) */
 	PEER_FETCH_DONE = 16, /* FetchDone: an object read by RDMA may go */
-	PEER_TYPE_MAX = 16,
+	PEER_RDMA_INFO = 17, /* RdmaInfo: after authentication, with PEER_FEAT_RDMA */
+	PEER_TYPE_MAX = 17,
 };
 
 enum peer_role {

@@ -105,8 +105,10 @@ static int fail(const char *what, int r)
 		fprintf(stderr, "kvcachectl: %s: not found\n", what);
 		return EXIT_NOTFOUND;
 	}
-	fprintf(stderr, "kvcachectl: %s: %s%s%s\n", what, kvc_strerror(r), *m ? ": " : "", m);
-	if (r == -ECONNRESET)
+	fprintf(stderr, "kvcachectl: %s: %s%s%s\n", what,
+		r == -ECONNRESET && *m ? "Connection reset" : kvc_strerror(r), *m ? ": " : "", m);
+	/* a reset the daemon explains is a peer's, not this connection's */
+	if (r == -ECONNRESET && !*m)
 		return EXIT_UNREACHABLE;
 	return EXIT_FAIL;
 }
@@ -309,12 +311,12 @@ static int cmd_cluster(struct kvc_client *c)
 		for (size_t i = 0; i < v->n_masters; i++)
 			printf("%s %s", i ? "," : "", v->masters[i]);
 		printf(" (%zu of %zu joined)\n", v->masters_up, v->n_masters);
-		printf("%-24s %-24s %-8s %-9s %12s %12s %10s\n", "NODE", "ADDRESS", "STATE",
+		printf("%-24s %-24s %-8s %-16s %12s %12s %10s\n", "NODE", "ADDRESS", "STATE",
 		       "TRANSPORT", "CAPACITY", "USED", "OBJECTS");
 		for (size_t i = 0; i < v->n_nodes; i++) {
 			const struct kvc_node *n = &v->nodes[i];
 
-			printf("%-24s %-24s %-8s %-9s %12llu %12llu %10llu\n", n->id, n->address,
+			printf("%-24s %-24s %-8s %-16s %12llu %12llu %10llu\n", n->id, n->address,
 			       n->state, n->transport, (unsigned long long) n->capacity,
 			       (unsigned long long) n->used, (unsigned long long) n->objects);
 		}

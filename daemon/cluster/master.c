@@ -38,7 +38,7 @@ struct mnode {
 	uint32_t gen;           /* bumped when the node is dropped */
 	char id[PEER_MAX_ID + 1];
 	char address[PEER_MAX_ID + 1];
-	char transport[16];
+	char transport[PEER_MAX_ID + 1];
 	uint64_t generation;    /* the node's own, per run */
 	uint64_t last_ms;
 	uint64_t capacity, used_bytes, objects;

@@ -12,6 +12,7 @@
 #include "net.h"
 #include "peer-auth.h"
 #include "peer-conn.h"
+#include "rdma.h"
 #include "store.h"
 
 #define MAX_MASTERS 8
@@ -85,6 +86,8 @@ struct node {
 	uint64_t timeout_ms;           /* --remote-timeout-ms */
 	unsigned streams;              /* --data-streams: transfers at once, each way */
 	struct peer_secret secret;     /* len 0: none */
+	struct rdma *rdma;             /* one-sided transfers with RDMA peers, or NULL */
+	char transport[96];            /* what Join says: "tcp", "rdma/<device>" */
 	/* remote.c: fetches in flight (placeholders by key for single
 	 * flight), serving connections, the data threads */
 	struct index pending;
@@ -103,6 +106,7 @@ struct node {
 		uint64_t remote_errors, remote_corrupt, served, serve_errors;
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t master_drops; /* links to a master that went down */
+		uint64_t rdma_fallbacks; /* RDMA peers whose handshake or endpoint failed: tcp */
 	} c;
 	struct peer_stat peer_stats[MAX_PEER_STATS];
 	unsigned n_peer_stats;

@@ -74,7 +74,7 @@ static int send_join(struct link *k)
 	j.address = n->address;
 	j.generation = n->generation;
 	j.load = &l;
-	j.transport = "tcp";
+	j.transport = n->transport;
 	k->state = L_JOINING;
 	return pconn_send(&k->pc, PEER_JOIN, ++k->seq, &j.base);
 }
@@ -478,7 +478,10 @@ static int be_describe(void *be, struct cluster_view *v)
 		x->id = m->node_id;
 		x->address = m->address;
 		x->state = state_name(m->state);
-		x->transport = strcmp(m->node_id, n->id) ? m->transport : "local";
+		/* what the two of them use: RDMA needs it at both ends */
+		x->transport = !strcmp(m->node_id, n->id) ? "local" :
+			       n->rdma && m->transport && !strncmp(m->transport, "rdma", 4) ?
+			       m->transport : "tcp";
 		if (m->load) {
 			x->capacity = m->load->capacity;
 			x->used = m->load->used;
@@ -524,6 +527,18 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "push_errors", n->c.push_errors);
 	emit(u, "pushes_received", n->c.pushes_received);
 	emit(u, "master_drops", n->c.master_drops);
+	if (n->rdma) {
+		struct rdma_stats rs;
+
+		rdma_get_stats(n->rdma, &rs);
+		emit(u, "rdma_gets", rs.gets);
+		emit(u, "rdma_get_bytes", rs.get_bytes);
+		emit(u, "rdma_puts", rs.puts);
+		emit(u, "rdma_put_bytes", rs.put_bytes);
+		emit(u, "rdma_errors", rs.errors);
+		emit(u, "rdma_timeouts", rs.timeouts);
+		emit(u, "rdma_fallbacks", n->c.rdma_fallbacks);
+	}
 	for (unsigned i = 0; i < n->n_peer_stats; i++) {
 		const struct peer_stat *p = &n->peer_stats[i];
 		const struct {
@@ -594,6 +609,64 @@ int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32
 	return 0;
 }
 
+/*
+ * --protocol: tcp; rdma (an active verbs device, or a clear error); auto
+ * (rdma where a device is active, else tcp).  Either way each pair of
+ * nodes uses RDMA only when both ends have it, per peer, so a mixed
+ * cluster works.  KVCACHE_TEST_RDMA_OVER_TCP=1 (tests only) runs the
+ * RDMA path on UCX's TCP transport, as if a device were there.
+ */
+static int choose_transport(struct node *n, const struct config *cfg, char *err, size_t err_len)
+{
+	const char *t = getenv("KVCACHE_TEST_RDMA_OVER_TCP");
+	struct rdma_opts o = { .devices = cfg->device_name, .over_tcp = t && !strcmp(t, "1") };
+	bool want = !strcmp(cfg->protocol, "rdma");
+	char why[RDMA_ERR_MAX];
+	int r;
+
+	snprintf(n->transport, sizeof(n->transport), "tcp");
+	if (!strcmp(cfg->protocol, "tcp"))
+		return 0;
+	if (!want && (!rdma_built() || (!o.over_tcp && rdma_active_devices(o.devices, NULL, 0) <= 0))) {
+		log_info("no active RDMA device%s: data moves over tcp",
+			 rdma_built() ? "" : " (built without RDMA)");
+		return 0;
+	}
+	if (o.over_tcp)
+		log_warn("KVCACHE_TEST_RDMA_OVER_TCP: the RDMA path runs over UCX's tcp transport");
+	r = rdma_new(&o, &n->rdma, why);
+	if (r < 0 && want) {
+		snprintf(err, err_len, "--protocol rdma: %s", why);
+		return -EINVAL;
+	}
+	if (r < 0) {
+		log_warn("RDMA unavailable (%s): data moves over tcp", why);
+		n->rdma = NULL;
+		return 0;
+	}
+	for (unsigned i = 0; i < n->st->n_tiers; i++) {
+		struct tier *x = &n->st->tiers[i];
+
+		r = rdma_register(n->rdma, i, x->seg.base, x->seg.size);
+		if (r < 0) {
+			rdma_free(n->rdma);
+			n->rdma = NULL;
+			if (want) {
+				snprintf(err, err_len, "--protocol rdma: registering the %s tier: %s",
+					 x->name, strerror(-r));
+				return -EINVAL;
+			}
+			log_warn("RDMA: registering the %s tier failed (%s): data moves over tcp",
+				 x->name, strerror(-r));
+			return 0;
+		}
+	}
+	snprintf(n->transport, sizeof(n->transport), "rdma/%s", rdma_device(n->rdma));
+	log_notice("data moves by RDMA (%s) with peers that have it, over tcp with the others",
+		   rdma_device(n->rdma));
+	return 0;
+}
+
 int node_setup(struct store *st, const struct config *cfg, struct node **ret, char *err,
 	       size_t err_len)
 {
@@ -614,10 +687,6 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	if (strcasecmp(cfg->metadata_server, "P2PHANDSHAKE") != 0) {
 		snprintf(err, err_len, "--metadata-server %s: expected P2PHANDSHAKE or etcd://HOST:PORT",
 			 cfg->metadata_server);
-		return -EINVAL;
-	}
-	if (!strcmp(cfg->protocol, "rdma")) {
-		snprintf(err, err_len, "--protocol rdma: this build moves data over tcp only");
 		return -EINVAL;
 	}
 	/* Mooncake's local_hostname is where the node is reached: listen there
@@ -643,6 +712,11 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	n->ttl_s = 10;
 	n->timeout_ms = cfg->remote_timeout_ms;
 	n->streams = cfg->data_streams;
+	r = choose_transport(n, cfg, err, err_len);
+	if (r < 0) {
+		free(n);
+		return r;
+	}
 	if (cfg->secret_file[0]) {
 		r = peer_secret_load(cfg->secret_file, &n->secret, err, err_len);
 		if (r < 0) {
@@ -746,6 +820,7 @@ void node_teardown(struct node *n)
 	loop_source_free(n->timer);
 	if (n->listen_fd >= 0)
 		close(n->listen_fd);
+	rdma_free(n->rdma); /* after the data threads: none is in a transfer */
 	explicit_bzero(&n->secret, sizeof(n->secret));
 	free(n);
 }

@@ -54,6 +54,7 @@ struct xjob {
 
 struct idle_conn {
 	int fd;
+	bool rdma; /* the handshake agreed on one-sided reads */
 	char addr[PEER_MAX_ID + 1];
 };
 
@@ -80,6 +81,7 @@ struct xfer {
 	int bell;
 	struct loop_source *bell_src;
 	bool corrupt; /* tests: flip the first byte of what is served */
+	char bogus_rdma; /* tests: 'r' damaged rkeys, 'a' a damaged worker address */
 };
 
 struct rfetch {
@@ -93,6 +95,7 @@ struct rfetch {
 	unsigned n_addr;
 	unsigned tried;          /* the holder the data thread asked last */
 	uint8_t *dst;
+	bool via_rdma;           /* the bytes came by RDMA */
 	struct xjob job;
 };
 
@@ -105,6 +108,10 @@ struct pserve {
 	bool busy;               /* a data thread is sending */
 	bool eof;                /* the peer is done asking */
 	bool hello, authed;      /* with a secret: Hello, then its proof */
+	bool rdma;               /* RDMA agreed: Fetch.rdma is answered with a place */
+	bool want_rdma;          /* this request asked for the place */
+	uint32_t segment;        /* where the object served is */
+	uint64_t offset;
 	uint8_t nonce[PEER_NONCE_SIZE];
 	struct object *push_o;   /* a pushed object being received */
 	struct waiter w;         /* waiting for a disk read-back */
@@ -121,6 +128,8 @@ struct rpush {
 	struct node *n;
 	uint64_t handle, len;
 	const uint8_t *bytes;
+	uint32_t segment;      /* where bytes is, for an RDMA write */
+	uint64_t offset;
 	char key[PEER_MAX_KEY + 1];
 	size_t key_len;
 	char addr[PEER_MAX_ID + 1];
@@ -295,7 +304,7 @@ static int send_checked(int fd, const uint8_t *src, uint64_t len, uint64_t deadl
 	return r;
 }
 
-static int idle_take(struct xfer *x, const char *address)
+static int idle_take(struct xfer *x, const char *address, bool *rdma)
 {
 	int fd = -1;
 
@@ -303,6 +312,7 @@ static int idle_take(struct xfer *x, const char *address)
 	for (unsigned i = 0; i < x->n_idle; i++)
 		if (!strcmp(x->idle[i].addr, address)) {
 			fd = x->idle[i].fd;
+			*rdma = x->idle[i].rdma;
 			x->idle[i] = x->idle[--x->n_idle];
 			break;
 		}
@@ -310,7 +320,7 @@ static int idle_take(struct xfer *x, const char *address)
 	return fd;
 }
 
-static void idle_put(struct xfer *x, const char *address, int fd)
+static void idle_put(struct xfer *x, const char *address, int fd, bool rdma)
 {
 	pthread_mutex_lock(&x->lock);
 	if (x->n_idle == IDLE_MAX) {
@@ -318,13 +328,15 @@ static void idle_put(struct xfer *x, const char *address, int fd)
 		x->idle[0] = x->idle[--x->n_idle];
 	}
 	x->idle[x->n_idle].fd = fd;
+	x->idle[x->n_idle].rdma = rdma;
 	snprintf(x->idle[x->n_idle].addr, sizeof(x->idle[0].addr), "%s", address);
 	x->n_idle++;
 	pthread_mutex_unlock(&x->lock);
 }
 
-static int fetch_on(struct rfetch *rf, int fd, uint64_t deadline);
-static int handshake(struct node *n, int fd, uint64_t deadline);
+static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
+		    uint64_t deadline);
+static int handshake(struct node *n, int fd, uint64_t deadline, const char *address, bool *rdma);
 
 /* One fetch from one holder, on a data thread: on a kept connection if
  * there is one (once more on a new one if it went stale), else a new one. */
@@ -332,18 +344,20 @@ static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 {
 	struct xfer *x = rf->n->xfer;
 	struct net_addr a;
-	int fd = idle_take(x, address), r;
+	bool rd = false;
+	int fd = idle_take(x, address, &rd), r;
 
 	if (fd >= 0) {
-		r = fetch_on(rf, fd, deadline);
+		r = fetch_on(rf, fd, rd, address, deadline);
 		if (r == 0 || r == -ENOENT) {
-			idle_put(x, address, fd);
+			idle_put(x, address, fd, rd);
 			return r;
 		}
 		close(fd);
 		if (r != -ECONNRESET && r != -EPIPE)
 			return r;
 	}
+	rd = false;
 	if (net_addr_parse(address, 0, &a) < 0)
 		return -EINVAL;
 	r = net_connect_start(&a, &fd);
@@ -356,12 +370,12 @@ static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 		net_tune(fd, 1);
 		r = set_blocking(fd, true);
 	}
-	if (r == 0 && rf->n->secret.len)
-		r = handshake(rf->n, fd, deadline);
+	if (r == 0 && (rf->n->secret.len || rf->n->rdma))
+		r = handshake(rf->n, fd, deadline, address, &rd);
 	if (r == 0)
-		r = fetch_on(rf, fd, deadline);
+		r = fetch_on(rf, fd, rd, address, deadline);
 	if (r == 0 || r == -ENOENT)
-		idle_put(x, address, fd);
+		idle_put(x, address, fd, rd);
 	else
 		close(fd);
 	return r;
@@ -399,44 +413,126 @@ static int send_msg(int fd, uint8_t type, const ProtobufCMessage *m, uint64_t de
 	return r;
 }
 
-/* On a new data connection, with a secret: Hello, the holder's proof,
- * ours. */
-static int handshake(struct node *n, int fd, uint64_t deadline)
+/* The holder's pool as its RdmaInfo frame tells it, for one-sided reads:
+ * *rdma stays false (plain tcp on this connection) if this node's UCX does
+ * not take it. */
+static int rdma_learn(struct node *n, int fd, uint64_t deadline, const char *address, bool *rdma)
+{
+	struct rdma_region regs[PEER_MAX_REGIONS];
+	Kvc__Peer__RdmaInfo *ri;
+	ProtobufCMessage *m;
+	uint8_t *buf = malloc(64u << 10);
+	int r = buf ? recv_frame(fd, PEER_RDMA_INFO, buf, 64u << 10, deadline, &m) : -ENOMEM;
+
+	free(buf);
+	if (r < 0)
+		return r;
+	ri = (Kvc__Peer__RdmaInfo *) m;
+	for (size_t i = 0; i < ri->n_regions; i++)
+		regs[i] = (struct rdma_region) { ri->regions[i]->id, ri->regions[i]->addr,
+						 ri->regions[i]->size, ri->regions[i]->rkey.data,
+						 ri->regions[i]->rkey.len };
+	r = rdma_peer_set(n->rdma, address, ri->worker.data, ri->worker.len, regs,
+			  (unsigned) ri->n_regions);
+	protobuf_c_message_free_unpacked(m, NULL);
+	if (r < 0) {
+		__atomic_fetch_add(&n->c.rdma_fallbacks, 1, __ATOMIC_RELAXED);
+		log_warn("%s: its RDMA description was refused (%s); tcp with it", address,
+			 strerror(-r));
+		return 0;
+	}
+	*rdma = true;
+	return 0;
+}
+
+/* On a new data connection, with a secret or with RDMA here: Hello, the
+ * holder's proof and ours (with a secret), then the holder's pool when
+ * both have RDMA. */
+static int handshake(struct node *n, int fd, uint64_t deadline, const char *address, bool *rdma)
 {
 	Kvc__Peer__Hello hello = KVC__PEER__HELLO__INIT;
 	Kvc__Peer__Auth au = KVC__PEER__AUTH__INIT;
 	Kvc__Peer__HelloAck *ack;
 	ProtobufCMessage *m;
 	uint8_t nonce[PEER_NONCE_SIZE], proof[PEER_PROOF_SIZE], buf[1024];
+	bool secret = n->secret.len, both_rdma;
 	int r;
 
+	*rdma = false;
 	peer_nonce(nonce);
 	hello.major = PEER_MAJOR;
 	hello.minor = PEER_MINOR;
-	hello.features = PEER_FEAT_KNOWN;
+	hello.features = PEER_FEAT_TCP | (n->rdma ? PEER_FEAT_RDMA : 0);
 	hello.node_id = n->id;
 	hello.role = PEER_ROLE_NODE;
-	hello.nonce = (ProtobufCBinaryData) { .len = sizeof(nonce), .data = nonce };
+	if (secret)
+		hello.nonce = (ProtobufCBinaryData) { .len = sizeof(nonce), .data = nonce };
 	r = send_msg(fd, PEER_HELLO, &hello.base, deadline);
 	if (r == 0)
 		r = recv_frame(fd, PEER_HELLO_ACK, buf, sizeof(buf), deadline, &m);
 	if (r < 0)
 		return r;
 	ack = (Kvc__Peer__HelloAck *) m;
-	if (ack->error || ack->nonce.len != PEER_NONCE_SIZE ||
-	    !peer_proof_ok(&n->secret, nonce, sizeof(nonce), ack->proof.data, ack->proof.len)) {
+	if (ack->error || (secret && (ack->nonce.len != PEER_NONCE_SIZE ||
+				      !peer_proof_ok(&n->secret, nonce, sizeof(nonce),
+						     ack->proof.data, ack->proof.len)))) {
 		protobuf_c_message_free_unpacked(m, NULL);
 		return -EACCES;
 	}
-	peer_proof(&n->secret, ack->nonce.data, ack->nonce.len, proof);
+	both_rdma = n->rdma && (ack->features & PEER_FEAT_RDMA);
+	if (secret)
+		peer_proof(&n->secret, ack->nonce.data, ack->nonce.len, proof);
 	protobuf_c_message_free_unpacked(m, NULL);
-	au.proof = (ProtobufCBinaryData) { .len = sizeof(proof), .data = proof };
-	return send_msg(fd, PEER_AUTH, &au.base, deadline);
+	if (secret) {
+		au.proof = (ProtobufCBinaryData) { .len = sizeof(proof), .data = proof };
+		r = send_msg(fd, PEER_AUTH, &au.base, deadline);
+	}
+	if (r == 0 && both_rdma)
+		r = rdma_learn(n, fd, deadline, address, rdma);
+	return r;
+}
+
+/* The object the holder said is at resp's place: read it by RDMA into
+ * rf->dst, check it, and tell the holder it may let it go. */
+static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *resp,
+		      const char *address, uint64_t deadline)
+{
+	struct node *n = rf->n;
+	struct object *o = rf->o;
+	Kvc__Peer__FetchDone done = KVC__PEER__FETCH_DONE__INIT;
+	uint64_t loff = (uint64_t) (rf->dst - (uint8_t *) n->st->tiers[0].seg.base);
+	int r = rdma_get(n->rdma, address, resp->region, resp->offset, 0, loff, o->len, deadline);
+	int r2;
+
+	if (r == 0) {
+		struct csum *h = csum_new();
+
+		if (!h)
+			r = -ENOMEM;
+		else {
+			csum_update(h, rf->dst, o->len);
+			if (csum_digest(h) != resp->checksum)
+				r = -EBADMSG;
+			csum_free(h);
+		}
+	}
+	done.error = r;
+	r2 = send_msg(fd, PEER_FETCH_DONE, &done.base, deadline);
+	if (r == -ECONNRESET || r == -ETIMEDOUT || r == -EINVAL) {
+		/* the endpoint is gone or the place was wrong: the next
+		 * connection shakes hands afresh; this one is not kept */
+		rdma_peer_drop(n->rdma, address);
+		return r == -EINVAL ? -EPROTO : r;
+	}
+	if (r == 0)
+		rf->via_rdma = true;
+	return r < 0 ? r : r2 < 0 ? 0 : 0;
 }
 
 /* The exchange on a connected fd: 0, -ENOENT (cleanly, the connection is
  * still usable), or another error (it is not). */
-static int fetch_on(struct rfetch *rf, int fd, uint64_t deadline)
+static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
+		    uint64_t deadline)
 {
 	struct object *o = rf->o;
 	Kvc__Peer__Fetch q = KVC__PEER__FETCH__INIT;
@@ -450,6 +546,7 @@ static int fetch_on(struct rfetch *rf, int fd, uint64_t deadline)
 	q.key.data = (uint8_t *) o->key;
 	q.key.len = o->key_len;
 	q.len = o->len;
+	q.rdma = rdma;
 	r = peer_frame_pack(PEER_FETCH, 1, &q.base, &frame, &flen);
 	if (r < 0)
 		goto out;
@@ -472,8 +569,19 @@ static int fetch_on(struct rfetch *rf, int fd, uint64_t deadline)
 	resp = (Kvc__Peer__FetchResp *) m;
 	if (resp->error)
 		r = resp->error == -ENOENT ? -ENOENT : -EIO;
-	else if (resp->len != o->len)
+	else if (resp->rdma && !rdma)
+		r = -EPROTO; /* a place nobody asked for */
+	else if (resp->len != o->len) {
 		r = -ESTALE; /* replaced since the directory heard of it */
+		if (resp->rdma) {
+			Kvc__Peer__FetchDone done = KVC__PEER__FETCH_DONE__INIT;
+
+			done.error = -ESTALE;
+			if (send_msg(fd, PEER_FETCH_DONE, &done.base, deadline) < 0)
+				r = -ECONNRESET;
+		}
+	} else if (resp->rdma)
+		r = fetch_rdma(rf, fd, resp, address, deadline);
 	else
 		r = recv_checked(fd, rf->dst, o->len, deadline);
 	protobuf_c_message_free_unpacked(m, NULL);
@@ -513,38 +621,99 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 		j->res = r;
 		return;
 	}
+	if (ps->want_rdma) {
+		/* the asker reads it: say where, with its checksum, and hold
+		 * it until the asker is done */
+		struct csum *h = csum_new();
+
+		if (!h) {
+			j->res = -ENOMEM;
+			return;
+		}
+		csum_update(h, ps->bytes, ps->len);
+		resp.checksum = csum_digest(h) ^ (corrupt ? 1 : 0);
+		csum_free(h);
+		resp.rdma = true;
+		resp.region = ps->segment;
+		resp.offset = ps->offset;
+	}
 	r = peer_frame_pack(PEER_FETCH_RESP, ps->seq, &resp.base, &frame, &flen);
 	if (r == 0) {
 		r = send_full(ps->pc.fd, frame, flen, deadline);
 		free(frame);
 	}
-	if (r == 0)
+	if (r == 0 && ps->want_rdma) {
+		ProtobufCMessage *m;
+		uint8_t buf[64];
+
+		r = recv_frame(ps->pc.fd, PEER_FETCH_DONE, buf, sizeof(buf), deadline, &m);
+		if (r == 0) {
+			if (((Kvc__Peer__FetchDone *) m)->error)
+				r = -EIO; /* the asker got nothing: not served */
+			protobuf_c_message_free_unpacked(m, NULL);
+		}
+	} else if (r == 0)
 		r = send_checked(ps->pc.fd, ps->bytes, ps->len, deadline, corrupt);
 	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
 		r = -EIO; /* the loop reads it again: it must not block */
 	j->res = r;
 }
 
+/* With RDMA: write the object where the target said, then its checksum
+ * on the connection. */
+static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, uint64_t deadline,
+		     bool corrupt)
+{
+	struct csum *h = csum_new();
+	uint64_t sum;
+	int r;
+
+	if (!h)
+		return -ENOMEM;
+	r = rdma_put(p->n->rdma, p->addr, rep->region, rep->offset, p->segment, p->offset, p->len,
+		     deadline);
+	if (r < 0) {
+		csum_free(h);
+		/* the connection cannot say "never mind": it is not kept */
+		rdma_peer_drop(p->n->rdma, p->addr);
+		return r == -EINVAL ? -EPROTO : r;
+	}
+	csum_update(h, p->bytes, p->len);
+	sum = htole64(csum_digest(h) ^ (corrupt ? 1 : 0));
+	csum_free(h);
+	return send_full(fd, &sum, sizeof(sum), deadline);
+}
+
 /* On a data thread: offer the object, and send it if the target wants it. */
-static int push_on(struct rpush *p, int fd, uint64_t deadline, bool corrupt)
+static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool corrupt)
 {
 	Kvc__Peer__Push q = KVC__PEER__PUSH__INIT;
+	Kvc__Peer__PushReply *rep;
 	ProtobufCMessage *m;
 	uint8_t buf[256];
 	int r;
 
 	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
 	q.len = p->len;
+	q.rdma = rdma;
 	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
 	if (r == 0)
 		r = recv_frame(fd, PEER_PUSH_READY, buf, sizeof(buf), deadline, &m);
 	if (r < 0)
 		return r;
-	r = ((Kvc__Peer__PushReply *) m)->error;
-	protobuf_c_message_free_unpacked(m, NULL);
-	if (r < 0)
+	rep = (Kvc__Peer__PushReply *) m;
+	r = rep->error;
+	if (r < 0) {
+		protobuf_c_message_free_unpacked(m, NULL);
 		return r == -EEXIST ? -EEXIST : -ENOENT; /* the connection is fine */
-	r = send_checked(fd, p->bytes, p->len, deadline, corrupt);
+	}
+	if (rep->rdma && !rdma)
+		r = -EPROTO;
+	else if (rep->rdma)
+		r = push_rdma(p, fd, rep, deadline, corrupt);
+	else
+		r = send_checked(fd, p->bytes, p->len, deadline, corrupt);
+	protobuf_c_message_free_unpacked(m, NULL);
 	if (r == 0)
 		r = recv_frame(fd, PEER_PUSH_DONE, buf, sizeof(buf), deadline, &m);
 	if (r < 0)
@@ -559,17 +728,19 @@ static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool 
 	struct xfer *x = p->n->xfer;
 	uint64_t deadline = mono_ms() + timeout_ms;
 	struct net_addr a;
-	int fd = idle_take(x, p->addr), r;
+	bool rd = false;
+	int fd = idle_take(x, p->addr, &rd), r;
 
 	if (fd >= 0) {
-		r = push_on(p, fd, deadline, corrupt);
+		r = push_on(p, fd, rd, deadline, corrupt);
 		if (r == 0 || r == -EEXIST || r == -ENOENT) {
-			idle_put(x, p->addr, fd);
+			idle_put(x, p->addr, fd, rd);
 			j->res = r;
 			return;
 		}
 		close(fd);
 	}
+	rd = false;
 	if (net_addr_parse(p->addr, 0, &a) < 0) {
 		j->res = -EINVAL;
 		return;
@@ -586,12 +757,12 @@ static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool 
 		net_tune(fd, 1);
 		r = set_blocking(fd, true);
 	}
-	if (r == 0 && p->n->secret.len)
-		r = handshake(p->n, fd, deadline);
+	if (r == 0 && (p->n->secret.len || p->n->rdma))
+		r = handshake(p->n, fd, deadline, p->addr, &rd);
 	if (r == 0)
-		r = push_on(p, fd, deadline, corrupt);
+		r = push_on(p, fd, rd, deadline, corrupt);
 	if (r == 0 || r == -EEXIST || r == -ENOENT)
-		idle_put(x, p->addr, fd);
+		idle_put(x, p->addr, fd, rd);
 	else
 		close(fd);
 	j->res = r == -ECONNREFUSED ? -ECONNRESET : r;
@@ -611,7 +782,19 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 		if (r == 0)
 			ps->pc.out_len = ps->pc.out_off = 0;
 	}
-	if (r == 0)
+	if (r == 0 && ps->want_rdma) {
+		/* the pusher wrote the bytes: its checksum says it is done */
+		uint64_t want;
+		struct csum *h = csum_new();
+
+		r = h ? recv_full(ps->pc.fd, &want, sizeof(want), deadline) : -ENOMEM;
+		if (r == 0) {
+			csum_update(h, (uint8_t *) o->tier->seg.base + o->block->offset, o->len);
+			if (csum_digest(h) != le64toh(want))
+				r = -EBADMSG;
+		}
+		csum_free(h);
+	} else if (r == 0)
 		r = recv_checked(ps->pc.fd, (uint8_t *) o->tier->seg.base + o->block->offset, o->len,
 				 deadline);
 	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
@@ -1244,12 +1427,56 @@ static int ps_serve(struct pserve *ps)
 	}
 	ps->handle = e.handle;
 	ps->len = e.len;
+	ps->segment = e.segment;
+	ps->offset = e.offset;
 	ps->bytes = (const uint8_t *) n->st->tiers[e.segment].seg.base + e.offset;
 	ps->busy = true;
 	loop_set_io_events(ps->src, 0); /* the data thread owns the socket now */
 	ps->job = (struct xjob) { .kind = J_SEND, .owner = ps };
 	queue(n, &ps->job);
 	return 1;
+}
+
+/* With RDMA agreed, once the asker is authenticated: this node's pool,
+ * for its one-sided reads. */
+static int ps_rdma_info(struct pserve *ps, uint32_t seq)
+{
+	Kvc__Peer__RdmaInfo ri = KVC__PEER__RDMA_INFO__INIT;
+	Kvc__Peer__RdmaRegion rg[RDMA_MAX_REGIONS], *rgp[RDMA_MAX_REGIONS];
+	struct rdma_region regs[RDMA_MAX_REGIONS];
+	unsigned n;
+	size_t wl;
+
+	if (!ps->rdma)
+		return 0;
+	ri.worker.data = (uint8_t *) rdma_worker_address(ps->n->rdma, &wl);
+	ri.worker.len = wl;
+	ri.device = (char *) rdma_device(ps->n->rdma);
+	n = rdma_regions(ps->n->rdma, regs);
+	for (unsigned i = 0; i < n; i++) {
+		kvc__peer__rdma_region__init(&rg[i]);
+		rg[i].id = regs[i].id;
+		rg[i].addr = regs[i].addr;
+		rg[i].size = regs[i].size;
+		rg[i].rkey = (ProtobufCBinaryData) { .len = regs[i].rkey_len,
+						      .data = (uint8_t *) regs[i].rkey };
+		rgp[i] = &rg[i];
+	}
+	ri.regions = rgp;
+	ri.n_regions = n;
+	if (ps->n->xfer->bogus_rdma) {
+		/* tests: a peer announcing a damaged description */
+		static uint8_t junk[48];
+
+		for (size_t i = 0; i < sizeof(junk); i++)
+			junk[i] = (uint8_t) (0x5a ^ (i * 29));
+		if (ps->n->xfer->bogus_rdma == 'r')
+			for (unsigned i = 0; i < n; i++)
+				rg[i].rkey = (ProtobufCBinaryData) { .len = sizeof(junk), .data = junk };
+		else
+			ri.worker = (ProtobufCBinaryData) { .len = sizeof(junk), .data = junk };
+	}
+	return pconn_send(&ps->pc, PEER_RDMA_INFO, seq, &ri.base) < 0 ? -EIO : 0;
 }
 
 /* The holder's side of the handshake (handshake() is the other). */
@@ -1266,6 +1493,9 @@ static int ps_auth(struct pserve *ps, uint8_t type, uint32_t seq, ProtobufCMessa
 			return -EPROTO;
 		ps->hello = true;
 		ack.features = x->features & PEER_FEAT_KNOWN;
+		if (!ps->n->rdma)
+			ack.features &= ~(uint64_t) PEER_FEAT_RDMA;
+		ps->rdma = ack.features & PEER_FEAT_RDMA;
 		if (sec->len && x->nonce.len == PEER_NONCE_SIZE) {
 			peer_proof(sec, x->nonce.data, x->nonce.len, proof);
 			peer_nonce(ps->nonce);
@@ -1277,8 +1507,11 @@ static int ps_auth(struct pserve *ps, uint8_t type, uint32_t seq, ProtobufCMessa
 			ack.error_msg = "this node requires the cluster secret";
 		} else
 			ps->authed = true;
-		return pconn_send(&ps->pc, PEER_HELLO_ACK, seq, &ack.base) < 0 ? -EIO
-			: ack.error ? -EACCES : 0;
+		if (pconn_send(&ps->pc, PEER_HELLO_ACK, seq, &ack.base) < 0)
+			return -EIO;
+		if (ack.error)
+			return -EACCES;
+		return ps->authed ? ps_rdma_info(ps, seq) : 0;
 	}
 	if (!ps->hello || ps->authed || !sec->len)
 		return -EPROTO;
@@ -1289,7 +1522,7 @@ static int ps_auth(struct pserve *ps, uint8_t type, uint32_t seq, ProtobufCMessa
 		return -EACCES;
 	}
 	ps->authed = true;
-	return 0;
+	return ps_rdma_info(ps, seq);
 }
 
 /* A push offered: make room and say so, then a data thread receives. */
@@ -1321,6 +1554,12 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 	if (r < 0) {
 		object_free(st, o);
 		return pconn_send(&ps->pc, PEER_PUSH_READY, seq, &rep.base) < 0 ? -EIO : 0;
+	}
+	ps->want_rdma = ps->rdma && x->rdma;
+	if (ps->want_rdma) {
+		rep.rdma = true;
+		rep.region = 0; /* dram: o->tier */
+		rep.offset = o->block->offset;
 	}
 	if (pconn_send(&ps->pc, PEER_PUSH_READY, seq, &rep.base) < 0) {
 		object_free(st, o);
@@ -1377,6 +1616,7 @@ static void ps_process(struct pserve *ps)
 			break;
 		}
 		ps->seq = h.seq;
+		ps->want_rdma = ps->rdma && ((Kvc__Peer__Fetch *) m)->rdma;
 		ps->key_len = ((Kvc__Peer__Fetch *) m)->key.len;
 		memcpy(ps->key, ((Kvc__Peer__Fetch *) m)->key.data, ps->key_len);
 		protobuf_c_message_free_unpacked(m, NULL);
@@ -1608,6 +1848,8 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	p->handle = e.handle;
 	p->len = e.len;
 	p->bytes = (const uint8_t *) n->st->tiers[e.segment].seg.base + e.offset;
+	p->segment = e.segment;
+	p->offset = e.offset;
 	memcpy(p->key, key, len);
 	p->key_len = len;
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
@@ -1622,6 +1864,7 @@ int remote_setup(struct node *n)
 {
 	struct xfer *x = calloc(1, sizeof(*x));
 	const char *corrupt = getenv("KVCACHE_TEST_CORRUPT_PEER_SEND");
+	const char *bogus = getenv("KVCACHE_TEST_BOGUS_RDMA");
 	int r;
 
 	if (!x)
@@ -1635,6 +1878,10 @@ int remote_setup(struct node *n)
 	x->corrupt = corrupt && *corrupt == '1';
 	if (x->corrupt)
 		log_warn("KVCACHE_TEST_CORRUPT_PEER_SEND: every object served is sent damaged");
+	if (bogus && (!strcmp(bogus, "rkey") || !strcmp(bogus, "address"))) {
+		x->bogus_rdma = bogus[0];
+		log_warn("KVCACHE_TEST_BOGUS_RDMA: peers are told a damaged %s", bogus);
+	}
 	x->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (x->bell < 0)
 		return -errno;

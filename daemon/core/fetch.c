@@ -89,3 +89,15 @@ void fetch_wake(struct fetch *f, int res)
 		w->done(w, res);
 	}
 }
+
+const char *fetch_error_msg(int res)
+{
+	switch (res) {
+	case -ECONNRESET:
+		return "the node holding it went away during the transfer";
+	case -ETIMEDOUT:
+		return "the node holding it did not answer within --remote-timeout-ms";
+	default:
+		return NULL;
+	}
+}

@@ -28,6 +28,11 @@ struct fetch {
 	struct waiter *waiters;
 };
 
+/* What a waiter tells its client about a fetch that ended with res when
+ * the error code alone would mislead (a peer's reset is not the client's
+ * own connection); NULL otherwise. */
+const char *fetch_error_msg(int res);
+
 /* What lies below memory (disk.c registers itself; a remote backend will
  * too).  Every call runs on the loop thread and never blocks. */
 struct backend_ops {

@@ -661,6 +661,8 @@ static void unparked(struct waiter *w, int res)
 	}
 	else if (res == -EBADMSG)
 		snprintf(msg, sizeof(msg), "the object's record on disk is damaged; it was dropped");
+	else if (fetch_error_msg(res))
+		snprintf(msg, sizeof(msg), "%s", fetch_error_msg(res));
 	if (r == -EINPROGRESS && f)
 		park(ch, &p->e, f); /* evicted again before it ran: wait again */
 	else

@@ -993,6 +993,8 @@ static void parked_done(struct waiter *w, int res)
 		} else if (res == -EBADMSG)
 			snprintf(rep.msg, sizeof(rep.msg),
 				 "the object's bytes failed their checksum; they were dropped");
+		else if (fetch_error_msg(res))
+			snprintf(rep.msg, sizeof(rep.msg), "%s", fetch_error_msg(res));
 		send_reply(s, s->parked.seq, KVC__OP__OP_ACQUIRE, r, &rep);
 	}
 	if (!s->closing) {

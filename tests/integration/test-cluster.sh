@@ -66,6 +66,25 @@ member() { ctl "$1" cluster | grep -Eq "^$2 +[^ ]+ +$3 "; }
 not_member() { ! ctl "$1" cluster | grep -Eq "^$2 "; }
 
 case $case_name in
+rdma-*)
+	# the RDMA path runs with UCX forced onto its TCP transport (no verbs
+	# device here), next to plain tcp nodes
+	if ! "$KVCACHED" --version | grep -q "^rdma yes"; then
+		echo "this kvcached was built without RDMA (UCX)"
+		exit 77
+	fi
+	;;
+esac
+
+rdma_node() { # rdma_node NAME [FLAGS...]: a node whose RDMA runs over UCX's tcp
+	saved_env=$node_env
+	node_env="$node_env KVCACHE_TEST_RDMA_OVER_TCP=1"
+	start_node "$@"
+	node_env=$saved_env
+}
+stat_of() { ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'; }
+
+case $case_name in
 master-flags)
 	# Mooncake's spellings work; flags that mean nothing here warn
 	start_master 0 -enable_gc true -max_threads 64 --v=1 --rpc_address=127.0.0.1 --client_ttl=3
@@ -142,6 +161,151 @@ lookup-batches)
 	start_node B --dram-size 64MB
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" lookups >"$dir/out" 2>"$dir/err" ||
 		fail "lookups from B"
+	;;
+rdma-select)
+	# no device and no test switch: auto is tcp, rdma refuses to start
+	expect 2 "$KVCACHED" --socket "$dir/x.sock" --master 127.0.0.1:1 --listen 127.0.0.1:0 \
+		--protocol rdma --hugepages off --dram-size 16MB
+	grep -q -- "--protocol rdma: .*no active RDMA device\|--protocol rdma: .*built without" \
+		"$dir/err" || fail "no reason given for --protocol rdma"
+	start_master 0
+	start_node A --protocol auto
+	start_node B
+	until_ok member A B up
+	ctl A cluster | grep -Eq "^B +[^ ]+ +up +tcp " || fail "auto without a device is not tcp"
+	rdma_node C
+	until_ok member A C up
+	# A has no RDMA: it talks tcp with C, whatever C has
+	ctl A cluster | grep -Eq "^C +[^ ]+ +up +tcp " || fail "A and C are not on tcp"
+	until_ok member C A up
+	ctl C cluster | grep -Eq "^A +[^ ]+ +up +tcp " || fail "C shows A on rdma"
+	;;
+rdma-mixed)
+	# A and B have RDMA, C has not: A<->B by RDMA both ways, C by tcp,
+	# every byte checked
+	start_master 0
+	rdma_node A --dram-size 64MB
+	rdma_node B --dram-size 64MB
+	start_node C --dram-size 64MB --protocol tcp
+	until_ok member B A up
+	until_ok member B C up
+	until_ok member A B up
+	ctl B cluster | grep -Eq "^A +[^ ]+ +up +rdma/ucx-tcp " || fail "B does not show A on rdma"
+	ctl B cluster | grep -Eq "^C +[^ ]+ +up +tcp " || fail "B does not show C on tcp"
+	head -c 5000001 /dev/urandom >"$dir/va"
+	head -c 1048576 /dev/urandom >"$dir/vb"
+	head -c 300000 /dev/urandom >"$dir/vc"
+	ctl A put va "$dir/va"
+	ctl B put vb "$dir/vb"
+	ctl C put vc "$dir/vc"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where vc | grep -qx C"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' where vb | grep -qx B"
+	ctl B get va "$dir/va.b" && cmp "$dir/va" "$dir/va.b" || fail "va on B"
+	[ "$(stat_of B rdma_gets)" = 1 ] || { ctl B stats >&2; fail "A->B was not by RDMA"; }
+	[ "$(stat_of B rdma_get_bytes)" = 5000001 ] || fail "rdma bytes on B"
+	ctl B get vc "$dir/vc.b" && cmp "$dir/vc" "$dir/vc.b" || fail "vc on B"
+	[ "$(stat_of B rdma_gets)" = 1 ] || fail "C->B went by RDMA"
+	[ "$(stat_of B remote_hits)" = 2 ] || fail "remote hits on B"
+	ctl A get vb "$dir/vb.a" && cmp "$dir/vb" "$dir/vb.a" || fail "vb on A"
+	[ "$(stat_of A rdma_gets)" = 1 ] || { ctl A stats >&2; fail "B->A was not by RDMA"; }
+	ctl C get va "$dir/va.c" && cmp "$dir/va" "$dir/va.c" || fail "va on C"
+	[ "$(stat_of A rdma_gets)" = 1 ] && [ -z "$(stat_of C rdma_gets)" ] || fail "C used RDMA"
+	# pushes: A->B written by RDMA, A->C over tcp
+	head -c 2000003 /dev/urandom >"$dir/vp"
+	ctl A put vp "$dir/vp" --push-to B
+	ctl A put vp2 "$dir/vp" --push-to C
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' --local-only exists vp"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/C.sock' --local-only exists vp2"
+	ctl B --local-only get vp "$dir/vp.b" && cmp "$dir/vp" "$dir/vp.b" || fail "vp on B"
+	ctl C --local-only get vp2 "$dir/vp.c" && cmp "$dir/vp" "$dir/vp.c" || fail "vp2 on C"
+	[ "$(stat_of A rdma_puts)" = 1 ] || { ctl A stats >&2; fail "A->B push was not by RDMA"; }
+	[ "$(stat_of A rdma_put_bytes)" = 2000003 ] || fail "rdma put bytes"
+	# damaged in flight: the checksum catches it, by RDMA too
+	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
+	node_env="KVCACHE_TEST_CORRUPT_PEER_SEND=1"
+	rdma_node A --dram-size 64MB
+	node_env=
+	ctl A put bad "$dir/va"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where bad | grep -qx A"
+	expect 4 "$KVCACHECTL" -s "$dir/B.sock" get bad -
+	[ "$(stat_of B remote_corrupt)" = 1 ] || { ctl B stats >&2; fail "not counted corrupt"; }
+	ctl B --local-only exists bad && fail "a damaged object is served"
+	# the restarted A has new remote keys: B learnt them on a new connection
+	[ "$(stat_of B rdma_gets)" -ge 2 ] || fail "the damaged fetch was not by RDMA"
+	;;
+rdma-bogus)
+	# a peer announcing a damaged rkey, then a damaged worker address: B
+	# refuses the description, counts it, and fetches over tcp
+	start_master 0
+	for what in rkey address; do
+		node_env="KVCACHE_TEST_BOGUS_RDMA=$what"
+		rdma_node "A$what"
+		node_env=
+	done
+	rdma_node B
+	head -c 100000 /dev/urandom >"$dir/v"
+	for what in rkey address; do
+		until_ok member B "A$what" up
+		ctl "A$what" put "k$what" "$dir/v"
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k$what | grep -qx A$what"
+		ctl B get "k$what" "$dir/v.$what" && cmp "$dir/v" "$dir/v.$what" ||
+			fail "get from a peer with a damaged $what"
+	done
+	[ "$(stat_of B rdma_fallbacks)" = 2 ] || { ctl B stats >&2; fail "fallbacks"; }
+	[ "$(stat_of B rdma_gets)" = 0 ] || fail "RDMA with a damaged description"
+	[ "$(stat_of B remote_hits)" = 2 ] || fail "remote hits"
+	grep -q "RDMA description was refused" "$dir/B.log" || fail "not logged"
+	;;
+rdma-failures)
+	# holders that stop or die in the middle of RDMA transfers: bounded
+	# errors, and B goes on
+	start_master 0 --client_ttl 30
+	rdma_node A --dram-size 300MB
+	rdma_node B --dram-size 300MB --remote-timeout-ms 1500
+	head -c 134217728 /dev/zero >"$dir/big"
+	head -c 65536 /dev/urandom >"$dir/v"
+	ctl A put big "$dir/big"
+	ctl A put small "$dir/v"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where big | grep -qx A"
+	ctl B get small "$dir/v.b" && cmp "$dir/v" "$dir/v.b" || fail "warm-up get"
+	ctl B rm --force small >/dev/null
+	# A stops while B reads 128 MiB of it
+	start=$(date +%s)
+	set +e
+	timeout 20 "$KVCACHECTL" -s "$dir/B.sock" get big - >/dev/null 2>"$dir/err" &
+	getter=$!
+	sleep 0.05
+	kill -STOP "$pid_A"
+	wait "$getter"; got=$?
+	set -e
+	kill -CONT "$pid_A"
+	[ "$got" = 0 ] || [ "$got" = 1 ] || [ "$got" = 4 ] || fail "get during a stop exited $got"
+	[ $(($(date +%s) - start)) -le 6 ] || fail "the stopped holder held B longer than the timeout"
+	printf 'x' | ctl B put local - || fail "local put on B"
+	# A woke up: B reads from it again (on a new endpoint if it had to)
+	ctl B rm --force big >/dev/null 2>&1 || true
+	until_ok ctl B get small "$dir/v.b"
+	cmp "$dir/v" "$dir/v.b" || fail "after the stop"
+	# A dies in the middle: B's get ends, B goes on
+	ctl B rm --force small >/dev/null
+	set +e
+	timeout 20 "$KVCACHECTL" -s "$dir/B.sock" get big - >/dev/null 2>"$dir/err" &
+	getter=$!
+	sleep 0.05
+	kill -9 "$pid_A"
+	wait "$getter"; got=$?
+	wait "$pid_A" 2>/dev/null
+	set -e
+	[ "$got" = 0 ] || [ "$got" = 1 ] || [ "$got" = 4 ] || fail "get during a kill exited $got"
+	printf 'y' | ctl B put local2 - || fail "local put on B after A died"
+	# a new A at the same address: new segments, new remote keys, and B,
+	# which knew the old ones, reads from it
+	port=$(ctl B cluster | awk '$1 == "A" { sub(/.*:/, "", $2); print $2 }')
+	rdma_node A --dram-size 64MB --listen "127.0.0.1:$port"
+	ctl A put again "$dir/v"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where again | grep -qx A"
+	ctl B get again "$dir/v.again" && cmp "$dir/v" "$dir/v.again" || fail "from the new A"
+	[ "$(stat_of B rdma_gets)" -ge 2 ] || fail "not by RDMA"
 	;;
 busy-heartbeats)
 	# a node fetching without pause still heartbeats: every fetch's

@@ -58,6 +58,7 @@ int kvc_status_get(struct kvc_client *c, struct kvc_status **ret)
 		.recovering = s->recovering,
 		.recovered = s->recovered,
 		.recovery_total = s->recovery_total,
+		.numa_node = s->numa_bound ? (int) s->numa_node : -1,
 	};
 	for (size_t i = 0; i < s->n_tiers; i++)
 		p->tiers[i] = (struct kvc_tier_status) {

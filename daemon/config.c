@@ -224,9 +224,15 @@ static const struct opt_def opts[] = {
 	{ "node-id", NULL, 0, T_STRING, FIELD(node_id), 0, 0, false, false, "NAME",
 	  "this node's name in the cluster (default HOST:PORT)" },
 	{ "protocol", NULL, 0, T_PROTOCOL, FIELD(protocol), 0, 0, false, false, "tcp|rdma|auto",
-	  "how data moves between nodes (default auto: tcp here)" },
+	  "how data moves between nodes: auto (default) uses RDMA\n"
+	  "(UCX) with peers that have it when a verbs port is\n"
+	  "active here, else tcp; rdma refuses to start without one" },
 	{ "device-name", NULL, 0, T_STRING, FIELD(device_name), 0, 0, false, false, "NAMES",
-	  "RDMA devices to use (with --protocol rdma)" },
+	  "RDMA devices to use, e.g. mlx5_0:1 (default: any active)" },
+	{ "numa-node", NULL, 0, T_STRING, FIELD(numa_node), 0, 0, false, false, "N|auto",
+	  "bind the memory tiers and the daemon's threads to NUMA\n"
+	  "node N; auto: the node of the RDMA device in use (none:\n"
+	  "placement is left alone; default)" },
 	{ "metadata-server", NULL, 0, T_STRING, FIELD(metadata_server), 0, 0, false, false,
 	  "P2PHANDSHAKE", "how members find each other (default P2PHANDSHAKE:\n"
 	  "through the master)" },

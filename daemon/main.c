@@ -16,6 +16,7 @@
 #include "disk.h"
 #include "export.h"
 #include "node.h"
+#include "placement.h"
 #include "session.h"
 
 #define LOG_TOPIC "main"
@@ -150,6 +151,12 @@ int main(int argc, char **argv)
 	r = loop_add_idle(st.loop, maintain, &st, &st.maintain_src);
 	if (r < 0)
 		goto out;
+	r = placement_setup(&cfg, &st, err, sizeof(err));
+	if (r < 0) {
+		log_error("%s", err);
+		bad_config = true;
+		goto out;
+	}
 	r = tier_setup(&st);
 	if (r < 0)
 		goto out;

@@ -34,8 +34,11 @@ struct rdma;
 struct rdma_opts {
 	/* comma-separated verbs device names to use, "" = any active one */
 	const char *devices;
-	/* tests: UCX over its TCP transport, as if a verbs device existed */
+	/* tests: UCX over its TCP transport, as if a verbs device existed,
+	 * on the network interface named here ("" = UCX's choice, which
+	 * takes "lo" for the same host even across network namespaces) */
 	bool over_tcp;
+	const char *tcp_ifname;
 };
 
 struct rdma_region {

@@ -186,6 +186,8 @@ static int cmd_status(struct kvc_client *c)
 		json_object_object_add(o, "socket", json_object_new_string(s->socket));
 		json_object_object_add(o, "uptime_s", json_object_new_uint64(s->uptime_s));
 		json_object_object_add(o, "hugepages", json_object_new_boolean(s->hugepages));
+		json_object_object_add(o, "numa_node", s->numa_node < 0 ? NULL :
+				       json_object_new_int64(s->numa_node));
 		json_object_object_add(o, "clients", json_object_new_int64(s->clients));
 		json_object_object_add(o, "objects", json_object_new_uint64(s->objects));
 		for (size_t i = 0; i < s->n_tiers; i++) {
@@ -235,6 +237,10 @@ static int cmd_status(struct kvc_client *c)
 		       s->layout_version);
 		printf("uptime:     %" PRIu64 " s\n", s->uptime_s);
 		printf("hugepages:  %s\n", s->hugepages ? "yes (2 MiB pages)" : "no (4 KiB pages)");
+		if (s->numa_node >= 0)
+			printf("numa:       node %d (memory and threads bound)\n", s->numa_node);
+		else
+			printf("numa:       not bound\n");
 		printf("clients:    %u\n", s->clients);
 		printf("objects:    %" PRIu64 "\n", s->objects);
 		{

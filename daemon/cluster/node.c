@@ -11,7 +11,10 @@
  * that (re)joins re-publishes everything this node holds, walking the index
  * a bounded slice per turn: the directory is soft state.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -616,10 +619,31 @@ int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32
  * cluster works.  KVCACHE_TEST_RDMA_OVER_TCP=1 (tests only) runs the
  * RDMA path on UCX's TCP transport, as if a device were there.
  */
-static int choose_transport(struct node *n, const struct config *cfg, char *err, size_t err_len)
+/* The interface that holds host's IPv4 address, or "". */
+static void ifname_of(const char *host, char *out, size_t cap)
+{
+	struct ifaddrs *ifs, *i;
+	struct in_addr a;
+
+	out[0] = '\0';
+	if (inet_pton(AF_INET, host, &a) != 1 || getifaddrs(&ifs) < 0)
+		return;
+	for (i = ifs; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    ((struct sockaddr_in *) i->ifa_addr)->sin_addr.s_addr == a.s_addr) {
+			snprintf(out, cap, "%s", i->ifa_name);
+			break;
+		}
+	freeifaddrs(ifs);
+}
+
+static int choose_transport(struct node *n, const struct config *cfg, const char *host, char *err,
+			    size_t err_len)
 {
 	const char *t = getenv("KVCACHE_TEST_RDMA_OVER_TCP");
-	struct rdma_opts o = { .devices = cfg->device_name, .over_tcp = t && !strcmp(t, "1") };
+	char ifname[64];
+	struct rdma_opts o = { .devices = cfg->device_name, .over_tcp = t && !strcmp(t, "1"),
+			       .tcp_ifname = ifname };
 	bool want = !strcmp(cfg->protocol, "rdma");
 	char why[RDMA_ERR_MAX];
 	int r;
@@ -632,8 +656,10 @@ static int choose_transport(struct node *n, const struct config *cfg, char *err,
 			 rdma_built() ? "" : " (built without RDMA)");
 		return 0;
 	}
+	ifname_of(host, ifname, sizeof(ifname));
 	if (o.over_tcp)
-		log_warn("KVCACHE_TEST_RDMA_OVER_TCP: the RDMA path runs over UCX's tcp transport");
+		log_warn("KVCACHE_TEST_RDMA_OVER_TCP: the RDMA path runs over UCX's tcp transport%s%s",
+			 ifname[0] ? " on " : "", ifname);
 	r = rdma_new(&o, &n->rdma, why);
 	if (r < 0 && want) {
 		snprintf(err, err_len, "--protocol rdma: %s", why);
@@ -712,11 +738,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	n->ttl_s = 10;
 	n->timeout_ms = cfg->remote_timeout_ms;
 	n->streams = cfg->data_streams;
-	r = choose_transport(n, cfg, err, err_len);
-	if (r < 0) {
-		free(n);
-		return r;
-	}
+
 	if (cfg->secret_file[0]) {
 		r = peer_secret_load(cfg->secret_file, &n->secret, err, err_len);
 		if (r < 0) {
@@ -771,6 +793,9 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 		net_addr_format(&adv, n->address, sizeof(n->address));
 	}
 	snprintf(n->id, sizeof(n->id), "%s", cfg->node_id[0] ? cfg->node_id : n->address);
+	r = choose_transport(n, cfg, listen.host, err, err_len);
+	if (r < 0)
+		goto fail;
 	r = loop_add_io(n->loop, n->listen_fd, EPOLLIN, on_peer, n, &n->listen_src);
 	if (r < 0)
 		goto fail_msg;

@@ -46,6 +46,8 @@ struct store {
 	uint64_t generation; /* segments of this run (the Welcome carries it) */
 	bool hugepages;
 	struct prefault *prefault; /* the thread faulting the tiers in, or NULL */
+	bool numa_bound;           /* the memory tiers are bound to numa_node */
+	unsigned numa_node;
 
 	struct tier tiers[DAEMON_MAX_TIERS]; /* by segment index: dram first */
 	unsigned n_tiers;   /* memory tiers */

@@ -25,6 +25,8 @@
  * (-EAGAIN from tier_alloc(), parked by the caller).  The background evictor
  * never drops a fresh object (committed less than a lease ago).
  */
+#include "kvc-config.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -32,6 +34,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#if KVC_HAVE_NUMA
+#include <numa.h>
+#include <numaif.h>
+#endif
 
 #include "tier.h"
 #include "values.h"
@@ -162,6 +168,34 @@ void object_dirty_update(struct store *st, struct object *o)
 
 /* ---- set-up ---- */
 
+/* --numa-node: the segment's pages come from that node only (set before
+ * any page is faulted in, prefaulting included). */
+static int bind_numa(struct store *st, struct tier *t)
+{
+#if KVC_HAVE_NUMA
+	struct bitmask *m;
+	long r;
+
+	if (!st->numa_bound)
+		return 0;
+	m = numa_allocate_nodemask();
+	if (!m)
+		return -ENOMEM;
+	numa_bitmask_setbit(m, st->numa_node);
+	r = mbind(t->seg.base, t->seg.size, MPOL_BIND, m->maskp, m->size + 1, 0);
+	numa_free_nodemask(m);
+	if (r < 0) {
+		r = -errno;
+		log_error("binding the %s tier to NUMA node %u: %s", t->name, st->numa_node,
+			  strerror((int) -r));
+		return (int) r;
+	}
+	return 0;
+#else
+	return st->numa_bound ? -ENOTSUP : 0;
+#endif
+}
+
 static int tier_init(struct store *st, struct tier *t, const char *name, uint32_t kind,
 		     uint32_t segment, uint64_t size)
 {
@@ -185,6 +219,11 @@ static int tier_init(struct store *st, struct tier *t, const char *name, uint32_
 		log_warn("2 MiB hugepages unavailable for the %s segment (%s); using 4 KiB pages. "
 			 "Reserve them with: echo N > /proc/sys/vm/nr_hugepages",
 			 name, strerror(-t->seg.hugepage_error));
+	r = bind_numa(st, t);
+	if (r < 0) {
+		shm_segment_done(&t->seg);
+		return r;
+	}
 	h = shm_segment_header(&t->seg);
 	/* The allocator hands out exactly the configured capacity, even when
 	 * the memfd was rounded up to whole hugepages. */

@@ -403,6 +403,8 @@ static int op_status(struct session *s, struct reply *rep)
 	st->protocol_major = KVC_PROTO_MAJOR;
 	st->protocol_minor = KVC_PROTO_MINOR;
 	st->layout_version = SHM_LAYOUT_VERSION;
+	st->numa_bound = sv->st->numa_bound;
+	st->numa_node = sv->st->numa_node;
 	{
 		struct below_stats b;
 

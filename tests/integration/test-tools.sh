@@ -52,6 +52,28 @@ tiers-exceed-memory)
 	printf '{"global_segment_size": "60T"}' >"$dir/c.json"
 	expect 2 "$KVCACHED" --socket "$sock" --config "$dir/c.json"
 	;;
+numa)
+	# --numa-node: a node that is not there is refused; node 0 binds the
+	# tiers (numa_maps) and shows in status; auto without an RDMA device
+	# leaves placement alone
+	if ! "$KVCACHED" --version | grep -q "^numa yes"; then
+		expect 2 "$KVCACHED" --socket "$sock" --numa-node 0
+		grep -q "without libnuma" "$dir/err" || fail "no reason given"
+		exit 0
+	fi
+	expect 2 "$KVCACHED" --socket "$sock" --numa-node 4096 --hugepages off --dram-size 16MB
+	grep -q "no such node" "$dir/err" || fail "a missing node not explained"
+	expect 2 "$KVCACHED" --socket "$sock" --numa-node two --hugepages off --dram-size 16MB
+	start_daemon --numa-node 0
+	ctl status | grep -q "^numa: *node 0 (memory and threads bound)" || fail "status: $(ctl status)"
+	ctl --json status | grep -q '"numa_node": *0' || fail "json status"
+	grep "kvcache-dram" "/proc/$pid/numa_maps" | grep -q "bind:0" || fail "the dram tier is not bound"
+	head -c 70000 /dev/urandom >"$dir/v"
+	ctl put k "$dir/v" && ctl get k "$dir/v.out" && cmp "$dir/v" "$dir/v.out" || fail "bytes"
+	kill "$pid"; wait "$pid" || true; pid=
+	start_daemon --numa-node auto
+	ctl status | grep -q "^numa: *not bound" || fail "auto without a device bound something"
+	;;
 prefault)
 	# --prefault on faults the whole dram tier in (RssShmem reaches its
 	# size) without changing a stored byte; auto with 4 KiB pages does not

@@ -207,6 +207,7 @@ int run_pinned(void);
 int run_leased(void);
 int run_burst(void);
 int run_cluster(void);
+int run_rdma(void);
 int run_python(void);
 int run_recovery(void);
 int run_disk(const char *dir, const uint64_t *sizes, size_t n, const char *compress);

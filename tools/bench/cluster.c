@@ -241,16 +241,22 @@ static double plain_tcp(uint64_t size, uint64_t n)
 	return gbs;
 }
 
-static void wait_joined(const char *sock)
+/* Until the node at sock is joined and sees `nodes` members up (a push
+ * names its target by the member list). */
+static void wait_joined(const char *sock, size_t nodes)
 {
-	for (int i = 0; i < 500; i++) {
+	for (int i = 0; i < 1000; i++) {
 		struct kvc_client *c;
 		struct kvc_cluster *v;
 		bool up = false;
 
 		if (kvc_connect(sock, &c) == 0) {
 			if (kvc_cluster_get(c, &v) == 0) {
-				up = v->masters_up == 1;
+				size_t n_up = 0;
+
+				for (size_t k = 0; k < v->n_nodes; k++)
+					n_up += !strcmp(v->nodes[k].state, "up");
+				up = v->masters_up == 1 && n_up >= nodes;
 				kvc_cluster_free(v);
 			}
 			kvc_disconnect(c);
@@ -656,21 +662,11 @@ static void loop_figures(const char *name, const char *sock)
 	kvc_disconnect(c);
 }
 
-int run_cluster(void)
+/* The two hosts: namespaces joined by a veth pair. */
+static void hosts_up(void)
 {
-	static const uint64_t dflt[] = { 64 << 10, 1 << 20, 16 << 20 };
-	bool given = !(n_sizes == 5 && arg_sizes[0] == 4096);
-	const uint64_t *sizes = given ? arg_sizes : dflt;
-	size_t ns = given ? n_sizes : 3;
-	char master[4200], kvcached[4200], sa[256], sb[256], la[64], lb[64];
-	static struct plot chart;
-	double p1, p2;
-	/* two daemons' spinning loops would take both CPUs of a small
-	 * machine from the data threads and the link: both sleep when idle */
-	const char *poll = "0";
-
 	if (geteuid() != 0)
-		die(0, "%s", "the cluster case makes network namespaces: run it as root");
+		die(0, "%s", "the cluster cases make network namespaces: run them as root");
 	bench_setup();
 	snprintf(ns_a, sizeof(ns_a), "kvcb-a-%d", (int) getpid());
 	snprintf(ns_b, sizeof(ns_b), "kvcb-b-%d", (int) getpid());
@@ -684,11 +680,19 @@ int run_cluster(void)
 	   "ip -n %s link set lo up", ns_a, veth_a, ns_a, veth_a, ns_a);
 	sh("ip -n %s addr add " NET ".2/24 dev %s && ip -n %s link set %s up && "
 	   "ip -n %s link set lo up", ns_b, veth_b, ns_b, veth_b, ns_b);
+}
 
-	p1 = iperf(1);
-	p2 = iperf(2);
-	printf("kvcache-bench cluster: hosts %s and %s over a veth pair; iperf3 A->B %.2f GB/s "
-	       "(1 stream), %.2f GB/s (2 streams)\n", ns_a, ns_b, p1, p2);
+/*
+ * A master and node A on host A, node B on host B, their sockets in sa and
+ * sb (256 bytes each).  With rdma, both nodes move data by the RDMA path
+ * on UCX's tcp transport (KVCACHE_TEST_RDMA_OVER_TCP: no verbs device
+ * here).  Both daemons run --poll-us 0: two spinning loops would take both
+ * CPUs of a small machine from the data threads and the link.
+ */
+static void daemons_up(char *sa, char *sb, bool rdma)
+{
+	static char master[4200], kvcached[4200];
+	char la[64], lb[64];
 
 	if (sibling(master, sizeof(master), "daemon", "kvcache-master") != master)
 		snprintf(master, sizeof(master), "kvcache-master");
@@ -696,29 +700,61 @@ int run_cluster(void)
 		snprintf(kvcached, sizeof(kvcached), "%s", arg_kvcached);
 	else if (sibling(kvcached, sizeof(kvcached), "daemon", "kvcached") != kvcached)
 		snprintf(kvcached, sizeof(kvcached), "kvcached");
-	snprintf(sa, sizeof(sa), "%s/a.sock", tmpdir);
-	snprintf(sb, sizeof(sb), "%s/b.sock", tmpdir);
+	snprintf(sa, 256, "%s/a.sock", tmpdir);
+	snprintf(sb, 256, "%s/b.sock", tmpdir);
 	snprintf(la, sizeof(la), NET ".1:0");
 	snprintf(lb, sizeof(lb), NET ".2:0");
+	if (rdma)
+		setenv("KVCACHE_TEST_RDMA_OVER_TCP", "1", 1);
 	{
 		const char *m[] = { "ip", "netns", "exec", ns_a, master, "--rpc_address", NET ".1",
 				    "--port", MASTER_PORT, "--log-level", "warn", NULL };
 		const char *a[] = { "ip", "netns", "exec", ns_a, kvcached, "--socket", sa,
 				    "--dram-size", "2GiB", "--master", NET ".1:" MASTER_PORT,
 				    "--listen", la, "--insecure", "--node-id", "A", "--log-level",
-				    "warn", "--poll-us", poll, NULL };
+				    "warn", "--poll-us", "0", NULL };
 		const char *b[] = { "ip", "netns", "exec", ns_b, kvcached, "--socket", sb,
 				    "--dram-size", "2GiB", "--master", NET ".1:" MASTER_PORT,
 				    "--listen", lb, "--insecure", "--node-id", "B", "--log-level",
-				    "warn", "--poll-us", poll, NULL };
+				    "warn", "--poll-us", "0", NULL };
 
 		spawn(m);
 		usleep(200000);
 		spawn(a);
 		spawn(b);
-		wait_joined(sa);
-		wait_joined(sb);
+		wait_joined(sa, 2);
+		wait_joined(sb, 2);
 	}
+	unsetenv("KVCACHE_TEST_RDMA_OVER_TCP");
+}
+
+/* Stop what daemons_up() started; the hosts stay. */
+static void daemons_down(void)
+{
+	for (unsigned i = 0; i < n_kids; i++)
+		if (kids[i] > 0) {
+			kill(kids[i], SIGTERM);
+			waitpid(kids[i], NULL, 0);
+		}
+	n_kids = 0;
+}
+
+int run_cluster(void)
+{
+	static const uint64_t dflt[] = { 64 << 10, 1 << 20, 16 << 20 };
+	bool given = !(n_sizes == 5 && arg_sizes[0] == 4096);
+	const uint64_t *sizes = given ? arg_sizes : dflt;
+	size_t ns = given ? n_sizes : 3;
+	char sa[256], sb[256];
+	static struct plot chart;
+	double p1, p2;
+
+	hosts_up();
+	p1 = iperf(1);
+	p2 = iperf(2);
+	printf("kvcache-bench cluster: hosts %s and %s over a veth pair; iperf3 A->B %.2f GB/s "
+	       "(1 stream), %.2f GB/s (2 streams)\n", ns_a, ns_b, p1, p2);
+	daemons_up(sa, sb, false);
 	printf("remote fetches into B's dram (acquire: a view of the replica), then gets (the same\n"
 	       "plus the copy to the client); each value is fetched once; daemons run --poll-us 0;\n"
 	       "tcp: the same values asked for and sent one at a time over a plain TCP connection\n");
@@ -785,6 +821,70 @@ int run_cluster(void)
 	local_while_remote(sa, sb);
 	loop_figures("A", sa);
 	loop_figures("B", sb);
+	teardown();
+	rmdir(tmpdir);
+	return 0;
+}
+
+/*
+ * kvcache-bench rdma: the same remote fetches (acquire, one client, each
+ * value once) and pushes between the two hosts, first over the TCP
+ * transport, then over the RDMA path with UCX on its tcp transport (no
+ * verbs device here: this measures the path's overhead, not RDMA), in one
+ * run; and what one transfer costs on each.
+ */
+int run_rdma(void)
+{
+	static const uint64_t dflt[] = { 64 << 10, 1 << 20, 16 << 20 };
+	bool given = !(n_sizes == 5 && arg_sizes[0] == 4096);
+	const uint64_t *sizes = given ? arg_sizes : dflt;
+	size_t ns = given ? n_sizes : 3;
+	double fetch[2][MAX_SIZES], push[2][MAX_SIZES];
+	uint64_t count[MAX_SIZES];
+	char sa[256], sb[256];
+
+	hosts_up();
+	for (int t = 0; t < 2; t++) {
+		struct kvc_client *b;
+
+		daemons_up(sa, sb, t == 1);
+		for (size_t i = 0; i < ns; i++) {
+			uint64_t n = (UINT64_C(256) << 20) / sizes[i];
+			char name[16], p[32];
+
+			n = n > 2048 ? 2048 : n < 8 ? 8 : n;
+			count[i] = n;
+			size_name(name, sizeof(name), sizes[i]);
+			snprintf(p, sizeof(p), "%s-%s", t ? "rdma" : "tcp", name);
+			fetch[t][i] = remote_gets(sa, sb, p, sizes[i], n, 1, true);
+			push[t][i] = push_rate(sa, sb, sizes[i], n > 512 ? 512 : n);
+			clear_nodes(sa, sb);
+		}
+		check(kvc_connect(sb, &b), "connect B");
+		if (t == 1 && counter(b, "rdma_gets") == 0)
+			die(0, "%s", "B fetched nothing by RDMA: is this kvcached built with UCX?");
+		if (t == 0 && counter(b, "rdma_gets") != 0)
+			die(0, "%s", "B used RDMA in the tcp run");
+		kvc_disconnect(b);
+		daemons_down();
+	}
+	printf("kvcache-bench rdma: hosts %s and %s over a veth pair; the RDMA path runs on UCX's\n"
+	       "tcp transport here (no verbs device), so this is its overhead, not RDMA's speed\n",
+	       ns_a, ns_b);
+	printf("%-6s %6s %11s %11s %6s %12s %12s %9s %11s %11s %6s\n", "size", "values", "fetch tcp",
+	       "fetch ucx", "ucx/tcp", "us/fetch tcp", "us/fetch ucx", "overhead", "push tcp",
+	       "push ucx", "ucx/tcp");
+	for (size_t i = 0; i < ns; i++) {
+		char name[16];
+		double us_tcp = (double) sizes[i] / fetch[0][i] / 1e3;
+		double us_ucx = (double) sizes[i] / fetch[1][i] / 1e3;
+
+		size_name(name, sizeof(name), sizes[i]);
+		printf("%-6s %6" PRIu64 " %6.2f GB/s %6.2f GB/s %6.2f %12.1f %12.1f %6.1f us "
+		       "%6.2f GB/s %6.2f GB/s %6.2f\n", name, count[i], fetch[0][i], fetch[1][i],
+		       fetch[1][i] / fetch[0][i], us_tcp, us_ucx, us_ucx - us_tcp, push[0][i],
+		       push[1][i], push[1][i] / push[0][i]);
+	}
 	teardown();
 	rmdir(tmpdir);
 	return 0;

@@ -40,6 +40,7 @@ static void usage(FILE *f)
 	fprintf(f, "Usage: kvcache-bench disk [--dir DIR] [--sizes 1M,16M] [--zstd]\n"
 		   "       kvcache-bench burst [--dir DIR]\n"
 		   "       kvcache-bench cluster [--sizes 64K,1M,16M]   (root, iperf3)\n"
+		   "       kvcache-bench rdma [--sizes 64K,1M,16M]   (root; RDMA path on UCX's tcp)\n"
 		   "       kvcache-bench recovery [--objects N] [--dir DIR]\n"
 		   "       kvcache-bench python [--duration S] [--json]   (the Python module)\n"
 		   "       kvcache-bench local --objects N [--fill-disk] [--dir DIR] [--duration S]\n"
@@ -76,7 +77,7 @@ int main(int argc, char **argv)
 	if (argc < 2 || (strcmp(argv[1], "local") != 0 && strcmp(argv[1], "churn") != 0 &&
 			 strcmp(argv[1], "disk") != 0 && strcmp(argv[1], "burst") != 0 &&
 			 strcmp(argv[1], "recovery") != 0 && strcmp(argv[1], "cluster") != 0 &&
-			 strcmp(argv[1], "python") != 0)) {
+			 strcmp(argv[1], "python") != 0 && strcmp(argv[1], "rdma") != 0)) {
 		usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
 		return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 	}
@@ -168,6 +169,8 @@ int main(int argc, char **argv)
 		return run_burst();
 	if (strcmp(argv[1], "cluster") == 0)
 		return run_cluster();
+	if (strcmp(argv[1], "rdma") == 0)
+		return run_rdma();
 	if (strcmp(argv[1], "python") == 0)
 		return run_python();
 	if (strcmp(argv[1], "recovery") == 0)

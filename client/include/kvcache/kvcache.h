@@ -279,6 +279,8 @@ struct kvc_status {
 	 * indexed are misses): recovered of recovery_total so far */
 	bool recovering;
 	uint64_t recovered, recovery_total;
+	/* --numa-node: memory and threads bound to this node; -1: not bound */
+	int numa_node;
 };
 
 int kvc_status_get(struct kvc_client *c, struct kvc_status **ret);

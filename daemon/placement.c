@@ -22,6 +22,7 @@
 
 #define LOG_TOPIC "main"
 
+#if KVC_HAVE_NUMA
 /* The NUMA node of an RDMA device ("mlx5_0:1"), or -1. */
 static int device_node(const char *dev)
 {
@@ -40,12 +41,11 @@ static int device_node(const char *dev)
 	fclose(f);
 	return node;
 }
+#endif
 
 int placement_setup(const struct config *cfg, struct store *st, char *err, size_t err_len)
 {
 	const char *want = cfg->numa_node;
-	char *end;
-	long node;
 
 	st->numa_bound = false;
 	if (!want[0])
@@ -54,6 +54,9 @@ int placement_setup(const struct config *cfg, struct store *st, char *err, size_
 	snprintf(err, err_len, "--numa-node %s: this kvcached was built without libnuma", want);
 	return -EINVAL;
 #else
+	char *end;
+	long node;
+
 	if (!strcmp(want, "auto")) {
 		char dev[64];
 

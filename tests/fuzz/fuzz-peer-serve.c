@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A node's serving side of a data connection fed whatever a peer may send:
- * Hello, Auth, Fetch and Push frames in any order, lengths that lie, keys
+ * Hello, Auth, Fetch and Push frames (over TCP, or asking for RDMA) and
+ * FetchDone in any order, lengths that lie, keys
  * that exist and keys that do not, raw bytes where a frame is expected.  An
  * in-process node (a 4 MiB dram tier holding a few small objects, no
  * master reachable) serves the input as one connection, its data threads
@@ -56,6 +57,9 @@ static void setup(void)
 	snprintf(cfg.listen, sizeof(cfg.listen), "127.0.0.1:0");
 	snprintf(cfg.node_id, sizeof(cfg.node_id), "fuzz");
 	log_configure("error");
+	/* with RDMA in this build, the node answers RDMA fetches and pushes
+	 * too (on UCX's tcp transport: no device here) */
+	setenv("KVCACHE_TEST_RDMA_OVER_TCP", "1", 1);
 	/* a loop that never runs: the node's sources register with it */
 	if (loop_new(0, &st.loop) < 0 || index_init(&st.index) < 0 || tier_setup(&st) < 0)
 		abort();

@@ -460,10 +460,12 @@ exists-across-nodes)
 	grep -q "6/6 prompts fully cached" "$dir/out" || fail "not every prompt was found"
 	grep -q "every byte of every block matched" "$dir/out" || fail "bytes"
 	;;
-two-hosts)
+two-hosts | rdma-two-hosts)
 	# the same across two network namespaces joined by a veth pair, each
-	# node on its own address (skipped where namespaces cannot be made)
+	# node on its own address (skipped where namespaces cannot be made);
+	# rdma-two-hosts: both nodes move data by RDMA (UCX on its tcp)
 	ns_a=kvct-a-$$ ns_b=kvct-b-$$
+	[ "$case_name" = rdma-two-hosts ] && node_env="KVCACHE_TEST_RDMA_OVER_TCP=1"
 	command -v ip >/dev/null && ip netns add "$ns_a" 2>/dev/null || {
 		echo "cannot make network namespaces here (root and iproute2 needed)"; exit 77; }
 	trap 'ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; cleanup' EXIT
@@ -481,9 +483,9 @@ two-hosts)
 	pids="$pids $!"
 	for n in A B; do
 		[ $n = A ] && { ns=$ns_a; ip=10.233.0.1; } || { ns=$ns_b; ip=10.233.0.2; }
-		ip netns exec "$ns" "$KVCACHED" --socket "$dir/$n.sock" --dram-size 64MB \
-			--hugepages off --master 10.233.0.1:50051 --listen "$ip:50052" --insecure \
-			--node-id "$n" 2>"$dir/$n.log" &
+		ip netns exec "$ns" env $node_env "$KVCACHED" --socket "$dir/$n.sock" \
+			--dram-size 64MB --hugepages off --master 10.233.0.1:50051 \
+			--listen "$ip:50052" --insecure --node-id "$n" 2>"$dir/$n.log" &
 		pids="$pids $!"
 		eval "pid_$n=\$!"
 	done
@@ -493,6 +495,17 @@ two-hosts)
 		--blocks 8 --block-size 256K >"$dir/out" 2>"$dir/err" || fail "workload across hosts"
 	grep -q "every byte of every block matched" "$dir/out" || fail "bytes"
 	ctl B stats | grep -Eq "^remote_hits +[1-9]" || fail "nothing crossed the link"
+	if [ "$case_name" = rdma-two-hosts ]; then
+		ctl B stats | grep -Eq "^rdma_gets +[1-9]" || { ctl B stats >&2; fail "no RDMA get"; }
+		[ "$(stat_of B rdma_get_bytes)" = "$(stat_of B remote_bytes_in)" ] ||
+			fail "bytes came over tcp"
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' cluster | grep -Eq '^B .* up +rdma/ucx-tcp '"
+		head -c 3000001 /dev/urandom >"$dir/vp"
+		ctl A put pushed "$dir/vp" --push-to B
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' --local-only exists pushed"
+		ctl B --local-only get pushed "$dir/vp.b" && cmp "$dir/vp" "$dir/vp.b" || fail "push"
+		[ "$(stat_of A rdma_puts)" = 1 ] || { ctl A stats >&2; fail "the push was not by RDMA"; }
+	fi
 	# a holder killed: B's gets of its keys end cleanly, B goes on
 	kill -9 "$pid_A"
 	set +e; timeout 20 "$KVCACHECTL" -s "$dir/B.sock" get "never-stored" - >/dev/null 2>&1

@@ -107,6 +107,9 @@ struct node {
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t master_drops; /* links to a master that went down */
 		uint64_t rdma_fallbacks; /* RDMA peers whose handshake or endpoint failed: tcp */
+		/* object bytes by transport: fetched or pushed here (in), served
+		 * or pushed from here (out) */
+		uint64_t tcp_bytes_in, tcp_bytes_out, rdma_bytes_in, rdma_bytes_out;
 	} c;
 	struct peer_stat peer_stats[MAX_PEER_STATS];
 	unsigned n_peer_stats;

@@ -530,6 +530,10 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "push_errors", n->c.push_errors);
 	emit(u, "pushes_received", n->c.pushes_received);
 	emit(u, "master_drops", n->c.master_drops);
+	emit(u, "tcp_bytes_in", n->c.tcp_bytes_in);
+	emit(u, "tcp_bytes_out", n->c.tcp_bytes_out);
+	emit(u, "rdma_bytes_in", n->c.rdma_bytes_in);
+	emit(u, "rdma_bytes_out", n->c.rdma_bytes_out);
 	if (n->rdma) {
 		struct rdma_stats rs;
 

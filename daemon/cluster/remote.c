@@ -130,6 +130,7 @@ struct rpush {
 	const uint8_t *bytes;
 	uint32_t segment;      /* where bytes is, for an RDMA write */
 	uint64_t offset;
+	bool via_rdma;         /* it was written by RDMA */
 	char key[PEER_MAX_KEY + 1];
 	size_t key_len;
 	char addr[PEER_MAX_ID + 1];
@@ -681,6 +682,7 @@ static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, u
 	csum_update(h, p->bytes, p->len);
 	sum = htole64(csum_digest(h) ^ (corrupt ? 1 : 0));
 	csum_free(h);
+	p->via_rdma = true;
 	return send_full(fd, &sum, sizeof(sum), deadline);
 }
 
@@ -895,6 +897,10 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 		object_publish(st, o);
 		n->c.remote_hits++;
 		n->c.remote_bytes_in += o->len;
+		if (rf->via_rdma)
+			n->c.rdma_bytes_in += o->len;
+		else
+			n->c.tcp_bytes_in += o->len;
 		fetch_done(st, o, 0);
 	} else {
 		if (res < 0) {
@@ -1757,6 +1763,10 @@ static bool xfer_poll(void *u)
 			if (j->res == 0) {
 				n->c.pushes++;
 				n->c.remote_bytes_out += p->len;
+				if (p->via_rdma)
+					n->c.rdma_bytes_out += p->len;
+				else
+					n->c.tcp_bytes_out += p->len;
 			} else if (j->res != -EEXIST) {
 				n->c.push_errors++;
 				log_warn("push of %s to %s failed: %s", p->key, p->addr,
@@ -1777,6 +1787,10 @@ static bool xfer_poll(void *u)
 				object_publish(n->st, o);
 				n->c.pushes_received++;
 				n->c.remote_bytes_in += o->len;
+				if (ps->want_rdma)
+					n->c.rdma_bytes_in += o->len;
+				else
+					n->c.tcp_bytes_in += o->len;
 			} else {
 				if (j->res == -EBADMSG) {
 					n->c.remote_corrupt++;
@@ -1806,6 +1820,10 @@ static bool xfer_poll(void *u)
 			}
 			n->c.served++;
 			n->c.remote_bytes_out += ps->len;
+			if (ps->want_rdma)
+				n->c.rdma_bytes_out += ps->len;
+			else
+				n->c.tcp_bytes_out += ps->len;
 			ps_process(ps);
 		}
 	}

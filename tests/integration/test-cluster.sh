@@ -220,6 +220,11 @@ rdma-mixed)
 	ctl C --local-only get vp2 "$dir/vp.c" && cmp "$dir/vp" "$dir/vp.c" || fail "vp2 on C"
 	[ "$(stat_of A rdma_puts)" = 1 ] || { ctl A stats >&2; fail "A->B push was not by RDMA"; }
 	[ "$(stat_of A rdma_put_bytes)" = 2000003 ] || fail "rdma put bytes"
+	# bytes by transport: B took va by RDMA and vc over tcp, and got vp by RDMA
+	[ "$(stat_of B rdma_bytes_in)" = $((5000001 + 2000003)) ] || { ctl B stats >&2; fail "B rdma in"; }
+	[ "$(stat_of B tcp_bytes_in)" = 300000 ] || fail "B tcp in"
+	[ "$(stat_of A rdma_bytes_out)" = $((5000001 + 2000003)) ] || { ctl A stats >&2; fail "A rdma out"; }
+	[ "$(stat_of A tcp_bytes_out)" = $((5000001 + 2000003)) ] || fail "A tcp out (va to C, vp2 to C)"
 	# damaged in flight: the checksum catches it, by RDMA too
 	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
 	node_env="KVCACHE_TEST_CORRUPT_PEER_SEND=1"

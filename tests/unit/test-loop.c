@@ -45,6 +45,17 @@ static bool push_later(void *u)
 	return false;
 }
 
+/* Run the loop until the timer fires (or the watchdog, 3 s on): it must
+ * have fired once more, at want_ms after t0 or later, well before then. */
+static void run_until_fired(struct loop *l, struct loop_source *dog, struct rec *r, int calls,
+			    uint64_t t0, uint64_t want_ms)
+{
+	loop_timer_arm(dog, t0 + 3000);
+	CHECK_EQ(loop_run(l), 0);
+	CHECK_EQ(r->calls, calls);
+	CHECK(r->at >= t0 + want_ms && r->at < t0 + 4000);
+}
+
 int main(void)
 {
 	struct loop *l;
@@ -62,19 +73,13 @@ int main(void)
 	t0 = loop_now_ms(l);
 	loop_timer_arm_by(t, t0 + 30);
 	loop_timer_arm_by(t, t0 + 5000);
-	loop_timer_arm(dog, t0 + 3000);
-	CHECK_EQ(loop_run(l), 0);
-	CHECK_EQ(r.calls, 1);
-	CHECK(r.at >= t0 + 30 && r.at < t0 + 4000);
+	run_until_fired(l, dog, &r, 1, t0, 30);
 
 	/* an earlier one does */
 	t0 = loop_now_ms(l);
 	loop_timer_arm(t, t0 + 5000);
 	loop_timer_arm_by(t, t0 + 20);
-	loop_timer_arm(dog, t0 + 3000);
-	CHECK_EQ(loop_run(l), 0);
-	CHECK_EQ(r.calls, 2);
-	CHECK(r.at >= t0 + 20 && r.at < t0 + 4000);
+	run_until_fired(l, dog, &r, 2, t0, 20);
 
 	/* while something keeps arming it later and later, it still fires
 	 * at the first time it was given */
@@ -83,11 +88,8 @@ int main(void)
 	CHECK_EQ(loop_add_idle(l, push_later, &p, &idle), 0);
 	t0 = loop_now_ms(l);
 	loop_timer_arm(t, t0 + 40);
-	loop_timer_arm(dog, t0 + 3000);
-	CHECK_EQ(loop_run(l), 0);
-	CHECK_EQ(r.calls, 3);
+	run_until_fired(l, dog, &r, 3, t0, 40);
 	CHECK(p.armed > 0);
-	CHECK(r.at >= t0 + 40 && r.at < t0 + 4000);
 
 	loop_free(l);
 	return 0;

@@ -70,6 +70,9 @@ static void setup(void)
 	put("k", 100);
 	put("key-2", 4000);
 	put("empty-ish", 1);
+	/* big enough that a second answer nobody reads fills the socket: the
+	 * loop's own send stops part-way and a data thread takes the rest */
+	put("big", 200000);
 }
 
 static void feed(void *ctx, int fd)

@@ -86,6 +86,11 @@ static uint64_t now_us(void)
 	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
 }
 
+uint64_t mono_ms(void)
+{
+	return now_us() / 1000;
+}
+
 /* This thread's CPU time: a system call, so read sparingly (tick()). */
 static uint64_t thread_cpu_us(void)
 {

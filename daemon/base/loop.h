@@ -60,6 +60,10 @@ void loop_source_free(struct loop_source *s);
 int loop_run(struct loop *l);
 void loop_quit(struct loop *l);
 
+/* Monotonic ms now, from any thread (data threads, background work):
+ * the clock loop_now_ms() reads. */
+uint64_t mono_ms(void);
+
 /* Monotonic ms, read at the start of the current turn and again after
  * every sleep: what requests are judged against. */
 uint64_t loop_now_ms(const struct loop *l);

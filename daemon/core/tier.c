@@ -260,14 +260,6 @@ struct prefault {
 	bool stop; /* atomic */
 };
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
-
 static void *prefault_main(void *arg)
 {
 	struct prefault *pf = arg;

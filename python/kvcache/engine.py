@@ -287,6 +287,11 @@ def _sync(layout: KVLayout) -> None:
         torch.cuda.current_stream(t.device).synchronize()
 
 
+def _layer_segments(layout: KVLayout, layer: int):
+    """(segment, offset in the block's object) for one layer's segments."""
+    return ((s, off) for s, off in zip(layout.segments, layout.offsets) if s.layer == layer)
+
+
 class LayerwiseSave:
     """Reserve every missing block's object now, copy one layer's bytes at a
     time (``save_layer``), commit at ``finish``."""
@@ -309,11 +314,8 @@ class LayerwiseSave:
             self.items.append((i, res, block_ids[i]))
 
     def save_layer(self, layer: int) -> None:
-        lay = self.store.layout
         for _, res, b in self.items:
-            for s, off in zip(lay.segments, lay.offsets):
-                if s.layer != layer:
-                    continue
+            for s, off in _layer_segments(self.store.layout, layer):
                 if self.store.transfer == "pointers":
                     res.write_from(off, s.base + b * s.stride, s.block_bytes)
                 else:
@@ -352,11 +354,8 @@ class LayerwiseLoad:
                 self.items.append((v, b))
 
     def load_layer(self, layer: int) -> None:
-        lay = self.store.layout
         for v, b in self.items:
-            for s, off in zip(lay.segments, lay.offsets):
-                if s.layer != layer:
-                    continue
+            for s, off in _layer_segments(self.store.layout, layer):
                 if self.store.transfer == "pointers":
                     v.read_into(off, s.base + b * s.stride, s.block_bytes)
                 else:

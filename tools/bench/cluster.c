@@ -33,16 +33,22 @@ static void sh(const char *fmt, ...)
 		die(0, "failed: %s", cmd);
 }
 
-static void teardown(void)
+/* Stop every process started here (daemons_up(), iperf3); the hosts stay. */
+static void daemons_down(void)
 {
-	char cmd[256];
-
 	for (unsigned i = 0; i < n_kids; i++)
 		if (kids[i] > 0) {
 			kill(kids[i], SIGTERM);
 			waitpid(kids[i], NULL, 0);
 		}
 	n_kids = 0;
+}
+
+static void teardown(void)
+{
+	char cmd[256];
+
+	daemons_down();
 	snprintf(cmd, sizeof(cmd), "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", ns_a,
 		 ns_b);
 	if (system(cmd) != 0) {
@@ -726,17 +732,6 @@ static void daemons_up(char *sa, char *sb, bool rdma)
 		wait_joined(sb, 2);
 	}
 	unsetenv("KVCACHE_TEST_RDMA_OVER_TCP");
-}
-
-/* Stop what daemons_up() started; the hosts stay. */
-static void daemons_down(void)
-{
-	for (unsigned i = 0; i < n_kids; i++)
-		if (kids[i] > 0) {
-			kill(kids[i], SIGTERM);
-			waitpid(kids[i], NULL, 0);
-		}
-	n_kids = 0;
 }
 
 int run_cluster(void)

@@ -573,6 +573,7 @@ static void *worker_main(void *arg)
 {
 	struct rdma *r = arg;
 
+	pthread_setname_np(pthread_self(), "kvc-rdma");
 	pthread_mutex_lock(&r->lock);
 	for (;;) {
 		struct pollfd fds[3] = { { .fd = r->efd, .events = POLLIN },

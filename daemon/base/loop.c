@@ -8,9 +8,12 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -56,9 +59,10 @@ struct loop {
 	struct loop_source *lists[L_COUNT];
 	uint64_t now_ms;
 	uint64_t longest_turn_us;
-	/* the loop thread's CPU time at cpu_mark_us (wall), re-read at most
-	 * every CPU_MARK_US while it works: see tick() */
-	uint64_t cpu_mark, cpu_mark_us;
+	/* how often the loop thread had been preempted at mark_us (wall),
+	 * re-read at most every MARK_US while it works: see tick() */
+	long preempted;
+	uint64_t mark_us;
 	uint64_t longest_busy_us;
 	uint32_t poll_us, window_us;
 	uint64_t rounds;
@@ -86,18 +90,31 @@ static uint64_t now_us(void)
 	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
 }
 
+void loop_helper_thread(const char *name, bool yield)
+{
+	struct sched_param sp = { 0 };
+	char full[16];
+
+	snprintf(full, sizeof(full), "kvc-%s", name);
+	pthread_setname_np(pthread_self(), full);
+	if (!yield)
+		return;
+	/* lowering one's own policy needs no privilege; failing is harmless */
+	pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+}
+
 uint64_t mono_ms(void)
 {
 	return now_us() / 1000;
 }
 
-/* This thread's CPU time: a system call, so read sparingly (tick()). */
-static uint64_t thread_cpu_us(void)
+/* How often the scheduler took the CPU from this thread: a system call,
+ * so read sparingly (tick()). */
+static long thread_preempted(void)
 {
-	struct timespec ts;
+	struct rusage ru;
 
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+	return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : -1;
 }
 
 static void list_add(struct loop *l, int which, struct loop_source *s)
@@ -401,23 +418,26 @@ uint64_t loop_longest_busy_us(const struct loop *l)
 	return l->longest_busy_us;
 }
 
-/* A turn longer than this has its CPU time read; the mark is re-read when
- * it is this old, so a turn's CPU time is known to within this much. */
-#define CPU_MARK_US 100
+/* A turn longer than this is checked for preemption; the mark is re-read
+ * when it is this old. */
+#define MARK_US 100
 
-static void cpu_mark(struct loop *l, uint64_t wall_us)
+static void mark(struct loop *l, uint64_t wall_us)
 {
-	l->cpu_mark = thread_cpu_us();
-	l->cpu_mark_us = wall_us;
+	l->preempted = thread_preempted();
+	l->mark_us = wall_us;
 }
 
 /*
  * The clock, and the longest stretch between two reads of it while the
  * loop works (a turn: polling, callbacks, maintenance).  On a loaded
- * machine most long turns are the thread being preempted, so a long
- * turn's own CPU time is measured too: the CPU clock read now, minus the
- * mark taken at most CPU_MARK_US before the turn began (an upper bound,
- * for one system call per CPU_MARK_US of work rather than two per turn).
+ * machine most long turns are the thread being preempted, so the longest
+ * turn in which it was not is kept apart: the loop's own work, blocking
+ * included.  (The thread's CPU clock cannot tell: on this kind of virtual
+ * machine it was seen to jump by 1-2 ms between two reads no time apart.)
+ * A turn counts when the preemption count read now equals the mark taken
+ * at most MARK_US before the turn began: one system call per MARK_US of
+ * work, not two per turn; a preemption just before the turn hides it.
  */
 static uint64_t tick(struct loop *l, uint64_t *prev)
 {
@@ -425,14 +445,14 @@ static uint64_t tick(struct loop *l, uint64_t *prev)
 
 	if (turn > l->longest_turn_us)
 		l->longest_turn_us = turn;
-	if (turn >= CPU_MARK_US) {
-		uint64_t mark = l->cpu_mark;
+	if (turn >= MARK_US) {
+		long before = l->preempted;
 
-		cpu_mark(l, t);
-		if (l->cpu_mark - mark > l->longest_busy_us)
-			l->longest_busy_us = l->cpu_mark - mark;
-	} else if (t - l->cpu_mark_us >= CPU_MARK_US)
-		cpu_mark(l, t);
+		mark(l, t);
+		if (before >= 0 && l->preempted == before && turn > l->longest_busy_us)
+			l->longest_busy_us = turn;
+	} else if (t - l->mark_us >= MARK_US)
+		mark(l, t);
 	*prev = t;
 	l->now_ms = t / 1000;
 	return t;
@@ -523,7 +543,7 @@ int loop_run(struct loop *l)
 	l->quit = false; /* a loop may run again after it quit */
 	l->window_us = base;
 	l->now_ms = last_work / 1000;
-	cpu_mark(l, last_work);
+	mark(l, last_work);
 	while (!l->quit) {
 		uint64_t now;
 		int n, timeout;
@@ -561,7 +581,7 @@ int loop_run(struct loop *l)
 		n = epoll_wait(l->epfd, evs, 64, timeout);
 		set_sleeping(l, false);
 		now = prev = now_us(); /* sleeping is not a turn */
-		cpu_mark(l, now);
+		mark(l, now);
 		/* whatever woke us is judged by the time now, not by the time
 		 * we went to sleep (leases expire meanwhile) */
 		l->now_ms = now / 1000;

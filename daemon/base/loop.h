@@ -60,6 +60,14 @@ void loop_source_free(struct loop_source *s);
 int loop_run(struct loop *l);
 void loop_quit(struct loop *l);
 
+/* Called first by each helper thread (disk worker, data threads,
+ * prefault...): names it for ps/top/perf ("kvc-" + name, at most 15
+ * characters in all).  With yield, it becomes SCHED_BATCH, so that waking
+ * it never preempts the loop: for bulk work nobody waits on closely (on a
+ * machine with few cores the loop's turns were seen stretched by
+ * milliseconds by helpers it had just woken). */
+void loop_helper_thread(const char *name, bool yield);
+
 /* Monotonic ms now, from any thread (data threads, background work):
  * the clock loop_now_ms() reads. */
 uint64_t mono_ms(void);
@@ -69,6 +77,6 @@ uint64_t mono_ms(void);
 uint64_t loop_now_ms(const struct loop *l);
 /* The longest turn so far (wall clock, preemption included). */
 uint64_t loop_longest_turn_us(const struct loop *l);
-/* The most CPU time one turn took (preemption excluded; an upper bound,
- * within 0.1 ms). */
+/* The longest turn in which the loop thread was not preempted (wall
+ * clock: its own work, and any blocking it did). */
 uint64_t loop_longest_busy_us(const struct loop *l);

@@ -30,6 +30,7 @@
 
 #include "log.h"
 #include "checksum.h"
+#include "handoff.h"
 #include "node-private.h"
 #include "tier.h"
 
@@ -70,8 +71,7 @@ struct xfer {
 		struct xjob *head, **tail;
 		pthread_cond_t cond;
 	} q[2];
-	struct xjob *done;
-	uint32_t n_done;
+	struct xjob *done;      /* lock-free (handoff.h): the loop never waits */
 	bool stop;
 	pthread_t th[2 * MAX_STREAMS];
 	unsigned n_th;
@@ -835,6 +835,7 @@ static void *data_main(void *arg)
 	struct xfer *x = n->xfer;
 	unsigned qi = ta->q;
 
+	loop_helper_thread(qi ? "serve" : "fetch", false);
 	pthread_mutex_lock(&x->lock);
 	for (;;) {
 		struct xjob *j;
@@ -857,13 +858,10 @@ static void *data_main(void *arg)
 			run_push(j->owner, j, n->timeout_ms, x->corrupt);
 		else
 			run_recv(j->owner, j, n->timeout_ms);
-		pthread_mutex_lock(&x->lock);
-		j->next = x->done;
-		x->done = j;
-		__atomic_store_n(&x->n_done, 1, __ATOMIC_RELEASE);
-		if (write(x->bell, &one, sizeof(one)) < 0) {
+		if (handoff_push(&x->done, j, next) && write(x->bell, &one, sizeof(one)) < 0) {
 			/* the counter is full: the loop is awake anyway */
 		}
+		pthread_mutex_lock(&x->lock);
 	}
 	pthread_mutex_unlock(&x->lock);
 	return NULL;
@@ -1823,16 +1821,12 @@ static bool xfer_poll(void *u)
 	struct xjob *list;
 	uint64_t v;
 
-	if (!__atomic_load_n(&x->n_done, __ATOMIC_ACQUIRE))
+	if (!__atomic_load_n(&x->done, __ATOMIC_RELAXED))
 		return false;
-	pthread_mutex_lock(&x->lock);
-	list = x->done;
-	x->done = NULL;
-	__atomic_store_n(&x->n_done, 0, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&x->lock);
 	if (read(x->bell, &v, sizeof(v)) < 0) {
 		/* nothing rang: fine */
 	}
+	list = handoff_take(&x->done);
 	while (list) {
 		struct xjob *j = list;
 

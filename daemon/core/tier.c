@@ -265,6 +265,8 @@ static void *prefault_main(void *arg)
 	struct prefault *pf = arg;
 	struct store *st = pf->st;
 
+	loop_helper_thread("prefault", true);
+
 	for (unsigned i = 0; i < st->n_tiers; i++) {
 		struct tier *t = &st->tiers[i];
 		uint8_t *base = t->seg.base;

@@ -35,6 +35,8 @@
 
 #include "disk.h"
 #include "disk-record.h"
+#include "handoff.h"
+#include "loop.h"
 #include "log.h"
 
 #define LOG_TOPIC "disk"
@@ -106,10 +108,9 @@ struct disk {
 	 * never spends milliseconds on a large value */
 	pthread_t worker;
 	bool worker_running, stop;
-	pthread_mutex_t q_lock;
-	pthread_cond_t q_cond;
-	struct disk_io *jobs, **jobs_tail, *done;
-	uint32_t n_done;               /* atomic: loop checks it for free */
+	/* lock-free stacks (handoff.h): the loop never waits for the worker */
+	struct disk_io *jobs, *done;
+	struct handoff_bell wake;      /* the worker sleeps on it */
 	char dir[4096];
 	struct io_uring ring;
 	int efd;
@@ -126,13 +127,14 @@ struct disk {
 	uint64_t backoff_until;
 	bool flushing;
 	int last_err;                  /* errno of the latest failed write */
-	/* recovery (see recover()): the thread's list, under q_lock */
+	/* recovery (see recover()): the thread's stack, and the loop's part
+	 * of it not indexed yet, in order */
 	pthread_t rec_thread;
 	bool rec_running, rec_stop, rec_thread_done, recovering;
 	struct found *rec_found;
 	size_t rec_n;
 	uint64_t rec_posted, rec_taken, rec_skipped;
-	struct rec_item *rec_ready, **rec_tail;
+	struct rec_item *rec_ready, *rec_mine, **rec_mine_tail;
 	struct disk_io *space_wait;    /* reads waiting for dram (qnext) */
 	uint64_t space_seen, space_check_ms;
 	struct disk_counters c;
@@ -264,6 +266,8 @@ static void *recover_main(void *arg)
 	unsigned pause_ms = pause_env ? (unsigned) atoi(pause_env) : 0;
 	uint64_t one = 1;
 
+	loop_helper_thread("recover", true);
+
 	for (size_t i = 0; buf && i < k->rec_n && !__atomic_load_n(&k->rec_stop, __ATOMIC_ACQUIRE);
 	     i++) {
 		struct disk_record_hdr h;
@@ -298,10 +302,7 @@ static void *recover_main(void *arg)
 		it->h = h;
 		memcpy(it->key, buf + sizeof(h), h.key_len);
 		it->key[h.key_len] = '\0';
-		pthread_mutex_lock(&k->q_lock);
-		*k->rec_tail = it;
-		k->rec_tail = &it->next;
-		pthread_mutex_unlock(&k->q_lock);
+		handoff_push(&k->rec_ready, it, next);
 		if (__atomic_add_fetch(&k->rec_posted, 1, __ATOMIC_RELEASE) % 256 == 0 &&
 		    write(k->efd, &one, sizeof(one)) < 0)
 			break;
@@ -358,38 +359,37 @@ static void recover_one(struct store *st, struct rec_item *it)
 static bool recover_poll(struct store *st)
 {
 	struct disk *k = st->disk;
-	struct rec_item *list, *rest;
+	struct rec_item *list, *fifo = NULL;
 	unsigned n = 0;
 
 	if (!k->recovering || (__atomic_load_n(&k->rec_posted, __ATOMIC_ACQUIRE) == k->rec_taken &&
 			       !__atomic_load_n(&k->rec_thread_done, __ATOMIC_ACQUIRE)))
 		return false;
-	pthread_mutex_lock(&k->q_lock);
-	list = k->rec_ready;
-	k->rec_ready = NULL;
-	k->rec_tail = &k->rec_ready;
-	pthread_mutex_unlock(&k->q_lock);
-	while (list && n < RECOVER_BATCH) {
+	/* what was posted since, in posting order, behind what is left */
+	list = handoff_take(&k->rec_ready);
+	while (list) {
 		struct rec_item *it = list;
 
 		list = it->next;
+		it->next = fifo;
+		fifo = it;
+	}
+	*k->rec_mine_tail = fifo;
+	while (*k->rec_mine_tail)
+		k->rec_mine_tail = &(*k->rec_mine_tail)->next;
+	while (k->rec_mine && n < RECOVER_BATCH) {
+		struct rec_item *it = k->rec_mine;
+
+		k->rec_mine = it->next;
 		recover_one(st, it);
 		free(it);
 		n++;
 	}
+	if (!k->rec_mine)
+		k->rec_mine_tail = &k->rec_mine;
 	k->rec_taken += n;
-	if (list) {
-		/* the rest goes back in front of what came meanwhile */
-		for (rest = list; rest->next; rest = rest->next)
-			;
-		pthread_mutex_lock(&k->q_lock);
-		rest->next = k->rec_ready;
-		if (!k->rec_ready)
-			k->rec_tail = &rest->next;
-		k->rec_ready = list;
-		pthread_mutex_unlock(&k->q_lock);
+	if (k->rec_mine)
 		return true;
-	}
 	if (__atomic_load_n(&k->rec_thread_done, __ATOMIC_ACQUIRE) &&
 	    k->rec_taken == __atomic_load_n(&k->rec_posted, __ATOMIC_ACQUIRE)) {
 		pthread_join(k->rec_thread, NULL);
@@ -455,7 +455,6 @@ static int recover(struct store *st)
 	qsort(f, n, sizeof(*f), cmp_found);
 	k->rec_found = f;
 	k->rec_n = n;
-	k->rec_tail = &k->rec_ready;
 	k->recovering = true;
 	r = -pthread_create(&k->rec_thread, NULL, recover_main, st);
 	if (r < 0) {
@@ -559,9 +558,7 @@ int disk_setup(struct store *st)
 		r = loop_add_timer(st->loop, space_deadline, st, &k->space_timer);
 	if (r < 0)
 		return r;
-	pthread_mutex_init(&k->q_lock, NULL);
-	pthread_cond_init(&k->q_cond, NULL);
-	k->jobs_tail = &k->jobs;
+	k->rec_mine_tail = &k->rec_mine;
 	r = recover(st);
 	if (r < 0)
 		return r;
@@ -645,25 +642,23 @@ void disk_teardown(struct store *st)
 	if (k->rec_running) {
 		__atomic_store_n(&k->rec_stop, true, __ATOMIC_RELEASE);
 		pthread_join(k->rec_thread, NULL);
-		while (k->rec_ready) {
-			struct rec_item *it = k->rec_ready;
+		for (int i = 0; i < 2; i++) {
+			struct rec_item *it = i ? k->rec_mine : k->rec_ready, *next;
 
-			k->rec_ready = it->next;
-			free(it);
+			for (; it; it = next) {
+				next = it->next;
+				free(it);
+			}
 		}
 		free(k->rec_found);
 	}
 	if (k->worker_running) {
-		pthread_mutex_lock(&k->q_lock);
-		k->stop = true;
-		pthread_cond_signal(&k->q_cond);
-		pthread_mutex_unlock(&k->q_lock);
+		__atomic_store_n(&k->stop, true, __ATOMIC_RELEASE);
+		handoff_bell_ring(&k->wake);
 		pthread_join(k->worker, NULL);
-		/* records it built or never started: their objects are freed
-		 * with everything else at shutdown */
+		/* records it built (it finishes what it was given): their
+		 * objects are freed with everything else at shutdown */
 		for (struct disk_io *io = k->done; io; io = io->qnext)
-			k->inflight--;
-		for (struct disk_io *io = k->jobs; io; io = io->qnext)
 			k->inflight--;
 	}
 	/* wait for what is in flight: its buffers are ours */
@@ -789,38 +784,43 @@ static void *worker_main(void *arg)
 	struct store *st = arg;
 	struct disk *k = st->disk;
 
-	pthread_mutex_lock(&k->q_lock);
+	loop_helper_thread("disk", true);
 	for (;;) {
-		struct disk_io *io;
+		uint32_t seq = handoff_bell_seq(&k->wake);
+		struct disk_io *list = handoff_take(&k->jobs), *fifo = NULL;
 		uint64_t one = 1;
 
-		while (!k->jobs && !k->stop)
-			pthread_cond_wait(&k->q_cond, &k->q_lock);
-		if (k->stop)
-			break;
-		io = k->jobs;
-		k->jobs = io->qnext;
-		if (!k->jobs)
-			k->jobs_tail = &k->jobs;
-		pthread_mutex_unlock(&k->q_lock);
-
-		if (io->kind == IO_WRITE) {
-			build_record(k, io);
-			/* creating a file can take a while in a big directory:
-			 * here, never on the loop thread */
-			io->fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
-		} else
-			decode_record(k, io);
-
-		pthread_mutex_lock(&k->q_lock);
-		io->qnext = k->done;
-		k->done = io;
-		__atomic_add_fetch(&k->n_done, 1, __ATOMIC_RELEASE);
-		/* wake the loop if it sleeps: the ring's eventfd is in its set */
-		if (write(k->efd, &one, sizeof(one)) < 0)
+		if (!list) {
+			if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE))
+				break;
+			handoff_bell_wait(&k->wake, seq, 0);
 			continue;
+		}
+		while (list) {
+			struct disk_io *io = list;
+
+			list = io->qnext;
+			io->qnext = fifo;
+			fifo = io;
+		}
+		while (fifo) {
+			struct disk_io *io = fifo;
+
+			fifo = io->qnext;
+			if (io->kind == IO_WRITE) {
+				build_record(k, io);
+				/* creating a file can take a while in a big
+				 * directory: here, never on the loop thread */
+				io->fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
+			} else
+				decode_record(k, io);
+			/* wake the loop if it sleeps: the ring's eventfd is
+			 * in its set */
+			if (handoff_push(&k->done, io, qnext) && write(k->efd, &one, sizeof(one)) < 0) {
+				/* the counter is full: the loop is awake anyway */
+			}
+		}
 	}
-	pthread_mutex_unlock(&k->q_lock);
 	return NULL;
 }
 
@@ -868,12 +868,8 @@ static int disk_spill(struct store *st, struct object *o)
 
 static void queue_job(struct disk *k, struct disk_io *io)
 {
-	pthread_mutex_lock(&k->q_lock);
-	io->qnext = NULL;
-	*k->jobs_tail = io;
-	k->jobs_tail = &io->qnext;
-	pthread_cond_signal(&k->q_cond);
-	pthread_mutex_unlock(&k->q_lock);
+	if (handoff_push(&k->jobs, io, qnext))
+		handoff_bell_ring(&k->wake);
 }
 
 /* Loop: records the worker finished go to the device. */
@@ -883,13 +879,9 @@ static bool prepared(struct store *st)
 	struct disk_io *list;
 	bool any = false;
 
-	if (!__atomic_load_n(&k->n_done, __ATOMIC_ACQUIRE))
+	if (!__atomic_load_n(&k->done, __ATOMIC_RELAXED))
 		return false;
-	pthread_mutex_lock(&k->q_lock);
-	list = k->done;
-	k->done = NULL;
-	__atomic_store_n(&k->n_done, 0, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&k->q_lock);
+	list = handoff_take(&k->done);
 
 	while (list) {
 		struct disk_io *io = list;

@@ -142,7 +142,7 @@ int run_objects(void)
 		check(kvc_flush(c, -1), "flush"); /* steady state: everything has a record */
 	usleep(200000);
 	prober_stop(&pr);
-	printf("  stored %" PRIu64 " objects at %.0f puts/s; longest loop turn %.2f ms of CPU "
+	printf("  stored %" PRIu64 " objects at %.0f puts/s; longest loop turn %.2f ms unpreempted "
 	       "(%.2f ms wall clock, preemption included); a second client's exists meanwhile: "
 	       "longest %.2f ms, %" PRIu64 " of %" PRIu64 " over 1 ms\n", n, rate,
 	       (double) counter(c, "loop_longest_busy_us") / 1e3,

@@ -734,6 +734,51 @@ static void daemons_up(char *sa, char *sb, bool rdma)
 	unsetenv("KVCACHE_TEST_RDMA_OVER_TCP");
 }
 
+/* One figure over the rounds of a run. */
+struct fig {
+	double v[MAX_ROUNDS];
+	unsigned n;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *) a, y = *(const double *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double fig_med(const struct fig *f)
+{
+	double v[MAX_ROUNDS];
+
+	memcpy(v, f->v, f->n * sizeof(v[0]));
+	qsort(v, f->n, sizeof(v[0]), cmp_double);
+	return f->n % 2 ? v[f->n / 2] : (v[f->n / 2 - 1] + v[f->n / 2]) / 2;
+}
+
+static double fig_min(const struct fig *f)
+{
+	double m = f->v[0];
+
+	for (unsigned i = 1; i < f->n; i++)
+		m = f->v[i] < m ? f->v[i] : m;
+	return m;
+}
+
+static double fig_max(const struct fig *f)
+{
+	double m = f->v[0];
+
+	for (unsigned i = 1; i < f->n; i++)
+		m = f->v[i] > m ? f->v[i] : m;
+	return m;
+}
+
+static void fig_range(const char *what, const struct fig *f)
+{
+	printf(" %s %.2f-%.2f", what, fig_min(f), fig_max(f));
+}
+
 int run_cluster(void)
 {
 	static const uint64_t dflt[] = { 64 << 10, 1 << 20, 16 << 20 };
@@ -742,76 +787,122 @@ int run_cluster(void)
 	size_t ns = given ? n_sizes : 3;
 	char sa[256], sb[256];
 	static struct plot chart;
-	double p1, p2;
+	static struct fig tcp[MAX_SIZES], g1[MAX_SIZES], g2[MAX_SIZES], g3[MAX_SIZES],
+		g4[MAX_SIZES], push[MAX_SIZES];
+	double p1, p2, p1b, p2b;
 
 	hosts_up();
 	p1 = iperf(1);
 	p2 = iperf(2);
-	printf("kvcache-bench cluster: hosts %s and %s over a veth pair; iperf3 A->B %.2f GB/s "
-	       "(1 stream), %.2f GB/s (2 streams)\n", ns_a, ns_b, p1, p2);
 	daemons_up(sa, sb, false);
+	/* rounds outside, sizes inside: a slow spell of the machine spreads
+	 * over every size instead of sinking one */
+	for (unsigned r = 0; r < arg_rounds; r++)
+		for (size_t i = 0; i < ns; i++) {
+			uint64_t size = sizes[i], n = (UINT64_C(384) << 20) / size;
+			char name[16], p[48];
+
+			if (n > 4096)
+				n = 4096;
+			if (n < 8)
+				n = 8;
+			size_name(name, sizeof(name), size);
+			tcp[i].v[tcp[i].n++] = plain_tcp(size, n);
+			snprintf(p, sizeof(p), "one-%s-%u", name, r);
+			g1[i].v[g1[i].n++] = remote_gets(sa, sb, p, size, n, 1, true);
+			snprintf(p, sizeof(p), "two-%s-%u", name, r);
+			g2[i].v[g2[i].n++] = remote_gets(sa, sb, p, size, n, 2, true);
+			snprintf(p, sizeof(p), "get-%s-%u", name, r);
+			g3[i].v[g3[i].n++] = remote_gets(sa, sb, p, size, n, 1, false);
+			snprintf(p, sizeof(p), "bat-%s-%u", name, r);
+			put_values(sa, p, size, n);
+			g4[i].v[g4[i].n++] =
+				remote_batches(sb, p, size, n, size >= (8 << 20) ? 4 : 16);
+			clear_nodes(sa, sb); /* room for the next on both nodes */
+		}
+	p1b = iperf(1);
+	p2b = iperf(2);
+	printf("kvcache-bench cluster: hosts %s and %s over a veth pair; iperf3 A->B %.2f / %.2f GB/s "
+	       "(1 stream, before / after), %.2f / %.2f GB/s (2 streams); ratios are to the "
+	       "higher\n", ns_a, ns_b, p1, p1b, p2, p2b);
+	p1 = p1b > p1 ? p1b : p1;
+	p2 = p2b > p2 ? p2b : p2;
 	printf("remote fetches into B's dram (acquire: a view of the replica), then gets (the same\n"
 	       "plus the copy to the client); each value is fetched once; daemons run --poll-us 0;\n"
-	       "tcp: the same values asked for and sent one at a time over a plain TCP connection\n");
+	       "tcp: the same values asked for and sent one at a time over a plain TCP connection;\n"
+	       "medians of %u rounds (ranges below)\n", arg_rounds);
 	printf("%-6s %6s %10s %10s %7s %5s %10s %5s %10s %7s %5s %10s %7s\n", "size", "values",
 	       "tcp", "acquire", "/iperf3", "/tcp", "2 clients", "/-P2", "get", "/iperf3", "/tcp",
 	       "batch", "/iperf3");
 	for (size_t i = 0; i < ns; i++) {
 		uint64_t size = sizes[i], n = (UINT64_C(384) << 20) / size;
-		char name[16], p[32];
-		double g1, g2, g3, g4, tcp;
+		double t = fig_med(&tcp[i]), a = fig_med(&g1[i]), b = fig_med(&g2[i]),
+		       c = fig_med(&g3[i]), d = fig_med(&g4[i]);
+		char name[16];
 
 		if (n > 4096)
 			n = 4096;
 		if (n < 8)
 			n = 8;
 		size_name(name, sizeof(name), size);
-		tcp = plain_tcp(size, n);
-		snprintf(p, sizeof(p), "one-%s", name);
-		g1 = remote_gets(sa, sb, p, size, n, 1, true);
-		snprintf(p, sizeof(p), "two-%s", name);
-		g2 = remote_gets(sa, sb, p, size, n, 2, true);
-		snprintf(p, sizeof(p), "get-%s", name);
-		g3 = remote_gets(sa, sb, p, size, n, 1, false);
-		snprintf(p, sizeof(p), "bat-%s", name);
-		put_values(sa, p, size, n);
-		g4 = remote_batches(sb, p, size, n, size >= (8 << 20) ? 4 : 16);
 		printf("%-6s %6" PRIu64 " %5.2f GB/s %5.2f GB/s %6.0f%% %4.0f%% %5.2f GB/s %4.0f%% "
-		       "%5.2f GB/s %6.0f%% %4.0f%% %5.2f GB/s %6.0f%%\n", name, n, tcp, g1,
-		       100 * g1 / p1, 100 * g1 / tcp, g2, 100 * g2 / p2, g3, 100 * g3 / p1,
-		       100 * g3 / tcp, g4, 100 * g4 / p1);
+		       "%5.2f GB/s %6.0f%% %4.0f%% %5.2f GB/s %6.0f%%\n", name, n, t, a,
+		       100 * a / p1, 100 * a / t, b, 100 * b / p2, c, 100 * c / p1, 100 * c / t, d,
+		       100 * d / p1);
 		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 1 client", false,
-			 (double) size, g1);
+			 (double) size, a);
 		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 2 clients", false,
-			 (double) size, g2);
+			 (double) size, b);
 		plot_add(&chart, "remote fetch", "GB/s", false, "get, 1 client", false, (double) size,
-			 g3);
+			 c);
 		plot_add(&chart, "remote fetch", "GB/s", false, "batch_get_into, 1 client", false,
-			 (double) size, g4);
+			 (double) size, d);
 		plot_add(&chart, "remote fetch", "GB/s", false, "plain TCP, one at a time (this run)",
-			 true, (double) size, tcp);
+			 true, (double) size, t);
 		plot_add(&chart, "remote fetch", "GB/s", false, "iperf3 (this run)", true,
 			 (double) size, p1);
 		plot_add(&chart, "remote fetch", "GB/s", false, "iperf3 -P2 (this run)", true,
 			 (double) size, p2);
-		clear_nodes(sa, sb); /* room for the next size on both nodes */
+	}
+	for (size_t i = 0; i < ns; i++) {
+		char name[16];
+
+		size_name(name, sizeof(name), sizes[i]);
+		printf("%-6s GB/s:", name);
+		fig_range("tcp", &tcp[i]);
+		fig_range("acquire", &g1[i]);
+		fig_range("2 clients", &g2[i]);
+		fig_range("get", &g3[i]);
+		fig_range("batch", &g4[i]);
+		printf("\n");
 	}
 	plot_finish(&chart, "kvcache-bench cluster");
 	remote_lookups(sa, sb);
-	printf("pushes A->B (puts on A with push_to B, until B holds them all):\n");
+	printf("pushes A->B (puts on A with push_to B, until B holds them all), medians of %u "
+	       "rounds:\n", arg_rounds);
+	for (unsigned r = 0; r < arg_rounds; r++)
+		for (size_t i = 0; i < ns; i++) {
+			uint64_t n = (UINT64_C(256) << 20) / sizes[i];
+
+			if (n > 2048)
+				n = 2048;
+			if (n < 8)
+				n = 8;
+			push[i].v[push[i].n++] = push_rate(sa, sb, sizes[i], n);
+			clear_nodes(sa, sb);
+		}
 	for (size_t i = 0; i < ns; i++) {
 		uint64_t n = (UINT64_C(256) << 20) / sizes[i];
+		double g = fig_med(&push[i]);
 		char name[16];
-		double g;
 
 		if (n > 2048)
 			n = 2048;
 		if (n < 8)
 			n = 8;
 		size_name(name, sizeof(name), sizes[i]);
-		g = push_rate(sa, sb, sizes[i], n);
-		printf("%-6s %7" PRIu64 " %6.2f GB/s %6.0f%% of iperf3\n", name, n, g, 100 * g / p1);
-		clear_nodes(sa, sb);
+		printf("%-6s %7" PRIu64 " %6.2f GB/s %6.0f%% of iperf3 (%.2f-%.2f)\n", name, n, g,
+		       100 * g / p1, fig_min(&push[i]), fig_max(&push[i]));
 	}
 	local_while_remote(sa, sb);
 	loop_figures("A", sa);

@@ -23,6 +23,7 @@ const char *arg_dir, *arg_socket, *arg_kvcached, *arg_plot;
 const char *arg_ops = "exists,get,put,acquire,prefix64,batch64";
 uint64_t arg_sizes[MAX_SIZES] = { 4096, 65536, 1 << 20, 4 << 20, 16 << 20 };
 uint64_t arg_objects, arg_pinned;
+unsigned arg_rounds = 5;
 size_t n_sizes = 5;
 
 bool want_op(const char *op)
@@ -39,7 +40,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: kvcache-bench disk [--dir DIR] [--sizes 1M,16M] [--zstd]\n"
 		   "       kvcache-bench burst [--dir DIR]\n"
-		   "       kvcache-bench cluster [--sizes 64K,1M,16M]   (root, iperf3)\n"
+		   "       kvcache-bench cluster [--sizes 64K,1M,16M] [--rounds N]   (root, iperf3)\n"
 		   "       kvcache-bench rdma [--sizes 64K,1M,16M]   (root; RDMA path on UCX's tcp)\n"
 		   "       kvcache-bench recovery [--objects N] [--dir DIR]\n"
 		   "       kvcache-bench python [--duration S] [--json]   (the Python module)\n"
@@ -69,6 +70,7 @@ int main(int argc, char **argv)
 		{ "fill-disk", no_argument, NULL, 'F' },
 		{ "leased", no_argument, NULL, 'L' },
 		{ "plot", required_argument, NULL, 'G' },
+		{ "rounds", required_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -151,6 +153,18 @@ int main(int argc, char **argv)
 		case 'G':
 			arg_plot = optarg;
 			break;
+		case 'R': {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+
+			if (*end || !*optarg || v == 0 || v > MAX_ROUNDS) {
+				fprintf(stderr, "kvcache-bench: bad --rounds '%s' (1 .. %d)\n", optarg,
+					MAX_ROUNDS);
+				return 2;
+			}
+			arg_rounds = (unsigned) v;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -623,7 +623,7 @@ batch-across-nodes)
 	start_node B --dram-size 32MB
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" >"$dir/out" 2>"$dir/err" ||
 		fail "batch calls across nodes"
-	ctl B stats | grep -Eq "^remote_hits +12$" || { ctl B stats >&2; fail "remote_hits"; }
+	ctl B stats | grep -Eq "^remote_hits +16$" || { ctl B stats >&2; fail "remote_hits"; }
 	;;
 refused-configs)
 	start_master 0

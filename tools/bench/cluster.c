@@ -660,7 +660,7 @@ static void loop_figures(const char *name, const char *sock)
 	struct kvc_client *c;
 
 	check(kvc_connect(sock, &c), "connect");
-	printf("node %s: longest loop turn %.2f ms (%.2f ms of it unpreempted), %" PRIu64
+	printf("node %s: longest loop turn %.2f ms (longest unpreempted %.2f ms), %" PRIu64
 	       " lost master link(s)\n", name,
 	       (double) counter(c, "loop_longest_turn_us") / 1e3,
 	       (double) counter(c, "loop_longest_busy_us") / 1e3,

@@ -67,15 +67,26 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 	return 0;
 }
 
-void buffer_free(struct session *s, struct buffer *b)
+void buffer_unmap(struct buffer *b)
 {
-	s->buffer_bytes -= b->size;
-	s->sv->registered_bytes -= b->seg.size;
 	shm_segment_done(&b->seg);
 	free(b);
 }
 
-void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len)
+/* Given back (by the client, or as it goes): a copy still using it keeps
+ * it mapped until the copy ends. */
+void buffer_free(struct session *s, struct buffer *b)
+{
+	s->buffer_bytes -= b->size;
+	s->sv->registered_bytes -= b->seg.size;
+	if (b->copies)
+		b->released = true;
+	else
+		buffer_unmap(b);
+}
+
+void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len,
+		  struct buffer **ret_b)
 {
 	struct buffer *b;
 	struct slot *sl;
@@ -87,5 +98,7 @@ void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len)
 	b = sl->buf;
 	if (off > b->size || len > b->size - off)
 		return NULL;
+	if (ret_b)
+		*ret_b = b;
 	return (uint8_t *) b->seg.base + off;
 }

@@ -374,7 +374,7 @@ static int copy_iovs(struct channel *ch, const struct shm_iov *iovs, uint32_t n,
 
 	for (uint32_t i = 0; i < n && done < obj_len; i++) {
 		uint64_t k = iovs[i].len < obj_len - done ? iovs[i].len : obj_len - done;
-		uint8_t *p = buffer_span(ch->s, iovs[i].buffer, iovs[i].off, k);
+		uint8_t *p = buffer_span(ch->s, iovs[i].buffer, iovs[i].off, k, NULL);
 
 		if (!p)
 			return -EFAULT;
@@ -395,11 +395,66 @@ static void *extent_ptr(struct server *sv, const struct extent *x)
 	return (uint8_t *) sv->st->tiers[x->segment].seg.base + x->offset;
 }
 
+/*
+ * A copy of obj_len bytes for the copier: the pieces of the iov list that
+ * cover them, each checked and its buffer counted; -EFAULT as copy_iovs(),
+ * or -ENOMEM.  The caller fills in the handle and submits it.
+ */
+static int copy_job_new(struct channel *ch, const struct shm_sqe *e, const struct shm_iov *iovs,
+			uint8_t *obj, uint64_t obj_len, bool put, struct copy_job **ret)
+{
+	struct copy_job *j = calloc(1, sizeof(*j) + e->count * sizeof(j->pieces[0]));
+	uint64_t done = 0;
+
+	if (!j)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < e->count && done < obj_len; i++) {
+		uint64_t k = iovs[i].len < obj_len - done ? iovs[i].len : obj_len - done;
+		struct buffer *b = NULL;
+		uint8_t *p = buffer_span(ch->s, iovs[i].buffer, iovs[i].off, k, &b);
+
+		if (!p)
+			break;
+		j->pieces[j->n++] = (struct copy_piece) { p, k, b };
+		done += k;
+	}
+	if (done != obj_len) {
+		free(j);
+		return -EFAULT;
+	}
+	for (uint32_t i = 0; i < j->n; i++)
+		j->pieces[i].b->copies++;
+	j->s = ch->s;
+	j->ch = ch;
+	j->e = *e;
+	j->put = put;
+	j->obj = obj;
+	j->len = obj_len;
+	*ret = j;
+	return 0;
+}
+
+/* Whether a copy of len bytes goes to the copier (session.h); if not, the
+ * loop counts it. */
+static bool offload(struct server *sv, uint64_t len)
+{
+	if (len >= COPY_OFFLOAD || (len >= COPY_MIN && sv->copied_inline >= COPY_TURN_BUDGET))
+		return true;
+	sv->copied_inline += len;
+	return false;
+}
+
+/* run()'s result for a request the copier answers (no errno). */
+#define COPYING ((int64_t) -0x10000)
+
 static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const char *key,
 			    struct fetch **ret_fetch, char *msg)
 {
 	struct session *s = ch->s;
-	struct extent x;
+	struct server *sv = s->sv;
+	struct copy_job *j = NULL;
+	struct extent x, y;
+	struct fetch *f = NULL;
 	uint64_t cap;
 	int64_t r;
 
@@ -409,10 +464,26 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 	r = store_acquire(&s->h, key, e->key_len, e->flags & SHM_SQE_LOCAL_ONLY, &x, ret_fetch, msg);
 	if (r < 0)
 		return r;
-	if (x.len > cap)
-		r = -ENOBUFS;
-	else
-		r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->sv, &x), x.len, false);
+	if (x.len > cap) {
+		store_release(&s->h, x.handle, msg);
+		return -ENOBUFS;
+	}
+	/* large: the copier's, under a view of its own that no client handle
+	 * names (the object is here now: the second acquire is a hit) */
+	if (offload(sv, x.len) &&
+	    copy_job_new(ch, e, iov_scratch, extent_ptr(sv, &x), x.len, false, &j) == 0) {
+		if (store_acquire(&sv->copy_h, key, e->key_len, true, &y, &f, msg) == 0 &&
+		    y.segment == x.segment && y.offset == x.offset && y.len == x.len) {
+			store_release(&s->h, x.handle, msg);
+			j->handle = y.handle;
+			copier_submit(sv, j);
+			return COPYING;
+		}
+		for (uint32_t i = 0; i < j->n; i++)
+			j->pieces[i].b->copies--;
+		free(j);
+	}
+	r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(sv, &x), x.len, false);
 	store_release(&s->h, x.handle, msg);
 	return r < 0 ? r : (int64_t) x.len;
 }
@@ -438,6 +509,26 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 		return r;
 	if (a.len == 0)
 		return -EINVAL;
+	if (offload(s->sv, a.len)) {
+		/* large: the copier's, the reservation held where no client
+		 * handle can abort or commit it meanwhile */
+		struct copy_job *j;
+
+		r = copy_job_new(ch, e, iov_scratch, NULL, a.len, true, &j);
+		if (r < 0)
+			return r;
+		r = store_reserve(&s->sv->copy_h, &a, &x, msg);
+		if (r < 0) {
+			for (uint32_t i = 0; i < j->n; i++)
+				j->pieces[i].b->copies--;
+			free(j);
+			return r;
+		}
+		j->obj = extent_ptr(s->sv, &x);
+		j->handle = x.handle;
+		copier_submit(s->sv, j);
+		return COPYING;
+	}
 	r = store_reserve(&s->h, &a, &x, msg);
 	if (r < 0)
 		return r;
@@ -665,7 +756,7 @@ static void unparked(struct waiter *w, int res)
 		snprintf(msg, sizeof(msg), "%s", fetch_error_msg(res));
 	if (r == -EINPROGRESS && f)
 		park(ch, &p->e, f); /* evicted again before it ran: wait again */
-	else
+	else if (r != COPYING) /* else the copier answers */
 		complete(ch, &p->e, &c, r == -EINPROGRESS ? -EIO : r, msg);
 	free(p);
 	wake_client(ch);
@@ -750,7 +841,8 @@ static unsigned retry_space(struct server *sv)
 			continue;
 		}
 		unpark(p);
-		complete(ch, &p->e, &c, r, msg);
+		if (r != COPYING) /* else the copier answers */
+			complete(ch, &p->e, &c, r, msg);
 		free(p);
 		wake_client(ch);
 		n++;
@@ -802,6 +894,8 @@ static unsigned poll_channel(struct channel *ch)
 			park(ch, &e, f);
 		else if (r == -EAGAIN && is_put(&e) && ch->s->sv->cfg->spill_wait_ms)
 			park_space(ch, &e);
+		else if (r == COPYING)
+			; /* the copier answers */
 		else
 			complete(ch, &e, &c, r == -EINPROGRESS ? -EIO : r, msg);
 		done++;
@@ -812,7 +906,10 @@ static unsigned poll_channel(struct channel *ch)
 
 unsigned channel_poll_all(struct server *sv)
 {
-	unsigned n = retry_space(sv);
+	unsigned n;
+
+	sv->copied_inline = 0;
+	n = retry_space(sv);
 
 	for (struct channel *ch = sv->channels; ch; ch = ch->next)
 		n += poll_channel(ch);
@@ -841,11 +938,19 @@ static void space_deadline(struct loop_source *s, void *userdata)
 {
 }
 
+void channel_copy_done(struct channel *ch, const struct shm_sqe *e, int64_t r, const char *msg)
+{
+	struct shm_cqe c = { 0 };
+
+	complete(ch, e, &c, r, msg);
+	wake_client(ch);
+}
+
 int channel_setup(struct server *sv)
 {
 	int r = loop_add_poller(sv->loop, poll_channels, channels_sleeping, sv, &sv->channels_src);
 
-	if (r < 0)
-		return r;
-	return loop_add_timer(sv->loop, space_deadline, sv, &sv->space_timer);
+	if (r == 0)
+		r = loop_add_timer(sv->loop, space_deadline, sv, &sv->space_timer);
+	return r < 0 ? r : copier_setup(sv);
 }

@@ -537,6 +537,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		{ "evict_examined", x->evict_examined },
 		{ "prefetches", x->prefetches },
 		{ "spill_waits", sv->stats.spill_waits },
+		{ "copies_offloaded", sv->stats.copies_offloaded },
 	};
 	static const char *const tier_names[] = {
 		"capacity", "used", "high_watermark", "objects", "hits", "misses",
@@ -556,6 +557,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 	fn(u, "loop_longest_turn_us", NULL, EXPORT_GAUGE, loop_longest_turn_us(sv->loop));
 	fn(u, "loop_longest_busy_us", NULL, EXPORT_GAUGE, loop_longest_busy_us(sv->loop));
 	fn(u, "registered_bytes", NULL, EXPORT_GAUGE, registered);
+	fn(u, "copies_in_flight", NULL, EXPORT_GAUGE, sv->copies_in_flight);
 	fn(u, "channels", NULL, EXPORT_GAUGE, channels);
 	for (unsigned i = 0; i < nt; i++) {
 		const struct tier *t = tier_at(sv->st, i);
@@ -1287,6 +1289,7 @@ void session_free(struct session *s)
 	sv = s->sv;
 	if (s->parked.active)
 		fetch_unwait(&s->parked.w);
+	copier_forget(s);
 	for (unsigned i = 0; i < s->n_channels; i++)
 		channel_close(s->channels[i]);
 	holder_done(&s->h, &res, &views);

@@ -19,6 +19,8 @@
 
 struct buffer;
 struct channel;
+struct copier;
+struct copy_job;
 struct parked;
 
 /* What only the local transport counts (the store counts the rest). */
@@ -26,6 +28,7 @@ struct server_stats {
 	uint64_t connections, protocol_errors;
 	uint64_t refused_clients, refused_channels, refused_buffers; /* daemon-wide limits */
 	uint64_t spill_waits;      /* puts that waited for a spill */
+	uint64_t copies_offloaded; /* get_into/put_from copies done by the copier */
 };
 
 /* Service time of requests on the channels, one in OPHIST_SAMPLE timed
@@ -78,6 +81,10 @@ struct server {
 	uint64_t next_session_id;
 	struct ophist ophist[SHM_OP_MAX];
 	uint32_t ophist_tick;
+	struct copier *copier;     /* copier.c */
+	struct holder copy_h;      /* the views and reservations of its copies */
+	uint32_t copies_in_flight;
+	uint64_t copied_inline;    /* by the loop since it last polled the channels */
 };
 
 struct session {
@@ -115,17 +122,58 @@ struct session {
 		uint32_t key_len;
 	} parked;
 	uint64_t buffer_bytes;
+	struct copy_job *copies;  /* its copies in flight (copier.c) */
 };
 
 /* Registered buffers (buffer.c): memory both the client and the daemon map. */
 struct buffer {
 	struct shm_segment seg;
 	uint64_t size;
+	uint32_t copies;  /* copier jobs using it: unmapped after the last */
+	bool released;    /* given back while copies were in flight */
 };
 int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg);
 void buffer_free(struct session *s, struct buffer *b);
-/* The bytes [off, off + len) of the registered buffer `id`, or NULL. */
-void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len);
+void buffer_unmap(struct buffer *b);
+/* The bytes [off, off + len) of the registered buffer `id`, or NULL; the
+ * buffer in *ret_b when ret_b is not NULL. */
+void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len,
+		  struct buffer **ret_b);
+
+/* The copier (copier.c): large get_into/put_from copies off the loop. */
+/* A copy goes to the copier when it is this large, or when the loop has
+ * copied COPY_TURN_BUDGET bytes itself since it last polled the channels
+ * and the copy is at least COPY_MIN: handing a copy over costs a thread
+ * wake-up (tens of us here), which only pays for copies of milliseconds,
+ * but a batch of many 1 MiB copies must not hold the loop either. */
+#define COPY_OFFLOAD (UINT64_C(2) << 20)
+#define COPY_TURN_BUDGET (UINT64_C(1) << 20)
+#define COPY_MIN (UINT64_C(64) << 10)
+struct copy_piece {
+	uint8_t *p;
+	uint64_t len;
+	struct buffer *b;
+};
+struct copy_job {
+	struct copy_job *next;          /* the copier's stacks */
+	struct copy_job *snext, *sprev; /* its session's */
+	struct session *s;              /* NULL once it went away */
+	struct channel *ch;
+	struct shm_sqe e;               /* the request, for its answer */
+	bool put;                       /* buffer -> object (put_from) */
+	uint64_t handle;                /* in sv->copy_h */
+	uint8_t *obj;
+	uint64_t len;
+	uint32_t n;
+	struct copy_piece pieces[];
+};
+int copier_setup(struct server *sv);
+void copier_teardown(struct server *sv);
+void copier_submit(struct server *sv, struct copy_job *j);
+void copier_forget(struct session *s);
+void copier_settle(struct server *sv);
+/* channel.c: a copy ended; r is the request's result. */
+void channel_copy_done(struct channel *ch, const struct shm_sqe *e, int64_t r, const char *msg);
 
 /* Channels (channel.c). */
 int channel_open(struct session *s, int *ret_fds, char *msg);

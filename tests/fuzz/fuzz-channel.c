@@ -83,6 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(chan + SHM_CHAN_ARENA_OFF, data + 1 + n * sizeof(struct shm_sqe), arena_len);
 	ring_publish(&sq, (uint32_t) n);
 	channel_poll_all(&srv);
+	copier_settle(&srv); /* large copies end on the copier, answered here */
 	/* every descriptor was consumed, and completions stay in bounds */
 	if (__atomic_load_n(&sq.r->head, __ATOMIC_ACQUIRE) != sq.pos)
 		__builtin_trap();

@@ -504,6 +504,7 @@ static void test_killed_in_flight(struct kvc_client *good)
 	kill(pid, SIGKILL);
 	CHECK_EQ(test_wait(pid), 128 + SIGKILL);
 	CHECK(wait_counter(good, "channels", 1)); /* only ours is left */
+	CHECK(wait_counter(good, "copies_in_flight", 0)); /* a batch of them goes to the copier */
 	CHECK_EQ(test_counter(good, "registered_bytes"), 0);
 	/* whatever it committed before dying stays; the rest is back */
 	{
@@ -525,6 +526,159 @@ static void test_killed_in_flight(struct kvc_client *good)
 	CHECK_EQ(kvc_remove(good, "shared-block"), 0);
 }
 
+/* ---- large copies: the copier's, not the loop's ---- */
+
+static void test_large_copies(struct kvc_client *c)
+{
+	enum { N = 6, SZ = (3 << 20) + 4096 + 17 }; /* above COPY_OFFLOAD, odd */
+	struct kvc_buffer a, b;
+	struct kvc_op ops[N];
+	struct kvc_iov iov[N][2];
+	struct kvc_completion cp[N];
+	static char keys[N][32];
+	uint64_t off0 = test_counter(c, "copies_offloaded");
+	int got, r;
+
+	CHECK_EQ(kvc_buffer_alloc(c, (size_t) N * SZ, &a), 0);
+	CHECK_EQ(kvc_buffer_alloc(c, (size_t) N * SZ, &b), 0);
+	/* each value from two pieces in two buffers: its first 1 MiB + 5
+	 * bytes in a, the rest in b */
+	for (int i = 0; i < N; i++) {
+		uint8_t *v = malloc(SZ);
+		size_t head = (1 << 20) + 5;
+
+		CHECK(v);
+		snprintf(keys[i], sizeof(keys[i]), "large%d", i);
+		test_fill(v, SZ, (uint64_t) i + 7000);
+		memcpy((uint8_t *) a.data + (size_t) i * SZ, v, head);
+		memcpy((uint8_t *) b.data + (size_t) i * SZ, v + head, SZ - head);
+		free(v);
+		iov[i][0] = (struct kvc_iov) { &a, (uint64_t) i * SZ, head };
+		iov[i][1] = (struct kvc_iov) { &b, (uint64_t) i * SZ, SZ - head };
+		ops[i] = (struct kvc_op) { .opcode = KVC_OP_PUT_FROM, .key = keys[i], .iov = iov[i],
+					   .n_iov = 2, .len = SZ, .user_data = (uint64_t) i };
+	}
+	CHECK_EQ(kvc_submit(c, ops, N), N);
+	for (got = 0; got < N; got += r) {
+		r = kvc_wait(c, cp, 1, N, 10000);
+		CHECK(r > 0);
+		for (int i = 0; i < r; i++)
+			CHECK_EQ(cp[i].res, 0);
+	}
+	/* back, each into one piece of a, in reverse order */
+	memset(a.data, 0, (size_t) N * SZ);
+	for (int i = 0; i < N; i++)
+		ops[i] = (struct kvc_op) { .opcode = KVC_OP_GET_INTO, .key = keys[N - 1 - i], .buf = &a,
+					   .offset = (uint64_t) i * SZ, .len = SZ,
+					   .user_data = (uint64_t) i };
+	CHECK_EQ(kvc_submit(c, ops, N), N);
+	for (got = 0; got < N; got += r) {
+		r = kvc_wait(c, cp, 1, N, 10000);
+		CHECK(r > 0);
+		for (int i = 0; i < r; i++)
+			CHECK_EQ(cp[i].res, SZ);
+	}
+	for (int i = 0; i < N; i++)
+		CHECK(test_verify((uint8_t *) a.data + (size_t) i * SZ, SZ,
+				  (uint64_t) (N - 1 - i) + 7000));
+	CHECK_EQ(test_counter(c, "copies_offloaded"), off0 + 2 * N);
+	/* synchronous calls take the same way */
+	CHECK_EQ(kvc_get_into(c, keys[0], &b, 0, SZ), SZ);
+	CHECK(test_verify(b.data, SZ, 7000));
+	CHECK_EQ(test_counter(c, "copies_offloaded"), off0 + 2 * N + 1);
+
+	/* the buffer given back while copies into it are in flight: each
+	 * answer is the length or -EFAULT (the free came first), the daemon
+	 * unmaps it after the last copy, and nothing is left over */
+	for (int round = 0; round < 5; round++) {
+		for (int i = 0; i < N; i++)
+			ops[i] = (struct kvc_op) { .opcode = KVC_OP_GET_INTO, .key = keys[i], .buf = &b,
+						   .offset = (uint64_t) i * SZ, .len = SZ,
+						   .user_data = (uint64_t) i };
+		CHECK_EQ(kvc_submit(c, ops, N), N);
+		CHECK_EQ(kvc_buffer_free(c, &b), 0);
+		for (got = 0; got < N; got += r) {
+			r = kvc_wait(c, cp, 1, N, 10000);
+			CHECK(r > 0);
+			for (int i = 0; i < r; i++)
+				CHECK(cp[i].res == SZ || cp[i].res == -EFAULT);
+		}
+		CHECK(wait_counter(c, "copies_in_flight", 0));
+		CHECK_EQ(kvc_buffer_alloc(c, (size_t) N * SZ, &b), 0);
+	}
+	CHECK_EQ(kvc_buffer_free(c, &a), 0);
+	CHECK_EQ(kvc_buffer_free(c, &b), 0);
+	CHECK_EQ(test_counter(c, "registered_bytes"), 0);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(kvc_remove(c, keys[i]), 0);
+}
+
+/* A client killed with large copies in flight, both ways: the copies end
+ * unanswered, what they held is let go, and its buffers are unmapped. */
+static void test_killed_copying(struct kvc_client *good)
+{
+	uint64_t used0;
+	int ready[2];
+	pid_t pid;
+	char b;
+
+	{
+		uint8_t *v = calloc(1, 8 << 20);
+
+		CHECK(v);
+		CHECK_EQ(kvc_put(good, "big-shared", v, 8 << 20, NULL), 0);
+		free(v);
+	}
+	used0 = test_tier_used(good, "dram");
+	CHECK(pipe(ready) == 0);
+	pid = fork();
+	if (pid == 0) {
+		struct kvc_client *c;
+		struct kvc_buffer buf;
+		struct kvc_op ops[16];
+		static char keys[16][16];
+
+		CHECK_EQ(kvc_connect(td.socket, &c), 0);
+		CHECK_EQ(kvc_buffer_alloc(c, 8 << 20, &buf), 0);
+		for (int i = 0; i < 16; i++) {
+			snprintf(keys[i], sizeof(keys[i]), "copying%d", i);
+			ops[i] = (struct kvc_op) { .opcode = i % 2 ? KVC_OP_PUT_FROM : KVC_OP_GET_INTO,
+						   .key = i % 2 ? keys[i] : "big-shared", .buf = &buf,
+						   .offset = 0, .len = 8 << 20 };
+		}
+		CHECK_EQ(kvc_submit(c, ops, 16), 16);
+		CHECK(write(ready[1], "x", 1) == 1);
+		for (;;)
+			kvc_submit(c, ops, 16);
+	}
+	close(ready[1]);
+	CHECK_EQ(read(ready[0], &b, 1), 1);
+	close(ready[0]);
+	usleep(5000);
+	kill(pid, SIGKILL);
+	CHECK_EQ(test_wait(pid), 128 + SIGKILL);
+	CHECK(wait_counter(good, "channels", 1));
+	CHECK(wait_counter(good, "copies_in_flight", 0));
+	CHECK_EQ(test_counter(good, "registered_bytes"), 0);
+	CHECK(test_counter(good, "copies_offloaded") > 0);
+	/* puts answered before it died stay, whole; those still copying were
+	 * aborted; remove them, and dram is as before */
+	{
+		struct kvc_key_info *v;
+		size_t n;
+
+		CHECK_EQ(kvc_list(good, "copying", 0, &v, &n, NULL), 0);
+		for (size_t i = 0; i < n; i++) {
+			CHECK_EQ(v[i].state, KVC_STATE_COMMITTED);
+			CHECK_EQ(v[i].size, (uint64_t) 8 << 20);
+			CHECK_EQ(kvc_remove(good, v[i].key), 0);
+		}
+		kvc_list_free(v);
+	}
+	CHECK_EQ(test_tier_used(good, "dram"), used0);
+	CHECK_EQ(kvc_remove(good, "big-shared"), 0);
+}
+
 int main(int argc, char **argv)
 {
 	struct kvc_client *c;
@@ -542,6 +696,8 @@ int main(int argc, char **argv)
 	test_threads_and_clients();
 	test_hostile_ring(c);
 	test_killed_in_flight(c);
+	test_large_copies(c);
+	test_killed_copying(c);
 	CHECK_EQ(test_counter(c, "errors") > 0, 1); /* the hostile ring's */
 	kvc_disconnect(c);
 	test_daemon_stop(&td);

@@ -34,6 +34,19 @@
 /* Everything on the stack, newest first (one consumer). */
 #define handoff_take(head) __atomic_exchange_n((head), NULL, __ATOMIC_ACQUIRE)
 
+/* Everything on the stack, oldest first (one consumer). */
+#define handoff_take_fifo(head, field)                                                      \
+	({                                                                                  \
+		__typeof__(*(head)) l_ = handoff_take(head), f_ = NULL;                     \
+		while (l_) {                                                                \
+			__typeof__(l_) n_ = l_->field;                                      \
+			l_->field = f_;                                                     \
+			f_ = l_;                                                            \
+			l_ = n_;                                                            \
+		}                                                                           \
+		f_;                                                                         \
+	})
+
 /* A word a thread sleeps on until someone rings it. */
 struct handoff_bell {
 	uint32_t seq;

@@ -359,21 +359,14 @@ static void recover_one(struct store *st, struct rec_item *it)
 static bool recover_poll(struct store *st)
 {
 	struct disk *k = st->disk;
-	struct rec_item *list, *fifo = NULL;
+	struct rec_item *fifo;
 	unsigned n = 0;
 
 	if (!k->recovering || (__atomic_load_n(&k->rec_posted, __ATOMIC_ACQUIRE) == k->rec_taken &&
 			       !__atomic_load_n(&k->rec_thread_done, __ATOMIC_ACQUIRE)))
 		return false;
 	/* what was posted since, in posting order, behind what is left */
-	list = handoff_take(&k->rec_ready);
-	while (list) {
-		struct rec_item *it = list;
-
-		list = it->next;
-		it->next = fifo;
-		fifo = it;
-	}
+	fifo = handoff_take_fifo(&k->rec_ready, next);
 	*k->rec_mine_tail = fifo;
 	while (*k->rec_mine_tail)
 		k->rec_mine_tail = &(*k->rec_mine_tail)->next;
@@ -787,21 +780,14 @@ static void *worker_main(void *arg)
 	loop_helper_thread("disk", true);
 	for (;;) {
 		uint32_t seq = handoff_bell_seq(&k->wake);
-		struct disk_io *list = handoff_take(&k->jobs), *fifo = NULL;
+		struct disk_io *fifo = handoff_take_fifo(&k->jobs, qnext);
 		uint64_t one = 1;
 
-		if (!list) {
+		if (!fifo) {
 			if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE))
 				break;
 			handoff_bell_wait(&k->wake, seq, 0);
 			continue;
-		}
-		while (list) {
-			struct disk_io *io = list;
-
-			list = io->qnext;
-			io->qnext = fifo;
-			fifo = io;
 		}
 		while (fifo) {
 			struct disk_io *io = fifo;

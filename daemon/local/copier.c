@@ -57,21 +57,14 @@ static void *copier_main(void *arg)
 	loop_helper_thread("copy", false);
 	for (;;) {
 		uint32_t seq = handoff_bell_seq(&cp->wake);
-		struct copy_job *list = handoff_take(&cp->jobs), *fifo = NULL;
+		struct copy_job *fifo = handoff_take_fifo(&cp->jobs, next);
 		uint64_t one = 1;
 
-		if (!list) {
+		if (!fifo) {
 			if (__atomic_load_n(&cp->stop, __ATOMIC_ACQUIRE))
 				break;
 			handoff_bell_wait(&cp->wake, seq, 0);
 			continue;
-		}
-		while (list) {
-			struct copy_job *j = list;
-
-			list = j->next;
-			j->next = fifo;
-			fifo = j;
 		}
 		while (fifo) {
 			struct copy_job *j = fifo;

@@ -460,16 +460,20 @@ static bool wait_counter(struct kvc_client *c, const char *name, uint64_t want)
 	return false;
 }
 
-static void test_killed_in_flight(struct kvc_client *good)
+/*
+ * A child client that submits n GET_INTO (of `shared`) and PUT_FROM (of
+ * prefix%d) operations of len bytes over and over without reaping, until it
+ * is killed; with hold it also keeps a view of `shared` and a 4 MiB
+ * reservation.  Returns once it has submitted its first n.
+ */
+static pid_t submit_until_killed(const char *shared, const char *prefix, uint64_t len, int n,
+				 bool hold)
 {
-	uint64_t used0 = test_tier_used(good, "dram");
 	int ready[2];
 	pid_t pid;
 	char b;
 
-	CHECK_EQ(kvc_put(good, "shared-block", "abcdef", 6, NULL), 0);
-	used0 = test_tier_used(good, "dram");
-	CHECK(pipe(ready) == 0);
+	CHECK(pipe(ready) == 0 && n <= 100);
 	pid = fork();
 	if (pid == 0) {
 		struct kvc_client *c;
@@ -477,50 +481,66 @@ static void test_killed_in_flight(struct kvc_client *good)
 		struct kvc_view v;
 		struct kvc_buf r;
 		struct kvc_op ops[100];
-		static char keys[100][16];
+		static char keys[100][32];
 
 		CHECK_EQ(kvc_connect(td.socket, &c), 0);
 		CHECK_EQ(kvc_buffer_alloc(c, 8 << 20, &buf), 0);
-		CHECK_EQ(kvc_acquire(c, "shared-block", &v), 0);
-		CHECK_EQ(kvc_reserve(c, "half-written", 4 << 20, NULL, &r), 0);
-		for (int i = 0; i < 100; i++) {
-			snprintf(keys[i], sizeof(keys[i]), "inflight%d", i);
-			ops[i] = (struct kvc_op) { .opcode = i % 2 ? KVC_OP_PUT_FROM : KVC_OP_GET_INTO,
-						   .key = i % 2 ? keys[i] : "shared-block", .buf = &buf,
-						   .offset = 0, .len = 64 << 10 };
+		if (hold) {
+			CHECK_EQ(kvc_acquire(c, shared, &v), 0);
+			CHECK_EQ(kvc_reserve(c, "half-written", 4 << 20, NULL, &r), 0);
 		}
-		CHECK_EQ(kvc_submit(c, ops, 100), 100);
+		for (int i = 0; i < n; i++) {
+			snprintf(keys[i], sizeof(keys[i]), "%s%d", prefix, i);
+			ops[i] = (struct kvc_op) { .opcode = i % 2 ? KVC_OP_PUT_FROM : KVC_OP_GET_INTO,
+						   .key = i % 2 ? keys[i] : shared, .buf = &buf,
+						   .offset = 0, .len = len };
+		}
+		CHECK_EQ(kvc_submit(c, ops, (size_t) n), n);
 		CHECK(write(ready[1], "x", 1) == 1);
 		/* keep submitting until killed, never reaping */
 		for (;;)
-			kvc_submit(c, ops, 100);
+			kvc_submit(c, ops, (size_t) n);
 	}
 	close(ready[1]);
 	CHECK_EQ(read(ready[0], &b, 1), 1);
 	close(ready[0]);
-	CHECK_EQ(kvc_remove(good, "shared-block"), -EBUSY);
-	CHECK(test_counter(good, "registered_bytes") >= (8 << 20));
-	usleep(20000);
+	return pid;
+}
+
+/* Kill it; then its channel, copies and buffers are gone, and whatever it
+ * committed before dying stays, whole: removed here. */
+static void kill_and_check(struct kvc_client *good, pid_t pid, const char *prefix, uint64_t len)
+{
+	struct kvc_key_info *v;
+	size_t n;
+
 	kill(pid, SIGKILL);
 	CHECK_EQ(test_wait(pid), 128 + SIGKILL);
 	CHECK(wait_counter(good, "channels", 1)); /* only ours is left */
-	CHECK(wait_counter(good, "copies_in_flight", 0)); /* a batch of them goes to the copier */
+	CHECK(wait_counter(good, "copies_in_flight", 0));
 	CHECK_EQ(test_counter(good, "registered_bytes"), 0);
-	/* whatever it committed before dying stays; the rest is back */
-	{
-		struct kvc_key_info *v;
-		size_t n;
-		uint64_t committed = 0;
-
-		CHECK_EQ(kvc_list(good, "inflight", 0, &v, &n, NULL), 0);
-		for (size_t i = 0; i < n; i++) {
-			CHECK_EQ(v[i].state, KVC_STATE_COMMITTED);
-			committed += (v[i].size + 63) / 64 * 64;
-			CHECK_EQ(kvc_remove(good, v[i].key), 0);
-		}
-		kvc_list_free(v);
-		(void) committed;
+	CHECK_EQ(kvc_list(good, prefix, 0, &v, &n, NULL), 0);
+	for (size_t i = 0; i < n; i++) {
+		CHECK_EQ(v[i].state, KVC_STATE_COMMITTED);
+		CHECK_EQ(v[i].size, len);
+		CHECK_EQ(kvc_remove(good, v[i].key), 0);
 	}
+	kvc_list_free(v);
+}
+
+static void test_killed_in_flight(struct kvc_client *good)
+{
+	uint64_t used0;
+	pid_t pid;
+
+	CHECK_EQ(kvc_put(good, "shared-block", "abcdef", 6, NULL), 0);
+	used0 = test_tier_used(good, "dram");
+	pid = submit_until_killed("shared-block", "inflight", 64 << 10, 100, true);
+	CHECK_EQ(kvc_remove(good, "shared-block"), -EBUSY);
+	CHECK(test_counter(good, "registered_bytes") >= (8 << 20));
+	usleep(20000);
+	/* a batch of these goes to the copier too, past the loop's share */
+	kill_and_check(good, pid, "inflight", 64 << 10);
 	CHECK_EQ(kvc_exists(good, "half-written"), 0);
 	CHECK_EQ(test_tier_used(good, "dram"), used0);
 	CHECK_EQ(kvc_remove(good, "shared-block"), 0);
@@ -614,67 +634,23 @@ static void test_large_copies(struct kvc_client *c)
 }
 
 /* A client killed with large copies in flight, both ways: the copies end
- * unanswered, what they held is let go, and its buffers are unmapped. */
+ * unanswered, what they held is let go, and its buffers are unmapped;
+ * puts answered before it died stay whole, those still copying were
+ * aborted. */
 static void test_killed_copying(struct kvc_client *good)
 {
+	uint8_t *v = calloc(1, 8 << 20);
 	uint64_t used0;
-	int ready[2];
 	pid_t pid;
-	char b;
 
-	{
-		uint8_t *v = calloc(1, 8 << 20);
-
-		CHECK(v);
-		CHECK_EQ(kvc_put(good, "big-shared", v, 8 << 20, NULL), 0);
-		free(v);
-	}
+	CHECK(v);
+	CHECK_EQ(kvc_put(good, "big-shared", v, 8 << 20, NULL), 0);
+	free(v);
 	used0 = test_tier_used(good, "dram");
-	CHECK(pipe(ready) == 0);
-	pid = fork();
-	if (pid == 0) {
-		struct kvc_client *c;
-		struct kvc_buffer buf;
-		struct kvc_op ops[16];
-		static char keys[16][16];
-
-		CHECK_EQ(kvc_connect(td.socket, &c), 0);
-		CHECK_EQ(kvc_buffer_alloc(c, 8 << 20, &buf), 0);
-		for (int i = 0; i < 16; i++) {
-			snprintf(keys[i], sizeof(keys[i]), "copying%d", i);
-			ops[i] = (struct kvc_op) { .opcode = i % 2 ? KVC_OP_PUT_FROM : KVC_OP_GET_INTO,
-						   .key = i % 2 ? keys[i] : "big-shared", .buf = &buf,
-						   .offset = 0, .len = 8 << 20 };
-		}
-		CHECK_EQ(kvc_submit(c, ops, 16), 16);
-		CHECK(write(ready[1], "x", 1) == 1);
-		for (;;)
-			kvc_submit(c, ops, 16);
-	}
-	close(ready[1]);
-	CHECK_EQ(read(ready[0], &b, 1), 1);
-	close(ready[0]);
+	pid = submit_until_killed("big-shared", "copying", 8 << 20, 16, false);
 	usleep(5000);
-	kill(pid, SIGKILL);
-	CHECK_EQ(test_wait(pid), 128 + SIGKILL);
-	CHECK(wait_counter(good, "channels", 1));
-	CHECK(wait_counter(good, "copies_in_flight", 0));
-	CHECK_EQ(test_counter(good, "registered_bytes"), 0);
+	kill_and_check(good, pid, "copying", 8 << 20);
 	CHECK(test_counter(good, "copies_offloaded") > 0);
-	/* puts answered before it died stay, whole; those still copying were
-	 * aborted; remove them, and dram is as before */
-	{
-		struct kvc_key_info *v;
-		size_t n;
-
-		CHECK_EQ(kvc_list(good, "copying", 0, &v, &n, NULL), 0);
-		for (size_t i = 0; i < n; i++) {
-			CHECK_EQ(v[i].state, KVC_STATE_COMMITTED);
-			CHECK_EQ(v[i].size, (uint64_t) 8 << 20);
-			CHECK_EQ(kvc_remove(good, v[i].key), 0);
-		}
-		kvc_list_free(v);
-	}
 	CHECK_EQ(test_tier_used(good, "dram"), used0);
 	CHECK_EQ(kvc_remove(good, "big-shared"), 0);
 }

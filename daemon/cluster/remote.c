@@ -885,6 +885,18 @@ static void queue(struct node *n, struct xjob *j)
 	pthread_mutex_unlock(&x->lock);
 }
 
+/* An object's bytes moved in or out, and by which transport. */
+static void count_bytes(struct node *n, bool in, bool rdma, uint64_t len)
+{
+	if (in) {
+		n->c.remote_bytes_in += len;
+		*(rdma ? &n->c.rdma_bytes_in : &n->c.tcp_bytes_in) += len;
+	} else {
+		n->c.remote_bytes_out += len;
+		*(rdma ? &n->c.rdma_bytes_out : &n->c.tcp_bytes_out) += len;
+	}
+}
+
 /* ---- fetching ---- */
 
 static void rf_unlink(struct node *n, struct rfetch *rf)
@@ -922,11 +934,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	if (res == 0) {
 		object_publish(st, o);
 		n->c.remote_hits++;
-		n->c.remote_bytes_in += o->len;
-		if (rf->via_rdma)
-			n->c.rdma_bytes_in += o->len;
-		else
-			n->c.tcp_bytes_in += o->len;
+		count_bytes(n, true, rf->via_rdma, o->len);
 		fetch_done(st, o, 0);
 	} else {
 		if (res < 0) {
@@ -1442,11 +1450,7 @@ static void served(struct pserve *ps)
 	ps->busy = false;
 	store_release(&ps->h, ps->handle, msg);
 	n->c.served++;
-	n->c.remote_bytes_out += ps->len;
-	if (ps->want_rdma)
-		n->c.rdma_bytes_out += ps->len;
-	else
-		n->c.tcp_bytes_out += ps->len;
+	count_bytes(n, false, ps->want_rdma, ps->len);
 }
 
 /* A small hit, on the loop: [FetchResp, bytes, checksum] in one
@@ -1852,11 +1856,7 @@ static bool xfer_poll(void *u)
 			}
 			if (j->res == 0) {
 				n->c.pushes++;
-				n->c.remote_bytes_out += p->len;
-				if (p->via_rdma)
-					n->c.rdma_bytes_out += p->len;
-				else
-					n->c.tcp_bytes_out += p->len;
+				count_bytes(n, false, p->via_rdma, p->len);
 			} else if (j->res != -EEXIST) {
 				n->c.push_errors++;
 				log_warn("push of %s to %s failed: %s", p->key, p->addr,
@@ -1876,11 +1876,7 @@ static bool xfer_poll(void *u)
 			if (rep.error == 0) {
 				object_publish(n->st, o);
 				n->c.pushes_received++;
-				n->c.remote_bytes_in += o->len;
-				if (ps->want_rdma)
-					n->c.rdma_bytes_in += o->len;
-				else
-					n->c.tcp_bytes_in += o->len;
+				count_bytes(n, true, ps->want_rdma, o->len);
 			} else {
 				if (j->res == -EBADMSG) {
 					n->c.remote_corrupt++;

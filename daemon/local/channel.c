@@ -365,30 +365,44 @@ static int load_iovs(struct channel *ch, const struct shm_sqe *e, struct shm_iov
 	return 0;
 }
 
-/* Copy between an object and registered-buffer pieces; every byte of the
- * object or -EFAULT. */
-static int copy_iovs(struct channel *ch, const struct shm_iov *iovs, uint32_t n, uint8_t *obj,
-		     uint64_t obj_len, bool to_obj)
+/* The registered-buffer pieces of an iov list that cover obj_len bytes,
+ * each checked: 0, or -EFAULT when they do not cover every byte. */
+static int resolve_pieces(struct channel *ch, const struct shm_iov *iovs, uint32_t n,
+			  uint64_t obj_len, struct copy_piece *pieces, uint32_t *ret_n)
 {
 	uint64_t done = 0;
+	uint32_t k = 0;
 
 	for (uint32_t i = 0; i < n && done < obj_len; i++) {
-		uint64_t k = iovs[i].len < obj_len - done ? iovs[i].len : obj_len - done;
-		uint8_t *p = buffer_span(ch->s, iovs[i].buffer, iovs[i].off, k, NULL);
+		uint64_t len = iovs[i].len < obj_len - done ? iovs[i].len : obj_len - done;
+		struct buffer *b = NULL;
+		uint8_t *p = buffer_span(ch->s, iovs[i].buffer, iovs[i].off, len, &b);
 
 		if (!p)
 			return -EFAULT;
-		if (to_obj)
-			memcpy(obj + done, p, k);
-		else
-			memcpy(p, obj + done, k);
-		done += k;
+		pieces[k++] = (struct copy_piece) { p, len, b };
+		done += len;
 	}
+	*ret_n = k;
 	return done == obj_len ? 0 : -EFAULT;
 }
 
 /* Loop thread only: one list at a time. */
 static struct shm_iov iov_scratch[MAX_IOVS];
+static struct copy_piece piece_scratch[MAX_IOVS];
+
+/* Copy between an object and registered-buffer pieces, here on the loop;
+ * every byte of the object or -EFAULT. */
+static int copy_iovs(struct channel *ch, const struct shm_iov *iovs, uint32_t n, uint8_t *obj,
+		     uint64_t obj_len, bool to_obj)
+{
+	uint32_t k;
+	int r = resolve_pieces(ch, iovs, n, obj_len, piece_scratch, &k);
+
+	if (r == 0)
+		copy_pieces(piece_scratch, k, obj, to_obj);
+	return r;
+}
 
 static void *extent_ptr(struct server *sv, const struct extent *x)
 {
@@ -404,21 +418,10 @@ static int copy_job_new(struct channel *ch, const struct shm_sqe *e, const struc
 			uint8_t *obj, uint64_t obj_len, bool put, struct copy_job **ret)
 {
 	struct copy_job *j = calloc(1, sizeof(*j) + e->count * sizeof(j->pieces[0]));
-	uint64_t done = 0;
 
 	if (!j)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < e->count && done < obj_len; i++) {
-		uint64_t k = iovs[i].len < obj_len - done ? iovs[i].len : obj_len - done;
-		struct buffer *b = NULL;
-		uint8_t *p = buffer_span(ch->s, iovs[i].buffer, iovs[i].off, k, &b);
-
-		if (!p)
-			break;
-		j->pieces[j->n++] = (struct copy_piece) { p, k, b };
-		done += k;
-	}
-	if (done != obj_len) {
+	if (resolve_pieces(ch, iovs, e->count, obj_len, j->pieces, &j->n) < 0) {
 		free(j);
 		return -EFAULT;
 	}
@@ -432,6 +435,14 @@ static int copy_job_new(struct channel *ch, const struct shm_sqe *e, const struc
 	j->len = obj_len;
 	*ret = j;
 	return 0;
+}
+
+/* A job made but not submitted. */
+static void copy_job_drop(struct copy_job *j)
+{
+	for (uint32_t i = 0; i < j->n; i++)
+		j->pieces[i].b->copies--;
+	free(j);
 }
 
 /* Whether a copy of len bytes goes to the copier (session.h); if not, the
@@ -479,9 +490,7 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 			copier_submit(sv, j);
 			return COPYING;
 		}
-		for (uint32_t i = 0; i < j->n; i++)
-			j->pieces[i].b->copies--;
-		free(j);
+		copy_job_drop(j);
 	}
 	r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(sv, &x), x.len, false);
 	store_release(&s->h, x.handle, msg);
@@ -519,9 +528,7 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 			return r;
 		r = store_reserve(&s->sv->copy_h, &a, &x, msg);
 		if (r < 0) {
-			for (uint32_t i = 0; i < j->n; i++)
-				j->pieces[i].b->copies--;
-			free(j);
+			copy_job_drop(j);
 			return r;
 		}
 		j->obj = extent_ptr(s->sv, &x);

@@ -37,16 +37,16 @@ struct copier {
 	struct loop_source *bell, *poller;
 };
 
-static void copy_one(struct copy_job *j)
+void copy_pieces(const struct copy_piece *pieces, uint32_t n, uint8_t *obj, bool to_obj)
 {
 	uint64_t done = 0;
 
-	for (uint32_t i = 0; i < j->n; i++) {
-		if (j->put)
-			memcpy(j->obj + done, j->pieces[i].p, j->pieces[i].len);
+	for (uint32_t i = 0; i < n; i++) {
+		if (to_obj)
+			memcpy(obj + done, pieces[i].p, pieces[i].len);
 		else
-			memcpy(j->pieces[i].p, j->obj + done, j->pieces[i].len);
-		done += j->pieces[i].len;
+			memcpy(pieces[i].p, obj + done, pieces[i].len);
+		done += pieces[i].len;
 	}
 }
 
@@ -70,7 +70,7 @@ static void *copier_main(void *arg)
 			struct copy_job *j = fifo;
 
 			fifo = j->next;
-			copy_one(j);
+			copy_pieces(j->pieces, j->n, j->obj, j->put);
 			if (handoff_push(&cp->done, j, next) && write(cp->efd, &one, sizeof(one)) < 0) {
 				/* the counter is full: the loop is awake anyway */
 			}

@@ -167,6 +167,8 @@ struct copy_job {
 	uint32_t n;
 	struct copy_piece pieces[];
 };
+/* Between obj and the pieces, in order (to_obj: pieces -> obj). */
+void copy_pieces(const struct copy_piece *pieces, uint32_t n, uint8_t *obj, bool to_obj);
 int copier_setup(struct server *sv);
 void copier_teardown(struct server *sv);
 void copier_submit(struct server *sv, struct copy_job *j);

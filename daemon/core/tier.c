@@ -252,7 +252,10 @@ static int tier_init(struct store *st, struct tier *t, const char *name, uint32_
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-#define PREFAULT_STEP (32u << 20)
+/* One hugepage a call: the kernel holds the address space's lock across a
+ * call, and an mmap() anywhere in the daemon (a client's channel opening,
+ * on the loop) waits for it: with 32 MiB steps that wait was 2-20 ms. */
+#define PREFAULT_STEP (2u << 20)
 
 struct prefault {
 	pthread_t th;

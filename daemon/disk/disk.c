@@ -780,11 +780,13 @@ static void *worker_main(void *arg)
 	loop_helper_thread("disk", true);
 	for (;;) {
 		uint32_t seq = handoff_bell_seq(&k->wake);
+		/* read before the jobs: what was queued before the stop is seen */
+		bool stopping = __atomic_load_n(&k->stop, __ATOMIC_ACQUIRE);
 		struct disk_io *fifo = handoff_take_fifo(&k->jobs, qnext);
 		uint64_t one = 1;
 
 		if (!fifo) {
-			if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE))
+			if (stopping)
 				break;
 			handoff_bell_wait(&k->wake, seq, 0);
 			continue;

@@ -67,9 +67,9 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 	return 0;
 }
 
-void buffer_unmap(struct buffer *b)
+void buffer_unmap(struct server *sv, struct buffer *b)
 {
-	shm_segment_done(&b->seg);
+	unmap_later(sv->mapper, b->seg.base, b->seg.size, b->seg.fd);
 	free(b);
 }
 
@@ -82,7 +82,7 @@ void buffer_free(struct session *s, struct buffer *b)
 	if (b->copies)
 		b->released = true;
 	else
-		buffer_unmap(b);
+		buffer_unmap(s->sv, b);
 }
 
 void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len,

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "handoff.h"
 #include "log.h"
 #include "ring.h"
 #include "session.h"
@@ -71,9 +72,130 @@ static int channel_fail(struct channel *ch, const char *why)
 	return -EPROTO;
 }
 
-int channel_open(struct session *s, int *ret_fds, char *msg)
+/*
+ * A channel's shared memory: a sealed memfd, mapped, its header written.
+ * The mapping is made ahead of time on the mapper thread (mapper.h: an
+ * mmap() on the loop waited 2-20 ms for page faults elsewhere in the
+ * daemon), so a client that opens a channel finds one ready; only when
+ * several open at once does the loop make one itself.
+ */
+#define SPARE_CHANNELS 2
+
+struct chan_mem {
+	struct chan_mem *next;
+	struct server *sv;
+	int memfd;
+	uint8_t *base;
+};
+
+static int chan_mem_new(int *ret_fd, uint8_t **ret_base)
 {
 	struct shm_chan_header *h;
+	int r = shm_memfd_new("kvcache-channel", SHM_CHAN_SIZE, false, ret_fd, (void **) ret_base);
+
+	if (r < 0)
+		return r;
+	h = (struct shm_chan_header *) *ret_base;
+	*h = (struct shm_chan_header) {
+		.version = SHM_CHAN_VERSION,
+		.entries = SHM_CHAN_ENTRIES,
+		.arena_slot = SHM_CHAN_ARENA_SLOT,
+		.size = SHM_CHAN_SIZE,
+		.sq_off = SHM_CHAN_SQ_OFF,
+		.cq_off = SHM_CHAN_CQ_OFF,
+		.sqes_off = SHM_CHAN_SQES_OFF,
+		.cqes_off = SHM_CHAN_CQES_OFF,
+		.arena_off = SHM_CHAN_ARENA_OFF,
+		.arena_size = SHM_CHAN_ARENA_SIZE,
+	};
+	__atomic_store_n(&h->magic, SHM_CHAN_MAGIC, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* Mapper thread: one spare; handed back even when it failed (base NULL),
+ * so the loop knows the request ended. */
+static void make_spare(void *arg)
+{
+	struct chan_mem *cm = arg;
+
+	if (chan_mem_new(&cm->memfd, &cm->base) < 0)
+		cm->base = NULL;
+	handoff_push(&cm->sv->spares_ready, cm, next);
+}
+
+/* Loop: ask for spares up to SPARE_CHANNELS. */
+static void ask_spares(struct server *sv)
+{
+	while (sv->n_spares + sv->spares_asked < SPARE_CHANNELS) {
+		struct chan_mem *cm = calloc(1, sizeof(*cm));
+
+		if (!cm)
+			return;
+		cm->sv = sv;
+		cm->memfd = -1;
+		if (mapper_call(sv->mapper, make_spare, cm) < 0) {
+			free(cm);
+			return;
+		}
+		sv->spares_asked++;
+	}
+}
+
+/* Loop: a spare if the mapper made one, else one made here. */
+static int chan_mem_take(struct server *sv, int *ret_fd, uint8_t **ret_base)
+{
+	struct chan_mem *l = handoff_take(&sv->spares_ready), *cm;
+	int r;
+
+	while (l) {
+		cm = l;
+		l = cm->next;
+		sv->spares_asked--;
+		if (!cm->base) {
+			free(cm);
+			continue;
+		}
+		cm->next = sv->spares;
+		sv->spares = cm;
+		sv->n_spares++;
+	}
+	cm = sv->spares;
+	if (cm) {
+		sv->spares = cm->next;
+		sv->n_spares--;
+		*ret_fd = cm->memfd;
+		*ret_base = cm->base;
+		free(cm);
+		r = 0;
+	} else
+		r = chan_mem_new(ret_fd, ret_base);
+	ask_spares(sv);
+	return r;
+}
+
+/* After the mapper stopped: the spares left are unmapped. */
+void channel_spares_free(struct server *sv)
+{
+	struct chan_mem *l = handoff_take(&sv->spares_ready), *cm;
+
+	while (l || sv->spares) {
+		if (!l) {
+			l = sv->spares;
+			sv->spares = NULL;
+		}
+		cm = l;
+		l = cm->next;
+		if (cm->base) {
+			munmap(cm->base, SHM_CHAN_SIZE);
+			close(cm->memfd);
+		}
+		free(cm);
+	}
+	sv->n_spares = sv->spares_asked = 0;
+}
+
+int channel_open(struct session *s, int *ret_fds, char *msg)
+{
 	struct channel *ch;
 	int r;
 
@@ -91,8 +213,8 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 	if (!ch)
 		return -ENOMEM;
 	ch->s = s;
-	ch->efd = -1;
-	r = shm_memfd_new("kvcache-channel", SHM_CHAN_SIZE, false, &ch->memfd, (void **) &ch->base);
+	ch->efd = ch->memfd = -1;
+	r = chan_mem_take(s->sv, &ch->memfd, &ch->base);
 	if (r < 0)
 		goto fail;
 	ch->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -100,20 +222,6 @@ int channel_open(struct session *s, int *ret_fds, char *msg)
 		r = -errno;
 		goto fail;
 	}
-	h = (struct shm_chan_header *) ch->base;
-	*h = (struct shm_chan_header) {
-		.version = SHM_CHAN_VERSION,
-		.entries = SHM_CHAN_ENTRIES,
-		.arena_slot = SHM_CHAN_ARENA_SLOT,
-		.size = SHM_CHAN_SIZE,
-		.sq_off = SHM_CHAN_SQ_OFF,
-		.cq_off = SHM_CHAN_CQ_OFF,
-		.sqes_off = SHM_CHAN_SQES_OFF,
-		.cqes_off = SHM_CHAN_CQES_OFF,
-		.arena_off = SHM_CHAN_ARENA_OFF,
-		.arena_size = SHM_CHAN_ARENA_SIZE,
-	};
-	__atomic_store_n(&h->magic, SHM_CHAN_MAGIC, __ATOMIC_RELEASE);
 	ring_side_init(&ch->sq, (struct shm_ring *) (ch->base + SHM_CHAN_SQ_OFF),
 		       ch->base + SHM_CHAN_SQES_OFF, sizeof(struct shm_sqe), SHM_CHAN_ENTRIES, 0);
 	ring_side_init(&ch->cq, (struct shm_ring *) (ch->base + SHM_CHAN_CQ_OFF),
@@ -137,9 +245,7 @@ fail:
 	if (ch->efd >= 0)
 		close(ch->efd);
 	if (ch->base)
-		munmap(ch->base, SHM_CHAN_SIZE);
-	if (ch->base)
-		close(ch->memfd);
+		unmap_later(s->sv->mapper, ch->base, SHM_CHAN_SIZE, ch->memfd);
 	free(ch);
 	return r;
 }
@@ -190,8 +296,7 @@ void channel_close(struct channel *ch)
 		ch->next->prev = ch->prev;
 	loop_source_free(ch->bell);
 	close(ch->efd);
-	close(ch->memfd);
-	munmap(ch->base, SHM_CHAN_SIZE);
+	unmap_later(ch->s->sv->mapper, ch->base, SHM_CHAN_SIZE, ch->memfd);
 	free(ch);
 }
 
@@ -959,5 +1064,9 @@ int channel_setup(struct server *sv)
 
 	if (r == 0)
 		r = loop_add_timer(sv->loop, space_deadline, sv, &sv->space_timer);
+	if (r == 0)
+		r = mapper_start(&sv->mapper);
+	if (r == 0)
+		ask_spares(sv);
 	return r < 0 ? r : copier_setup(sv);
 }

@@ -57,11 +57,13 @@ static void *copier_main(void *arg)
 	loop_helper_thread("copy", false);
 	for (;;) {
 		uint32_t seq = handoff_bell_seq(&cp->wake);
+		/* read before the jobs: what was submitted before the stop is seen */
+		bool stopping = __atomic_load_n(&cp->stop, __ATOMIC_ACQUIRE);
 		struct copy_job *fifo = handoff_take_fifo(&cp->jobs, next);
 		uint64_t one = 1;
 
 		if (!fifo) {
-			if (__atomic_load_n(&cp->stop, __ATOMIC_ACQUIRE))
+			if (stopping)
 				break;
 			handoff_bell_wait(&cp->wake, seq, 0);
 			continue;
@@ -80,13 +82,13 @@ static void *copier_main(void *arg)
 }
 
 /* Loop: drop the job's hold on its buffers. */
-static void unref_buffers(struct copy_job *j)
+static void unref_buffers(struct server *sv, struct copy_job *j)
 {
 	for (uint32_t i = 0; i < j->n; i++) {
 		struct buffer *b = j->pieces[i].b;
 
 		if (--b->copies == 0 && b->released)
-			buffer_unmap(b);
+			buffer_unmap(sv, b);
 	}
 }
 
@@ -110,7 +112,7 @@ static bool copier_poll(void *userdata)
 		int64_t r;
 
 		list = j->next;
-		unref_buffers(j);
+		unref_buffers(sv, j);
 		if (j->put && j->s)
 			r = store_commit(&sv->copy_h, j->handle, msg);
 		else if (j->put) /* its client went away: as any reservation */

@@ -154,6 +154,9 @@ void server_teardown(struct server *sv)
 	while (sv->sessions)
 		session_free(sv->sessions);
 	copier_teardown(sv);
+	mapper_stop(sv->mapper);
+	sv->mapper = NULL;
+	channel_spares_free(sv);
 	loop_source_free(sv->listen_src);
 	loop_source_free(sv->signal_src);
 	sv->listen_src = sv->signal_src = NULL;

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "holder.h"
+#include "mapper.h"
 #include "shm-layout.h"
 #include "store.h"
 #include "tier.h"
@@ -82,6 +83,10 @@ struct server {
 	struct ophist ophist[SHM_OP_MAX];
 	uint32_t ophist_tick;
 	struct copier *copier;     /* copier.c */
+	struct mapper *mapper;     /* maps and unmaps off the loop */
+	struct chan_mem *spares_ready; /* channel memory the mapper made (handoff.h stack) */
+	struct chan_mem *spares;   /* taken from it by the loop */
+	uint32_t n_spares, spares_asked;
 	struct holder copy_h;      /* the views and reservations of its copies */
 	uint32_t copies_in_flight;
 	uint64_t copied_inline;    /* by the loop since it last polled the channels */
@@ -134,7 +139,7 @@ struct buffer {
 };
 int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg);
 void buffer_free(struct session *s, struct buffer *b);
-void buffer_unmap(struct buffer *b);
+void buffer_unmap(struct server *sv, struct buffer *b);
 /* The bytes [off, off + len) of the registered buffer `id`, or NULL; the
  * buffer in *ret_b when ret_b is not NULL. */
 void *buffer_span(struct session *s, uint64_t id, uint64_t off, uint64_t len,
@@ -180,6 +185,7 @@ void channel_copy_done(struct channel *ch, const struct shm_sqe *e, int64_t r, c
 /* Channels (channel.c). */
 int channel_open(struct session *s, int *ret_fds, char *msg);
 void channel_close(struct channel *ch);
+void channel_spares_free(struct server *sv);
 /* Run what every channel has queued; returns how many requests it handled. */
 unsigned channel_poll_all(struct server *sv);
 /* Register the channels' poller (and their timer) with the loop. */

@@ -206,6 +206,7 @@ void plot_finish(const struct plot *p, const char *title);
 int run_churn(uint64_t size);
 int run_objects(void);
 int run_pinned(void);
+int run_hangup(uint64_t size);
 int run_leased(void);
 int run_burst(void);
 int run_cluster(void);

@@ -43,6 +43,7 @@ static void usage(FILE *f)
 		   "       kvcache-bench cluster [--sizes 64K,1M,16M] [--rounds N]   (root, iperf3)\n"
 		   "       kvcache-bench rdma [--sizes 64K,1M,16M]   (root; RDMA path on UCX's tcp)\n"
 		   "       kvcache-bench recovery [--objects N] [--dir DIR]\n"
+		   "       kvcache-bench hangup [--sizes 1G] [--rounds N]   (clients with registered buffers go)\n"
 		   "       kvcache-bench python [--duration S] [--json]   (the Python module)\n"
 		   "       kvcache-bench local --objects N [--fill-disk] [--dir DIR] [--duration S]\n"
 		   "       kvcache-bench local --pinned N | --leased [--duration S]\n"
@@ -79,7 +80,8 @@ int main(int argc, char **argv)
 	if (argc < 2 || (strcmp(argv[1], "local") != 0 && strcmp(argv[1], "churn") != 0 &&
 			 strcmp(argv[1], "disk") != 0 && strcmp(argv[1], "burst") != 0 &&
 			 strcmp(argv[1], "recovery") != 0 && strcmp(argv[1], "cluster") != 0 &&
-			 strcmp(argv[1], "python") != 0 && strcmp(argv[1], "rdma") != 0)) {
+			 strcmp(argv[1], "python") != 0 && strcmp(argv[1], "rdma") != 0 &&
+			 strcmp(argv[1], "hangup") != 0)) {
 		usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
 		return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 	}
@@ -189,6 +191,8 @@ int main(int argc, char **argv)
 		return run_python();
 	if (strcmp(argv[1], "recovery") == 0)
 		return run_recovery();
+	if (strcmp(argv[1], "hangup") == 0)
+		return run_hangup(n_sizes == 5 && arg_sizes[0] == 4096 ? UINT64_C(1) << 30 : arg_sizes[0]);
 	if (arg_pinned)
 		return run_pinned();
 	if (arg_leased)

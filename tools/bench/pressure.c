@@ -362,3 +362,72 @@ int run_recovery(void)
 	rmdir(tmpdir);
 	return 0;
 }
+
+/*
+ * hangup: clients that registered a large buffer, had the daemon copy into
+ * every page of it, and went away.  Tearing down such a mapping costs the
+ * kernel time in proportion to its pages; the prober shows whether other
+ * clients waited for it.
+ */
+int run_hangup(uint64_t size)
+{
+	const uint64_t piece = 16 << 20;
+	uint64_t t_gone = 0, pages;
+	struct kvc_client *c;
+	struct prober pr;
+	struct kvc_status *st;
+	uint8_t *v;
+	char sock[200];
+	bool huge;
+
+	size = (size + piece - 1) / piece * piece;
+	bench_setup();
+	start_daemon(sock, sizeof(sock), "256MiB", "0");
+	check(kvc_connect(sock, &c), "connect");
+	check(kvc_status_get(c, &st), "status");
+	huge = st->hugepages;
+	kvc_status_free(st);
+	v = malloc(piece);
+	if (!v)
+		die(0, "%s", "out of memory");
+	memset(v, 0x5a, piece);
+	check(kvc_put(c, "hangup/piece", v, piece, NULL), "put");
+	prober_start(&pr, sock);
+	for (unsigned r = 0; r < arg_rounds; r++) {
+		struct kvc_client *h;
+		struct kvc_buffer b;
+		uint64_t t0;
+
+		check(kvc_connect(sock, &h), "connect");
+		check(kvc_buffer_alloc(h, size, &b), "buffer_alloc");
+		for (uint64_t off = 0; off < size; off += piece)
+			if (kvc_get_into(h, "hangup/piece", &b, off, piece) != (ssize_t) piece)
+				die(0, "get_into at %" PRIu64 " (%s)", off, kvc_last_error_msg());
+		if (memcmp((uint8_t *) b.data + size - piece, v, piece) != 0)
+			die(0, "%s", "get_into: wrong bytes");
+		t0 = now_ns();
+		kvc_disconnect(h);
+		/* gone when the daemon no longer counts its buffer */
+		while (counter(c, "registered_bytes") != 0)
+			usleep(100);
+		t_gone += now_ns() - t0;
+	}
+	usleep(200000);
+	prober_stop(&pr);
+	pages = size / (huge ? 2 << 20 : 4096);
+	printf("kvcache-bench hangup: %u clients, each with a %.2f GiB registered buffer (%" PRIu64
+	       " pages of %s) the daemon copied into, hung up one after another\n",
+	       arg_rounds, (double) size / (1 << 30), pages, huge ? "2 MiB" : "4 KiB");
+	printf("  a second client's exists meanwhile: longest %.2f ms, %" PRIu64 " of %" PRIu64
+	       " over 1 ms; longest loop turn %.2f ms unpreempted (%.2f ms wall clock); "
+	       "%.2f ms from hang-up to buffer gone (mean)\n",
+	       (double) pr.max_ns / 1e6, pr.over_1ms, pr.n,
+	       (double) counter(c, "loop_longest_busy_us") / 1e3,
+	       (double) counter(c, "loop_longest_turn_us") / 1e3,
+	       (double) t_gone / arg_rounds / 1e6);
+	free(v);
+	kvc_disconnect(c);
+	stop_daemon();
+	rmdir(tmpdir);
+	return 0;
+}

@@ -8,20 +8,21 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "handoff.h"
+#include "loop.h"
 #include "session.h"
 
 /* Per client; the pages are only touched when used. */
 #define BUFFER_MAX_TOTAL (UINT64_C(64) << 30)
 
-int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg)
+/* The limits, per client and daemon-wide; *ret_total: the bytes mapped. */
+static int buffer_admit(struct session *s, uint64_t size, uint64_t *ret_total, char *msg)
 {
-	struct buffer *b;
-	uint64_t total, h, limit;
-	int fd, r;
-	void *base;
+	uint64_t total, limit;
 
 	if (size == 0 || size > BUFFER_MAX_TOTAL - s->buffer_bytes) {
 		snprintf(msg, STORE_MSG_MAX, "registered buffers are limited to %llu bytes per client",
@@ -39,32 +40,210 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 		s->sv->stats.refused_buffers++;
 		return -ENOSPC;
 	}
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
-	/* 2 MiB pages when the buffer is big and the kernel has them */
-	r = -EINVAL;
-	if (s->sv->cfg->hugepages != SHM_HUGEPAGES_OFF && total % SHM_HUGEPAGE_SIZE == 0)
-		r = shm_memfd_new("kvcache-buffer", total, true, &fd, &base);
+	*ret_total = total;
+	return 0;
+}
+
+/* A sealed memfd, mapped: 2 MiB pages when the buffer is big and the
+ * kernel has them. */
+static int buffer_map(const struct config *cfg, uint64_t total, int *ret_fd, void **ret_base)
+{
+	int r = -EINVAL;
+
+	if (cfg->hugepages != SHM_HUGEPAGES_OFF && total % SHM_HUGEPAGE_SIZE == 0)
+		r = shm_memfd_new("kvcache-buffer", total, true, ret_fd, ret_base);
 	if (r < 0)
-		r = shm_memfd_new("kvcache-buffer", total, false, &fd, &base);
-	if (r < 0) {
-		free(b);
-		return r;
+		r = shm_memfd_new("kvcache-buffer", total, false, ret_fd, ret_base);
+	return r;
+}
+
+/* The mapping becomes one of the client's buffers (counted already by
+ * the caller); on failure it is given back. */
+static int buffer_adopt(struct session *s, uint64_t size, uint64_t total, int fd, void *base,
+			uint64_t *ret_handle)
+{
+	struct buffer *b = calloc(1, sizeof(*b));
+	int r = -ENOMEM;
+
+	if (b) {
+		b->seg = (struct shm_segment) { .fd = fd, .base = base, .size = total };
+		b->size = size;
+		r = holder_alloc(&s->h, SLOT_BUFFER, b, ret_handle);
 	}
-	b->seg = (struct shm_segment) { .fd = fd, .base = base, .size = total };
-	b->size = size;
-	r = holder_alloc(&s->h, SLOT_BUFFER, b, &h);
 	if (r < 0) {
-		shm_segment_done(&b->seg);
+		unmap_later(s->sv->mapper, base, total, fd);
 		free(b);
-		return r;
 	}
+	return r;
+}
+
+int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg)
+{
+	uint64_t total;
+	void *base;
+	int fd, r;
+
+	r = buffer_admit(s, size, &total, msg);
+	if (r == 0)
+		r = buffer_map(s->sv->cfg, total, &fd, &base);
+	if (r == 0)
+		r = buffer_adopt(s, size, total, fd, base, ret_handle);
+	if (r < 0)
+		return r;
 	s->buffer_bytes += size;
 	s->sv->registered_bytes += total;
-	*ret_handle = h;
 	*ret_fd = fd; /* stays open until the buffer is freed */
 	return 0;
+}
+
+/*
+ * A buffer mapped on the mapper thread (mapper.h: an mmap() on the loop
+ * waits for page faults anywhere in the daemon).  The request is counted
+ * against the limits when made; the session reads nothing more until it
+ * is answered (session_buffer_made()).  A client that goes away meanwhile
+ * leaves the job to end unanswered; its mapping is then given back.
+ */
+struct buffer_job {
+	struct buffer_job *next;
+	struct server *sv;
+	struct session *s; /* NULL once its client went away */
+	uint32_t seq;
+	uint64_t size, total;
+	int fd, r;
+	void *base;
+};
+
+struct buffer_maker {
+	struct buffer_job *done; /* handoff.h stack, from the mapper */
+	int efd;                 /* wakes a sleeping loop */
+	struct loop_source *bell, *poller;
+};
+
+/* Mapper thread. */
+static void buffer_job_run(void *arg)
+{
+	struct buffer_job *j = arg;
+	struct buffer_maker *m = j->sv->maker;
+	uint64_t one = 1;
+
+	j->r = buffer_map(j->sv->cfg, j->total, &j->fd, &j->base);
+	if (handoff_push(&m->done, j, next) && write(m->efd, &one, sizeof(one)) < 0) {
+		/* the counter is full: the loop is awake anyway */
+	}
+}
+
+int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t *ret_handle,
+			int *ret_fd, char *msg)
+{
+	struct server *sv = s->sv;
+	struct buffer_job *j;
+	uint64_t total;
+	int r = buffer_admit(s, size, &total, msg);
+
+	if (r < 0)
+		return r;
+	j = sv->maker ? calloc(1, sizeof(*j)) : NULL;
+	if (j) {
+		*j = (struct buffer_job) { .sv = sv, .s = s, .seq = seq, .size = size,
+					   .total = total, .fd = -1 };
+		s->buffer_bytes += size;
+		sv->registered_bytes += total;
+		if (mapper_call(sv->mapper, buffer_job_run, j) == 0) {
+			s->buffer_job = j;
+			return -EINPROGRESS;
+		}
+		s->buffer_bytes -= size;
+		sv->registered_bytes -= total;
+		free(j);
+	}
+	return buffer_create(s, size, ret_handle, ret_fd, msg); /* no mapper: here */
+}
+
+/* Loop: a session going away leaves its job to end unanswered. */
+void buffer_forget(struct session *s)
+{
+	if (s->buffer_job)
+		s->buffer_job->s = NULL;
+	s->buffer_job = NULL;
+}
+
+static void buffer_job_done(struct server *sv, struct buffer_job *j)
+{
+	struct session *s = j->s;
+	uint64_t handle = 0;
+	int r = j->r;
+
+	if (s) {
+		s->buffer_job = NULL;
+		if (r == 0)
+			r = buffer_adopt(s, j->size, j->total, j->fd, j->base, &handle);
+		if (r < 0) {
+			s->buffer_bytes -= j->size;
+			sv->registered_bytes -= j->total;
+		}
+		session_buffer_made(s, j->seq, r, handle, j->fd, j->size);
+	} else {
+		if (r == 0)
+			unmap_later(sv->mapper, j->base, j->total, j->fd);
+		sv->registered_bytes -= j->total;
+	}
+	free(j);
+}
+
+static bool buffers_poll(void *userdata)
+{
+	struct server *sv = userdata;
+	struct buffer_maker *m = sv->maker;
+	struct buffer_job *l;
+	uint64_t v;
+
+	if (!__atomic_load_n(&m->done, __ATOMIC_RELAXED))
+		return false;
+	if (read(m->efd, &v, sizeof(v)) < 0) {
+		/* nothing rang: fine */
+	}
+	l = handoff_take_fifo(&m->done, next);
+	while (l) {
+		struct buffer_job *j = l;
+
+		l = j->next;
+		buffer_job_done(sv, j);
+	}
+	return true;
+}
+
+int buffer_setup(struct server *sv)
+{
+	struct buffer_maker *m = calloc(1, sizeof(*m));
+	int r;
+
+	if (!m)
+		return -ENOMEM;
+	sv->maker = m;
+	m->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (m->efd < 0)
+		return -errno;
+	r = loop_add_doorbell(sv->loop, m->efd, &m->bell);
+	if (r == 0)
+		r = loop_add_poller(sv->loop, buffers_poll, NULL, sv, &m->poller);
+	return r;
+}
+
+/* After the mapper stopped: jobs it ended are let go. */
+void buffer_teardown(struct server *sv)
+{
+	struct buffer_maker *m = sv->maker;
+
+	if (!m)
+		return;
+	if (m->poller)
+		buffers_poll(sv);
+	loop_source_free(m->bell);
+	loop_source_free(m->poller);
+	if (m->efd >= 0)
+		close(m->efd);
+	free(m);
+	sv->maker = NULL;
 }
 
 void buffer_unmap(struct server *sv, struct buffer *b)

@@ -1068,5 +1068,7 @@ int channel_setup(struct server *sv)
 		r = mapper_start(&sv->mapper);
 	if (r == 0)
 		ask_spares(sv);
+	if (r == 0)
+		r = buffer_setup(sv);
 	return r < 0 ? r : copier_setup(sv);
 }

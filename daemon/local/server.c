@@ -157,6 +157,7 @@ void server_teardown(struct server *sv)
 	mapper_stop(sv->mapper);
 	sv->mapper = NULL;
 	channel_spares_free(sv);
+	buffer_teardown(sv);
 	loop_source_free(sv->listen_src);
 	loop_source_free(sv->signal_src);
 	sv->listen_src = sv->signal_src = NULL;

@@ -932,7 +932,17 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		}
 		break;
 	case KVC__OP__OP_BUFFER_ALLOC:
-		r = buffer_create(s, q->buffer->size, &rep.extent.handle, rep.fds, rep.msg);
+		r = buffer_create_start(s, h->seq, q->buffer->size, &rep.extent.handle, rep.fds,
+					rep.msg);
+		if (r == -EINPROGRESS) {
+			/* answered by session_buffer_made() */
+			s->parked.op = KVC__OP__OP_BUFFER_ALLOC;
+			s->parked.active = true;
+			s->events = 0;
+			loop_set_io_events(s->src, 0);
+			kvc__request__free_unpacked(q, NULL);
+			return;
+		}
 		if (r == 0) {
 			rep.n_fds = 1;
 			rep.extent.len = (q->buffer->size + 4095) & ~UINT64_C(4095);
@@ -972,6 +982,34 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 	}
 	send_reply(s, h->seq, q->op, r, &rep);
 	kvc__request__free_unpacked(q, NULL);
+}
+
+/* A buffer the mapper made (r 0) or could not: answer, then go on with
+ * what the client sent meanwhile. */
+void session_buffer_made(struct session *s, uint32_t seq, int r, uint64_t handle, int fd,
+			 uint64_t size)
+{
+	struct reply rep = { .resp = KVC__RESPONSE__INIT, .extent = KVC__EXTENT__INIT,
+			     .exists = KVC__EXISTS_RESP__INIT };
+
+	s->parked.active = false;
+	if (r == 0) {
+		rep.fds[0] = fd;
+		rep.n_fds = 1;
+		rep.extent.handle = handle;
+		rep.extent.len = (size + 4095) & ~UINT64_C(4095);
+		rep.resp.body_case = KVC__RESPONSE__BODY_EXTENT;
+		rep.resp.extent = &rep.extent;
+	} else
+		snprintf(rep.msg, sizeof(rep.msg), "mapping a registered buffer of %llu bytes: %s",
+			 (unsigned long long) size, strerror(-r));
+	send_reply(s, seq, KVC__OP__OP_BUFFER_ALLOC, r, &rep);
+	if (!s->closing) {
+		update_events(s);
+		process(s);
+	}
+	if (s->closing)
+		session_free(s);
 }
 
 /* The object a parked acquire waited for is in dram (res 0), or is not
@@ -1287,7 +1325,9 @@ void session_free(struct session *s)
 	if (!s)
 		return;
 	sv = s->sv;
-	if (s->parked.active)
+	if (s->parked.active && s->parked.op == KVC__OP__OP_BUFFER_ALLOC)
+		buffer_forget(s);
+	else if (s->parked.active)
 		fetch_unwait(&s->parked.w);
 	copier_forget(s);
 	for (unsigned i = 0; i < s->n_channels; i++)

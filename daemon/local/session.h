@@ -84,6 +84,7 @@ struct server {
 	uint32_t ophist_tick;
 	struct copier *copier;     /* copier.c */
 	struct mapper *mapper;     /* maps and unmaps off the loop */
+	struct buffer_maker *maker; /* buffers mapped by it (buffer.c) */
 	struct chan_mem *spares_ready; /* channel memory the mapper made (handoff.h stack) */
 	struct chan_mem *spares;   /* taken from it by the loop */
 	uint32_t n_spares, spares_asked;
@@ -117,16 +118,18 @@ struct session {
 	struct channel *channels[SESSION_MAX_CHANNELS];
 	unsigned n_channels;
 	/* an acquire on the socket waiting for its object to come back from
-	 * disk: the session reads nothing more until it is answered */
+	 * disk, or a buffer being mapped: the session reads nothing more
+	 * until it is answered */
 	struct {
 		struct waiter w;        /* on the fetch */
-		uint32_t op;            /* OP_ACQUIRE or OP_WHERE */
+		uint32_t op;            /* OP_ACQUIRE, OP_WHERE or OP_BUFFER_ALLOC */
 		bool active;
 		uint32_t seq;
 		uint8_t key[WIRE_MAX_KEY];
 		uint32_t key_len;
 	} parked;
 	uint64_t buffer_bytes;
+	struct buffer_job *buffer_job; /* a buffer being mapped (buffer.c) */
 	struct copy_job *copies;  /* its copies in flight (copier.c) */
 };
 
@@ -138,6 +141,15 @@ struct buffer {
 	bool released;    /* given back while copies were in flight */
 };
 int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg);
+/* The same with the mapping made on the mapper: -EINPROGRESS, and
+ * session_buffer_made() answers (0 with *ret_*: made here at once). */
+int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t *ret_handle,
+			int *ret_fd, char *msg);
+void buffer_forget(struct session *s);
+int buffer_setup(struct server *sv);
+void buffer_teardown(struct server *sv);
+void session_buffer_made(struct session *s, uint32_t seq, int r, uint64_t handle, int fd,
+			 uint64_t size);
 void buffer_free(struct session *s, struct buffer *b);
 void buffer_unmap(struct server *sv, struct buffer *b);
 /* The bytes [off, off + len) of the registered buffer `id`, or NULL; the

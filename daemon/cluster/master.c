@@ -244,13 +244,15 @@ static int node_find(const struct master *m, const char *id)
 	return -1;
 }
 
+/* Nodes heartbeat every third of the TTL: suspect once one is missed
+ * (silent for two thirds), not when one is a little late. */
 static uint32_t node_state(const struct master *m, const struct mnode *n)
 {
 	uint64_t silent = loop_now_ms(m->loop) - n->last_ms;
 
 	if (!n->connected)
 		return PEER_STATE_DOWN;
-	return silent > (uint64_t) m->cfg.client_ttl_s * 1000 / 3 ? PEER_STATE_SUSPECT
+	return silent > (uint64_t) m->cfg.client_ttl_s * 2000 / 3 ? PEER_STATE_SUSPECT
 								     : PEER_STATE_UP;
 }
 

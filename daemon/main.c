@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,14 +63,7 @@ int main(int argc, char **argv)
 	const char *env;
 	int r;
 
-	/* The loop must not wait for the address space's lock (base/mapper.h),
-	 * which brk() and mmap() take for writing: the heap grows 64 MiB at a
-	 * time and gives memory back only past 256 MiB free, and blocks
-	 * below 64 MiB come from it, not from mmap().  (A cluster run saw
-	 * the loop wait in brk() 25 times, up to 10 ms.) */
-	mallopt(M_MMAP_THRESHOLD, 64 << 20);
-	mallopt(M_TOP_PAD, 64 << 20);
-	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	loop_tune_malloc();
 	config_init(&cfg);
 	r = config_parse_args(&cfg, argc, argv, err);
 	if (r > 0)

@@ -5,6 +5,7 @@
  * sleeps on, holds the doorbells and the control set itself.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
@@ -101,6 +102,18 @@ void loop_helper_thread(const char *name, bool yield)
 		return;
 	/* lowering one's own policy needs no privilege; failing is harmless */
 	pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+}
+
+/* The loop must not wait for the address space's lock (mapper.h), which
+ * brk() and mmap() take for writing: malloc grows the heap 64 MiB at a
+ * time, gives memory back only past 256 MiB free, and serves blocks below
+ * 64 MiB from it, not from mmap().  (A cluster run saw a node's loop wait
+ * in brk() 25 times, up to 10 ms.) */
+void loop_tune_malloc(void)
+{
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TOP_PAD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
 uint64_t mono_ms(void)

@@ -68,6 +68,10 @@ void loop_quit(struct loop *l);
  * milliseconds by helpers it had just woken). */
 void loop_helper_thread(const char *name, bool yield);
 
+/* Called first by a program that runs a loop: malloc set up so that the
+ * loop never waits in brk() or mmap() for it (loop.c). */
+void loop_tune_malloc(void);
+
 /* Monotonic ms now, from any thread (data threads, background work):
  * the clock loop_now_ms() reads. */
 uint64_t mono_ms(void);

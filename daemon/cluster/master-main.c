@@ -281,6 +281,7 @@ int main(int argc, char **argv)
 	int r, sfd;
 
 	log_set_ident("kvcache-master");
+	loop_tune_malloc();
 	r = parse(argc, argv);
 	if (r != 0)
 		return r > 0 ? 0 : 2;

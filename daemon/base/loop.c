@@ -63,8 +63,10 @@ struct loop {
 	/* how often the loop thread had been preempted at mark_us (wall),
 	 * re-read at most every MARK_US while it works: see tick() */
 	long preempted;
+	long slept;       /* its voluntary switches at mark_us */
 	uint64_t mark_us;
 	uint64_t longest_busy_us;
+	uint64_t blocked; /* stretches of work in which it slept */
 	uint32_t poll_us, window_us;
 	uint64_t rounds;
 	bool quit;
@@ -121,13 +123,17 @@ uint64_t mono_ms(void)
 	return now_us() / 1000;
 }
 
-/* How often the scheduler took the CPU from this thread: a system call,
- * so read sparingly (tick()). */
-static long thread_preempted(void)
+/* How often the scheduler took the CPU from this thread, and how often it
+ * gave it up (slept): a system call, so read sparingly (tick()). */
+static void thread_switches(long *ret_preempted, long *ret_slept)
 {
 	struct rusage ru;
 
-	return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : -1;
+	if (getrusage(RUSAGE_THREAD, &ru) == 0) {
+		*ret_preempted = ru.ru_nivcsw;
+		*ret_slept = ru.ru_nvcsw;
+	} else
+		*ret_preempted = *ret_slept = -1;
 }
 
 static void list_add(struct loop *l, int which, struct loop_source *s)
@@ -426,6 +432,11 @@ uint64_t loop_longest_turn_us(const struct loop *l)
 	return l->longest_turn_us;
 }
 
+uint64_t loop_blocked(const struct loop *l)
+{
+	return l->blocked;
+}
+
 uint64_t loop_longest_busy_us(const struct loop *l)
 {
 	return l->longest_busy_us;
@@ -435,9 +446,16 @@ uint64_t loop_longest_busy_us(const struct loop *l)
  * when it is this old. */
 #define MARK_US 100
 
-static void mark(struct loop *l, uint64_t wall_us)
+/* working: since the last mark the loop worked, so a voluntary switch in
+ * between was a wait outside epoll_wait() (a lock, a page fault, a
+ * blocking call): counted. */
+static void mark(struct loop *l, uint64_t wall_us, bool working)
 {
-	l->preempted = thread_preempted();
+	long slept = l->slept;
+
+	thread_switches(&l->preempted, &l->slept);
+	if (working && slept >= 0 && l->slept > slept)
+		l->blocked++;
 	l->mark_us = wall_us;
 }
 
@@ -461,11 +479,11 @@ static uint64_t tick(struct loop *l, uint64_t *prev)
 	if (turn >= MARK_US) {
 		long before = l->preempted;
 
-		mark(l, t);
+		mark(l, t, true);
 		if (before >= 0 && l->preempted == before && turn > l->longest_busy_us)
 			l->longest_busy_us = turn;
 	} else if (t - l->mark_us >= MARK_US)
-		mark(l, t);
+		mark(l, t, true);
 	*prev = t;
 	l->now_ms = t / 1000;
 	return t;
@@ -556,7 +574,7 @@ int loop_run(struct loop *l)
 	l->quit = false; /* a loop may run again after it quit */
 	l->window_us = base;
 	l->now_ms = last_work / 1000;
-	mark(l, last_work);
+	mark(l, last_work, false);
 	while (!l->quit) {
 		uint64_t now;
 		int n, timeout;
@@ -594,7 +612,7 @@ int loop_run(struct loop *l)
 		n = epoll_wait(l->epfd, evs, 64, timeout);
 		set_sleeping(l, false);
 		now = prev = now_us(); /* sleeping is not a turn */
-		mark(l, now);
+		mark(l, now, false);
 		/* whatever woke us is judged by the time now, not by the time
 		 * we went to sleep (leases expire meanwhile) */
 		l->now_ms = now / 1000;

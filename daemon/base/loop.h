@@ -84,3 +84,7 @@ uint64_t loop_longest_turn_us(const struct loop *l);
 /* The longest turn in which the loop thread was not preempted (wall
  * clock: its own work, and any blocking it did). */
 uint64_t loop_longest_busy_us(const struct loop *l);
+/* How many times the loop thread slept while working (checked once per
+ * 100 us of work): waits outside its own wait for events, which the loop
+ * is built never to make. */
+uint64_t loop_blocked(const struct loop *l);

@@ -47,7 +47,22 @@ struct xjob {
 	struct xjob *next;
 	enum job_kind kind;
 	int res;
-	void *owner; /* struct rfetch or struct pserve */
+	void *owner;         /* struct rfetch or struct pserve */
+	struct dthread *th;  /* the data thread it was given to */
+};
+
+/* A data thread, and the loop's view of it.  The loop hands a job to an
+ * idle thread itself (one job at a time, through `mail`) and learns that
+ * it is idle again from the finished job: no lock or condition variable
+ * is shared, so the loop never waits on one (pthread_cond_signal() can
+ * block; the loop was seen asleep in it). */
+struct dthread {
+	pthread_t th;
+	struct node *n;
+	unsigned q;               /* which queue it serves */
+	struct xjob *mail;        /* atomic: the job handed to it */
+	struct handoff_bell wake; /* it sleeps on this */
+	bool busy;                /* loop: it has a job */
 };
 
 /* Data connections kept open between fetches (a fresh TCP connection
@@ -63,22 +78,18 @@ struct idle_conn {
 struct xfer {
 	struct idle_conn idle[IDLE_MAX];
 	unsigned n_idle;
-	pthread_mutex_t lock;
+	pthread_mutex_t lock;   /* the idle connections: data threads only */
 	/* two queues, each with its own threads, so that a slow peer being
 	 * served never holds up this node's own fetches, nor the reverse:
-	 * [0] fetches and pushes out, [1] serving (sends, pushed receives) */
+	 * [0] fetches and pushes out, [1] serving (sends, pushed receives);
+	 * the loop's own, of jobs waiting for an idle thread */
 	struct {
 		struct xjob *head, **tail;
-		pthread_cond_t cond;
 	} q[2];
 	struct xjob *done;      /* lock-free (handoff.h): the loop never waits */
-	bool stop;
-	pthread_t th[2 * MAX_STREAMS];
+	bool stop;              /* atomic */
+	struct dthread th[2 * MAX_STREAMS];
 	unsigned n_th;
-	struct thread_arg {
-		struct node *n;
-		unsigned q;
-	} args[2 * MAX_STREAMS];
 	int bell;
 	struct loop_source *bell_src;
 	bool corrupt; /* tests: flip the first byte of what is served */
@@ -834,26 +845,24 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 
 static void *data_main(void *arg)
 {
-	const struct thread_arg *ta = arg;
-	struct node *n = ta->n;
+	struct dthread *t = arg;
+	struct node *n = t->n;
 	struct xfer *x = n->xfer;
-	unsigned qi = ta->q;
 
-	loop_helper_thread(qi ? "serve" : "fetch", false);
-	pthread_mutex_lock(&x->lock);
+	loop_helper_thread(t->q ? "serve" : "fetch", false);
 	for (;;) {
-		struct xjob *j;
+		uint32_t seq = handoff_bell_seq(&t->wake);
+		/* read before the mail: a job given before the stop is run */
+		bool stopping = __atomic_load_n(&x->stop, __ATOMIC_ACQUIRE);
+		struct xjob *j = __atomic_exchange_n(&t->mail, NULL, __ATOMIC_ACQUIRE);
 		uint64_t one = 1;
 
-		while (!x->q[qi].head && !x->stop)
-			pthread_cond_wait(&x->q[qi].cond, &x->lock);
-		if (x->stop)
-			break;
-		j = x->q[qi].head;
-		x->q[qi].head = j->next;
-		if (!x->q[qi].head)
-			x->q[qi].tail = &x->q[qi].head;
-		pthread_mutex_unlock(&x->lock);
+		if (!j) {
+			if (stopping)
+				break;
+			handoff_bell_wait(&t->wake, seq, 0);
+			continue;
+		}
 		if (j->kind == J_FETCH)
 			run_fetch(j->owner, j, n->timeout_ms);
 		else if (j->kind == J_SEND)
@@ -865,24 +874,41 @@ static void *data_main(void *arg)
 		if (handoff_push(&x->done, j, next) && write(x->bell, &one, sizeof(one)) < 0) {
 			/* the counter is full: the loop is awake anyway */
 		}
-		pthread_mutex_lock(&x->lock);
 	}
-	pthread_mutex_unlock(&x->lock);
 	return NULL;
+}
+
+/* Loop: queued jobs go to the idle threads of their queue. */
+static void dispatch(struct xfer *x, unsigned qi)
+{
+	for (unsigned i = 0; i < x->n_th && x->q[qi].head; i++) {
+		struct dthread *t = &x->th[i];
+		struct xjob *j;
+
+		if (t->q != qi || t->busy)
+			continue;
+		j = x->q[qi].head;
+		x->q[qi].head = j->next;
+		if (!x->q[qi].head)
+			x->q[qi].tail = &x->q[qi].head;
+		j->next = NULL;
+		j->th = t;
+		t->busy = true;
+		__atomic_store_n(&t->mail, j, __ATOMIC_RELEASE);
+		handoff_bell_ring(&t->wake);
+	}
 }
 
 static void queue(struct node *n, struct xjob *j)
 {
 	struct xfer *x = n->xfer;
-
 	unsigned qi = j->kind == J_FETCH || j->kind == J_PUSH ? 0 : 1;
 
-	pthread_mutex_lock(&x->lock);
 	j->next = NULL;
+	j->th = NULL;
 	*x->q[qi].tail = j;
 	x->q[qi].tail = &j->next;
-	pthread_cond_signal(&x->q[qi].cond);
-	pthread_mutex_unlock(&x->lock);
+	dispatch(x, qi);
 }
 
 /* An object's bytes moved in or out, and by which transport. */
@@ -1835,6 +1861,8 @@ static bool xfer_poll(void *u)
 		/* nothing rang: fine */
 	}
 	list = handoff_take(&x->done);
+	for (struct xjob *j = list; j; j = j->next)
+		j->th->busy = false; /* before the jobs' owners may free them */
 	while (list) {
 		struct xjob *j = list;
 
@@ -1908,6 +1936,8 @@ static bool xfer_poll(void *u)
 			ps_process(ps);
 		}
 	}
+	dispatch(x, 0);
+	dispatch(x, 1);
 	return true;
 }
 
@@ -1970,10 +2000,8 @@ int remote_setup(struct node *n)
 		return -ENOMEM;
 	n->xfer = x;
 	pthread_mutex_init(&x->lock, NULL);
-	for (unsigned i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < 2; i++)
 		x->q[i].tail = &x->q[i].head;
-		pthread_cond_init(&x->q[i].cond, NULL);
-	}
 	x->corrupt = corrupt && *corrupt == '1';
 	if (x->corrupt)
 		log_warn("KVCACHE_TEST_CORRUPT_PEER_SEND: every object served is sent damaged");
@@ -1998,8 +2026,11 @@ int remote_setup(struct node *n)
 	if (r < 0)
 		return r;
 	for (unsigned streams = n->streams ? n->streams : 2; x->n_th < 2 * streams; x->n_th++) {
-		x->args[x->n_th] = (struct thread_arg) { n, x->n_th % 2 };
-		r = -pthread_create(&x->th[x->n_th], NULL, data_main, &x->args[x->n_th]);
+		struct dthread *t = &x->th[x->n_th];
+
+		t->n = n;
+		t->q = x->n_th % 2;
+		r = -pthread_create(&t->th, NULL, data_main, t);
 		if (r < 0)
 			return r;
 	}
@@ -2012,13 +2043,11 @@ void remote_teardown(struct node *n)
 
 	if (!x)
 		return;
-	pthread_mutex_lock(&x->lock);
-	x->stop = true;
-	for (unsigned i = 0; i < 2; i++)
-		pthread_cond_broadcast(&x->q[i].cond);
-	pthread_mutex_unlock(&x->lock);
+	__atomic_store_n(&x->stop, true, __ATOMIC_RELEASE);
 	for (unsigned i = 0; i < x->n_th; i++)
-		pthread_join(x->th[i], NULL);
+		handoff_bell_ring(&x->th[i].wake);
+	for (unsigned i = 0; i < x->n_th; i++)
+		pthread_join(x->th[i].th, NULL);
 	for (unsigned i = 0; i < x->n_idle; i++)
 		close(x->idle[i].fd);
 	/* jobs never started or never collected: their owners go below */
@@ -2070,8 +2099,6 @@ void remote_teardown(struct node *n)
 	if (x->bell >= 0)
 		close(x->bell);
 	pthread_mutex_destroy(&x->lock);
-	for (unsigned i = 0; i < 2; i++)
-		pthread_cond_destroy(&x->q[i].cond);
 	free(x);
 	n->xfer = NULL;
 }

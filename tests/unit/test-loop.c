@@ -2,6 +2,8 @@
 /* Loop timers: loop_timer_arm() sets the time, loop_timer_arm_by() only
  * brings it forward, so a stream of later deadlines arming a shared timer
  * never postpones what it already had to do.  No daemon process. */
+#include <unistd.h>
+
 #include "loop.h"
 #include "helpers.h"
 
@@ -56,6 +58,25 @@ static void run_until_fired(struct loop *l, struct loop_source *dog, struct rec 
 	CHECK(r->at >= t0 + want_ms && r->at < t0 + 4000);
 }
 
+/* A poller that sleeps in its work three times (as a blocking call or a
+ * contended lock would), then ends the run. */
+struct sleeper {
+	struct loop *l;
+	int calls;
+};
+
+static bool sleep_in_work(void *u)
+{
+	struct sleeper *z = u;
+
+	if (++z->calls > 3) {
+		loop_quit(z->l);
+		return false;
+	}
+	usleep(2000);
+	return true;
+}
+
 int main(void)
 {
 	struct loop *l;
@@ -90,6 +111,21 @@ int main(void)
 	loop_timer_arm(t, t0 + 40);
 	run_until_fired(l, dog, &r, 3, t0, 40);
 	CHECK(p.armed > 0);
+	loop_source_free(idle);
+
+	/* a loop that sleeps while it works says so: each of the three */
+	{
+		struct sleeper z = { .l = l };
+		struct loop_source *ps;
+		uint64_t before = loop_blocked(l);
+
+		CHECK_EQ(loop_add_poller(l, sleep_in_work, NULL, &z, &ps), 0);
+		loop_timer_arm(dog, loop_now_ms(l) + 3000);
+		CHECK_EQ(loop_run(l), 0);
+		CHECK_EQ(z.calls, 4);
+		CHECK(loop_blocked(l) >= before + 3);
+		loop_source_free(ps);
+	}
 
 	loop_free(l);
 	return 0;

@@ -660,10 +660,10 @@ static void loop_figures(const char *name, const char *sock)
 	struct kvc_client *c;
 
 	check(kvc_connect(sock, &c), "connect");
-	printf("node %s: longest loop turn %.2f ms (longest unpreempted %.2f ms), %" PRIu64
-	       " lost master link(s)\n", name,
+	printf("node %s: longest loop turn %.2f ms (longest unpreempted %.2f ms), the loop slept "
+	       "while working %" PRIu64 " time(s), %" PRIu64 " lost master link(s)\n", name,
 	       (double) counter(c, "loop_longest_turn_us") / 1e3,
-	       (double) counter(c, "loop_longest_busy_us") / 1e3,
+	       (double) counter(c, "loop_longest_busy_us") / 1e3, counter(c, "loop_blocked"),
 	       counter(c, "master_drops"));
 	kvc_disconnect(c);
 }

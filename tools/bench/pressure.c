@@ -143,11 +143,12 @@ int run_objects(void)
 	usleep(200000);
 	prober_stop(&pr);
 	printf("  stored %" PRIu64 " objects at %.0f puts/s; longest loop turn %.2f ms unpreempted "
-	       "(%.2f ms wall clock, preemption included); a second client's exists meanwhile: "
-	       "longest %.2f ms, %" PRIu64 " of %" PRIu64 " over 1 ms\n", n, rate,
+	       "(%.2f ms wall clock, preemption included), the loop slept while working %" PRIu64
+	       " time(s); a second client's exists meanwhile: longest %.2f ms, %" PRIu64 " of %"
+	       PRIu64 " over 1 ms\n", n, rate,
 	       (double) counter(c, "loop_longest_busy_us") / 1e3,
-	       (double) counter(c, "loop_longest_turn_us") / 1e3, (double) pr.max_ns / 1e6,
-	       pr.over_1ms, pr.n);
+	       (double) counter(c, "loop_longest_turn_us") / 1e3, counter(c, "loop_blocked"),
+	       (double) pr.max_ns / 1e6, pr.over_1ms, pr.n);
 	measure_small(c, &k, "", &exn, &getn);
 	printf("  at %" PRIu64 " objects against 1K: exists p50 %.0f%% of the 1K rate, 4 KiB get "
 	       "p50 %.0f%%\n", n, 100.0 * ex1.p50 / exn.p50, 100.0 * get1.p50 / getn.p50);
@@ -419,11 +420,12 @@ int run_hangup(uint64_t size)
 	       " pages of %s) the daemon copied into, hung up one after another\n",
 	       arg_rounds, (double) size / (1 << 30), pages, huge ? "2 MiB" : "4 KiB");
 	printf("  a second client's exists meanwhile: longest %.2f ms, %" PRIu64 " of %" PRIu64
-	       " over 1 ms; longest loop turn %.2f ms unpreempted (%.2f ms wall clock); "
-	       "%.2f ms from hang-up to buffer gone (mean)\n",
+	       " over 1 ms; longest loop turn %.2f ms unpreempted (%.2f ms wall clock), the loop "
+	       "slept while working %" PRIu64 " time(s); %.2f ms from hang-up to buffer gone "
+	       "(mean)\n",
 	       (double) pr.max_ns / 1e6, pr.over_1ms, pr.n,
 	       (double) counter(c, "loop_longest_busy_us") / 1e3,
-	       (double) counter(c, "loop_longest_turn_us") / 1e3,
+	       (double) counter(c, "loop_longest_turn_us") / 1e3, counter(c, "loop_blocked"),
 	       (double) t_gone / arg_rounds / 1e6);
 	free(v);
 	kvc_disconnect(c);

@@ -48,21 +48,6 @@ struct xjob {
 	enum job_kind kind;
 	int res;
 	void *owner;         /* struct rfetch or struct pserve */
-	struct dthread *th;  /* the data thread it was given to */
-};
-
-/* A data thread, and the loop's view of it.  The loop hands a job to an
- * idle thread itself (one job at a time, through `mail`) and learns that
- * it is idle again from the finished job: no lock or condition variable
- * is shared, so the loop never waits on one (pthread_cond_signal() can
- * block; the loop was seen asleep in it). */
-struct dthread {
-	pthread_t th;
-	struct node *n;
-	unsigned q;               /* which queue it serves */
-	struct xjob *mail;        /* atomic: the job handed to it */
-	struct handoff_bell wake; /* it sleeps on this */
-	bool busy;                /* loop: it has a job */
 };
 
 /* Data connections kept open between fetches (a fresh TCP connection
@@ -78,18 +63,28 @@ struct idle_conn {
 struct xfer {
 	struct idle_conn idle[IDLE_MAX];
 	unsigned n_idle;
-	pthread_mutex_t lock;   /* the idle connections: data threads only */
+	/* data threads only (the loop never takes it): the idle connections
+	 * and the queues' jobs in order */
+	pthread_mutex_t lock;
 	/* two queues, each with its own threads, so that a slow peer being
 	 * served never holds up this node's own fetches, nor the reverse:
-	 * [0] fetches and pushes out, [1] serving (sends, pushed receives);
-	 * the loop's own, of jobs waiting for an idle thread */
+	 * [0] fetches and pushes out, [1] serving (sends, pushed receives).
+	 * The loop pushes jobs onto `incoming` and rings `wake` (handoff.h):
+	 * it shares no lock or condition variable with the threads, so it
+	 * never waits on one (it was seen asleep in pthread_cond_signal()). */
 	struct {
+		struct xjob *incoming;
 		struct xjob *head, **tail;
+		struct handoff_bell wake;
 	} q[2];
 	struct xjob *done;      /* lock-free (handoff.h): the loop never waits */
 	bool stop;              /* atomic */
-	struct dthread th[2 * MAX_STREAMS];
+	pthread_t th[2 * MAX_STREAMS];
 	unsigned n_th;
+	struct thread_arg {
+		struct node *n;
+		unsigned q;
+	} args[2 * MAX_STREAMS];
 	int bell;
 	struct loop_source *bell_src;
 	bool corrupt; /* tests: flip the first byte of what is served */
@@ -845,24 +840,44 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 
 static void *data_main(void *arg)
 {
-	struct dthread *t = arg;
-	struct node *n = t->n;
+	const struct thread_arg *ta = arg;
+	struct node *n = ta->n;
 	struct xfer *x = n->xfer;
+	unsigned qi = ta->q;
 
-	loop_helper_thread(t->q ? "serve" : "fetch", false);
+	loop_helper_thread(qi ? "serve" : "fetch", false);
 	for (;;) {
-		uint32_t seq = handoff_bell_seq(&t->wake);
-		/* read before the mail: a job given before the stop is run */
+		uint32_t seq = handoff_bell_seq(&x->q[qi].wake);
+		/* read before the queue: a job queued before the stop is run */
 		bool stopping = __atomic_load_n(&x->stop, __ATOMIC_ACQUIRE);
-		struct xjob *j = __atomic_exchange_n(&t->mail, NULL, __ATOMIC_ACQUIRE);
+		struct xjob *in, *j;
 		uint64_t one = 1;
+		bool more;
 
+		pthread_mutex_lock(&x->lock);
+		in = handoff_take_fifo(&x->q[qi].incoming, next);
+		if (in) {
+			*x->q[qi].tail = in;
+			while (in->next)
+				in = in->next;
+			x->q[qi].tail = &in->next;
+		}
+		j = x->q[qi].head;
+		if (j) {
+			x->q[qi].head = j->next;
+			if (!x->q[qi].head)
+				x->q[qi].tail = &x->q[qi].head;
+		}
+		more = x->q[qi].head != NULL;
+		pthread_mutex_unlock(&x->lock);
 		if (!j) {
 			if (stopping)
 				break;
-			handoff_bell_wait(&t->wake, seq, 0);
+			handoff_bell_wait(&x->q[qi].wake, seq, 0);
 			continue;
 		}
+		if (more) /* the next job for another thread of this queue */
+			handoff_bell_ring(&x->q[qi].wake);
 		if (j->kind == J_FETCH)
 			run_fetch(j->owner, j, n->timeout_ms);
 		else if (j->kind == J_SEND)
@@ -878,37 +893,14 @@ static void *data_main(void *arg)
 	return NULL;
 }
 
-/* Loop: queued jobs go to the idle threads of their queue. */
-static void dispatch(struct xfer *x, unsigned qi)
-{
-	for (unsigned i = 0; i < x->n_th && x->q[qi].head; i++) {
-		struct dthread *t = &x->th[i];
-		struct xjob *j;
-
-		if (t->q != qi || t->busy)
-			continue;
-		j = x->q[qi].head;
-		x->q[qi].head = j->next;
-		if (!x->q[qi].head)
-			x->q[qi].tail = &x->q[qi].head;
-		j->next = NULL;
-		j->th = t;
-		t->busy = true;
-		__atomic_store_n(&t->mail, j, __ATOMIC_RELEASE);
-		handoff_bell_ring(&t->wake);
-	}
-}
-
+/* Loop: never waits. */
 static void queue(struct node *n, struct xjob *j)
 {
 	struct xfer *x = n->xfer;
 	unsigned qi = j->kind == J_FETCH || j->kind == J_PUSH ? 0 : 1;
 
-	j->next = NULL;
-	j->th = NULL;
-	*x->q[qi].tail = j;
-	x->q[qi].tail = &j->next;
-	dispatch(x, qi);
+	if (handoff_push(&x->q[qi].incoming, j, next))
+		handoff_bell_ring(&x->q[qi].wake);
 }
 
 /* An object's bytes moved in or out, and by which transport. */
@@ -1861,8 +1853,6 @@ static bool xfer_poll(void *u)
 		/* nothing rang: fine */
 	}
 	list = handoff_take(&x->done);
-	for (struct xjob *j = list; j; j = j->next)
-		j->th->busy = false; /* before the jobs' owners may free them */
 	while (list) {
 		struct xjob *j = list;
 
@@ -1936,8 +1926,6 @@ static bool xfer_poll(void *u)
 			ps_process(ps);
 		}
 	}
-	dispatch(x, 0);
-	dispatch(x, 1);
 	return true;
 }
 
@@ -2026,11 +2014,8 @@ int remote_setup(struct node *n)
 	if (r < 0)
 		return r;
 	for (unsigned streams = n->streams ? n->streams : 2; x->n_th < 2 * streams; x->n_th++) {
-		struct dthread *t = &x->th[x->n_th];
-
-		t->n = n;
-		t->q = x->n_th % 2;
-		r = -pthread_create(&t->th, NULL, data_main, t);
+		x->args[x->n_th] = (struct thread_arg) { n, x->n_th % 2 };
+		r = -pthread_create(&x->th[x->n_th], NULL, data_main, &x->args[x->n_th]);
 		if (r < 0)
 			return r;
 	}
@@ -2044,14 +2029,22 @@ void remote_teardown(struct node *n)
 	if (!x)
 		return;
 	__atomic_store_n(&x->stop, true, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < x->n_th; i++) /* one sleeper each */
+		handoff_bell_ring(&x->q[i % 2].wake);
 	for (unsigned i = 0; i < x->n_th; i++)
-		handoff_bell_ring(&x->th[i].wake);
-	for (unsigned i = 0; i < x->n_th; i++)
-		pthread_join(x->th[i].th, NULL);
+		pthread_join(x->th[i], NULL);
 	for (unsigned i = 0; i < x->n_idle; i++)
 		close(x->idle[i].fd);
 	/* jobs never started or never collected: their owners go below */
-	for (unsigned i = 0; i < 2; i++)
+	for (unsigned i = 0; i < 2; i++) {
+		struct xjob *in = handoff_take(&x->q[i].incoming);
+
+		if (in) { /* the threads run everything queued; for form's sake */
+			*x->q[i].tail = in;
+			while (in->next)
+				in = in->next;
+			x->q[i].tail = &in->next;
+		}
 		while (x->q[i].head) {
 			struct xjob *j = x->q[i].head;
 
@@ -2059,6 +2052,7 @@ void remote_teardown(struct node *n)
 			if (j->kind == J_PUSH)
 				free(j->owner); /* its view goes with the holder */
 		}
+	}
 	while (x->done) {
 		struct xjob *j = x->done;
 

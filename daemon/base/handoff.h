@@ -47,6 +47,32 @@
 		f_;                                                                         \
 	})
 
+/* A helper thread that finished item: onto the stack at *head, and a loop
+ * asleep is woken through efd (an eventfd in its set) when the stack was
+ * empty.  Never blocks. */
+#define handoff_push_wake(head, item, field, efd)                                           \
+	do {                                                                                \
+		uint64_t one_ = 1;                                                          \
+		if (handoff_push(head, item, field) && write(efd, &one_, sizeof(one_)) < 0) { \
+			/* the counter is full: the loop is awake anyway */                 \
+		}                                                                           \
+	} while (0)
+
+/* The loop: what helpers pushed with handoff_push_wake(), newest first
+ * (NULL: nothing), the eventfd drained. */
+#define handoff_collect(head, efd)                                                          \
+	({                                                                                  \
+		__typeof__(*(head)) c_ = NULL;                                              \
+		if (__atomic_load_n((head), __ATOMIC_RELAXED)) {                            \
+			uint64_t v_;                                                        \
+			if (read(efd, &v_, sizeof(v_)) < 0) {                               \
+				/* nothing rang: fine */                                    \
+			}                                                                   \
+			c_ = handoff_take(head);                                            \
+		}                                                                           \
+		c_;                                                                         \
+	})
+
 /* A word a thread sleeps on until someone rings it. */
 struct handoff_bell {
 	uint32_t seq;
@@ -73,5 +99,23 @@ static inline void handoff_bell_ring(struct handoff_bell *b)
 	__atomic_add_fetch(&b->seq, 1, __ATOMIC_RELEASE);
 	syscall(SYS_futex, &b->seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
+
+/* A helper thread: the work queued at *head, oldest first, sleeping on
+ * bell until some comes; NULL once *stop is set and nothing is left.  The
+ * flag is read before the queue, so what was queued before the stop is
+ * still returned. */
+#define handoff_wait_fifo(head, field, bell, stop)                                          \
+	({                                                                                  \
+		__typeof__(*(head)) w_;                                                     \
+		for (;;) {                                                                  \
+			uint32_t seq_ = handoff_bell_seq(bell);                             \
+			bool stopping_ = __atomic_load_n((stop), __ATOMIC_ACQUIRE);         \
+			w_ = handoff_take_fifo(head, field);                                \
+			if (w_ || stopping_)                                                \
+				break;                                                      \
+			handoff_bell_wait(bell, seq_, 0);                                   \
+		}                                                                           \
+		w_;                                                                         \
+	})
 
 #endif

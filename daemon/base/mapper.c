@@ -62,20 +62,10 @@ static void unmap_now(void *base, size_t len, int fd)
 static void *mapper_main(void *arg)
 {
 	struct mapper *m = arg;
+	struct map_req *l;
 
 	loop_helper_thread("map", true);
-	for (;;) {
-		uint32_t seq = handoff_bell_seq(&m->wake);
-		/* read before the queue: what was queued before the stop is seen */
-		bool stopping = __atomic_load_n(&m->stop, __ATOMIC_ACQUIRE);
-		struct map_req *l = handoff_take_fifo(&m->queue, next);
-
-		if (!l) {
-			if (stopping)
-				break;
-			handoff_bell_wait(&m->wake, seq, 0);
-			continue;
-		}
+	while ((l = handoff_wait_fifo(&m->queue, next, &m->wake, &m->stop))) {
 		while (l) {
 			struct map_req *q = l;
 

@@ -851,7 +851,6 @@ static void *data_main(void *arg)
 		/* read before the queue: a job queued before the stop is run */
 		bool stopping = __atomic_load_n(&x->stop, __ATOMIC_ACQUIRE);
 		struct xjob *in, *j;
-		uint64_t one = 1;
 		bool more;
 
 		pthread_mutex_lock(&x->lock);
@@ -886,9 +885,7 @@ static void *data_main(void *arg)
 			run_push(j->owner, j, n->timeout_ms, x->corrupt);
 		else
 			run_recv(j->owner, j, n->timeout_ms);
-		if (handoff_push(&x->done, j, next) && write(x->bell, &one, sizeof(one)) < 0) {
-			/* the counter is full: the loop is awake anyway */
-		}
+		handoff_push_wake(&x->done, j, next, x->bell);
 	}
 	return NULL;
 }
@@ -1844,15 +1841,10 @@ static bool xfer_poll(void *u)
 {
 	struct node *n = u;
 	struct xfer *x = n->xfer;
-	struct xjob *list;
-	uint64_t v;
+	struct xjob *list = handoff_collect(&x->done, x->bell);
 
-	if (!__atomic_load_n(&x->done, __ATOMIC_RELAXED))
+	if (!list)
 		return false;
-	if (read(x->bell, &v, sizeof(v)) < 0) {
-		/* nothing rang: fine */
-	}
-	list = handoff_take(&x->done);
 	while (list) {
 		struct xjob *j = list;
 

@@ -777,20 +777,10 @@ static void *worker_main(void *arg)
 	struct store *st = arg;
 	struct disk *k = st->disk;
 
-	loop_helper_thread("disk", true);
-	for (;;) {
-		uint32_t seq = handoff_bell_seq(&k->wake);
-		/* read before the jobs: what was queued before the stop is seen */
-		bool stopping = __atomic_load_n(&k->stop, __ATOMIC_ACQUIRE);
-		struct disk_io *fifo = handoff_take_fifo(&k->jobs, qnext);
-		uint64_t one = 1;
+	struct disk_io *fifo;
 
-		if (!fifo) {
-			if (stopping)
-				break;
-			handoff_bell_wait(&k->wake, seq, 0);
-			continue;
-		}
+	loop_helper_thread("disk", true);
+	while ((fifo = handoff_wait_fifo(&k->jobs, qnext, &k->wake, &k->stop))) {
 		while (fifo) {
 			struct disk_io *io = fifo;
 
@@ -804,9 +794,7 @@ static void *worker_main(void *arg)
 				decode_record(k, io);
 			/* wake the loop if it sleeps: the ring's eventfd is
 			 * in its set */
-			if (handoff_push(&k->done, io, qnext) && write(k->efd, &one, sizeof(one)) < 0) {
-				/* the counter is full: the loop is awake anyway */
-			}
+			handoff_push_wake(&k->done, io, qnext, k->efd);
 		}
 	}
 	return NULL;

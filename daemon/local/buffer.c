@@ -124,12 +124,9 @@ static void buffer_job_run(void *arg)
 {
 	struct buffer_job *j = arg;
 	struct buffer_maker *m = j->sv->maker;
-	uint64_t one = 1;
 
 	j->r = buffer_map(j->sv->cfg, j->total, &j->fd, &j->base);
-	if (handoff_push(&m->done, j, next) && write(m->efd, &one, sizeof(one)) < 0) {
-		/* the counter is full: the loop is awake anyway */
-	}
+	handoff_push_wake(&m->done, j, next, m->efd);
 }
 
 int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t *ret_handle,
@@ -193,16 +190,10 @@ static void buffer_job_done(struct server *sv, struct buffer_job *j)
 static bool buffers_poll(void *userdata)
 {
 	struct server *sv = userdata;
-	struct buffer_maker *m = sv->maker;
-	struct buffer_job *l;
-	uint64_t v;
+	struct buffer_job *l = handoff_collect(&sv->maker->done, sv->maker->efd);
 
-	if (!__atomic_load_n(&m->done, __ATOMIC_RELAXED))
+	if (!l)
 		return false;
-	if (read(m->efd, &v, sizeof(v)) < 0) {
-		/* nothing rang: fine */
-	}
-	l = handoff_take_fifo(&m->done, next);
 	while (l) {
 		struct buffer_job *j = l;
 

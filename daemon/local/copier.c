@@ -54,28 +54,16 @@ static void *copier_main(void *arg)
 {
 	struct copier *cp = arg;
 
-	loop_helper_thread("copy", false);
-	for (;;) {
-		uint32_t seq = handoff_bell_seq(&cp->wake);
-		/* read before the jobs: what was submitted before the stop is seen */
-		bool stopping = __atomic_load_n(&cp->stop, __ATOMIC_ACQUIRE);
-		struct copy_job *fifo = handoff_take_fifo(&cp->jobs, next);
-		uint64_t one = 1;
+	struct copy_job *fifo;
 
-		if (!fifo) {
-			if (stopping)
-				break;
-			handoff_bell_wait(&cp->wake, seq, 0);
-			continue;
-		}
+	loop_helper_thread("copy", false);
+	while ((fifo = handoff_wait_fifo(&cp->jobs, next, &cp->wake, &cp->stop))) {
 		while (fifo) {
 			struct copy_job *j = fifo;
 
 			fifo = j->next;
 			copy_pieces(j->pieces, j->n, j->obj, j->put);
-			if (handoff_push(&cp->done, j, next) && write(cp->efd, &one, sizeof(one)) < 0) {
-				/* the counter is full: the loop is awake anyway */
-			}
+			handoff_push_wake(&cp->done, j, next, cp->efd);
 		}
 	}
 	return NULL;
@@ -97,15 +85,10 @@ static bool copier_poll(void *userdata)
 {
 	struct server *sv = userdata;
 	struct copier *cp = sv->copier;
-	struct copy_job *list;
-	uint64_t v;
+	struct copy_job *list = handoff_collect(&cp->done, cp->efd);
 
-	if (!__atomic_load_n(&cp->done, __ATOMIC_RELAXED))
+	if (!list)
 		return false;
-	if (read(cp->efd, &v, sizeof(v)) < 0) {
-		/* nothing rang: fine */
-	}
-	list = handoff_take(&cp->done);
 	while (list) {
 		struct copy_job *j = list;
 		char msg[STORE_MSG_MAX] = "";

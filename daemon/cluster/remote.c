@@ -1006,6 +1006,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 			goto fail;
 	}
 	f->o = o;
+	f->far = true;
 	o->fetch = f;
 	rf->n = n;
 	rf->o = o;
@@ -1334,6 +1335,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 	bk = calloc(unknown, sizeof(*bk));
 	if (!q || !bk)
 		goto fail;
+	q->f.far = true;
 	q->keys = calloc(unknown, sizeof(*q->keys));
 	q->lens = calloc(unknown, sizeof(*q->lens));
 	if (!q->keys || !q->lens)

@@ -26,6 +26,9 @@ struct waiter {
 struct fetch {
 	struct object *o;
 	struct waiter *waiters;
+	/* from another node: its waiters wait hundreds of microseconds,
+	 * far longer than the loop takes to wake (loop_client_turn()) */
+	bool far;
 };
 
 /* What a waiter tells its client about a fetch that ended with res when

@@ -872,6 +872,7 @@ static void unparked(struct waiter *w, int res)
 		complete(ch, &p->e, &c, r == -EINPROGRESS ? -EIO : r, msg);
 	free(p);
 	wake_client(ch);
+	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED);
 }
 
 /* A request that waits: on the channel's list, or completed with -ENOMEM
@@ -957,6 +958,7 @@ static unsigned retry_space(struct server *sv)
 			complete(ch, &p->e, &c, r, msg);
 		free(p);
 		wake_client(ch);
+		loop_client_turn(sv->loop, LOOP_CLIENT_ANSWERED);
 		n++;
 	}
 	loop_timer_arm(sv->space_timer, sv->space_head ? sv->space_head->deadline : 0);
@@ -968,6 +970,7 @@ static unsigned poll_channel(struct channel *ch)
 {
 	char msg[STORE_MSG_MAX];
 	unsigned done = 0;
+	bool waits = false;
 	int64_t ready;
 
 	if (ch->broken)
@@ -1002,16 +1005,25 @@ static unsigned poll_channel(struct channel *ch)
 		} else {
 			r = run(ch, &e, &c, &f, msg);
 		}
-		if (r == -EINPROGRESS && f)
+		/* waits: its client now waits far longer than a wake-up
+		 * (another node, room for a put, a copy on the copier); a disk
+		 * read is short enough to spin through */
+		waits = true;
+		if (r == -EINPROGRESS && f) {
 			park(ch, &e, f);
-		else if (r == -EAGAIN && is_put(&e) && ch->s->sv->cfg->spill_wait_ms)
+			waits = f->far;
+		} else if (r == -EAGAIN && is_put(&e) && ch->s->sv->cfg->spill_wait_ms) {
 			park_space(ch, &e);
-		else if (r == COPYING)
+		} else if (r == COPYING) {
 			; /* the copier answers */
-		else
+		} else {
 			complete(ch, &e, &c, r == -EINPROGRESS ? -EIO : r, msg);
+			waits = false;
+		}
 		done++;
 	}
+	if (done) /* its last request decides */
+		loop_client_turn(ch->s->sv->loop, waits ? LOOP_CLIENT_WAITS : LOOP_CLIENT_ASKED);
 	wake_client(ch);
 	return done;
 }
@@ -1056,6 +1068,7 @@ void channel_copy_done(struct channel *ch, const struct shm_sqe *e, int64_t r, c
 
 	complete(ch, e, &c, r, msg);
 	wake_client(ch);
+	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED);
 }
 
 int channel_setup(struct server *sv)

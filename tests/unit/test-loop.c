@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Loop timers: loop_timer_arm() sets the time, loop_timer_arm_by() only
  * brings it forward, so a stream of later deadlines arming a shared timer
- * never postpones what it already had to do.  No daemon process. */
+ * never postpones what it already had to do; the loop's sleep counter; when
+ * it spins and when it sleeps.  No daemon process. */
 #include <unistd.h>
 
 #include "loop.h"
@@ -77,6 +78,91 @@ static bool sleep_in_work(void *u)
 	return true;
 }
 
+/*
+ * The spin policy: a loop whose window is a whole second spins after a turn
+ * that served a local client (a request answered, an answer posted), and
+ * sleeps at once after anything else: a timer (as a peer's request or a
+ * helper's completion would be), or a request that waits on another node.
+ * Each phase is a timer 30 ms after the last; what the loop did in between
+ * is read from a poller (how often it polled) and its sleep hook (how often
+ * it went to sleep).
+ */
+struct spin {
+	struct loop *l;
+	struct loop_source *t;
+	unsigned phase;
+	uint64_t polls, sleeps, mark_polls, mark_sleeps;
+	uint64_t got_polls[8], got_sleeps[8];
+};
+
+static bool count_poll(void *u)
+{
+	((struct spin *) u)->polls++;
+	return false;
+}
+
+static void count_sleep(void *u, bool sleeping)
+{
+	if (sleeping)
+		((struct spin *) u)->sleeps++;
+}
+
+static void spin_phase(struct loop_source *s, void *u)
+{
+	static const int turn[] = { LOOP_CLIENT_WAITS, -1, LOOP_CLIENT_ASKED, LOOP_CLIENT_WAITS,
+				    LOOP_CLIENT_ANSWERED, -1 };
+	struct spin *z = u;
+
+	(void) s;
+	if (z->phase) {
+		/* what the loop did since the last phase's turn */
+		z->got_polls[z->phase - 1] = z->polls - z->mark_polls;
+		z->got_sleeps[z->phase - 1] = z->sleeps - z->mark_sleeps;
+	}
+	if (z->phase == sizeof(turn) / sizeof(turn[0])) {
+		loop_quit(z->l);
+		return;
+	}
+	if (turn[z->phase] >= 0)
+		loop_client_turn(z->l, (enum loop_client) turn[z->phase]);
+	z->phase++;
+	z->mark_polls = z->polls;
+	z->mark_sleeps = z->sleeps;
+	loop_timer_arm(z->t, loop_now_ms(z->l) + 30);
+}
+
+static void test_spin_policy(void)
+{
+	struct spin z = { 0 };
+	struct loop_source *ps;
+
+	CHECK_EQ(loop_new(1000000, &z.l), 0);
+	CHECK_EQ(loop_add_poller(z.l, count_poll, count_sleep, &z, &ps), 0);
+	CHECK_EQ(loop_add_timer(z.l, spin_phase, &z, &z.t), 0);
+	loop_timer_arm(z.t, loop_now_ms(z.l) + 1);
+	CHECK_EQ(loop_run(z.l), 0);
+	CHECK_EQ(z.phase, 6u);
+	/* after a request that waits, and after a timer: asleep at once (a
+	 * few polls around the sleep and the wake-up, not a spin) */
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(z.got_sleeps[i], 1u);
+		CHECK(z.got_polls[i] <= 8);
+	}
+	/* after a request answered: spinning the whole 30 ms, never asleep */
+	CHECK_EQ(z.got_sleeps[2], 0u);
+	CHECK(z.got_polls[2] > 100);
+	/* a request that waits ends the spin */
+	CHECK_EQ(z.got_sleeps[3], 1u);
+	CHECK(z.got_polls[3] <= 8);
+	/* an answer posted: spinning again */
+	CHECK_EQ(z.got_sleeps[4], 0u);
+	CHECK(z.got_polls[4] > 100);
+	/* and a timer does not end a client's window */
+	CHECK_EQ(z.got_sleeps[5], 0u);
+	CHECK(z.got_polls[5] > 100);
+	loop_free(z.l);
+}
+
 int main(void)
 {
 	struct loop *l;
@@ -128,5 +214,6 @@ int main(void)
 	}
 
 	loop_free(l);
+	test_spin_policy();
 	return 0;
 }

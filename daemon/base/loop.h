@@ -58,17 +58,18 @@ void loop_timer_arm_by(struct loop_source *s, uint64_t at_ms);
 void loop_source_free(struct loop_source *s);
 
 int loop_run(struct loop *l);
-/* What this turn did for a local client.  The loop spins for its --poll-us
- * window after a turn that answered one or took a request it answered (the
- * client may ask again within microseconds), not after a peer's or a helper
- * thread's work, and not after a request that must wait (a remote fetch, a
- * disk read): its client waits far longer than a wake-up takes. */
+/* What this turn did for a local client (who: its session or channel).
+ * The loop spins for its --poll-us window after a turn that answered one or
+ * took a request it answered (the client may ask again within
+ * microseconds), never after a peer's or a helper thread's work; a request
+ * that must wait far longer than a wake-up takes (a transfer from another
+ * node) ends the window if it was that client's. */
 enum loop_client {
 	LOOP_CLIENT_ANSWERED,
 	LOOP_CLIENT_ASKED,  /* took a request and answered it */
 	LOOP_CLIENT_WAITS,  /* took a request that waits */
 };
-void loop_client_turn(struct loop *l, enum loop_client what);
+void loop_client_turn(struct loop *l, enum loop_client what, const void *who);
 void loop_quit(struct loop *l);
 
 /* Called first by each helper thread (disk worker, data threads,

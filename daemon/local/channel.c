@@ -872,7 +872,7 @@ static void unparked(struct waiter *w, int res)
 		complete(ch, &p->e, &c, r == -EINPROGRESS ? -EIO : r, msg);
 	free(p);
 	wake_client(ch);
-	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED);
+	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED, ch);
 }
 
 /* A request that waits: on the channel's list, or completed with -ENOMEM
@@ -958,7 +958,7 @@ static unsigned retry_space(struct server *sv)
 			complete(ch, &p->e, &c, r, msg);
 		free(p);
 		wake_client(ch);
-		loop_client_turn(sv->loop, LOOP_CLIENT_ANSWERED);
+		loop_client_turn(sv->loop, LOOP_CLIENT_ANSWERED, ch);
 		n++;
 	}
 	loop_timer_arm(sv->space_timer, sv->space_head ? sv->space_head->deadline : 0);
@@ -1023,7 +1023,7 @@ static unsigned poll_channel(struct channel *ch)
 		done++;
 	}
 	if (done) /* its last request decides */
-		loop_client_turn(ch->s->sv->loop, waits ? LOOP_CLIENT_WAITS : LOOP_CLIENT_ASKED);
+		loop_client_turn(ch->s->sv->loop, waits ? LOOP_CLIENT_WAITS : LOOP_CLIENT_ASKED, ch);
 	wake_client(ch);
 	return done;
 }
@@ -1068,7 +1068,7 @@ void channel_copy_done(struct channel *ch, const struct shm_sqe *e, int64_t r, c
 
 	complete(ch, e, &c, r, msg);
 	wake_client(ch);
-	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED);
+	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED, ch);
 }
 
 int channel_setup(struct server *sv)

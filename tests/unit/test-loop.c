@@ -82,7 +82,8 @@ static bool sleep_in_work(void *u)
  * The spin policy: a loop whose window is a whole second spins after a turn
  * that served a local client (a request answered, an answer posted), and
  * sleeps at once after anything else: a timer (as a peer's request or a
- * helper's completion would be), or a request that waits on another node.
+ * helper's completion would be), or the same client's request that waits
+ * on another node (another client's leaves the window running).
  * Each phase is a timer 30 ms after the last; what the loop did in between
  * is read from a poller (how often it polled) and its sleep hook (how often
  * it went to sleep).
@@ -109,8 +110,11 @@ static void count_sleep(void *u, bool sleeping)
 
 static void spin_phase(struct loop_source *s, void *u)
 {
+	/* each phase's turn, and whose: client 1 or 2 */
 	static const int turn[] = { LOOP_CLIENT_WAITS, -1, LOOP_CLIENT_ASKED, LOOP_CLIENT_WAITS,
-				    LOOP_CLIENT_ANSWERED, -1 };
+				    LOOP_CLIENT_ANSWERED, -1, LOOP_CLIENT_WAITS };
+	static const int who[] = { 1, 0, 1, 1, 1, 0, 2 };
+	static const int clients[3];
 	struct spin *z = u;
 
 	(void) s;
@@ -124,7 +128,7 @@ static void spin_phase(struct loop_source *s, void *u)
 		return;
 	}
 	if (turn[z->phase] >= 0)
-		loop_client_turn(z->l, (enum loop_client) turn[z->phase]);
+		loop_client_turn(z->l, (enum loop_client) turn[z->phase], &clients[who[z->phase]]);
 	z->phase++;
 	z->mark_polls = z->polls;
 	z->mark_sleeps = z->sleeps;
@@ -141,7 +145,7 @@ static void test_spin_policy(void)
 	CHECK_EQ(loop_add_timer(z.l, spin_phase, &z, &z.t), 0);
 	loop_timer_arm(z.t, loop_now_ms(z.l) + 1);
 	CHECK_EQ(loop_run(z.l), 0);
-	CHECK_EQ(z.phase, 6u);
+	CHECK_EQ(z.phase, 7u);
 	/* after a request that waits, and after a timer: asleep at once (a
 	 * few polls around the sleep and the wake-up, not a spin) */
 	for (int i = 0; i < 2; i++) {
@@ -157,9 +161,12 @@ static void test_spin_policy(void)
 	/* an answer posted: spinning again */
 	CHECK_EQ(z.got_sleeps[4], 0u);
 	CHECK(z.got_polls[4] > 100);
-	/* and a timer does not end a client's window */
+	/* a timer does not end a client's window */
 	CHECK_EQ(z.got_sleeps[5], 0u);
 	CHECK(z.got_polls[5] > 100);
+	/* nor does another client's request that waits */
+	CHECK_EQ(z.got_sleeps[6], 0u);
+	CHECK(z.got_polls[6] > 100);
 	loop_free(z.l);
 }
 

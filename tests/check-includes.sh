@@ -36,7 +36,8 @@ allowed() {
 	proto) echo "proto build" ;;
 	shmem) echo "shmem build" ;;
 	client) echo "client client/include public shmem proto build" ;;
-	tools | tools/bench) echo "tools tools/bench public build" ;;
+	tools) echo "tools public build" ;;
+	tools/bench) echo "tools tools/bench public build net" ;;
 	esac
 }
 

@@ -13,6 +13,7 @@
 #include <sched.h>
 
 #include "bench.h"
+#include "checksum.h"
 
 #define NET "10.231.0"
 #define MASTER_PORT "50551"
@@ -159,14 +160,70 @@ static int full_io(int fd, void *buf, size_t len, bool out)
 	return 0;
 }
 
+/* With sum: the bytes in 256 KiB chunks, each hashed by the transfer's
+ * checksum right after it went through the socket, and the checksum after
+ * them, as a node sends and receives an object; the receiver checks it. */
+#define SUM_CHUNK (256u << 10)
+
+static int send_value(int c, const uint8_t *buf, uint64_t size, bool sum)
+{
+	struct csum *h;
+	uint64_t d;
+
+	if (!sum)
+		return full_io(c, (void *) buf, size, true);
+	h = csum_new();
+	for (uint64_t off = 0; h && off < size; off += SUM_CHUNK) {
+		size_t k = size - off < SUM_CHUNK ? (size_t) (size - off) : SUM_CHUNK;
+
+		if (full_io(c, (void *) (buf + off), k, true) < 0) {
+			csum_free(h);
+			return -1;
+		}
+		csum_update(h, buf + off, k);
+	}
+	if (!h)
+		return -1;
+	d = csum_digest(h);
+	csum_free(h);
+	return full_io(c, &d, sizeof(d), true);
+}
+
+static int recv_value(int c, uint8_t *buf, uint64_t size, bool sum)
+{
+	struct csum *h;
+	uint64_t d, want;
+
+	if (!sum)
+		return full_io(c, buf, size, false);
+	h = csum_new();
+	for (uint64_t off = 0; h && off < size; off += SUM_CHUNK) {
+		size_t k = size - off < SUM_CHUNK ? (size_t) (size - off) : SUM_CHUNK;
+
+		if (full_io(c, buf + off, k, false) < 0) {
+			csum_free(h);
+			return -1;
+		}
+		csum_update(h, buf + off, k);
+	}
+	if (!h)
+		return -1;
+	d = csum_digest(h);
+	csum_free(h);
+	if (full_io(c, &want, sizeof(want), false) < 0 || want != d)
+		return -1;
+	return 0;
+}
+
 /*
  * The same work as a remote get, in plain TCP: B asks A for `size` bytes
  * (an 8-byte request) and reads the answer with recv(MSG_WAITALL), one
  * value at a time over one connection with TCP_NODELAY; n values, GB/s.
- * No directory, no checksum, no shared memory: what one request and one
- * answer cost between the same namespaces.
+ * No directory, no shared memory: what one request and one answer cost
+ * between the same namespaces; with sum, and the checksum a node sends and
+ * verifies (the limit of a fetch on a machine whose CPUs are the link).
  */
-static double plain_tcp(uint64_t size, uint64_t n)
+static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 {
 	int one = 1, ready[2], res[2];
 	pid_t server, client;
@@ -193,7 +250,7 @@ static double plain_tcp(uint64_t size, uint64_t n)
 		c = accept(l, NULL, NULL);
 		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		while (full_io(c, &want, sizeof(want), false) == 0 && want <= size)
-			if (full_io(c, buf, want, true) < 0)
+			if (send_value(c, buf, want, sum) < 0)
 				break;
 		_exit(0);
 	}
@@ -219,12 +276,12 @@ static double plain_tcp(uint64_t size, uint64_t n)
 			_exit(1);
 		memset(buf, 0, size);
 		/* a warm-up value: a fresh connection starts with a small window */
-		if (full_io(c, &size, sizeof(size), true) < 0 || full_io(c, buf, size, false) < 0)
+		if (full_io(c, &size, sizeof(size), true) < 0 || recv_value(c, buf, size, sum) < 0)
 			_exit(1);
 		t0 = now_ns();
 		for (uint64_t i = 0; i < n; i++)
 			if (full_io(c, &size, sizeof(size), true) < 0 ||
-			    full_io(c, buf, size, false) < 0)
+			    recv_value(c, buf, size, sum) < 0)
 				_exit(1);
 		g = (double) (n * size) / (double) (now_ns() - t0);
 		if (write(res[1], &g, sizeof(g)) != sizeof(g))
@@ -788,7 +845,7 @@ int run_cluster(void)
 	size_t ns = given ? n_sizes : 3;
 	char sa[256], sb[256];
 	static struct plot chart;
-	static struct fig tcp[MAX_SIZES], g1[MAX_SIZES], g2[MAX_SIZES], g3[MAX_SIZES],
+	static struct fig tcp[MAX_SIZES], tcs[MAX_SIZES], g1[MAX_SIZES], g2[MAX_SIZES], g3[MAX_SIZES],
 		g4[MAX_SIZES], push[MAX_SIZES];
 	double p1, p2, p1b, p2b;
 
@@ -808,7 +865,8 @@ int run_cluster(void)
 			if (n < 8)
 				n = 8;
 			size_name(name, sizeof(name), size);
-			tcp[i].v[tcp[i].n++] = plain_tcp(size, n);
+			tcp[i].v[tcp[i].n++] = plain_tcp(size, n, false);
+			tcs[i].v[tcs[i].n++] = plain_tcp(size, n, true);
 			snprintf(p, sizeof(p), "one-%s-%u", name, r);
 			g1[i].v[g1[i].n++] = remote_gets(sa, sb, p, size, n, 1, true);
 			snprintf(p, sizeof(p), "two-%s-%u", name, r);
@@ -831,14 +889,15 @@ int run_cluster(void)
 	printf("remote fetches into B's dram (acquire: a view of the replica), then gets (the same\n"
 	       "plus the copy to the client); each value is fetched once; daemons run their defaults;\n"
 	       "tcp: the same values asked for and sent one at a time over a plain TCP connection;\n"
-	       "medians of %u rounds (ranges below)\n", arg_rounds);
-	printf("%-6s %6s %10s %10s %7s %5s %10s %5s %10s %7s %5s %10s %7s\n", "size", "values",
-	       "tcp", "acquire", "/iperf3", "/tcp", "2 clients", "/-P2", "get", "/iperf3", "/tcp",
-	       "batch", "/iperf3");
+	       "tcp+sum: the same with the transfer checksum (%s) hashed and checked as a node does;\n"
+	       "medians of %u rounds (ranges below)\n", csum_impl(), arg_rounds);
+	printf("%-6s %6s %10s %10s %10s %7s %5s %5s %10s %5s %10s %7s %5s %10s %7s\n", "size",
+	       "values", "tcp", "tcp+sum", "acquire", "/iperf3", "/tcp", "/t+s", "2 clients", "/-P2",
+	       "get", "/iperf3", "/tcp", "batch", "/iperf3");
 	for (size_t i = 0; i < ns; i++) {
 		uint64_t size = sizes[i], n = (UINT64_C(384) << 20) / size;
-		double t = fig_med(&tcp[i]), a = fig_med(&g1[i]), b = fig_med(&g2[i]),
-		       c = fig_med(&g3[i]), d = fig_med(&g4[i]);
+		double t = fig_med(&tcp[i]), ts = fig_med(&tcs[i]), a = fig_med(&g1[i]),
+		       b = fig_med(&g2[i]), c = fig_med(&g3[i]), d = fig_med(&g4[i]);
 		char name[16];
 
 		if (n > 4096)
@@ -846,10 +905,10 @@ int run_cluster(void)
 		if (n < 8)
 			n = 8;
 		size_name(name, sizeof(name), size);
-		printf("%-6s %6" PRIu64 " %5.2f GB/s %5.2f GB/s %6.0f%% %4.0f%% %5.2f GB/s %4.0f%% "
-		       "%5.2f GB/s %6.0f%% %4.0f%% %5.2f GB/s %6.0f%%\n", name, n, t, a,
-		       100 * a / p1, 100 * a / t, b, 100 * b / p2, c, 100 * c / p1, 100 * c / t, d,
-		       100 * d / p1);
+		printf("%-6s %6" PRIu64 " %5.2f GB/s %5.2f GB/s %5.2f GB/s %6.0f%% %4.0f%% %4.0f%% "
+		       "%5.2f GB/s %4.0f%% %5.2f GB/s %6.0f%% %4.0f%% %5.2f GB/s %6.0f%%\n", name, n,
+		       t, ts, a, 100 * a / p1, 100 * a / t, 100 * a / ts, b, 100 * b / p2, c,
+		       100 * c / p1, 100 * c / t, d, 100 * d / p1);
 		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 1 client", false,
 			 (double) size, a);
 		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 2 clients", false,
@@ -860,6 +919,8 @@ int run_cluster(void)
 			 (double) size, d);
 		plot_add(&chart, "remote fetch", "GB/s", false, "plain TCP, one at a time (this run)",
 			 true, (double) size, t);
+		plot_add(&chart, "remote fetch", "GB/s", false,
+			 "plain TCP with the checksum (this run)", true, (double) size, ts);
 		plot_add(&chart, "remote fetch", "GB/s", false, "iperf3 (this run)", true,
 			 (double) size, p1);
 		plot_add(&chart, "remote fetch", "GB/s", false, "iperf3 -P2 (this run)", true,
@@ -871,6 +932,7 @@ int run_cluster(void)
 		size_name(name, sizeof(name), sizes[i]);
 		printf("%-6s GB/s:", name);
 		fig_range("tcp", &tcp[i]);
+		fig_range("tcp+sum", &tcs[i]);
 		fig_range("acquire", &g1[i]);
 		fig_range("2 clients", &g2[i]);
 		fig_range("get", &g3[i]);

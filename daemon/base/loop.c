@@ -67,6 +67,7 @@ struct loop {
 	uint64_t mark_us;
 	uint64_t longest_busy_us;
 	uint64_t blocked; /* stretches of work in which it slept */
+	uint64_t spin_us; /* wall time spent spinning with nothing to do */
 	uint32_t poll_us, window_us;
 	uint64_t rounds;
 	/* loop_client_turn() since the spin decision: a turn to spin after,
@@ -441,6 +442,20 @@ uint64_t loop_blocked(const struct loop *l)
 	return l->blocked;
 }
 
+uint64_t loop_spin_us(const struct loop *l)
+{
+	return l->spin_us;
+}
+
+/* A spin (begun at *since; 0: none) ends at now: work, or sleep. */
+static void spin_end(struct loop *l, uint64_t *since, uint64_t now)
+{
+	if (*since) {
+		l->spin_us += now > *since ? now - *since : 0;
+		*since = 0;
+	}
+}
+
 uint64_t loop_longest_busy_us(const struct loop *l)
 {
 	return l->longest_busy_us;
@@ -595,7 +610,7 @@ int loop_run(struct loop *l)
 	struct epoll_event evs[64];
 	/* last_work: the last client turn; woke: when the loop last woke
 	 * (0 once a client turn came since) */
-	uint64_t last_work = now_us(), prev = last_work, woke = 0;
+	uint64_t last_work = now_us(), prev = last_work, woke = 0, spin_since = 0;
 	bool spin = false; /* the last client turn was one to spin after */
 
 	l->quit = false; /* a loop may run again after it quit */
@@ -609,7 +624,7 @@ int loop_run(struct loop *l)
 
 		reap(l);
 		if (poll_all(l)) {
-			tick(l, &prev);
+			spin_end(l, &spin_since, tick(l, &prev));
 			/* maintenance keeps up under load too */
 			if (++l->rounds % 16 == 0)
 				idle_all(l);
@@ -618,9 +633,12 @@ int loop_run(struct loop *l)
 		}
 		now = tick(l, &prev);
 		timeout = timers(l);
-		if (idle_all(l) || l->quit) /* a timer may have ended the loop */
+		if (idle_all(l) || l->quit) { /* a timer may have ended the loop */
+			spin_end(l, &spin_since, now);
 			continue;
+		}
 		if (__atomic_load_n(&l->ctl_ready, __ATOMIC_ACQUIRE)) {
+			spin_end(l, &spin_since, now);
 			dispatch_control(l);
 			continue;
 		}
@@ -642,16 +660,19 @@ int loop_run(struct loop *l)
 			l->client_spin = l->client_asked = l->client_waits = false;
 		}
 		if (base && spin && now - last_work < l->window_us) {
+			if (!spin_since)
+				spin_since = now;
 			cpu_relax();
 			continue;
 		}
+		spin_end(l, &spin_since, now);
 		if (base && l->window_us > base)
 			l->window_us /= 2; /* a whole window went idle */
 
 		set_sleeping(l, true);
 		if (poll_all(l)) { /* raced with a submission */
 			set_sleeping(l, false);
-			last_work = tick(l, &prev);
+			tick(l, &prev);
 			continue;
 		}
 		n = epoll_wait(l->epfd, evs, 64, timeout);

@@ -100,3 +100,6 @@ uint64_t loop_longest_busy_us(const struct loop *l);
  * 100 us of work): waits outside its own wait for events, which the loop
  * is built never to make. */
 uint64_t loop_blocked(const struct loop *l);
+/* Microseconds the loop spent spinning for clients with nothing to do
+ * (wall clock, preemption included): the CPU --poll-us costs. */
+uint64_t loop_spin_us(const struct loop *l);

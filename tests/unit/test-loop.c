@@ -167,6 +167,9 @@ static void test_spin_policy(void)
 	/* nor does another client's request that waits */
 	CHECK_EQ(z.got_sleeps[6], 0u);
 	CHECK(z.got_polls[6] > 100);
+	/* four phases of 30 ms (on a clock read in whole ms: at least 29)
+	 * spent spinning, counted */
+	CHECK(loop_spin_us(z.l) >= 4 * 29000);
 	loop_free(z.l);
 }
 
@@ -220,6 +223,7 @@ int main(void)
 		loop_source_free(ps);
 	}
 
+	CHECK_EQ(loop_spin_us(l), 0u); /* --poll-us 0 never spins */
 	loop_free(l);
 	test_spin_policy();
 	return 0;

@@ -711,17 +711,21 @@ static void local_while_remote(const char *sa, const char *sb)
 	       get0, get1, get1 / get0);
 }
 
-/* How long each daemon's loop went without serving anyone during the run. */
+static uint64_t daemons_up_ns; /* when both nodes had joined */
+
+/* How long each daemon's loop went without serving anyone during the run,
+ * and how long it spun for local clients. */
 static void loop_figures(const char *name, const char *sock)
 {
 	struct kvc_client *c;
 
 	check(kvc_connect(sock, &c), "connect");
 	printf("node %s: longest loop turn %.2f ms (longest unpreempted %.2f ms), the loop slept "
-	       "while working %" PRIu64 " time(s), %" PRIu64 " lost master link(s)\n", name,
-	       (double) counter(c, "loop_longest_turn_us") / 1e3,
+	       "while working %" PRIu64 " time(s), spun for clients %.2f s of %.1f s, %" PRIu64
+	       " lost master link(s)\n", name, (double) counter(c, "loop_longest_turn_us") / 1e3,
 	       (double) counter(c, "loop_longest_busy_us") / 1e3, counter(c, "loop_blocked"),
-	       counter(c, "master_drops"));
+	       (double) counter(c, "loop_spin_us") / 1e6,
+	       (double) (now_ns() - daemons_up_ns) / 1e9, counter(c, "master_drops"));
 	kvc_disconnect(c);
 }
 
@@ -788,6 +792,7 @@ static void daemons_up(char *sa, char *sb, bool rdma)
 		spawn(b);
 		wait_joined(sa, 2);
 		wait_joined(sb, 2);
+		daemons_up_ns = now_ns();
 	}
 	unsetenv("KVCACHE_TEST_RDMA_OVER_TCP");
 }

@@ -58,7 +58,8 @@ void loop_timer_arm_by(struct loop_source *s, uint64_t at_ms);
 void loop_source_free(struct loop_source *s);
 
 int loop_run(struct loop *l);
-/* What this turn did for a local client (who: its session or channel).
+/* What this turn did for a local client on its shared-memory channel (who:
+ * the channel); the control socket is not the fast path and never counts.
  * The loop spins for its --poll-us window after a turn that answered one or
  * took a request it answered (the client may ask again within
  * microseconds), never after a peer's or a helper thread's work; a request

@@ -91,7 +91,6 @@ static int send_frame(struct session *s, uint16_t type, uint32_t seq, const Prot
 	r = wire_frame_pack(type, seq, (uint16_t) n_fds, m, &buf, &len);
 	if (r < 0)
 		return r;
-	loop_client_turn(s->sv->loop, LOOP_CLIENT_ANSWERED, s);
 	if (s->out_len - s->out_off + len > OUT_MAX) {
 		free(buf);
 		return -ENOBUFS;
@@ -1245,8 +1244,6 @@ static void session_io(struct loop_source *src, int fd, uint32_t events, void *u
 
 void session_event(struct session *s, uint32_t events)
 {
-	if (events & EPOLLIN)
-		loop_client_turn(s->sv->loop, LOOP_CLIENT_ASKED, s);
 	if (events & EPOLLOUT) {
 		if (flush(s) < 0)
 			s->closing = true;

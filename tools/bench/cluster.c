@@ -850,6 +850,9 @@ int run_cluster(void)
 	size_t ns = given ? n_sizes : 3;
 	char sa[256], sb[256];
 	static struct plot chart;
+	/* rat_*: a round's figure over the same round's plain TCP, taken
+	 * moments apart (the machine's speed moves between rounds) */
+	static struct fig rat_at[MAX_SIZES], rat_as[MAX_SIZES], rat_gt[MAX_SIZES];
 	static struct fig tcp[MAX_SIZES], tcs[MAX_SIZES], g1[MAX_SIZES], g2[MAX_SIZES], g3[MAX_SIZES],
 		g4[MAX_SIZES], push[MAX_SIZES];
 	double p1, p2, p1b, p2b;
@@ -878,6 +881,9 @@ int run_cluster(void)
 			g2[i].v[g2[i].n++] = remote_gets(sa, sb, p, size, n, 2, true);
 			snprintf(p, sizeof(p), "get-%s-%u", name, r);
 			g3[i].v[g3[i].n++] = remote_gets(sa, sb, p, size, n, 1, false);
+			rat_at[i].v[rat_at[i].n++] = g1[i].v[r] / tcp[i].v[r];
+			rat_as[i].v[rat_as[i].n++] = g1[i].v[r] / tcs[i].v[r];
+			rat_gt[i].v[rat_gt[i].n++] = g3[i].v[r] / tcp[i].v[r];
 			snprintf(p, sizeof(p), "bat-%s-%u", name, r);
 			put_values(sa, p, size, n);
 			g4[i].v[g4[i].n++] =
@@ -895,7 +901,8 @@ int run_cluster(void)
 	       "plus the copy to the client); each value is fetched once; daemons run their defaults;\n"
 	       "tcp: the same values asked for and sent one at a time over a plain TCP connection;\n"
 	       "tcp+sum: the same with the transfer checksum (%s) hashed and checked as a node does;\n"
-	       "medians of %u rounds (ranges below)\n", csum_impl(), arg_rounds);
+	       "medians of %u rounds (ranges below); /tcp and /t+s: medians of each round's ratio\n",
+	       csum_impl(), arg_rounds);
 	printf("%-6s %6s %10s %10s %10s %7s %5s %5s %10s %5s %10s %7s %5s %10s %7s\n", "size",
 	       "values", "tcp", "tcp+sum", "acquire", "/iperf3", "/tcp", "/t+s", "2 clients", "/-P2",
 	       "get", "/iperf3", "/tcp", "batch", "/iperf3");
@@ -912,8 +919,8 @@ int run_cluster(void)
 		size_name(name, sizeof(name), size);
 		printf("%-6s %6" PRIu64 " %5.2f GB/s %5.2f GB/s %5.2f GB/s %6.0f%% %4.0f%% %4.0f%% "
 		       "%5.2f GB/s %4.0f%% %5.2f GB/s %6.0f%% %4.0f%% %5.2f GB/s %6.0f%%\n", name, n,
-		       t, ts, a, 100 * a / p1, 100 * a / t, 100 * a / ts, b, 100 * b / p2, c,
-		       100 * c / p1, 100 * c / t, d, 100 * d / p1);
+		       t, ts, a, 100 * a / p1, 100 * fig_med(&rat_at[i]), 100 * fig_med(&rat_as[i]),
+		       b, 100 * b / p2, c, 100 * c / p1, 100 * fig_med(&rat_gt[i]), d, 100 * d / p1);
 		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 1 client", false,
 			 (double) size, a);
 		plot_add(&chart, "remote fetch", "GB/s", false, "acquire, 2 clients", false,

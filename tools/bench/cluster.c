@@ -165,54 +165,31 @@ static int full_io(int fd, void *buf, size_t len, bool out)
  * them, as a node sends and receives an object; the receiver checks it. */
 #define SUM_CHUNK (256u << 10)
 
-static int send_value(int c, const uint8_t *buf, uint64_t size, bool sum)
+/* One value sent or received (send), with its checksum if sum. */
+static int move_value(int c, uint8_t *buf, uint64_t size, bool sum, bool send)
 {
 	struct csum *h;
-	uint64_t d;
+	uint64_t d, got;
 
 	if (!sum)
-		return full_io(c, (void *) buf, size, true);
+		return full_io(c, buf, size, send);
 	h = csum_new();
-	for (uint64_t off = 0; h && off < size; off += SUM_CHUNK) {
+	if (!h)
+		return -1;
+	for (uint64_t off = 0; off < size; off += SUM_CHUNK) {
 		size_t k = size - off < SUM_CHUNK ? (size_t) (size - off) : SUM_CHUNK;
 
-		if (full_io(c, (void *) (buf + off), k, true) < 0) {
+		if (full_io(c, buf + off, k, send) < 0) {
 			csum_free(h);
 			return -1;
 		}
 		csum_update(h, buf + off, k);
 	}
-	if (!h)
-		return -1;
 	d = csum_digest(h);
 	csum_free(h);
-	return full_io(c, &d, sizeof(d), true);
-}
-
-static int recv_value(int c, uint8_t *buf, uint64_t size, bool sum)
-{
-	struct csum *h;
-	uint64_t d, want;
-
-	if (!sum)
-		return full_io(c, buf, size, false);
-	h = csum_new();
-	for (uint64_t off = 0; h && off < size; off += SUM_CHUNK) {
-		size_t k = size - off < SUM_CHUNK ? (size_t) (size - off) : SUM_CHUNK;
-
-		if (full_io(c, buf + off, k, false) < 0) {
-			csum_free(h);
-			return -1;
-		}
-		csum_update(h, buf + off, k);
-	}
-	if (!h)
-		return -1;
-	d = csum_digest(h);
-	csum_free(h);
-	if (full_io(c, &want, sizeof(want), false) < 0 || want != d)
-		return -1;
-	return 0;
+	if (send)
+		return full_io(c, &d, sizeof(d), true);
+	return full_io(c, &got, sizeof(got), false) < 0 || got != d ? -1 : 0;
 }
 
 /*
@@ -250,7 +227,7 @@ static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 		c = accept(l, NULL, NULL);
 		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		while (full_io(c, &want, sizeof(want), false) == 0 && want <= size)
-			if (send_value(c, buf, want, sum) < 0)
+			if (move_value(c, buf, want, sum, true) < 0)
 				break;
 		_exit(0);
 	}
@@ -276,12 +253,13 @@ static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 			_exit(1);
 		memset(buf, 0, size);
 		/* a warm-up value: a fresh connection starts with a small window */
-		if (full_io(c, &size, sizeof(size), true) < 0 || recv_value(c, buf, size, sum) < 0)
+		if (full_io(c, &size, sizeof(size), true) < 0 ||
+		    move_value(c, buf, size, sum, false) < 0)
 			_exit(1);
 		t0 = now_ns();
 		for (uint64_t i = 0; i < n; i++)
 			if (full_io(c, &size, sizeof(size), true) < 0 ||
-			    recv_value(c, buf, size, sum) < 0)
+			    move_value(c, buf, size, sum, false) < 0)
 				_exit(1);
 		g = (double) (n * size) / (double) (now_ns() - t0);
 		if (write(res[1], &g, sizeof(g)) != sizeof(g))

@@ -104,6 +104,7 @@ struct node {
 	struct {
 		uint64_t remote_hits, remote_misses, remote_bytes_in, remote_bytes_out;
 		uint64_t remote_errors, remote_corrupt, served, serve_errors;
+		uint64_t served_summed; /* sent with a checksum known before */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t master_drops; /* links to a master that went down */
 		uint64_t rdma_fallbacks; /* RDMA peers whose handshake or endpoint failed: tcp */

@@ -524,6 +524,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_bytes_out", n->c.remote_bytes_out);
 	emit(u, "remote_served", n->c.served);
 	emit(u, "remote_serve_errors", n->c.serve_errors);
+	emit(u, "remote_served_summed", n->c.served_summed);
 	emit(u, "remote_fetching", n->n_rfetches);
 	emit(u, "remote_peer_connections", n->n_serving);
 	emit(u, "pushes", n->c.pushes);

@@ -103,6 +103,8 @@ struct rfetch {
 	unsigned tried;          /* the holder the data thread asked last */
 	uint8_t *dst;
 	bool via_rdma;           /* the bytes came by RDMA */
+	bool summed;             /* sum: the checksum they were checked against */
+	uint64_t sum;
 	struct xjob job;
 };
 
@@ -124,6 +126,11 @@ struct pserve {
 	uint8_t *head;
 	size_t head_len, sent;
 	uint64_t sum;
+	struct object *obj;      /* the object served, while its view is held */
+	bool known;              /* its checksum was known: known_sum, not hashed */
+	uint64_t known_sum;
+	bool digested;           /* a data thread hashed it (or checked it): digest */
+	uint64_t digest;
 	uint8_t nonce[PEER_NONCE_SIZE];
 	struct object *push_o;   /* a pushed object being received */
 	struct waiter w;         /* waiting for a disk read-back */
@@ -256,7 +263,8 @@ static int recv_full(int fd, void *buf, size_t len, uint64_t deadline)
  */
 #define CHUNK (256u << 10)
 
-static int recv_checked(int fd, uint8_t *dst, uint64_t len, uint64_t deadline)
+static int recv_checked(int fd, uint8_t *dst, uint64_t len, uint64_t deadline,
+			uint64_t *ret_sum)
 {
 	struct csum *h = csum_new();
 	uint64_t want;
@@ -276,17 +284,21 @@ static int recv_checked(int fd, uint8_t *dst, uint64_t len, uint64_t deadline)
 		memcpy(&want, tail, sizeof(want));
 		if (csum_digest(h) != le64toh(want))
 			r = -EBADMSG;
+		else
+			*ret_sum = le64toh(want);
 	}
 	csum_free(h);
 	return r;
 }
 
+/* known: the checksum of src, taken before (nothing to hash); else the
+ * one computed goes to *ret_sum. */
 static int send_checked(int fd, const uint8_t *src, uint64_t len, uint64_t deadline,
-			bool corrupt)
+			bool corrupt, const uint64_t *known, uint64_t *ret_sum)
 {
-	struct csum *h = csum_new();
+	struct csum *h = known ? NULL : csum_new();
 	uint64_t sum;
-	int r = h ? 0 : -ENOMEM;
+	int r = h || known ? 0 : -ENOMEM;
 
 	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
 		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
@@ -303,10 +315,14 @@ static int send_checked(int fd, const uint8_t *src, uint64_t len, uint64_t deadl
 		/* after the send: the kernel's copy brought the chunk into
 		 * cache, where hashing it costs a fifth of reading it cold
 		 * (values that were put long ago are in no cache) */
-		csum_update(h, src + off, n);
+		if (h)
+			csum_update(h, src + off, n);
 	}
 	if (r == 0) {
-		sum = htole64(csum_digest(h));
+		sum = known ? *known : csum_digest(h);
+		if (!known)
+			*ret_sum = sum;
+		sum = htole64(sum);
 		r = send_full(fd, &sum, sizeof(sum), deadline);
 	}
 	csum_free(h);
@@ -593,7 +609,9 @@ static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
 	} else if (resp->rdma)
 		r = fetch_rdma(rf, fd, resp, address, deadline);
 	else
-		r = recv_checked(fd, rf->dst, o->len, deadline);
+		r = recv_checked(fd, rf->dst, o->len, deadline, &rf->sum);
+	if (r == 0 && !resp->rdma)
+		rf->summed = true;
 	protobuf_c_message_free_unpacked(m, NULL);
 out:
 	return r;
@@ -688,7 +706,10 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 			protobuf_c_message_free_unpacked(m, NULL);
 		}
 	} else if (r == 0)
-		r = send_checked(ps->pc.fd, ps->bytes, ps->len, deadline, corrupt);
+		r = send_checked(ps->pc.fd, ps->bytes, ps->len, deadline, corrupt,
+				 ps->known ? &ps->known_sum : NULL, &ps->digest);
+	if (r == 0 && !ps->want_rdma && !ps->known)
+		ps->digested = true;
 	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
 		r = -EIO; /* the loop reads it again: it must not block */
 	j->res = r;
@@ -748,7 +769,7 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	else if (rep->rdma)
 		r = push_rdma(p, fd, rep, deadline, corrupt);
 	else
-		r = send_checked(fd, p->bytes, p->len, deadline, corrupt);
+		r = send_checked(fd, p->bytes, p->len, deadline, corrupt, NULL, &(uint64_t) { 0 });
 	protobuf_c_message_free_unpacked(m, NULL);
 	if (r == 0)
 		r = recv_frame(fd, PEER_PUSH_DONE, buf, sizeof(buf), deadline, &m);
@@ -832,7 +853,9 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 		csum_free(h);
 	} else if (r == 0)
 		r = recv_checked(ps->pc.fd, (uint8_t *) o->tier->seg.base + o->block->offset, o->len,
-				 deadline);
+				 deadline, &ps->digest);
+	if (r == 0 && !ps->want_rdma)
+		ps->digested = true;
 	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
 		r = -EIO;
 	j->res = r;
@@ -947,6 +970,10 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	if (res == 0 && index_find(&st->index, o->key, o->key_len, o->hash))
 		res = 1; /* stored here meanwhile: waiters find that one */
 	if (res == 0) {
+		if (rf->summed) { /* checked on arrival: known from now on */
+			o->sum = rf->sum;
+			o->flags |= OBJ_SUMMED;
+		}
 		object_publish(st, o);
 		n->c.remote_hits++;
 		count_bytes(n, true, rf->via_rdma, o->len);
@@ -1464,6 +1491,13 @@ static void served(struct pserve *ps)
 	struct node *n = ps->n;
 	char msg[STORE_MSG_MAX];
 
+	if (ps->digested) { /* hashed as it went: the next send need not */
+		ps->obj->sum = ps->digest;
+		ps->obj->flags |= OBJ_SUMMED;
+	}
+	n->c.served_summed += ps->known;
+	ps->obj = NULL;
+	ps->known = ps->digested = false;
 	ps->busy = false;
 	store_release(&ps->h, ps->handle, msg);
 	n->c.served++;
@@ -1476,17 +1510,23 @@ static void served(struct pserve *ps)
 static int serve_now(struct pserve *ps)
 {
 	Kvc__Peer__FetchResp resp = KVC__PEER__FETCH_RESP__INIT;
-	struct csum *h = csum_new();
+	struct csum *h = ps->known ? NULL : csum_new();
 	struct iovec iov[3];
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 3 };
 	ssize_t n;
 	int r;
 
-	if (!h)
-		return -ENOMEM;
-	csum_update(h, ps->bytes, ps->len);
-	ps->sum = htole64(csum_digest(h) ^ (ps->n->xfer->corrupt ? 1 : 0));
+	if (ps->known) {
+		ps->digest = ps->known_sum;
+	} else {
+		if (!h)
+			return -ENOMEM;
+		csum_update(h, ps->bytes, ps->len);
+		ps->digest = csum_digest(h);
+		ps->digested = true;
+	}
 	csum_free(h);
+	ps->sum = htole64(ps->digest ^ (ps->n->xfer->corrupt ? 1 : 0));
 	resp.len = ps->len;
 	r = peer_frame_pack(PEER_FETCH_RESP, ps->seq, &resp.base, &ps->head, &ps->head_len);
 	if (r < 0)
@@ -1523,10 +1563,12 @@ static int ps_serve(struct pserve *ps)
 	char msg[STORE_MSG_MAX];
 	struct extent e;
 	struct fetch *f = NULL;
+	struct object *o;
 	int r = -ENOENT;
 
 	/* only what this node holds: never a lookup on a peer's behalf */
-	if (index_find(&n->st->index, ps->key, ps->key_len, index_hash(ps->key, ps->key_len)))
+	o = index_find(&n->st->index, ps->key, ps->key_len, index_hash(ps->key, ps->key_len));
+	if (o)
 		r = store_acquire(&ps->h, ps->key, ps->key_len, true, &e, &f, msg);
 	if (r == -EINPROGRESS && f) {
 		/* on disk: wait for it, reading nothing more meanwhile */
@@ -1548,6 +1590,10 @@ static int ps_serve(struct pserve *ps)
 	ps->len = e.len;
 	ps->segment = e.segment;
 	ps->offset = e.offset;
+	ps->obj = o; /* the view keeps it */
+	ps->known = (o->flags & OBJ_SUMMED) != 0;
+	ps->known_sum = o->sum;
+	ps->digested = false;
 	ps->bytes = (const uint8_t *) n->st->tiers[e.segment].seg.base + e.offset;
 	ps->busy = true;
 	if (!ps->want_rdma && e.len <= LOOP_SEND_MAX && !pconn_wants_write(&ps->pc))
@@ -1879,13 +1925,20 @@ static bool xfer_poll(void *u)
 			struct pserve *ps = j->owner;
 			struct object *o = ps->push_o;
 			Kvc__Peer__PushReply rep = KVC__PEER__PUSH_REPLY__INIT;
+			bool summed;
 
 			ps->busy = false;
 			ps->push_o = NULL;
 			rep.error = j->res;
+			summed = ps->digested;
+			ps->digested = false;
 			if (j->res == 0 && index_find(&n->st->index, o->key, o->key_len, o->hash))
 				rep.error = -EEXIST; /* stored here meanwhile */
 			if (rep.error == 0) {
+				if (summed) { /* checked on arrival */
+					o->sum = ps->digest;
+					o->flags |= OBJ_SUMMED;
+				}
 				object_publish(n->st, o);
 				n->c.pushes_received++;
 				count_bytes(n, true, ps->want_rdma, o->len);

@@ -73,6 +73,7 @@ enum object_flags {
 	OBJ_SOFT_PIN = 1u << 2,
 	OBJ_HARD_PIN = 1u << 3,
 	OBJ_PROMOTE = 1u << 4,   /* queued for promotion */
+	OBJ_SUMMED = 1u << 5,    /* sum is the XXH3-64 of its bytes, checked or taken once */
 };
 
 /*
@@ -107,6 +108,10 @@ struct object {
 	uint32_t n_children;
 	uint64_t hash;
 	uint64_t len;
+	/* with OBJ_SUMMED: the transfer checksum of its bytes (net/checksum.h),
+	 * learnt when they arrived checked or were first sent; objects never
+	 * change once committed, so a later send need not hash them again */
+	uint64_t sum;
 	struct tier *tier;
 	struct shm_block *block;
 	uint64_t lease_until;             /* ms, monotonic; protects while in the future */

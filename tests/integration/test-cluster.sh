@@ -411,6 +411,13 @@ remote-get)
 	ctl B stats | grep -Eq "^prefetches +2$" || { ctl B stats >&2; fail "prefetches"; }
 	ctl B status | grep -q "^cluster: *node B, masters 127.0.0.1:$master_port (1 of 1 joined)" ||
 		fail "status: $(ctl B status | grep cluster)"
+	# an object served again is not hashed again: its checksum is known,
+	# and the asker still checks the bytes against it
+	[ "$(stat_of A remote_served_summed)" = 0 ] || { ctl A stats >&2; fail "summed at first"; }
+	ctl B rm --force v1m || fail "rm v1m on B"
+	until_ok ctl B get v1m "$dir/v1m.again"
+	cmp "$dir/v1m" "$dir/v1m.again" || fail "v1m served again differs"
+	[ "$(stat_of A remote_served_summed)" = 1 ] || { ctl A stats >&2; fail "hashed again"; }
 	;;
 holder-killed | holder-stopped)
 	start_master 0 --client_ttl 30

@@ -150,6 +150,9 @@ struct rpush {
 	uint32_t segment;      /* where bytes is, for an RDMA write */
 	uint64_t offset;
 	bool via_rdma;         /* it was written by RDMA */
+	struct object *obj;    /* the object, while the push's view holds it */
+	bool known, digested;  /* as in struct pserve */
+	uint64_t known_sum, digest;
 	char key[PEER_MAX_KEY + 1];
 	size_t key_len;
 	char addr[PEER_MAX_ID + 1];
@@ -769,7 +772,10 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	else if (rep->rdma)
 		r = push_rdma(p, fd, rep, deadline, corrupt);
 	else
-		r = send_checked(fd, p->bytes, p->len, deadline, corrupt, NULL, &(uint64_t) { 0 });
+		r = send_checked(fd, p->bytes, p->len, deadline, corrupt, p->known ? &p->known_sum : NULL,
+				 &p->digest);
+	if (r == 0 && !rep->rdma && !p->known)
+		p->digested = true;
 	protobuf_c_message_free_unpacked(m, NULL);
 	if (r == 0)
 		r = recv_frame(fd, PEER_PUSH_DONE, buf, sizeof(buf), deadline, &m);
@@ -1903,6 +1909,10 @@ static bool xfer_poll(void *u)
 			struct rpush *p = j->owner;
 			char msg[STORE_MSG_MAX];
 
+			if (p->digested) { /* hashed as it went: the next send need not */
+				p->obj->sum = p->digest;
+				p->obj->flags |= OBJ_SUMMED;
+			}
 			store_release(&n->h, p->handle, msg);
 			struct peer_stat *pst = node_peer_stat(n, p->addr);
 
@@ -1983,6 +1993,7 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	char msg[STORE_MSG_MAX];
 	struct extent e;
 	struct fetch *f = NULL;
+	struct object *o;
 	struct rpush *p;
 	int r;
 
@@ -1998,7 +2009,8 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	}
 	if (!addr)
 		return -EHOSTUNREACH;
-	if (!index_find(&n->st->index, key, len, index_hash(key, len)))
+	o = index_find(&n->st->index, key, len, index_hash(key, len));
+	if (!o)
 		return -ENOENT;
 	r = store_acquire(&n->h, key, len, true, &e, &f, msg);
 	if (r < 0)
@@ -2014,6 +2026,9 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	p->bytes = (const uint8_t *) n->st->tiers[e.segment].seg.base + e.offset;
 	p->segment = e.segment;
 	p->offset = e.offset;
+	p->obj = o; /* the view keeps it */
+	p->known = (o->flags & OBJ_SUMMED) != 0;
+	p->known_sum = o->sum;
 	memcpy(p->key, key, len);
 	p->key_len = len;
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);

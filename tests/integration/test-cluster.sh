@@ -583,6 +583,16 @@ push-to)
 		{ ctl A stats >&2; fail "per-peer pushes"; }
 	# the directory knows both copies
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' where k | tr '\n' ' ' | grep -qx 'A B '"
+	# both know its checksum now (A hashed it as it pushed, B checked it):
+	# either serves it without hashing again
+	ctl B rm --force k || fail "rm k on B"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' where k | tr '\n' ' ' | grep -qx 'A '"
+	ctl B get k "$dir/v.again" && cmp "$dir/v" "$dir/v.again" || fail "fetched back differs"
+	[ "$(stat_of A remote_served_summed)" = 1 ] || { ctl A stats >&2; fail "A hashed again"; }
+	ctl A rm --force k || fail "rm k on A"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' where k | tr '\n' ' ' | grep -qx 'B '"
+	ctl A get k "$dir/v.back" && cmp "$dir/v" "$dir/v.back" || fail "fetched from B differs"
+	[ "$(stat_of B remote_served_summed)" = 1 ] || { ctl B stats >&2; fail "B hashed again"; }
 	# pushing again: B keeps what it has
 	printf 'x' | ctl A put k2 - --push-to B
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' ls k2 | grep -q ' k2\$'"

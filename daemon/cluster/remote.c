@@ -26,7 +26,6 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "log.h"
 #include "checksum.h"
@@ -929,6 +928,15 @@ static void queue(struct node *n, struct xjob *j)
 		handoff_bell_ring(&x->q[qi].wake);
 }
 
+/* o's transfer checksum, learnt from bytes checked on arrival or hashed as
+ * they were sent: objects never change once committed, so later sends use
+ * it instead of hashing again (and the asker still checks it). */
+static void keep_sum(struct object *o, uint64_t sum)
+{
+	o->sum = sum;
+	o->flags |= OBJ_SUMMED;
+}
+
 /* An object's bytes moved in or out, and by which transport. */
 static void count_bytes(struct node *n, bool in, bool rdma, uint64_t len)
 {
@@ -976,10 +984,8 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	if (res == 0 && index_find(&st->index, o->key, o->key_len, o->hash))
 		res = 1; /* stored here meanwhile: waiters find that one */
 	if (res == 0) {
-		if (rf->summed) { /* checked on arrival: known from now on */
-			o->sum = rf->sum;
-			o->flags |= OBJ_SUMMED;
-		}
+		if (rf->summed)
+			keep_sum(o, rf->sum);
 		object_publish(st, o);
 		n->c.remote_hits++;
 		count_bytes(n, true, rf->via_rdma, o->len);
@@ -1497,10 +1503,8 @@ static void served(struct pserve *ps)
 	struct node *n = ps->n;
 	char msg[STORE_MSG_MAX];
 
-	if (ps->digested) { /* hashed as it went: the next send need not */
-		ps->obj->sum = ps->digest;
-		ps->obj->flags |= OBJ_SUMMED;
-	}
+	if (ps->digested)
+		keep_sum(ps->obj, ps->digest);
 	n->c.served_summed += ps->known;
 	ps->obj = NULL;
 	ps->known = ps->digested = false;
@@ -1909,10 +1913,8 @@ static bool xfer_poll(void *u)
 			struct rpush *p = j->owner;
 			char msg[STORE_MSG_MAX];
 
-			if (p->digested) { /* hashed as it went: the next send need not */
-				p->obj->sum = p->digest;
-				p->obj->flags |= OBJ_SUMMED;
-			}
+			if (p->digested)
+				keep_sum(p->obj, p->digest);
 			store_release(&n->h, p->handle, msg);
 			struct peer_stat *pst = node_peer_stat(n, p->addr);
 
@@ -1945,10 +1947,8 @@ static bool xfer_poll(void *u)
 			if (j->res == 0 && index_find(&n->st->index, o->key, o->key_len, o->hash))
 				rep.error = -EEXIST; /* stored here meanwhile */
 			if (rep.error == 0) {
-				if (summed) { /* checked on arrival */
-					o->sum = ps->digest;
-					o->flags |= OBJ_SUMMED;
-				}
+				if (summed)
+					keep_sum(o, ps->digest);
 				object_publish(n->st, o);
 				n->c.pushes_received++;
 				count_bytes(n, true, ps->want_rdma, o->len);

@@ -776,7 +776,6 @@ static void *worker_main(void *arg)
 {
 	struct store *st = arg;
 	struct disk *k = st->disk;
-
 	struct disk_io *fifo;
 
 	loop_helper_thread("disk", true);

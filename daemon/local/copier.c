@@ -53,7 +53,6 @@ void copy_pieces(const struct copy_piece *pieces, uint32_t n, uint8_t *obj, bool
 static void *copier_main(void *arg)
 {
 	struct copier *cp = arg;
-
 	struct copy_job *fifo;
 
 	loop_helper_thread("copy", false);

@@ -111,6 +111,11 @@ void loop_helper_thread(const char *name, bool yield)
 	pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
 }
 
+void loop_mm_pause(void)
+{
+	nanosleep(&(struct timespec) { 0, 50000 }, NULL);
+}
+
 /* The loop must not wait for the address space's lock (mapper.h), which
  * brk() and mmap() take for writing: malloc grows the heap 64 MiB at a
  * time, gives memory back only past 256 MiB free, and serves blocks below

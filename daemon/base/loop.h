@@ -81,6 +81,13 @@ void loop_quit(struct loop *l);
  * milliseconds by helpers it had just woken). */
 void loop_helper_thread(const char *name, bool yield);
 
+/* A helper that takes the address space's lock step after step (munmap,
+ * MADV_POPULATE_WRITE) pauses between steps with this: a thread that takes
+ * the lock again at once keeps a woken waiter out, and the kernel hands the
+ * lock over only after the waiter has waited about 4 ms.  The waiter is
+ * the loop's mmap() or brk(): it waited 4-16 ms that way. */
+void loop_mm_pause(void);
+
 /* Called first by a program that runs a loop: malloc set up so that the
  * loop never waits in brk() or mmap() for it (loop.c). */
 void loop_tune_malloc(void);

@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "handoff.h"
@@ -14,12 +13,9 @@
 #include "mapper.h"
 
 /* Unmapped per munmap() call: 0.1-0.3 ms of page-table work for 4 KiB
- * pages, a multiple of the 2 MiB hugepage.  Between steps the thread
- * pauses: a writer that takes the lock again at once keeps a woken waiter
- * out (the kernel hands the lock over only after the waiter has waited
- * milliseconds), and an mmap() on the loop waited 4-16 ms that way. */
+ * pages, a multiple of the 2 MiB hugepage; between steps the thread
+ * pauses (loop_mm_pause()). */
 #define UNMAP_STEP (UINT64_C(2) << 20)
-#define UNMAP_PAUSE_NS 50000
 
 struct map_req {
 	struct map_req *next;
@@ -53,7 +49,7 @@ static void unmap_now(void *base, size_t len, int fd)
 		}
 		off += n;
 		if (off < len)
-			nanosleep(&(struct timespec) { 0, UNMAP_PAUSE_NS }, NULL);
+			loop_mm_pause();
 	}
 	if (fd >= 0)
 		close(fd);

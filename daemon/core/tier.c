@@ -281,8 +281,13 @@ static void *prefault_main(void *arg)
 			uint64_t n = t->seg.size - off < PREFAULT_STEP ? t->seg.size - off :
 									PREFAULT_STEP;
 
-			if (madv && madvise(base + off, n, MADV_POPULATE_WRITE) == 0)
+			if (madv && madvise(base + off, n, MADV_POPULATE_WRITE) == 0) {
+				/* each call holds the address space's lock for
+				 * reading: without a pause between, a brk() or
+				 * mmap() on the loop waited 4-9 ms at start */
+				loop_mm_pause();
 				continue;
+			}
 			if (madv && errno != EINVAL && errno != EINTR) {
 				log_warn("prefaulting the %s tier stopped at %llu MiB: %m", t->name,
 					 (unsigned long long) (off >> 20));

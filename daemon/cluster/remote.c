@@ -265,6 +265,20 @@ static int recv_full(int fd, void *buf, size_t len, uint64_t deadline)
  */
 #define CHUNK (256u << 10)
 
+/* The checksum of len bytes at p, in one pass (the RDMA paths, which
+ * cannot hash as the kernel copies). */
+static int sum_of(const uint8_t *p, uint64_t len, uint64_t *ret_sum)
+{
+	struct csum *h = csum_new();
+
+	if (!h)
+		return -ENOMEM;
+	csum_update(h, p, len);
+	*ret_sum = csum_digest(h);
+	csum_free(h);
+	return 0;
+}
+
 static int recv_checked(int fd, uint8_t *dst, uint64_t len, uint64_t deadline,
 			uint64_t *ret_sum)
 {
@@ -530,18 +544,10 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	uint64_t loff = (uint64_t) (rf->dst - (uint8_t *) n->st->tiers[0].seg.base);
 	int r = rdma_get(n->rdma, address, resp->region, resp->offset, 0, loff, o->len, deadline);
 
-	if (r == 0) {
-		struct csum *h = csum_new();
-
-		if (!h)
-			r = -ENOMEM;
-		else {
-			csum_update(h, rf->dst, o->len);
-			if (csum_digest(h) != resp->checksum)
-				r = -EBADMSG;
-			csum_free(h);
-		}
-	}
+	if (r == 0)
+		r = sum_of(rf->dst, o->len, &rf->sum);
+	if (r == 0 && rf->sum != resp->checksum)
+		r = -EBADMSG;
 	done.error = r;
 	/* a read that succeeded stands even if this does not go out: the
 	 * holder lets the view go when the connection drops */
@@ -612,7 +618,7 @@ static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
 		r = fetch_rdma(rf, fd, resp, address, deadline);
 	else
 		r = recv_checked(fd, rf->dst, o->len, deadline, &rf->sum);
-	if (r == 0 && !resp->rdma)
+	if (r == 0)
 		rf->summed = true;
 	protobuf_c_message_free_unpacked(m, NULL);
 out:
@@ -677,17 +683,17 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 		return;
 	}
 	if (ps->want_rdma) {
-		/* the asker reads it: say where, with its checksum, and hold
-		 * it until the asker is done */
-		struct csum *h = csum_new();
-
-		if (!h) {
-			j->res = -ENOMEM;
-			return;
+		/* the asker reads it: say where, with its checksum (kept, or
+		 * hashed now), and hold it until the asker is done */
+		if (!ps->known) {
+			r = sum_of(ps->bytes, ps->len, &ps->digest);
+			if (r < 0) {
+				set_blocking(ps->pc.fd, false);
+				j->res = r;
+				return;
+			}
 		}
-		csum_update(h, ps->bytes, ps->len);
-		resp.checksum = csum_digest(h) ^ (corrupt ? 1 : 0);
-		csum_free(h);
+		resp.checksum = (ps->known ? ps->known_sum : ps->digest) ^ (corrupt ? 1 : 0);
 		resp.rdma = true;
 		resp.region = ps->segment;
 		resp.offset = ps->offset;
@@ -710,7 +716,7 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 	} else if (r == 0)
 		r = send_checked(ps->pc.fd, ps->bytes, ps->len, deadline, corrupt,
 				 ps->known ? &ps->known_sum : NULL, &ps->digest);
-	if (r == 0 && !ps->want_rdma && !ps->known)
+	if (r == 0 && !ps->known)
 		ps->digested = true;
 	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
 		r = -EIO; /* the loop reads it again: it must not block */
@@ -722,23 +728,19 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, uint64_t deadline,
 		     bool corrupt)
 {
-	struct csum *h = csum_new();
 	uint64_t sum;
 	int r;
 
-	if (!h)
-		return -ENOMEM;
 	r = rdma_put(p->n->rdma, p->addr, rep->region, rep->offset, p->segment, p->offset, p->len,
 		     deadline);
 	if (r < 0) {
-		csum_free(h);
 		/* the connection cannot say "never mind": it is not kept */
 		rdma_peer_drop(p->n->rdma, p->addr);
 		return r == -EINVAL ? -EPROTO : r;
 	}
-	csum_update(h, p->bytes, p->len);
-	sum = htole64(csum_digest(h) ^ (corrupt ? 1 : 0));
-	csum_free(h);
+	if (!p->known && (r = sum_of(p->bytes, p->len, &p->digest)) < 0)
+		return r;
+	sum = htole64((p->known ? p->known_sum : p->digest) ^ (corrupt ? 1 : 0));
 	p->via_rdma = true;
 	return send_full(fd, &sum, sizeof(sum), deadline);
 }
@@ -773,7 +775,7 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	else
 		r = send_checked(fd, p->bytes, p->len, deadline, corrupt, p->known ? &p->known_sum : NULL,
 				 &p->digest);
-	if (r == 0 && !rep->rdma && !p->known)
+	if (r == 0 && !p->known)
 		p->digested = true;
 	protobuf_c_message_free_unpacked(m, NULL);
 	if (r == 0)
@@ -847,19 +849,17 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 	if (r == 0 && ps->want_rdma) {
 		/* the pusher wrote the bytes: its checksum says it is done */
 		uint64_t want;
-		struct csum *h = csum_new();
 
-		r = h ? recv_full(ps->pc.fd, &want, sizeof(want), deadline) : -ENOMEM;
-		if (r == 0) {
-			csum_update(h, (uint8_t *) o->tier->seg.base + o->block->offset, o->len);
-			if (csum_digest(h) != le64toh(want))
-				r = -EBADMSG;
-		}
-		csum_free(h);
+		r = recv_full(ps->pc.fd, &want, sizeof(want), deadline);
+		if (r == 0)
+			r = sum_of((uint8_t *) o->tier->seg.base + o->block->offset, o->len,
+				   &ps->digest);
+		if (r == 0 && ps->digest != le64toh(want))
+			r = -EBADMSG;
 	} else if (r == 0)
 		r = recv_checked(ps->pc.fd, (uint8_t *) o->tier->seg.base + o->block->offset, o->len,
 				 deadline, &ps->digest);
-	if (r == 0 && !ps->want_rdma)
+	if (r == 0)
 		ps->digested = true;
 	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
 		r = -EIO;
@@ -928,15 +928,6 @@ static void queue(struct node *n, struct xjob *j)
 		handoff_bell_ring(&x->q[qi].wake);
 }
 
-/* o's transfer checksum, learnt from bytes checked on arrival or hashed as
- * they were sent: objects never change once committed, so later sends use
- * it instead of hashing again (and the asker still checks it). */
-static void keep_sum(struct object *o, uint64_t sum)
-{
-	o->sum = sum;
-	o->flags |= OBJ_SUMMED;
-}
-
 /* An object's bytes moved in or out, and by which transport. */
 static void count_bytes(struct node *n, bool in, bool rdma, uint64_t len)
 {
@@ -985,7 +976,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 		res = 1; /* stored here meanwhile: waiters find that one */
 	if (res == 0) {
 		if (rf->summed)
-			keep_sum(o, rf->sum);
+			object_keep_sum(o, rf->sum);
 		object_publish(st, o);
 		n->c.remote_hits++;
 		count_bytes(n, true, rf->via_rdma, o->len);
@@ -1504,7 +1495,7 @@ static void served(struct pserve *ps)
 	char msg[STORE_MSG_MAX];
 
 	if (ps->digested)
-		keep_sum(ps->obj, ps->digest);
+		object_keep_sum(ps->obj, ps->digest);
 	n->c.served_summed += ps->known;
 	ps->obj = NULL;
 	ps->known = ps->digested = false;
@@ -1914,7 +1905,7 @@ static bool xfer_poll(void *u)
 			char msg[STORE_MSG_MAX];
 
 			if (p->digested)
-				keep_sum(p->obj, p->digest);
+				object_keep_sum(p->obj, p->digest);
 			store_release(&n->h, p->handle, msg);
 			struct peer_stat *pst = node_peer_stat(n, p->addr);
 
@@ -1948,7 +1939,7 @@ static bool xfer_poll(void *u)
 				rep.error = -EEXIST; /* stored here meanwhile */
 			if (rep.error == 0) {
 				if (summed)
-					keep_sum(o, ps->digest);
+					object_keep_sum(o, ps->digest);
 				object_publish(n->st, o);
 				n->c.pushes_received++;
 				count_bytes(n, true, ps->want_rdma, o->len);

@@ -108,9 +108,11 @@ struct object {
 	uint32_t n_children;
 	uint64_t hash;
 	uint64_t len;
-	/* with OBJ_SUMMED: the transfer checksum of its bytes (net/checksum.h),
-	 * learnt when they arrived checked or were first sent; objects never
-	 * change once committed, so a later send need not hash them again */
+	/* with OBJ_SUMMED: the transfer checksum of its bytes (net/checksum.h,
+	 * the XXH3-64 a disk record holds too), learnt when they arrived
+	 * checked, were first sent, or were written to or read back from disk;
+	 * objects never change once committed, so a later send need not hash
+	 * them again (object_keep_sum()) */
 	uint64_t sum;
 	struct tier *tier;
 	struct shm_block *block;
@@ -136,3 +138,10 @@ struct object {
 	char key[];                       /* NUL-terminated */
 };
 
+/* o's XXH3-64, learnt from bytes checked or hashed as they moved: kept for
+ * the next send, which the receiver still checks. */
+static inline void object_keep_sum(struct object *o, uint64_t sum)
+{
+	o->sum = sum;
+	o->flags |= OBJ_SUMMED;
+}

@@ -765,6 +765,7 @@ static void build_record(struct disk *k, struct disk_io *io)
 	}
 	h.stored_len = stored;
 	h.header_sum = disk_record_header_sum(&h, io->key);
+	io->hdr = h; /* the loop keeps value_sum on the object */
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), io->key, io->key_len);
 	memset(buf + sizeof(h) + io->key_len, 0, off - sizeof(h) - io->key_len);
@@ -1018,6 +1019,9 @@ static void rename_done(struct store *st, struct disk_io *io, int res)
 	o->spill = NULL;
 	o->disk_id = io->id;
 	o->disk_len = io->len;
+	/* the record's XXH3 of the value is the transfer checksum: a peer
+	 * served this object gets it without a hash */
+	object_keep_sum(o, io->hdr.value_sum);
 	k->c.records++;
 	k->c.bytes += io->len;
 	st->disk_tier.alloc.used = k->c.bytes;
@@ -1183,6 +1187,7 @@ static void read_finish(struct store *st, struct disk_io *io, int r)
 	if (r == 0) {
 		k->c.reads++;
 		k->c.read_bytes += io->len;
+		object_keep_sum(o, io->hdr.value_sum); /* checked as it came back */
 		tier_readmit(st, o, io->block);
 	} else {
 		object_place(st, o, false);

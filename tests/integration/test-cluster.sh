@@ -225,6 +225,36 @@ rdma-mixed)
 	[ "$(stat_of B tcp_bytes_in)" = 300000 ] || fail "B tcp in"
 	[ "$(stat_of A rdma_bytes_out)" = $((5000001 + 2000003)) ] || { ctl A stats >&2; fail "A rdma out"; }
 	[ "$(stat_of A tcp_bytes_out)" = $((5000001 + 2000003)) ] || fail "A tcp out (va to C, vp2 to C)"
+	# the checksums the RDMA paths hash or check are kept, and sent again
+	# without a hash: each object below is served a second time by the
+	# node that learnt its sum (A's or B's remote_served_summed)
+	a0=$(stat_of A remote_served_summed); b0=$(stat_of B remote_served_summed)
+	ga=$(stat_of A rdma_gets); gb=$(stat_of B rdma_gets)
+	for k in vs vt vq1 vq2; do head -c 1500000 /dev/urandom >"$dir/$k"; done
+	ctl A put vs "$dir/vs" && ctl A put vt "$dir/vt" || fail "puts vs vt"
+	ctl A put vq1 "$dir/vq1" --push-to B && ctl A put vq2 "$dir/vq2" --push-to B ||
+		fail "pushes vq1 vq2"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where vt | grep -qx A"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where vs | grep -qx A"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' --local-only exists vq2"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' --local-only exists vq1"
+	again() { # again NODE KEY: NODE drops its copy of KEY and fetches it back
+		ctl "$1" rm --force "$2" || fail "rm $2 on $1"
+		ctl "$1" get "$2" "$dir/$2.$1" && cmp "$dir/$2" "$dir/$2.$1" || fail "$2 on $1"
+	}
+	ctl B get vs "$dir/vs.b" && cmp "$dir/vs" "$dir/vs.b" || fail "vs on B"
+	ctl B get vt "$dir/vt.b" && cmp "$dir/vt" "$dir/vt.b" || fail "vt on B"
+	[ "$(stat_of A remote_served_summed)" = "$a0" ] || fail "A had sums it never computed"
+	again A vs  # B checked vs as it read it from A
+	again B vt  # A hashed vt as B read it
+	again A vq1 # B checked vq1 as A wrote it
+	again B vq2 # A hashed vq2 as it wrote it
+	[ "$(stat_of A rdma_gets)" = $((ga + 2)) ] && [ "$(stat_of B rdma_gets)" = $((gb + 4)) ] ||
+		{ ctl A stats >&2; ctl B stats >&2; fail "not all by RDMA"; }
+	[ "$(stat_of A remote_served_summed)" = $((a0 + 2)) ] ||
+		{ ctl A stats >&2; fail "A hashed vt or vq2 again"; }
+	[ "$(stat_of B remote_served_summed)" = $((b0 + 2)) ] ||
+		{ ctl B stats >&2; fail "B hashed vs or vq1 again"; }
 	# damaged in flight: the checksum catches it, by RDMA too
 	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
 	node_env="KVCACHE_TEST_CORRUPT_PEER_SEND=1"
@@ -643,6 +673,36 @@ batch-across-nodes)
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" >"$dir/out" 2>"$dir/err" ||
 		fail "batch calls across nodes"
 	ctl B stats | grep -Eq "^remote_hits +16$" || { ctl B stats >&2; fail "remote_hits"; }
+	;;
+disk-sum)
+	# a disk record holds the value's XXH3, the transfer checksum: an
+	# object written to disk, or read back from it, is served without a
+	# hash, and the asker checks the bytes against the record's sum
+	start_master 0
+	mkdir "$dir/disk"
+	start_node A --disk-dir "$dir/disk"
+	start_node B
+	head -c 1048576 /dev/urandom >"$dir/v1"
+	head -c 3000000 /dev/urandom >"$dir/v2"
+	head -c 70000 /dev/urandom >"$dir/v3"
+	ctl A put in-memory "$dir/v1" || fail "put in-memory"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where in-memory | grep -qx A"
+	ctl B get in-memory "$dir/got1" && cmp "$dir/v1" "$dir/got1" || fail "in-memory"
+	[ "$(stat_of A remote_served_summed)" = 0 ] || { ctl A stats >&2; fail "a sum out of nowhere"; }
+	# written to disk, still in memory: the write's sum is kept
+	ctl A put on-disk "$dir/v2" && ctl A flush || fail "put on-disk"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where on-disk | grep -qx A"
+	ctl B get on-disk "$dir/got2" && cmp "$dir/v2" "$dir/got2" || fail "on-disk"
+	[ "$(stat_of A remote_served_summed)" = 1 ] || { ctl A stats >&2; fail "on disk, hashed"; }
+	# found on disk by a restarted node and read back: checked, then kept
+	ctl A put read-back "$dir/v3" && ctl A flush || fail "put read-back"
+	kill "$pid_A"; wait "$pid_A" 2>/dev/null
+	start_node A --disk-dir "$dir/disk"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where read-back | grep -qx A"
+	ctl A ls read-back | grep -q ' read-back$' || fail "not recovered"
+	ctl B get read-back "$dir/got3" && cmp "$dir/v3" "$dir/got3" || fail "read-back"
+	[ "$(stat_of A remote_served_summed)" = 1 ] || { ctl A stats >&2; fail "read back, hashed"; }
+	ctl B stats | grep -Eq "^remote_corrupt +0$" || { ctl B stats >&2; fail "corrupt"; }
 	;;
 refused-configs)
 	start_master 0

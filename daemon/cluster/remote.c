@@ -999,8 +999,8 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	free(rf);
 }
 
-static bool dc_addresses(struct node *n, const char *key, size_t len, struct rfetch *rf,
-			 uint64_t *ret_len);
+static bool dc_addresses(struct node *n, const char *key, size_t len, uint64_t h,
+			 struct rfetch *rf, uint64_t *ret_len);
 
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 {
@@ -1023,7 +1023,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 		goto fail;
 	/* an exists or prefix lookup just asked the directory: no need to
 	 * ask again before fetching */
-	if (dc_addresses(n, key, len, rf, &o->len) && o->len <= (UINT64_C(1) << 30) &&
+	if (dc_addresses(n, key, len, h, rf, &o->len) && o->len <= (UINT64_C(1) << 30) &&
 	    o->len <= n->st->tiers[0].alloc.size &&
 	    tier_alloc(n->st, &n->st->tiers[0], o->len, &o->block) == 0) {
 		o->tier = &n->st->tiers[0];
@@ -1139,16 +1139,22 @@ void remote_expire(struct node *n, uint64_t now)
 #define MAX_QUERIES 256
 
 struct dslot {
-	uint64_t hash, until;
+	uint64_t until;
+	uint64_t len;   /* the value's */
 	bool present;
 	uint16_t key_len;
-	char *key;
-	char *holders;  /* "id,id": the other nodes holding it */
-	char *addrs;    /* their addresses, in the same order */
-	uint64_t len;   /* the value's */
+	/* one allocation: the key, then with holders_off the other nodes
+	 * holding it ("id,id"), with addrs_off their addresses in the same
+	 * order (none when they did not fit), each NUL-terminated */
+	uint16_t holders_off, addrs_off;
+	char *mem;
 };
 
+/* The hashes apart from the slots: a set's eight share one cache line, so
+ * a probe reads one line and the slot that matches (the answers of a
+ * 64-key lookup are read five times over: a miss per slot was the cost). */
 struct dcache {
+	uint64_t tag[DC_SLOTS]; /* the key's hash (0 taken as 1); 0: free */
 	struct dslot s[DC_SLOTS];
 };
 
@@ -1167,49 +1173,70 @@ struct lquery {
 	size_t *lens;
 	struct lpart parts[MAX_MASTERS];
 	unsigned n_parts, left;
+	size_t found;            /* keys the answers named */
 };
 
-static struct dslot *dc_set(struct node *n, uint64_t h)
+static uint64_t dc_tag(uint64_t h)
 {
-	return &n->dcache->s[(h & (DC_SLOTS / DC_WAYS - 1)) * DC_WAYS];
+	return h ? h : 1;
 }
 
-static bool dc_same(const struct dslot *d, uint64_t h, const char *key, size_t len)
+static size_t dc_set(uint64_t h)
 {
-	return d->key && d->hash == h && d->key_len == len && !memcmp(d->key, key, len);
+	return (size_t) (h & (DC_SLOTS / DC_WAYS - 1)) * DC_WAYS;
+}
+
+static const char *dc_holders(const struct dslot *d)
+{
+	return d->holders_off ? d->mem + d->holders_off : NULL;
+}
+
+static const char *dc_addrs(const struct dslot *d)
+{
+	return d->addrs_off ? d->mem + d->addrs_off : NULL;
+}
+
+/* The slot answering about key (h its index_hash()), fresh or not. */
+static struct dslot *dc_slot(struct node *n, const char *key, size_t len, uint64_t h)
+{
+	struct dcache *c = n->dcache;
+	size_t set = dc_set(h);
+	uint64_t t = dc_tag(h);
+
+	for (unsigned w = 0; w < DC_WAYS; w++)
+		if (c->tag[set + w] == t && c->s[set + w].key_len == len &&
+		    !memcmp(c->s[set + w].mem, key, len))
+			return &c->s[set + w];
+	return NULL;
 }
 
 /* The fresh answer about key, or NULL. */
-static struct dslot *dc_find(struct node *n, const char *key, size_t len)
+static struct dslot *dc_find(struct node *n, const char *key, size_t len, uint64_t h)
 {
-	uint64_t h = index_hash(key, len), now = loop_now_ms(n->loop);
-	struct dslot *set = dc_set(n, h);
+	struct dslot *d = dc_slot(n, key, len, h);
 
-	for (unsigned w = 0; w < DC_WAYS; w++)
-		if (dc_same(&set[w], h, key, len))
-			return set[w].until > now ? &set[w] : NULL;
-	return NULL;
+	return d && d->until > loop_now_ms(n->loop) ? d : NULL;
 }
 
 /* 1 present elsewhere, 0 not, -1 unknown. */
 static int dc_get(struct node *n, const char *key, size_t len)
 {
-	const struct dslot *d = dc_find(n, key, len);
+	const struct dslot *d = dc_find(n, key, len, index_hash(key, len));
 
 	return d ? d->present : -1;
 }
 
 /* A fresh answer naming holders: their addresses into rf, and the length;
  * false when there is none. */
-static bool dc_addresses(struct node *n, const char *key, size_t len, struct rfetch *rf,
-			 uint64_t *ret_len)
+static bool dc_addresses(struct node *n, const char *key, size_t len, uint64_t h,
+			 struct rfetch *rf, uint64_t *ret_len)
 {
-	struct dslot *d = dc_find(n, key, len);
+	struct dslot *d = dc_find(n, key, len, h);
 	char copy[512], *save = NULL;
 
-	if (!d || !d->present || !d->addrs)
+	if (!d || !d->present || !dc_addrs(d))
 		return false;
-	snprintf(copy, sizeof(copy), "%s", d->addrs);
+	snprintf(copy, sizeof(copy), "%s", dc_addrs(d));
 	for (char *t = strtok_r(copy, ",", &save); t && rf->n_addr < MAX_HOLDERS_TRIED;
 	     t = strtok_r(NULL, ",", &save))
 		snprintf(rf->addr[rf->n_addr++], sizeof(rf->addr[0]), "%s", t);
@@ -1217,39 +1244,48 @@ static bool dc_addresses(struct node *n, const char *key, size_t len, struct rfe
 	return rf->n_addr > 0;
 }
 
-static void dc_put(struct node *n, const char *key, size_t len, bool present)
+/* The answer about key: present elsewhere (held by ids, at addrs: either
+ * may be NULL) with the value's length, or not. */
+static void dc_put(struct node *n, const char *key, size_t len, bool present, const char *ids,
+		   const char *addrs, uint64_t vlen)
 {
 	uint64_t h = index_hash(key, len), now = loop_now_ms(n->loop);
-	struct dslot *set = dc_set(n, h), *d = NULL;
+	struct dcache *c = n->dcache;
+	size_t set = dc_set(h), li = ids ? strlen(ids) + 1 : 0, la = addrs ? strlen(addrs) + 1 : 0;
+	struct dslot *d = dc_slot(n, key, len, h);
+	char *mem;
 
+	if (len + 1 + li + la > UINT16_MAX)
+		return;
+	mem = malloc(len + 1 + li + la);
+	if (!mem)
+		return;
 	for (unsigned w = 0; w < DC_WAYS && !d; w++)
-		if (dc_same(&set[w], h, key, len))
-			d = &set[w];
-	for (unsigned w = 0; w < DC_WAYS && !d; w++)
-		if (!set[w].key || set[w].until <= now)
-			d = &set[w];
+		if (!c->tag[set + w] || c->s[set + w].until <= now)
+			d = &c->s[set + w];
 	if (!d) {
-		d = &set[0];
+		d = &c->s[set];
 		for (unsigned w = 1; w < DC_WAYS; w++)
-			if (set[w].until < d->until)
-				d = &set[w];
+			if (c->s[set + w].until < d->until)
+				d = &c->s[set + w];
 	}
-	if (!dc_same(d, h, key, len)) {
-		char *k = malloc(len ? len : 1);
-
-		if (!k)
-			return;
-		free(d->key);
-		free(d->holders);
-		free(d->addrs);
-		d->holders = d->addrs = NULL;
-		memcpy(k, key, len);
-		d->key = k;
-		d->key_len = (uint16_t) len;
-		d->hash = h;
-	}
-	d->present = present;
-	d->until = loop_now_ms(n->loop) + (present ? DC_HIT_MS : DC_MISS_MS);
+	memcpy(mem, key, len);
+	mem[len] = '\0';
+	if (ids)
+		memcpy(mem + len + 1, ids, li);
+	if (addrs)
+		memcpy(mem + len + 1 + li, addrs, la);
+	free(d->mem);
+	*d = (struct dslot) {
+		.until = now + (present ? DC_HIT_MS : DC_MISS_MS),
+		.len = vlen,
+		.present = present,
+		.key_len = (uint16_t) len,
+		.holders_off = (uint16_t) (ids ? len + 1 : 0),
+		.addrs_off = (uint16_t) (addrs ? len + 1 + li : 0),
+		.mem = mem,
+	};
+	c->tag[d - c->s] = dc_tag(h);
 }
 
 static void query_free(struct node *n, struct lquery *q)
@@ -1268,12 +1304,13 @@ static void query_free(struct node *n, struct lquery *q)
 	free(q);
 }
 
-/* Every part answered (or out of time): what was not found is absent. */
+/* Every part answered (or out of time): what was not found is absent
+ * (when the answers named as many keys as were asked, none is). */
 static void query_finish(struct node *n, struct lquery *q)
 {
-	for (size_t i = 0; i < q->n; i++)
+	for (size_t i = 0; q->found < q->n && i < q->n; i++)
 		if (dc_get(n, q->keys[i], q->lens[i]) < 0)
-			dc_put(n, q->keys[i], q->lens[i], false);
+			dc_put(n, q->keys[i], q->lens[i], false, NULL, NULL, 0);
 	fetch_wake(&q->f, 0); /* each waiter asks again, settled */
 	query_free(n, q);
 }
@@ -1287,6 +1324,21 @@ static void queries_expire(struct node *n, uint64_t now)
 	}
 }
 
+/* Appends ",s" (or s, first) to the NUL-terminated list in buf: false,
+ * and nothing appended, when it does not fit. */
+static bool join(char *buf, size_t cap, size_t *used, const char *s)
+{
+	size_t l = strlen(s), sep = *used ? 1 : 0;
+
+	if (*used + sep + l + 1 > cap)
+		return false;
+	if (sep)
+		buf[(*used)++] = ',';
+	memcpy(buf + *used, s, l + 1);
+	*used += l;
+	return true;
+}
+
 static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp)
 {
 	for (struct lquery *q = n->queries; q; q = q->next)
@@ -1296,43 +1348,23 @@ static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__Lookup
 			if (pt->done || pt->seq != seq)
 				continue;
 			pt->done = true;
+			q->found += resp->n_locations;
 			for (size_t k = 0; k < resp->n_locations; k++) {
 				const Kvc__Peer__Location *l = resp->locations[k];
-				bool elsewhere = false;
-
-				char ids[512] = "", addrs[512] = "";
+				char ids[512], addrs[512];
 				size_t used = 0, aused = 0;
+				bool fits = true;
 
 				for (size_t h = 0; h < l->n_holders; h++) {
 					if (!strcmp(l->holders[h], n->id))
 						continue;
-					elsewhere = true;
-					if (used < sizeof(ids))
-						used += (size_t) snprintf(ids + used, sizeof(ids) - used,
-									  "%s%s", used ? "," : "",
-									  l->holders[h]);
-					if (aused < sizeof(addrs))
-						aused += (size_t) snprintf(addrs + aused,
-									   sizeof(addrs) - aused,
-									   "%s%s", aused ? "," : "",
-									   l->addresses[h]);
+					fits = fits && join(ids, sizeof(ids), &used, l->holders[h]);
+					fits = fits &&
+					       join(addrs, sizeof(addrs), &aused, l->addresses[h]);
 				}
-				dc_put(n, (const char *) l->key.data, l->key.len, elsewhere);
-				{
-					struct dslot *d = dc_find(n, (const char *) l->key.data,
-								  l->key.len);
-
-					if (d) {
-						free(d->holders);
-						free(d->addrs);
-						d->holders = elsewhere ? strdup(ids) : NULL;
-						d->addrs = elsewhere && used < sizeof(ids) &&
-								   aused < sizeof(addrs)
-							   ? strdup(addrs)
-							   : NULL;
-						d->len = l->len;
-					}
-				}
+				/* what does not fit is asked again at the fetch */
+				dc_put(n, (const char *) l->key.data, l->key.len, used > 0,
+				       used ? ids : NULL, used && fits ? addrs : NULL, l->len);
 			}
 			if (--q->left == 0)
 				query_finish(n, q);
@@ -1424,7 +1456,8 @@ int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap,
 		   struct fetch **ret)
 {
 	struct node *n = be;
-	struct dslot *d = dc_find(n, key, len);
+	uint64_t h = index_hash(key, len);
+	struct dslot *d = dc_find(n, key, len, h);
 
 	if (!settle) {
 		/* kvcachectl where: the directory's list now, not the cache's */
@@ -1436,9 +1469,9 @@ int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap,
 		r = remote_where(be, &key, &len, 1, &present, false, ret);
 		if (r < 0)
 			return r;
-		d = dc_find(n, key, len);
+		d = dc_find(n, key, len, h);
 	}
-	snprintf(buf, cap, "%s", d && d->present && d->holders ? d->holders : "");
+	snprintf(buf, cap, "%s", d && d->present && dc_holders(d) ? dc_holders(d) : "");
 	return 0;
 }
 
@@ -2134,11 +2167,8 @@ void remote_teardown(struct node *n)
 	while (n->queries)
 		query_free(n, n->queries); /* no waiter is left */
 	if (n->dcache)
-		for (size_t i = 0; i < DC_SLOTS; i++) {
-			free(n->dcache->s[i].key);
-			free(n->dcache->s[i].holders);
-			free(n->dcache->s[i].addrs);
-		}
+		for (size_t i = 0; i < DC_SLOTS; i++)
+			free(n->dcache->s[i].mem);
 	free(n->dcache);
 	n->dcache = NULL;
 	loop_source_free(n->xfer_poller);

@@ -1169,8 +1169,9 @@ struct lquery {
 	struct fetch f;          /* f.o NULL: waiters only */
 	uint64_t deadline;
 	size_t n;
-	char **keys;
+	char **keys;             /* into kbuf */
 	size_t *lens;
+	char *kbuf;
 	struct lpart parts[MAX_MASTERS];
 	unsigned n_parts, left;
 	size_t found;            /* keys the answers named */
@@ -1297,8 +1298,7 @@ static void query_free(struct node *n, struct lquery *q)
 	if (q->next)
 		q->next->prev = q->prev;
 	n->n_queries--;
-	for (size_t i = 0; i < q->n; i++)
-		free(q->keys[i]);
+	free(q->kbuf);
 	free(q->keys);
 	free(q->lens);
 	free(q);
@@ -1379,7 +1379,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 	struct node *n = be;
 	struct lquery *q = NULL;
 	ProtobufCBinaryData *bk = NULL;
-	size_t unknown = 0;
+	size_t unknown = 0, bytes = 0;
 	int r = 0;
 
 	for (size_t i = 0; i < n_keys; i++) {
@@ -1387,6 +1387,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 
 		present[i] = v == 1;
 		unknown += v < 0;
+		bytes += v < 0 ? lens[i] : 0;
 	}
 	if (!unknown || settle)
 		return 0;
@@ -1400,15 +1401,15 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 	q->f.far = true;
 	q->keys = calloc(unknown, sizeof(*q->keys));
 	q->lens = calloc(unknown, sizeof(*q->lens));
-	if (!q->keys || !q->lens)
+	q->kbuf = malloc(bytes ? bytes : 1);
+	if (!q->keys || !q->lens || !q->kbuf)
 		goto fail;
-	for (size_t i = 0; i < n_keys; i++) {
-		if (dc_get(n, keys[i], lens[i]) >= 0)
+	for (size_t i = 0, at = 0; i < n_keys; i++) {
+		if (present[i] || dc_get(n, keys[i], lens[i]) >= 0)
 			continue;
-		q->keys[q->n] = malloc(lens[i] ? lens[i] : 1);
-		if (!q->keys[q->n])
-			goto fail;
+		q->keys[q->n] = q->kbuf + at;
 		memcpy(q->keys[q->n], keys[i], lens[i]);
+		at += lens[i];
 		q->lens[q->n++] = lens[i];
 	}
 	/* one Lookup per master, each with the keys it owns */
@@ -1442,8 +1443,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 	return -EINPROGRESS;
 fail:
 	if (q) {
-		for (size_t i = 0; i < q->n; i++)
-			free(q->keys[i]);
+		free(q->kbuf);
 		free(q->keys);
 		free(q->lens);
 		free(q);

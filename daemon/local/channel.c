@@ -325,39 +325,21 @@ static int arena_key(struct channel *ch, uint32_t off, uint32_t len, char *buf)
 	return 0;
 }
 
-/* Keys missing here, asked of the cluster in one question: 0 with present[]
- * filled, or -EINPROGRESS with *ret_fetch to wait on. */
-static int ask_cluster(struct channel *ch, const struct shm_sqe *e, const uint32_t *idx,
-		       uint32_t n, uint8_t *present, struct fetch **ret_fetch)
+/* Keys missing here (copied out of the arena: n of them, each in a slot of
+ * WIRE_MAX_KEY + 1 bytes of keys), asked of the cluster in one question: 0
+ * with present[] filled, or -EINPROGRESS with *ret_fetch to wait on. */
+static int ask_cluster(struct channel *ch, const char *keys, const size_t *lens, uint32_t n,
+		       uint8_t *present, struct fetch **ret_fetch)
 {
-	const char **keys = calloc(n, sizeof(*keys));
-	size_t *lens = calloc(n, sizeof(*lens));
-	char *buf = malloc((size_t) n * (WIRE_MAX_KEY + 1));
-	int r = -ENOMEM;
+	const char **kp = malloc((size_t) n * sizeof(*kp));
+	int r;
 
-	if (!keys || !lens || !buf)
-		goto out;
-	for (uint32_t i = 0; i < n; i++) {
-		struct shm_key_ref ref;
-
-		if (e->opcode == SHM_OP_EXISTS) {
-			r = arena_key(ch, e->key_off, e->key_len, buf);
-			lens[i] = e->key_len;
-		} else {
-			memcpy(&ref, ch->arena + e->list_off + (uint64_t) idx[i] * sizeof(ref),
-			       sizeof(ref));
-			r = arena_key(ch, ref.off, ref.len, buf + (size_t) i * (WIRE_MAX_KEY + 1));
-			lens[i] = ref.len;
-		}
-		if (r < 0)
-			goto out;
-		keys[i] = buf + (size_t) i * (WIRE_MAX_KEY + 1);
-	}
-	r = store_where(ch->s->sv->st, keys, lens, n, present, ch->settle, ret_fetch);
-out:
-	free(keys);
-	free(lens);
-	free(buf);
+	if (!kp)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		kp[i] = keys + (size_t) i * (WIRE_MAX_KEY + 1);
+	r = store_where(ch->s->sv->st, kp, lens, n, present, ch->settle, ret_fetch);
+	free(kp);
 	return r;
 }
 
@@ -365,7 +347,8 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 		    struct fetch **ret_fetch)
 {
 	struct shm_key_ref refs[64];
-	char key[WIRE_MAX_KEY + 1];
+	char key[WIRE_MAX_KEY + 1], *mkeys = NULL;
+	size_t *mlens = NULL;
 	uint8_t *out = NULL, *here = NULL;
 	uint32_t *missing = NULL, n_missing = 0;
 	uint32_t count = 0;
@@ -384,7 +367,10 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 	if (cluster) {
 		here = calloc(e->count ? e->count : 1, 1);
 		missing = calloc(e->count ? e->count : 1, sizeof(*missing));
-		if (!here || !missing) {
+		/* the keys missing here, kept for the question to the cluster */
+		mkeys = malloc((size_t) (e->count ? e->count : 1) * (WIRE_MAX_KEY + 1));
+		mlens = malloc((size_t) (e->count ? e->count : 1) * sizeof(*mlens));
+		if (!here || !missing || !mkeys || !mlens) {
 			r = -ENOMEM;
 			goto out;
 		}
@@ -402,8 +388,12 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 			hit = store_exists(ch->s->sv->st, key, refs[j].len, prefix);
 			if (cluster) {
 				here[i + j] = hit;
-				if (!hit)
+				if (!hit) {
+					memcpy(mkeys + (size_t) n_missing * (WIRE_MAX_KEY + 1), key,
+					       refs[j].len + 1u);
+					mlens[n_missing] = refs[j].len;
 					missing[n_missing++] = i + j;
+				}
 				continue;
 			}
 			count += hit;
@@ -423,7 +413,7 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 		/* one question for every key missing here */
 		uint8_t *there = calloc(n_missing, 1);
 
-		r = there ? ask_cluster(ch, e, missing, n_missing, there, ret_fetch) : -ENOMEM;
+		r = there ? ask_cluster(ch, mkeys, mlens, n_missing, there, ret_fetch) : -ENOMEM;
 		for (uint32_t m = 0; r == 0 && m < n_missing; m++)
 			here[missing[m]] = there[m];
 		free(there);
@@ -441,6 +431,8 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 out:
 	free(here);
 	free(missing);
+	free(mkeys);
+	free(mlens);
 	return r;
 }
 
@@ -689,12 +681,13 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 		return 0;
 	case SHM_OP_EXISTS: {
 		uint8_t there = 0;
+		size_t len = e->key_len;
 
 		if (store_exists(s->sv->st, key, e->key_len, false))
 			return 1;
 		if (!s->sv->st->remote.ops || (e->flags & SHM_SQE_LOCAL_ONLY))
 			return 0; /* a single node, or this one alone: a miss is a miss */
-		r = ask_cluster(ch, e, NULL, 1, &there, ret_fetch);
+		r = ask_cluster(ch, key, &len, 1, &there, ret_fetch);
 		return r < 0 ? r : there;
 	}
 	case SHM_OP_ACQUIRE:

@@ -458,6 +458,11 @@ void object_publish(struct store *st, struct object *o)
 	}
 	object_place(st, o, false);
 	object_dirty_update(st, o);
+	object_announce(st, o);
+}
+
+void object_announce(struct store *st, const struct object *o)
+{
 	if (st->remote.ops)
 		st->remote.ops->published(st->remote.be, o);
 }

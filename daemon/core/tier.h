@@ -19,6 +19,10 @@ struct object *object_new(const void *key, size_t key_len);
 void object_free(struct store *st, struct object *o);
 /* Make a reserved object visible: index, tier LRU, prefix link. */
 void object_publish(struct store *st, struct object *o);
+/* An object newly in the index is told to the cluster's directory (a
+ * no-op on a single node, or while the master is not joined: the
+ * re-publish of every join covers it). */
+void object_announce(struct store *st, const struct object *o);
 /* Unlink a committed object; freed now, or when its last view goes. */
 void object_drop(struct store *st, struct object *o);
 /* A read hit: LRU, lease, per-tier hit counts, promotion. */

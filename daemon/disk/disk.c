@@ -347,6 +347,9 @@ static void recover_one(struct store *st, struct rec_item *it)
 	o->where = OBJ_BELOW;
 	index_insert(&st->index, o);
 	object_place(st, o, true); /* older than anything stored since the start */
+	/* recovery runs on while the node joins: the re-publish's walk may
+	 * have passed this object's bucket already */
+	object_announce(st, o);
 	t->objects++;
 	k->c.records++;
 	k->c.bytes += o->disk_len;

@@ -10,6 +10,10 @@
  * holds, asked from B with kvc_prefix_lookup and kvc_batch_exists, each
  * batch answered by one directory question and then from what B
  * remembers: every key is found, every time.
+ *
+ * cluster-client A_SOCKET B_SOCKET put-many | find-many: MANY keys put
+ * through A; then, asked from B, all of them held somewhere (within 10 s:
+ * the directory hears of them in batches).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +79,49 @@ static int lookups(struct kvc_client *a, struct kvc_client *b)
 	return 0;
 }
 
+#define MANY 3000
+
+static int put_many(struct kvc_client *a)
+{
+	uint8_t x = 7;
+
+	for (int i = 0; i < MANY; i++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "many/%d", i);
+		CHECK_EQ(kvc_put(a, key, &x, 1, NULL), 0);
+	}
+	return 0;
+}
+
+static int find_many(struct kvc_client *b)
+{
+	static char names[MANY][32];
+	const char *keys[64];
+	uint8_t present[64];
+	int found = 0;
+
+	for (int i = 0; i < MANY; i++)
+		snprintf(names[i], sizeof(names[i]), "many/%d", i);
+	for (int tries = 0; tries < 100; tries++) {
+		found = 0;
+		for (int i = 0; i < MANY; i += 64) {
+			int n = MANY - i < 64 ? MANY - i : 64, r;
+
+			for (int k = 0; k < n; k++)
+				keys[k] = names[i + k];
+			r = kvc_batch_exists(b, keys, (size_t) n, present);
+			CHECK(r >= 0);
+			found += r;
+		}
+		if (found == MANY)
+			return 0;
+		usleep(100000);
+	}
+	fprintf(stderr, "%d of %d keys found from the other node\n", found, MANY);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvc_client *a, *b;
@@ -88,7 +135,10 @@ int main(int argc, char **argv)
 	CHECK_EQ(kvc_connect(argv[1], &a), 0);
 	CHECK_EQ(kvc_connect(argv[2], &b), 0);
 	if (argc == 4) {
-		int r = strcmp(argv[3], "lookups") == 0 ? lookups(a, b) : 2;
+		int r = strcmp(argv[3], "lookups") == 0	  ? lookups(a, b)
+			: strcmp(argv[3], "put-many") == 0  ? put_many(a)
+			: strcmp(argv[3], "find-many") == 0 ? find_many(b)
+							    : 2;
 
 		kvc_disconnect(a);
 		kvc_disconnect(b);

@@ -704,6 +704,20 @@ disk-sum)
 	[ "$(stat_of A remote_served_summed)" = 1 ] || { ctl A stats >&2; fail "read back, hashed"; }
 	ctl B stats | grep -Eq "^remote_corrupt +0$" || { ctl B stats >&2; fail "corrupt"; }
 	;;
+recovered-published)
+	# a restarted node's records reach the directory even when its join's
+	# re-publish walked past their place before recovery indexed them
+	start_master 0
+	mkdir "$dir/disk"
+	start_node A --disk-dir "$dir/disk" --dram-size 32MB
+	start_node B
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" put-many || fail "put-many"
+	ctl A flush || fail "flush"
+	kill "$pid_A"; wait "$pid_A" 2>/dev/null
+	start_node A --disk-dir "$dir/disk" --dram-size 32MB
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" find-many ||
+		fail "recovered objects missing from the directory"
+	;;
 refused-configs)
 	start_master 0
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \

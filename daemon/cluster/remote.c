@@ -1544,7 +1544,6 @@ static void served(struct pserve *ps)
 static int serve_now(struct pserve *ps)
 {
 	Kvc__Peer__FetchResp resp = KVC__PEER__FETCH_RESP__INIT;
-	struct csum *h = ps->known ? NULL : csum_new();
 	struct iovec iov[3];
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 3 };
 	ssize_t n;
@@ -1553,13 +1552,11 @@ static int serve_now(struct pserve *ps)
 	if (ps->known) {
 		ps->digest = ps->known_sum;
 	} else {
-		if (!h)
-			return -ENOMEM;
-		csum_update(h, ps->bytes, ps->len);
-		ps->digest = csum_digest(h);
+		r = sum_of(ps->bytes, ps->len, &ps->digest);
+		if (r < 0)
+			return r;
 		ps->digested = true;
 	}
-	csum_free(h);
 	ps->sum = htole64(ps->digest ^ (ps->n->xfer->corrupt ? 1 : 0));
 	resp.len = ps->len;
 	r = peer_frame_pack(PEER_FETCH_RESP, ps->seq, &resp.base, &ps->head, &ps->head_len);

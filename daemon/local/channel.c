@@ -325,29 +325,12 @@ static int arena_key(struct channel *ch, uint32_t off, uint32_t len, char *buf)
 	return 0;
 }
 
-/* Keys missing here (copied out of the arena: n of them, each in a slot of
- * WIRE_MAX_KEY + 1 bytes of keys), asked of the cluster in one question: 0
- * with present[] filled, or -EINPROGRESS with *ret_fetch to wait on. */
-static int ask_cluster(struct channel *ch, const char *keys, const size_t *lens, uint32_t n,
-		       uint8_t *present, struct fetch **ret_fetch)
-{
-	const char **kp = malloc((size_t) n * sizeof(*kp));
-	int r;
-
-	if (!kp)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++)
-		kp[i] = keys + (size_t) i * (WIRE_MAX_KEY + 1);
-	r = store_where(ch->s->sv->st, kp, lens, n, present, ch->settle, ret_fetch);
-	free(kp);
-	return r;
-}
-
 static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 		    struct fetch **ret_fetch)
 {
 	struct shm_key_ref refs[64];
 	char key[WIRE_MAX_KEY + 1], *mkeys = NULL;
+	const char **mkp = NULL;
 	size_t *mlens = NULL;
 	uint8_t *out = NULL, *here = NULL;
 	uint32_t *missing = NULL, n_missing = 0;
@@ -369,8 +352,9 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 		missing = calloc(e->count ? e->count : 1, sizeof(*missing));
 		/* the keys missing here, kept for the question to the cluster */
 		mkeys = malloc((size_t) (e->count ? e->count : 1) * (WIRE_MAX_KEY + 1));
+		mkp = malloc((size_t) (e->count ? e->count : 1) * sizeof(*mkp));
 		mlens = malloc((size_t) (e->count ? e->count : 1) * sizeof(*mlens));
-		if (!here || !missing || !mkeys || !mlens) {
+		if (!here || !missing || !mkeys || !mkp || !mlens) {
 			r = -ENOMEM;
 			goto out;
 		}
@@ -389,8 +373,10 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 			if (cluster) {
 				here[i + j] = hit;
 				if (!hit) {
-					memcpy(mkeys + (size_t) n_missing * (WIRE_MAX_KEY + 1), key,
-					       refs[j].len + 1u);
+					char *mk = mkeys + (size_t) n_missing * (WIRE_MAX_KEY + 1);
+
+					memcpy(mk, key, refs[j].len + 1u);
+					mkp[n_missing] = mk;
 					mlens[n_missing] = refs[j].len;
 					missing[n_missing++] = i + j;
 				}
@@ -410,10 +396,13 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 		goto out;
 	}
 	if (n_missing) {
-		/* one question for every key missing here */
+		/* one question for every key missing here: 0 with there[]
+		 * filled, or -EINPROGRESS with *ret_fetch to wait on */
 		uint8_t *there = calloc(n_missing, 1);
 
-		r = there ? ask_cluster(ch, mkeys, mlens, n_missing, there, ret_fetch) : -ENOMEM;
+		r = there ? store_where(ch->s->sv->st, mkp, mlens, n_missing, there, ch->settle,
+					ret_fetch)
+			  : -ENOMEM;
 		for (uint32_t m = 0; r == 0 && m < n_missing; m++)
 			here[missing[m]] = there[m];
 		free(there);
@@ -432,6 +421,7 @@ out:
 	free(here);
 	free(missing);
 	free(mkeys);
+	free(mkp);
 	free(mlens);
 	return r;
 }
@@ -682,12 +672,13 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_EXISTS: {
 		uint8_t there = 0;
 		size_t len = e->key_len;
+		const char *kp = key;
 
 		if (store_exists(s->sv->st, key, e->key_len, false))
 			return 1;
 		if (!s->sv->st->remote.ops || (e->flags & SHM_SQE_LOCAL_ONLY))
 			return 0; /* a single node, or this one alone: a miss is a miss */
-		r = ask_cluster(ch, key, &len, 1, &there, ret_fetch);
+		r = store_where(s->sv->st, &kp, &len, 1, &there, ch->settle, ret_fetch);
 		return r < 0 ? r : there;
 	}
 	case SHM_OP_ACQUIRE:

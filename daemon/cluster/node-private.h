@@ -48,7 +48,7 @@ struct link {
 	uint8_t nonce[PEER_NONCE_SIZE];
 	/* directory updates not yet sent */
 	uint8_t *q;
-	size_t q_len, q_cap;
+	size_t q_len, q_cap, q_max;
 	/* re-publishing what this node holds */
 	bool resync;
 	uint64_t cursor;
@@ -107,6 +107,7 @@ struct node {
 		uint64_t served_summed; /* sent with a checksum known before */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t master_drops; /* links to a master that went down */
+		uint64_t directory_overflows; /* updates that found a link's queue full */
 		uint64_t rdma_fallbacks; /* RDMA peers whose handshake or endpoint failed: tcp */
 		/* object bytes by transport: fetched or pushed here (in), served
 		 * or pushed from here (out) */

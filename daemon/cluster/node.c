@@ -260,13 +260,15 @@ struct link *node_owner(struct node *n, const void *key, size_t len)
 	return &n->links[n->n_links == 1 ? 0 : index_hash(key, len) % n->n_links];
 }
 
-static void enqueue(struct link *k, bool publish, const char *key, size_t key_len, uint64_t len)
+/* Queue one update for k; false if it does not fit (the queue is full or
+ * cannot grow). */
+static bool enqueue(struct link *k, bool publish, const char *key, size_t key_len, uint64_t len)
 {
 	struct upd_hdr h = { .publish = publish, .key_len = (uint16_t) key_len, .len = len };
 	size_t need = k->q_len + sizeof(h) + key_len;
 
-	if (k->state != L_UP || need > QUEUE_MAX)
-		return; /* a re-publish follows every (re)join */
+	if (need > k->q_max)
+		return false;
 	if (need > k->q_cap) {
 		size_t cap = k->q_cap ? k->q_cap : 65536;
 		uint8_t *p;
@@ -275,13 +277,32 @@ static void enqueue(struct link *k, bool publish, const char *key, size_t key_le
 			cap *= 2;
 		p = realloc(k->q, cap);
 		if (!p)
-			return;
+			return false;
 		k->q = p;
 		k->q_cap = cap;
 	}
 	memcpy(k->q + k->q_len, &h, sizeof(h));
 	memcpy(k->q + k->q_len + sizeof(h), key, key_len);
 	k->q_len = need;
+	return true;
+}
+
+/* A commit or removal for k's master.  While the link is down nothing is
+ * queued: the re-publish after the next join covers it.  An update the
+ * queue cannot take (the master is slower than the commits, for 256 MiB
+ * of keys) starts the re-publish over, so every object held is published
+ * again; a lost withdraw leaves a stale entry, one clean miss, as after
+ * a dropped link. */
+static void update(struct link *k, bool publish, const char *key, size_t key_len, uint64_t len)
+{
+	if (k->state != L_UP || enqueue(k, publish, key, key_len, len))
+		return;
+	k->n->c.directory_overflows++;
+	if (!k->resync)
+		log_warn("master %s: %zu bytes of directory updates not sent yet; publishing everything again",
+			 k->name, k->q_len);
+	k->resync = true;
+	k->cursor = 0;
 }
 
 /* Send what is queued on k, one frame per kind and batch; true if any. */
@@ -361,15 +382,41 @@ out:
 struct resync_walk {
 	struct node *n;
 	unsigned link;
+	bool full;
 };
 
 static void resync_one(void *u, struct object *o)
 {
 	struct resync_walk *w = u;
 
-	if (!(o->flags & OBJ_COMMITTED) || node_owner(w->n, o->key, o->key_len) != &w->n->links[w->link])
+	if (w->full || !(o->flags & OBJ_COMMITTED) ||
+	    node_owner(w->n, o->key, o->key_len) != &w->n->links[w->link])
 		return;
-	enqueue(&w->n->links[w->link], true, o->key, o->key_len, o->len);
+	if (!enqueue(&w->n->links[w->link], true, o->key, o->key_len, o->len))
+		w->full = true;
+}
+
+/* A slice of k's re-publish, as many objects as surely fit its queue; a
+ * slice that did not fit after all (a long chain) is walked again. */
+static bool resync_some(struct node *n, struct link *k)
+{
+	struct resync_walk w = { n, k->index, false };
+	size_t most = sizeof(struct upd_hdr) + PEER_MAX_KEY;
+	size_t fit = k->q_len < k->q_max / 2 ? (k->q_max - k->q_len) / most : 0;
+	uint64_t from = k->cursor, to;
+
+	if (!fit)
+		return false;
+	to = index_walk_some(&n->st->index, from, RESYNC_BUCKETS,
+			     fit < RESYNC_OBJECTS ? fit : RESYNC_OBJECTS, resync_one, &w);
+	if (w.full)
+		return true; /* again from `from` once the queue has drained */
+	k->cursor = to;
+	if (to == UINT64_MAX) {
+		k->resync = false;
+		log_info("published every object to master %s", k->name);
+	}
+	return true;
 }
 
 /* Each turn: a slice of every re-publish, then what is queued. */
@@ -381,17 +428,8 @@ static bool node_poll(void *u)
 	for (unsigned i = 0; i < n->n_links; i++) {
 		struct link *k = &n->links[i];
 
-		if (k->resync && k->state == L_UP && k->q_len < QUEUE_MAX / 2) {
-			struct resync_walk w = { n, i };
-
-			k->cursor = index_walk_some(&n->st->index, k->cursor, RESYNC_BUCKETS, RESYNC_OBJECTS,
-						    resync_one, &w);
-			if (k->cursor == UINT64_MAX) {
-				k->resync = false;
-				log_info("published every object to master %s", k->name);
-			}
-			did = true;
-		}
+		if (k->resync && k->state == L_UP)
+			did = resync_some(n, k) || did;
 		did = flush_queue(k) || did;
 	}
 	return did;
@@ -442,14 +480,14 @@ static void be_published(void *be, const struct object *o)
 {
 	struct node *n = be;
 
-	enqueue(node_owner(n, o->key, o->key_len), true, o->key, o->key_len, o->len);
+	update(node_owner(n, o->key, o->key_len), true, o->key, o->key_len, o->len);
 }
 
 static void be_forget(void *be, struct object *o)
 {
 	struct node *n = be;
 
-	enqueue(node_owner(n, o->key, o->key_len), false, o->key, o->key_len, 0);
+	update(node_owner(n, o->key, o->key_len), false, o->key, o->key_len, 0);
 }
 
 static const char *state_name(uint32_t s)
@@ -531,6 +569,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "push_errors", n->c.push_errors);
 	emit(u, "pushes_received", n->c.pushes_received);
 	emit(u, "master_drops", n->c.master_drops);
+	emit(u, "directory_overflows", n->c.directory_overflows);
 	emit(u, "tcp_bytes_in", n->c.tcp_bytes_in);
 	emit(u, "tcp_bytes_out", n->c.tcp_bytes_out);
 	emit(u, "rdma_bytes_in", n->c.rdma_bytes_in);
@@ -640,6 +679,15 @@ static void ifname_of(const char *host, char *out, size_t cap)
 			break;
 		}
 	freeifaddrs(ifs);
+}
+
+/* QUEUE_MAX; tests make it small to see the queue overflow */
+static size_t queue_max(void)
+{
+	const char *t = getenv("KVCACHE_TEST_DIRECTORY_QUEUE");
+	unsigned long v = t ? strtoul(t, NULL, 10) : 0;
+
+	return v >= 1024 && v < QUEUE_MAX ? v : QUEUE_MAX;
 }
 
 static int choose_transport(struct node *n, const struct config *cfg, const char *host, char *err,
@@ -771,6 +819,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 		k->n = n;
 		k->index = n->n_links++;
 		k->pc.fd = -1;
+		k->q_max = queue_max();
 		net_addr_format(&k->addr, k->name, sizeof(k->name));
 	}
 	if (!n->n_links) {

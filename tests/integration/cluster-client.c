@@ -11,9 +11,10 @@
  * batch answered by one directory question and then from what B
  * remembers: every key is found, every time.
  *
- * cluster-client A_SOCKET B_SOCKET put-many | find-many: MANY keys put
- * through A; then, asked from B, all of them held somewhere (within 10 s:
- * the directory hears of them in batches).
+ * cluster-client A_SOCKET B_SOCKET put-many | put-batched | find-many: MANY
+ * keys put through A (one a request, or 500 a request); then, asked from B,
+ * all of them held somewhere (within 10 s: the directory hears of them in
+ * batches).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,28 @@ static int put_many(struct kvc_client *a)
 	return 0;
 }
 
+/* the same keys, 500 a request: a loop turn commits hundreds at once */
+static int put_batched(struct kvc_client *a)
+{
+	static char names[MANY][32];
+	const char *keys[500];
+	struct kvc_iovec io = { .base = (uint8_t[]){ 7 }, .len = 1 };
+	const struct kvc_iovec *iop[500];
+	size_t n_iov[500];
+	int res[500];
+
+	for (int i = 0; i < MANY; i += 500) {
+		for (int k = 0; k < 500; k++) {
+			snprintf(names[i + k], sizeof(names[i + k]), "many/%d", i + k);
+			keys[k] = names[i + k];
+			iop[k] = &io;
+			n_iov[k] = 1;
+		}
+		CHECK_EQ(kvc_batch_put(a, 500, keys, iop, n_iov, NULL, res), 500);
+	}
+	return 0;
+}
+
 static int find_many(struct kvc_client *b)
 {
 	static char names[MANY][32];
@@ -137,6 +160,7 @@ int main(int argc, char **argv)
 	if (argc == 4) {
 		int r = strcmp(argv[3], "lookups") == 0	  ? lookups(a, b)
 			: strcmp(argv[3], "put-many") == 0  ? put_many(a)
+			: strcmp(argv[3], "put-batched") == 0 ? put_batched(a)
 			: strcmp(argv[3], "find-many") == 0 ? find_many(b)
 							    : 2;
 

@@ -718,6 +718,21 @@ recovered-published)
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" find-many ||
 		fail "recovered objects missing from the directory"
 	;;
+directory-overflow)
+	# commits faster than a link's queue of directory updates drains (a
+	# queue of 1 KiB here, 256 MiB by default): the node publishes
+	# everything again, and every key is found from another node
+	start_master 0
+	node_env=KVCACHE_TEST_DIRECTORY_QUEUE=1024
+	start_node A --dram-size 32MB
+	node_env=
+	start_node B
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" put-batched || fail "put-batched"
+	[ "$(stat_of A directory_overflows)" -gt 0 ] || { ctl A stats >&2; fail "the queue never overflowed"; }
+	grep -q "publishing everything again" "$dir/A.log" || fail "overflow not logged"
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" find-many ||
+		fail "updates lost when the queue overflowed"
+	;;
 refused-configs)
 	start_master 0
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \

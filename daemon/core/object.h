@@ -51,6 +51,9 @@ enum obj_list {
 struct olist {
 	struct object *head, *tail;
 	uint64_t n;
+	/* the last object an expired lease put among older ones (tier.c:
+	 * expire_leases()); NULL once it leaves the list */
+	struct object *aged;
 };
 
 struct tier {
@@ -106,6 +109,9 @@ struct object {
 	struct object *parent;
 	struct object *first_child, *next_sibling, *prev_sibling;
 	uint32_t n_children;
+	/* when it last went to the head of its list (a use), in ms, modulo
+	 * 2^32: compared as a difference, so good for spans of 24 days */
+	uint32_t used_ms;
 	uint64_t hash;
 	uint64_t len;
 	/* with OBJ_SUMMED: the transfer checksum of its bytes (net/checksum.h,

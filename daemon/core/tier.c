@@ -77,8 +77,23 @@ static void ol_link(struct olist *l, struct object *o, bool at_tail)
 	l->n++;
 }
 
+/* o in front of at (nearer the head) */
+static void ol_link_before(struct olist *l, struct object *o, struct object *at)
+{
+	o->lru_next = at;
+	o->lru_prev = at->lru_prev;
+	if (at->lru_prev)
+		at->lru_prev->lru_next = o;
+	else
+		l->head = o;
+	at->lru_prev = o;
+	l->n++;
+}
+
 static void ol_unlink(struct olist *l, struct object *o)
 {
+	if (l->aged == o)
+		l->aged = NULL;
 	if (o->lru_prev)
 		o->lru_prev->lru_next = o->lru_next;
 	else
@@ -123,15 +138,22 @@ void object_unplace(struct store *st, struct object *o)
 void object_place(struct store *st, struct object *o, bool at_tail)
 {
 	enum obj_list l = object_class(st, o);
+	struct object *last;
 
+	at_tail = at_tail && l != OL_LEASED; /* a lease list stays in lease order */
+	if (!at_tail)
+		o->used_ms = (uint32_t) now_ms(st);
 	/* the common case of a hit: already the most recent of its list */
 	if (l == o->list && l != OL_NONE && !at_tail && o->tier->lists[l].head == o)
 		return;
 	object_unplace(st, o);
 	if (l == OL_NONE)
 		return;
-	/* a lease list stays in lease order: new leases at the head */
-	ol_link(&o->tier->lists[l], o, at_tail && l != OL_LEASED);
+	/* behind the least recent: used no later than it */
+	last = o->tier->lists[l].tail;
+	if (at_tail)
+		o->used_ms = last ? last->used_ms : (uint32_t) now_ms(st);
+	ol_link(&o->tier->lists[l], o, at_tail);
 	o->list = (uint8_t) l;
 }
 
@@ -665,15 +687,47 @@ drop:
 	return (int64_t) size;
 }
 
+/* a no later than b, on the 2^32 ms clock of used_ms */
+static bool used_by(uint32_t a, uint32_t b)
+{
+	return (int32_t) (a - b) <= 0;
+}
+
 /* Leases that ran out protect nothing: back to the list their state says,
- * a bounded number per call (the oldest lease is at the tail). */
+ * a bounded number per call (the oldest lease is at the tail).  Its last
+ * use was when the lease began, and it goes where that puts it if that is
+ * near the tail: behind the least recent object of the list, or just in
+ * front of the last one put there (they expire in the order they were
+ * used); else to the front.  (Every expired lease used to go to the
+ * front: a pool that churns faster than a lease lasts then evicted what
+ * had been stored a moment ago before what was read seconds earlier.) */
 static void expire_leases(struct store *st, struct tier *t, unsigned budget)
 {
 	struct object *o;
 
 	while (budget-- && (o = t->lists[OL_LEASED].tail) && o->lease_until <= now_ms(st)) {
+		enum obj_list l = object_class(st, o);
+		uint32_t used = (uint32_t) (o->lease_until - st->cfg->lease_ttl_ms);
+		struct olist *ol = &t->lists[l];
+		struct object *a = ol->aged;
+
 		st->stats.evict_examined++;
-		object_place(st, o, false);
+		if (l == OL_NONE) {
+			object_place(st, o, false);
+			continue;
+		}
+		if (a && used_by(a->used_ms, used) && (!a->lru_prev || used_by(used, a->lru_prev->used_ms))) {
+			object_unplace(st, o);
+			ol_link_before(ol, o, a);
+			o->list = (uint8_t) l;
+		} else if (ol->tail && used_by(used, ol->tail->used_ms)) {
+			object_place(st, o, true);
+		} else {
+			object_place(st, o, false); /* counts as used now */
+			continue;
+		}
+		o->used_ms = used;
+		ol->aged = o;
 	}
 }
 

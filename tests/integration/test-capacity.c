@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Capacity management: tiers under 3x pressure, watermarks, leases, pins,
- * prefix-aware eviction against plain LRU on the same trace, promotion and
+/* Capacity management: tiers under 3x pressure, watermarks, leases (and
+ * where an expired one leaves its object), pins, prefix-aware eviction against plain LRU on the same trace, promotion and
  * demotion between device and dram with bytes intact. */
 #include <signal.h>
 #include <unistd.h>
@@ -227,6 +227,44 @@ static void test_protection(void)
 	test_daemon_stop(&td);
 }
 
+/* An object read (leased) a while ago goes before one stored after it:
+ * its lease ran out, and its last use is older. */
+static void test_lease_order(void)
+{
+	struct test_daemon td;
+	struct kvc_client *c;
+	int old = 0, new = 0;
+	char key[64];
+
+	test_daemon_start(&td, "--dram-size", "32MB", "--hugepages", "off",
+			  "--default-kv-lease-ttl", "300", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	fill_pool(c, "read", 8, 1 << 20);
+	for (int i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "read/%d", i);
+		CHECK_EQ(kvc_exists(c, key), 1); /* leased for 0.3 s */
+	}
+	/* stored while those leases last, then more once they ran out, past
+	 * the pool: some must go */
+	fill_pool(c, "stored", 12, 1 << 20);
+	usleep(500 * 1000);
+	fill_pool(c, "more", 12, 1 << 20);
+	for (int i = 0; i < 24; i++) {
+		snprintf(key, sizeof(key), "%s/%d", i < 12 ? "stored" : "more", i % 12);
+		new += present(c, key, NULL);
+	}
+	for (int i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "read/%d", i);
+		old += present(c, key, NULL);
+	}
+	if (new != 24 || old == 8)
+		fprintf(stderr, "kept %d of 24 stored later, %d of 8 read before\n", new, old);
+	CHECK(old < 8);
+	CHECK_EQ(new, 24);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+}
+
 /* ---- prefix chains ---- */
 
 #define PROMPTS 160
@@ -441,6 +479,7 @@ int main(void)
 {
 	test_pressure();
 	test_protection();
+	test_lease_order();
 	test_prefix_chains();
 	test_device_tier();
 	return 0;

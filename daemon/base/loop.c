@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The event loop (loop.h).  Two epoll sets: the control set holds io
- * sources, and the loop looks at it every CTL_CHECK_US while it works or
- * spins; the main set, which the loop sleeps on, holds the doorbells and
- * the control set itself.
+ * sources and is watched by a watcher thread; the main set, which the loop
+ * sleeps on, holds the doorbells and the control set itself.
  */
 #include <errno.h>
 #include <malloc.h>
+#include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,7 +53,10 @@ enum { L_IO, L_DOORBELL, L_POLLER, L_IDLE, L_TIMER, L_DEAD, L_COUNT };
 struct loop {
 	int epfd;     /* what the loop sleeps on: doorbells + ctl_epfd */
 	int ctl_epfd; /* io sources */
-	uint64_t ctl_at; /* when the loop last looked at them */
+	uint32_t ctl_ready; /* set by the watcher thread, cleared by the loop */
+	pthread_t watcher;
+	bool watcher_running, watcher_stopping;
+	int watcher_stop;   /* eventfd: tells the watcher to exit */
 	struct loop_source *lists[L_COUNT];
 	uint64_t now_ms;
 	uint64_t longest_turn_us;
@@ -171,6 +177,37 @@ static int list_of(const struct loop_source *s)
 	}
 }
 
+/*
+ * The watcher thread: blocks until a control fd is ready, raises ctl_ready,
+ * and waits for the loop to take it down.  The loop only reads a flag while
+ * it spins, so a busy daemon makes no system call to notice its sockets.
+ */
+static void *watcher_main(void *arg)
+{
+	struct loop *l = arg;
+
+	for (;;) {
+		struct pollfd p[2] = {
+			{ .fd = l->ctl_epfd, .events = POLLIN },
+			{ .fd = l->watcher_stop, .events = POLLIN },
+		};
+
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return NULL;
+		if (p[1].revents)
+			return NULL;
+		__atomic_store_n(&l->ctl_ready, 1, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&l->ctl_ready, __ATOMIC_ACQUIRE)) {
+			/* in slices, so a stop request is never missed */
+			struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+			syscall(SYS_futex, &l->ctl_ready, FUTEX_WAIT, 1, &ts, NULL, 0);
+			if (__atomic_load_n(&l->watcher_stopping, __ATOMIC_ACQUIRE))
+				return NULL;
+		}
+	}
+}
+
 int loop_new(uint32_t poll_us, struct loop **ret)
 {
 	struct loop *l = calloc(1, sizeof(*l));
@@ -181,6 +218,7 @@ int loop_new(uint32_t poll_us, struct loop **ret)
 		return -ENOMEM;
 	l->poll_us = l->window_us = poll_us;
 	l->now_ms = now_us() / 1000;
+	l->watcher_stop = -1;
 	l->epfd = epoll_create1(EPOLL_CLOEXEC);
 	l->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (l->epfd < 0 || l->ctl_epfd < 0 ||
@@ -188,6 +226,15 @@ int loop_new(uint32_t poll_us, struct loop **ret)
 		r = -errno;
 		goto fail;
 	}
+	l->watcher_stop = eventfd(0, EFD_CLOEXEC);
+	if (l->watcher_stop < 0) {
+		r = -errno;
+		goto fail;
+	}
+	r = -pthread_create(&l->watcher, NULL, watcher_main, l);
+	if (r < 0)
+		goto fail;
+	l->watcher_running = true;
 	*ret = l;
 	return 0;
 fail:
@@ -204,6 +251,17 @@ struct loop *loop_free(struct loop *l)
 {
 	if (!l)
 		return NULL;
+	if (l->watcher_running) {
+		uint64_t one = 1;
+
+		/* cooperative stop: cancellation and sanitizers do not mix */
+		__atomic_store_n(&l->watcher_stopping, true, __ATOMIC_RELEASE);
+		if (write(l->watcher_stop, &one, sizeof(one)) < 0)
+			log_warn("Failed to signal the watcher thread: %m");
+		__atomic_store_n(&l->ctl_ready, 0, __ATOMIC_RELEASE);
+		syscall(SYS_futex, &l->ctl_ready, FUTEX_WAKE, 1, NULL, NULL, 0);
+		pthread_join(l->watcher, NULL);
+	}
 	for (int i = 0; i < L_COUNT; i++)
 		while (l->lists[i]) {
 			struct loop_source *s = l->lists[i];
@@ -211,6 +269,8 @@ struct loop *loop_free(struct loop *l)
 			list_del(l, i, s);
 			source_destroy(s);
 		}
+	if (l->watcher_stop >= 0)
+		close(l->watcher_stop);
 	if (l->ctl_epfd >= 0)
 		close(l->ctl_epfd);
 	if (l->epfd >= 0)
@@ -504,13 +564,11 @@ static int timers(struct loop *l)
 	return next > l->now_ms ? (int) (next - l->now_ms < 60000 ? next - l->now_ms : 60000) : 0;
 }
 
-/* Everything ready on the control set; true if anything was. */
-static bool dispatch_control(struct loop *l, uint64_t now)
+/* Everything ready on the control set, then let the watcher look again. */
+static void dispatch_control(struct loop *l)
 {
 	struct epoll_event evs[64];
 	int n = epoll_wait(l->ctl_epfd, evs, 64, 0);
-
-	l->ctl_at = now;
 
 	for (int i = 0; i < n; i++) {
 		struct loop_source *s = evs[i].data.ptr;
@@ -520,7 +578,8 @@ static bool dispatch_control(struct loop *l, uint64_t now)
 		if (!s->dead)
 			s->io(s, s->fd, evs[i].events, s->userdata);
 	}
-	return n > 0;
+	if (__atomic_exchange_n(&l->ctl_ready, 0, __ATOMIC_ACQ_REL))
+		syscall(SYS_futex, &l->ctl_ready, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 void loop_client_turn(struct loop *l, enum loop_client what, const void *who)
@@ -547,17 +606,9 @@ void loop_client_turn(struct loop *l, enum loop_client what, const void *who)
  * third of the speed.)  The window adapts: a client's request found soon after the
  * loop went to sleep stretches it to 1.5x the gap since the last client
  * turn (up to 64x --poll-us, for clients that spend milliseconds between
- * requests); a window that passes idle halves it back.
- *
- * The control set is looked at every CTL_CHECK_US while the loop works or
- * spins (an epoll_wait() that returns at once: 0.2 us here), and is part of
- * the set the loop sleeps on.  A watcher thread blocked on it used to raise
- * a flag instead, but every control event while the loop slept then woke
- * two threads, which also took turns on the set's mutex (a traced loop
- * waited there), and one woken while the loop spun was a wake-up late.
+ * requests); a window that passes idle halves it back.  While spinning, the
+ * control sockets cost one flag read (see watcher_main).
  */
-#define CTL_CHECK_US 10
-
 int loop_run(struct loop *l)
 {
 	const uint32_t base = l->poll_us, max = base * 64;
@@ -578,10 +629,7 @@ int loop_run(struct loop *l)
 
 		reap(l);
 		if (poll_all(l)) {
-			now = tick(l, &prev);
-			spin_end(l, &spin_since, now);
-			if (now - l->ctl_at >= CTL_CHECK_US)
-				dispatch_control(l, now);
+			spin_end(l, &spin_since, tick(l, &prev));
 			/* maintenance keeps up under load too */
 			if (++l->rounds % 16 == 0)
 				idle_all(l);
@@ -594,8 +642,9 @@ int loop_run(struct loop *l)
 			spin_end(l, &spin_since, now);
 			continue;
 		}
-		if (now - l->ctl_at >= CTL_CHECK_US && dispatch_control(l, now)) {
+		if (__atomic_load_n(&l->ctl_ready, __ATOMIC_ACQUIRE)) {
 			spin_end(l, &spin_since, now);
+			dispatch_control(l);
 			continue;
 		}
 		if (l->client_spin || l->client_waits) {
@@ -647,7 +696,7 @@ int loop_run(struct loop *l)
 		woke = now;
 		for (int i = 0; i < n; i++)
 			if (evs[i].data.ptr == &tag_control)
-				dispatch_control(l, now);
+				dispatch_control(l);
 		/* doorbells: only a wake-up; the pollers find the work */
 	}
 	reap(l);

@@ -1049,8 +1049,15 @@ static int biov_from(ClientObject *self, struct biov *b, PyObject *keys, PyObjec
 			BufferObject *buf;
 			uint64_t l;
 
-			if (!PyArg_ParseTuple(PyTuple_GET_ITEM(a, j), "OKL;an iov is (Buffer, offset, len)",
-					      &bo, &off, &len))
+			PyObject *piece = PyTuple_GET_ITEM(a, j);
+
+			/* PyArg_ParseTuple() on anything else is a SystemError */
+			if (!PyTuple_Check(piece)) {
+				PyErr_SetString(PyExc_TypeError, "an iov is (Buffer, offset, len)");
+				goto fail;
+			}
+			if (!PyArg_ParseTuple(piece, "OKL;an iov is (Buffer, offset, len)", &bo, &off,
+					      &len))
 				goto fail;
 			buf = buffer_check(self, bo);
 			if (!buf || buffer_span(buf, off, len, &l))

@@ -301,6 +301,11 @@ def test_registered_buffers(client):
     assert got == src[:100].tobytes() + src[200:300].tobytes()
     with pytest.raises(TypeError):
         client.batch_get_into(["bp1"], [[(bytearray(10), 0, 10)]])
+    # a list of plain buffers, or of pieces that are not tuples, is refused
+    with pytest.raises(TypeError):
+        client.batch_get_into(["bp1"], [bytearray(10)])
+    with pytest.raises(TypeError):
+        client.batch_put_from(["bp1"], [[[out, 0, 10]]])
     m = memoryview(b)
     with pytest.raises(BufferError):
         b.free()

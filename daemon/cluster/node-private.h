@@ -96,6 +96,8 @@ struct node {
 	unsigned n_queries;
 	struct rfetch *rfetches;
 	unsigned n_rfetches;
+	struct rfetch *backlog, *backlog_tail; /* waiting for a place in rfetches */
+	unsigned n_backlog;
 	struct pserve *serving;
 	unsigned n_serving;
 	struct xfer *xfer;
@@ -105,6 +107,7 @@ struct node {
 		uint64_t remote_hits, remote_misses, remote_bytes_in, remote_bytes_out;
 		uint64_t remote_errors, remote_corrupt, served, serve_errors;
 		uint64_t served_summed; /* sent with a checksum known before */
+		uint64_t fetch_waited;  /* fetches that waited for a place in flight */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t master_drops; /* links to a master that went down */
 		uint64_t directory_overflows; /* updates that found a link's queue full */

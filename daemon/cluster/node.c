@@ -469,7 +469,7 @@ static void node_timer(struct loop_source *s, void *u)
 			next = k->hb_at;
 	}
 	remote_expire(n, now);
-	if ((n->n_rfetches || n->n_queries) && now + 50 < next)
+	if ((n->n_rfetches || n->n_backlog || n->n_queries) && now + 50 < next)
 		next = now + 50;
 	loop_timer_arm(s, next > now ? next : now + 1);
 }
@@ -564,6 +564,8 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_serve_errors", n->c.serve_errors);
 	emit(u, "remote_served_summed", n->c.served_summed);
 	emit(u, "remote_fetching", n->n_rfetches);
+	emit(u, "remote_fetch_waiting", n->n_backlog);
+	emit(u, "remote_fetch_waited", n->c.fetch_waited);
 	emit(u, "remote_peer_connections", n->n_serving);
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);

@@ -35,7 +35,8 @@
 
 #define LOG_TOPIC "remote"
 
-#define MAX_RFETCHES 256   /* fetches in flight; more are misses */
+#define MAX_RFETCHES 256   /* fetches in flight; more wait for a place, */
+#define MAX_BACKLOG 8192   /* this many; more are misses */
 #define MAX_SERVING 1024   /* peers' data connections */
 #define MAX_HOLDERS_TRIED 4
 #define MAX_STREAMS 16       /* --data-streams */
@@ -91,7 +92,7 @@ struct xfer {
 };
 
 struct rfetch {
-	struct rfetch *next, *prev;
+	struct rfetch *next, *prev; /* in n->rfetches, or next in n->backlog */
 	struct node *n;
 	struct object *o;        /* placeholder: not in the index; o->fetch set */
 	uint32_t seq;
@@ -954,6 +955,8 @@ static void rf_unlink(struct node *n, struct rfetch *rf)
 	index_unlink(&n->pending, rf->o);
 }
 
+static void backlog_pump(struct node *n);
+
 /* The fetch is over: on success the object joins the index (a replica the
  * directory learns of) before its waiters run again. */
 static void rf_finish(struct node *n, struct rfetch *rf, int res)
@@ -997,10 +1000,82 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 		object_free(st, o);
 	}
 	free(rf);
+	backlog_pump(n);
 }
 
 static bool dc_addresses(struct node *n, const char *key, size_t len, uint64_t h,
 			 struct rfetch *rf, uint64_t *ret_len);
+
+/* Begin a fetch whose placeholder is made: a place among the fetches in
+ * flight, then the transfer at once if an exists or prefix lookup just
+ * asked the directory, else a Lookup.  <0: not begun. */
+static int rf_begin(struct node *n, struct rfetch *rf)
+{
+	struct object *o = rf->o;
+	uint64_t h = o->hash;
+
+	if (dc_addresses(n, o->key, o->key_len, h, rf, &o->len) && o->len <= (UINT64_C(1) << 30) &&
+	    o->len <= n->st->tiers[0].alloc.size &&
+	    tier_alloc(n->st, &n->st->tiers[0], o->len, &o->block) == 0) {
+		o->tier = &n->st->tiers[0];
+		rf->dst = (uint8_t *) o->tier->seg.base + o->block->offset;
+		rf->transferring = true;
+	} else {
+		rf->n_addr = 0;
+		o->len = 0;
+		if (node_lookup(node_owner(n, o->key, o->key_len), o->key, o->key_len, &rf->seq) < 0)
+			return -ENOENT;
+	}
+	rf->deadline = loop_now_ms(n->loop) + n->timeout_ms;
+	rf->prev = NULL;
+	rf->next = n->rfetches;
+	if (rf->next)
+		rf->next->prev = rf;
+	n->rfetches = rf;
+	n->n_rfetches++;
+	loop_timer_arm_by(n->timer, rf->deadline);
+	if (rf->transferring) {
+		rf->job = (struct xjob) { .kind = J_FETCH, .owner = rf };
+		queue(n, &rf->job);
+	}
+	return 0;
+}
+
+/* A fetch that never began ends (its placeholder is out of the backlog). */
+static void backlog_drop(struct node *n, struct rfetch *rf, int res)
+{
+	index_unlink(&n->pending, rf->o);
+	if (res == -ENOENT)
+		n->c.remote_misses++;
+	else
+		n->c.remote_errors++;
+	fetch_done(n->st, rf->o, res);
+	object_free(n->st, rf->o);
+	free(rf);
+}
+
+static struct rfetch *backlog_pop(struct node *n)
+{
+	struct rfetch *rf = n->backlog;
+
+	n->backlog = rf->next;
+	if (!n->backlog)
+		n->backlog_tail = NULL;
+	n->n_backlog--;
+	rf->next = NULL;
+	return rf;
+}
+
+/* Places among the fetches in flight went free: the oldest waiting begin. */
+static void backlog_pump(struct node *n)
+{
+	while (n->backlog && n->n_rfetches < MAX_RFETCHES) {
+		struct rfetch *rf = backlog_pop(n);
+
+		if (rf_begin(n, rf) < 0)
+			backlog_drop(n, rf, -ENOENT);
+	}
+}
 
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 {
@@ -1014,44 +1089,33 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 		*ret = o->fetch;
 		return 0;
 	}
-	if (n->n_rfetches >= MAX_RFETCHES)
+	if ((n->n_rfetches >= MAX_RFETCHES || n->backlog) && n->n_backlog >= MAX_BACKLOG)
 		return -ENOENT;
 	o = object_new(key, len);
 	f = calloc(1, sizeof(*f));
 	rf = calloc(1, sizeof(*rf));
 	if (!o || !f || !rf)
 		goto fail;
-	/* an exists or prefix lookup just asked the directory: no need to
-	 * ask again before fetching */
-	if (dc_addresses(n, key, len, h, rf, &o->len) && o->len <= (UINT64_C(1) << 30) &&
-	    o->len <= n->st->tiers[0].alloc.size &&
-	    tier_alloc(n->st, &n->st->tiers[0], o->len, &o->block) == 0) {
-		o->tier = &n->st->tiers[0];
-		rf->dst = (uint8_t *) o->tier->seg.base + o->block->offset;
-		rf->transferring = true;
-	} else {
-		rf->n_addr = 0;
-		o->len = 0;
-		if (node_lookup(node_owner(n, key, len), key, len, &rf->seq) < 0)
-			goto fail;
-	}
 	f->o = o;
 	f->far = true;
-	o->fetch = f;
 	rf->n = n;
 	rf->o = o;
-	rf->deadline = loop_now_ms(n->loop) + n->timeout_ms;
-	index_insert(&n->pending, o);
-	rf->next = n->rfetches;
-	if (rf->next)
-		rf->next->prev = rf;
-	n->rfetches = rf;
-	n->n_rfetches++;
-	loop_timer_arm_by(n->timer, rf->deadline);
-	if (rf->transferring) {
-		rf->job = (struct xjob) { .kind = J_FETCH, .owner = rf };
-		queue(n, &rf->job);
+	if (n->n_rfetches >= MAX_RFETCHES || n->backlog) {
+		/* in the order asked, each bounded like a lookup */
+		rf->deadline = loop_now_ms(n->loop) + n->timeout_ms;
+		if (n->backlog_tail)
+			n->backlog_tail->next = rf;
+		else
+			n->backlog = rf;
+		n->backlog_tail = rf;
+		n->n_backlog++;
+		n->c.fetch_waited++;
+		loop_timer_arm_by(n->timer, rf->deadline);
+	} else if (rf_begin(n, rf) < 0) {
+		goto fail;
 	}
+	o->fetch = f;
+	index_insert(&n->pending, o);
 	*ret = f;
 	return 0;
 fail:
@@ -1118,6 +1182,9 @@ void remote_expire(struct node *n, uint64_t now)
 		if (!rf->transferring && now >= rf->deadline)
 			rf_finish(n, rf, -ENOENT);
 	}
+	/* waited a whole --remote-timeout-ms without a place: the oldest first */
+	while (n->backlog && now >= n->backlog->deadline)
+		backlog_drop(n, backlog_pop(n), -ETIMEDOUT);
 }
 
 /* ---- exists and prefix lookups: what the directory said lately ----
@@ -2150,10 +2217,15 @@ void remote_teardown(struct node *n)
 	}
 	while (n->serving)
 		ps_free(n->serving);
-	while (n->rfetches) {
+	while (n->rfetches || n->backlog) {
 		struct rfetch *rf = n->rfetches;
 
-		rf_unlink(n, rf);
+		if (rf) {
+			rf_unlink(n, rf);
+		} else {
+			rf = backlog_pop(n);
+			index_unlink(&n->pending, rf->o);
+		}
 		free(rf->o->fetch); /* no waiter is left: sessions went first */
 		rf->o->fetch = NULL;
 		object_free(n->st, rf->o);

@@ -14,7 +14,7 @@
  * cluster-client A_SOCKET B_SOCKET put-many | put-batched | find-many: MANY
  * keys put through A (one a request, or 500 a request); then, asked from B,
  * all of them held somewhere (within 10 s: the directory hears of them in
- * batches).
+ * batches).  get-many-async: all of them read from B, 1024 at once.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +117,60 @@ static int put_batched(struct kvc_client *a)
 	return 0;
 }
 
+/* MANY keys read from B at once by four clients, 256 asynchronous gets
+ * each: more than B fetches at a time, so most wait their turn; every one
+ * must come (the whole value, 1 byte), none may be a miss. */
+static int get_many_async(const char *b_sock)
+{
+	static char names[MANY][32];
+	struct kvc_client *c[4];
+	struct kvc_buffer buf[4];
+	struct kvc_completion done[256];
+	int got = 0;
+
+	for (int i = 0; i < MANY; i++)
+		snprintf(names[i], sizeof(names[i]), "many/%d", i);
+	for (int k = 0; k < 4; k++) {
+		CHECK_EQ(kvc_connect(b_sock, &c[k]), 0);
+		CHECK_EQ(kvc_buffer_alloc(c[k], 4096, &buf[k]), 0);
+	}
+	for (int base = 0; base < MANY; base += 4 * 256) {
+		int sent[4] = { 0 };
+
+		for (int k = 0; k < 4; k++) {
+			struct kvc_op ops[256];
+			int n = 0;
+
+			for (int i = base + k * 256; i < base + (k + 1) * 256 && i < MANY; i++)
+				ops[n++] = (struct kvc_op) { .opcode = KVC_OP_GET_INTO, .key = names[i],
+							     .buf = &buf[k], .offset = (uint64_t) (i % 4096),
+							     .len = 1, .user_data = (uint64_t) i };
+			if (n)
+				CHECK_EQ(kvc_submit(c[k], ops, (size_t) n), n);
+			sent[k] = n;
+		}
+		for (int k = 0; k < 4; k++)
+			for (int left = sent[k]; left > 0;) {
+				int r = kvc_wait(c[k], done, 1, 256, 20000);
+
+				CHECK(r > 0);
+				for (int j = 0; j < r; j++) {
+					if (done[j].res != 1)
+						fprintf(stderr, "%s: %lld\n", names[done[j].user_data],
+							(long long) done[j].res);
+					got += done[j].res == 1;
+				}
+				left -= r;
+			}
+	}
+	for (int k = 0; k < 4; k++) {
+		CHECK_EQ(kvc_buffer_free(c[k], &buf[k]), 0);
+		kvc_disconnect(c[k]);
+	}
+	printf("%d of %d keys read from the other node, up to 1024 at once\n", got, MANY);
+	return got == MANY ? 0 : 1;
+}
+
 static int find_many(struct kvc_client *b)
 {
 	static char names[MANY][32];
@@ -161,6 +215,7 @@ int main(int argc, char **argv)
 		int r = strcmp(argv[3], "lookups") == 0	  ? lookups(a, b)
 			: strcmp(argv[3], "put-many") == 0  ? put_many(a)
 			: strcmp(argv[3], "put-batched") == 0 ? put_batched(a)
+			: strcmp(argv[3], "get-many-async") == 0 ? get_many_async(argv[2])
 			: strcmp(argv[3], "find-many") == 0 ? find_many(b)
 							    : 2;
 

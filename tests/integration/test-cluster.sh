@@ -733,6 +733,20 @@ directory-overflow)
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" find-many ||
 		fail "updates lost when the queue overflowed"
 	;;
+fetch-backlog)
+	# 1024 asynchronous gets from B at once, of keys only A holds: more
+	# than B fetches at a time; the rest wait their turn, none is a miss
+	start_master 0
+	start_node A --dram-size 32MB
+	start_node B --dram-size 32MB
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" put-batched || fail "put-batched"
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" find-many || fail "not published"
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" get-many-async ||
+		{ ctl B stats >&2; fail "gets lost beyond the fetches in flight"; }
+	[ "$(stat_of B remote_fetch_waited)" -gt 0 ] || { ctl B stats >&2; fail "no fetch waited"; }
+	[ "$(stat_of B remote_fetch_waiting)" = 0 ] || fail "fetches still waiting"
+	[ "$(stat_of B remote_hits)" = 3000 ] || { ctl B stats >&2; fail "remote_hits"; }
+	;;
 refused-configs)
 	start_master 0
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \

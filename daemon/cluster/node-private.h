@@ -94,6 +94,8 @@ struct node {
 	struct dcache *dcache;
 	struct lquery *queries;
 	unsigned n_queries;
+	struct fetch query_room;  /* requests waiting for a place in queries */
+	bool room_turn;           /* one of them runs again now */
 	struct rfetch *rfetches;
 	unsigned n_rfetches;
 	struct rfetch *backlog, *backlog_tail; /* waiting for a place in rfetches */
@@ -108,6 +110,7 @@ struct node {
 		uint64_t remote_errors, remote_corrupt, served, serve_errors;
 		uint64_t served_summed; /* sent with a checksum known before */
 		uint64_t fetch_waited;  /* fetches that waited for a place in flight */
+		uint64_t lookup_waited; /* exists/prefix lookups that waited to ask */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t master_drops; /* links to a master that went down */
 		uint64_t directory_overflows; /* updates that found a link's queue full */

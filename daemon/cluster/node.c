@@ -566,6 +566,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_fetching", n->n_rfetches);
 	emit(u, "remote_fetch_waiting", n->n_backlog);
 	emit(u, "remote_fetch_waited", n->c.fetch_waited);
+	emit(u, "remote_lookup_waited", n->c.lookup_waited);
 	emit(u, "remote_peer_connections", n->n_serving);
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);

@@ -1380,6 +1380,12 @@ static void query_finish(struct node *n, struct lquery *q)
 			dc_put(n, q->keys[i], q->lens[i], false, NULL, NULL, 0);
 	fetch_wake(&q->f, 0); /* each waiter asks again, settled */
 	query_free(n, q);
+	/* places came free: the requests that wait for one ask, oldest first
+	 * (one that finds every answer cached leaves its place to the next) */
+	n->room_turn = true;
+	while (n->n_queries < MAX_QUERIES && fetch_wake_oldest(&n->query_room, FETCH_AGAIN))
+		;
+	n->room_turn = false;
 }
 
 static void queries_expire(struct node *n, uint64_t now)
@@ -1458,9 +1464,12 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 	}
 	if (!unknown || settle)
 		return 0;
-	/* no master to ask, or too many questions out: they are misses */
-	if (n->n_queries >= MAX_QUERIES)
-		return 0;
+	/* too many questions out: wait for a place, after those waiting */
+	if (n->n_queries >= MAX_QUERIES || (n->query_room.waiters && !n->room_turn)) {
+		n->c.lookup_waited++;
+		*ret = &n->query_room;
+		return -EINPROGRESS;
+	}
 	q = calloc(1, sizeof(*q));
 	bk = calloc(unknown, sizeof(*bk));
 	if (!q || !bk)

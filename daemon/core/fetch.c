@@ -41,6 +41,8 @@ void fetch_wait(struct fetch *f, struct waiter *w)
 	w->next = f->waiters;
 	if (w->next)
 		w->next->prev = w;
+	else
+		f->oldest = w;
 	f->waiters = w;
 }
 
@@ -54,6 +56,8 @@ void fetch_unwait(struct waiter *w)
 		w->fetch->waiters = w->next;
 	if (w->next)
 		w->next->prev = w->prev;
+	else
+		w->fetch->oldest = w->prev;
 	w->fetch = NULL;
 	w->next = w->prev = NULL;
 }
@@ -88,6 +92,17 @@ void fetch_wake(struct fetch *f, int res)
 		fetch_unwait(w);
 		w->done(w, res);
 	}
+}
+
+bool fetch_wake_oldest(struct fetch *f, int res)
+{
+	struct waiter *w = f->oldest;
+
+	if (!w)
+		return false;
+	fetch_unwait(w);
+	w->done(w, res);
+	return true;
 }
 
 const char *fetch_error_msg(int res)

@@ -25,7 +25,7 @@ struct waiter {
 
 struct fetch {
 	struct object *o;
-	struct waiter *waiters;
+	struct waiter *waiters, *oldest; /* newest first */
 	/* from another node: its waiters wait hundreds of microseconds,
 	 * far longer than the loop takes to wake (loop_client_turn()) */
 	bool far;
@@ -111,5 +111,11 @@ void fetch_unwait(struct waiter *w); /* idempotent */
 /* Tell every waiter of f (a fetch without an object: a directory question)
  * that it is over; the owner frees f afterwards. */
 void fetch_wake(struct fetch *f, int res);
+/* Only the waiter that waits longest; false if none did. */
+bool fetch_wake_oldest(struct fetch *f, int res);
+
+/* A waiter's res that is neither "in memory" nor an error: a place came
+ * free for a request that waited for one; it runs again as if new. */
+#define FETCH_AGAIN 1
 /* The backend is done with o's fetch; res 0: o is in memory. */
 void fetch_done(struct store *st, struct object *o, int res);

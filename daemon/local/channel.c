@@ -829,7 +829,8 @@ static void unpark(struct parked *p)
 
 
 /* The object a parked request waited for is in dram (res 0) or is not
- * coming (res < 0): run the request again, or fail it. */
+ * coming (res < 0), or a place to ask the directory came free
+ * (FETCH_AGAIN): run the request again, or fail it. */
 static void unparked(struct waiter *w, int res)
 {
 	struct parked *p = (struct parked *) w;
@@ -840,9 +841,10 @@ static void unparked(struct waiter *w, int res)
 	int64_t r = res;
 
 	unpark(p);
-	if (res == 0) {
-		/* a directory question is asked once per request */
-		ch->settle = true;
+	if (res == 0 || res == FETCH_AGAIN) {
+		/* a directory question is asked once per request (it waited
+		 * for a place to ask it in: it asks now) */
+		ch->settle = res == 0;
 		r = run(ch, &p->e, &c, &f, msg);
 		ch->settle = false;
 	}

@@ -14,8 +14,10 @@
  * cluster-client A_SOCKET B_SOCKET put-many | put-batched | find-many: MANY
  * keys put through A (one a request, or 500 a request); then, asked from B,
  * all of them held somewhere (within 10 s: the directory hears of them in
- * batches).  get-many-async: all of them read from B, 1024 at once.
+ * batches).  get-many-async, exists-many-async: all of them read, or
+ * looked for, from B, 1024 at once.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,8 +121,10 @@ static int put_batched(struct kvc_client *a)
 
 /* MANY keys read from B at once by four clients, 256 asynchronous gets
  * each: more than B fetches at a time, so most wait their turn; every one
- * must come (the whole value, 1 byte), none may be a miss. */
-static int get_many_async(const char *b_sock)
+ * must come (the whole value, 1 byte), none may be a miss.  With exists,
+ * asynchronous exists instead: more than B asks the directory at a time;
+ * every key must be found. */
+static int get_many_async(const char *b_sock, bool exists)
 {
 	static char names[MANY][32];
 	struct kvc_client *c[4];
@@ -142,7 +146,9 @@ static int get_many_async(const char *b_sock)
 			int n = 0;
 
 			for (int i = base + k * 256; i < base + (k + 1) * 256 && i < MANY; i++)
-				ops[n++] = (struct kvc_op) { .opcode = KVC_OP_GET_INTO, .key = names[i],
+				ops[n++] = (struct kvc_op) { .opcode = exists ? KVC_OP_EXISTS
+									      : KVC_OP_GET_INTO,
+							     .key = names[i],
 							     .buf = &buf[k], .offset = (uint64_t) (i % 4096),
 							     .len = 1, .user_data = (uint64_t) i };
 			if (n)
@@ -167,7 +173,8 @@ static int get_many_async(const char *b_sock)
 		CHECK_EQ(kvc_buffer_free(c[k], &buf[k]), 0);
 		kvc_disconnect(c[k]);
 	}
-	printf("%d of %d keys read from the other node, up to 1024 at once\n", got, MANY);
+	printf("%d of %d keys %s from the other node, up to 1024 at once\n", got, MANY,
+	       exists ? "found" : "read");
 	return got == MANY ? 0 : 1;
 }
 
@@ -215,7 +222,8 @@ int main(int argc, char **argv)
 		int r = strcmp(argv[3], "lookups") == 0	  ? lookups(a, b)
 			: strcmp(argv[3], "put-many") == 0  ? put_many(a)
 			: strcmp(argv[3], "put-batched") == 0 ? put_batched(a)
-			: strcmp(argv[3], "get-many-async") == 0 ? get_many_async(argv[2])
+			: strcmp(argv[3], "get-many-async") == 0 ? get_many_async(argv[2], false)
+			: strcmp(argv[3], "exists-many-async") == 0 ? get_many_async(argv[2], true)
 			: strcmp(argv[3], "find-many") == 0 ? find_many(b)
 							    : 2;
 

@@ -736,11 +736,18 @@ directory-overflow)
 fetch-backlog)
 	# 1024 asynchronous gets from B at once, of keys only A holds: more
 	# than B fetches at a time; the rest wait their turn, none is a miss
+	# (and the same for exists)
 	start_master 0
 	start_node A --dram-size 32MB
 	start_node B --dram-size 32MB
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" put-batched || fail "put-batched"
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" find-many || fail "not published"
+	sleep 1.2 # what B's directory cache learnt meanwhile is forgotten
+	# 1024 asynchronous exists at once: more questions than B has out at a
+	# time; the rest wait to ask, none comes back absent
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" exists-many-async ||
+		{ ctl B stats >&2; fail "keys absent beyond the questions out"; }
+	[ "$(stat_of B remote_lookup_waited)" -gt 0 ] || { ctl B stats >&2; fail "no lookup waited"; }
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" get-many-async ||
 		{ ctl B stats >&2; fail "gets lost beyond the fetches in flight"; }
 	[ "$(stat_of B remote_fetch_waited)" -gt 0 ] || { ctl B stats >&2; fail "no fetch waited"; }

@@ -76,6 +76,33 @@ int main(void)
 	fetch_done(&st, o, -EBADMSG);
 	CHECK_EQ(a.calls, 2);
 	CHECK_EQ(a.res, -EBADMSG);
+
+	/* a waiting room: woken one at a time, the longest waiting first,
+	 * whoever left it meanwhile (the oldest, or the newest) */
+	{
+		struct fetch room = { 0 };
+		struct rec d = { .w.done = done };
+
+		a.calls = b.calls = c.calls = 0;
+		fetch_wait(&room, &a.w);
+		fetch_wait(&room, &b.w);
+		fetch_wait(&room, &c.w);
+		fetch_wait(&room, &d.w);
+		fetch_unwait(&a.w); /* the oldest left */
+		fetch_unwait(&d.w); /* and the newest */
+		CHECK(fetch_wake_oldest(&room, FETCH_AGAIN));
+		CHECK_EQ(b.calls, 1);
+		CHECK_EQ(b.res, FETCH_AGAIN);
+		CHECK_EQ(c.calls, 0);
+		CHECK(fetch_wake_oldest(&room, FETCH_AGAIN));
+		CHECK_EQ(c.calls, 1);
+		CHECK(!fetch_wake_oldest(&room, FETCH_AGAIN));
+		CHECK(!room.waiters && !room.oldest);
+		CHECK_EQ(a.calls + d.calls, 0);
+		fetch_wait(&room, &d.w); /* empty again: it is the oldest */
+		CHECK(fetch_wake_oldest(&room, 0));
+		CHECK_EQ(d.calls, 1);
+	}
 	free(o);
 	loop_free(st.loop);
 	return 0;

@@ -22,8 +22,9 @@
 #define LINK_MAX_OUT (64u << 20)
 #define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
 #define BATCH_BYTES (1u << 20)      /* keys per frame, about */
+#define FLUSH_ENTRIES 1024          /* directory updates sent per loop turn */
 #define RESYNC_BUCKETS 4096         /* index buckets walked per turn, */
-#define RESYNC_OBJECTS 2048         /* or about this many objects */
+#define RESYNC_OBJECTS 1024         /* or about this many objects */
 
 enum link_state { L_DOWN, L_CONNECTING, L_HELLO, L_JOINING, L_UP };
 

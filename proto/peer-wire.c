@@ -2,6 +2,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,7 +240,8 @@ static const ProtobufCMessageDescriptor *descriptor(uint8_t type)
 	return NULL;
 }
 
-int peer_msg_decode(uint8_t type, const uint8_t *payload, size_t len, ProtobufCMessage **ret)
+static int decode(uint8_t type, const uint8_t *payload, size_t len, ProtobufCAllocator *a,
+		  ProtobufCMessage **ret)
 {
 	const ProtobufCMessageDescriptor *d = descriptor(type);
 	ProtobufCMessage *m;
@@ -247,14 +249,114 @@ int peer_msg_decode(uint8_t type, const uint8_t *payload, size_t len, ProtobufCM
 
 	if (!d || len > PEER_MAX_PAYLOAD)
 		return -EPROTO;
-	m = protobuf_c_message_unpack(d, NULL, len, payload);
+	m = protobuf_c_message_unpack(d, a, len, payload);
 	if (!m)
 		return -EPROTO;
 	r = check(type, m);
 	if (r < 0) {
-		protobuf_c_message_free_unpacked(m, NULL);
+		protobuf_c_message_free_unpacked(m, a);
 		return r;
 	}
 	*ret = m;
 	return 0;
+}
+
+int peer_msg_decode(uint8_t type, const uint8_t *payload, size_t len, ProtobufCMessage **ret)
+{
+	return decode(type, payload, len, NULL, ret);
+}
+
+/* ---- the arena ---- */
+
+#define ARENA_MIN (64u << 10)
+#define ARENA_MAX (16u << 20) /* kept between frames */
+
+/* Under AddressSanitizer each piece is its own allocation, so a read past
+ * one is still caught (a block would hide it). */
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_PIECES 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ARENA_PIECES 1
+#endif
+#endif
+#ifndef ARENA_PIECES
+#define ARENA_PIECES 0
+#endif
+
+struct peer_arena_more {
+	struct peer_arena_more *next;
+	max_align_t data[];
+};
+
+static void *arena_alloc(void *u, size_t size)
+{
+	struct peer_arena *ar = u;
+	struct peer_arena_more *x;
+
+	size = (size + 15) & ~(size_t) 15;
+	if (!ARENA_PIECES && size <= ar->cap - ar->used) {
+		void *p = ar->block + ar->used;
+
+		ar->used += size;
+		return p;
+	}
+	x = malloc(sizeof(*x) + size);
+	if (!x)
+		return NULL;
+	x->next = ar->more;
+	ar->more = x;
+	ar->more_bytes += size;
+	return x->data;
+}
+
+static void arena_free(void *u, void *p)
+{
+	(void) u;
+	(void) p; /* all of it goes at the reset */
+}
+
+void peer_arena_init(struct peer_arena *ar)
+{
+	*ar = (struct peer_arena) { .alloc = { arena_alloc, arena_free, ar } };
+}
+
+void peer_arena_reset(struct peer_arena *ar)
+{
+	size_t need = ar->used + ar->more_bytes;
+
+	while (ar->more) {
+		struct peer_arena_more *x = ar->more;
+
+		ar->more = x->next;
+		free(x);
+	}
+	ar->more_bytes = 0;
+	ar->used = 0;
+	if (need > ar->cap && need <= ARENA_MAX) {
+		size_t cap = ar->cap ? ar->cap : ARENA_MIN;
+		uint8_t *b;
+
+		while (cap < need)
+			cap *= 2;
+		b = malloc(cap); /* nothing in the old block is live */
+		if (b) {
+			free(ar->block);
+			ar->block = b;
+			ar->cap = cap;
+		}
+	}
+}
+
+void peer_arena_done(struct peer_arena *ar)
+{
+	peer_arena_reset(ar);
+	free(ar->block);
+	peer_arena_init(ar);
+}
+
+int peer_msg_decode_in(struct peer_arena *ar, uint8_t type, const uint8_t *payload, size_t len,
+		       ProtobufCMessage **ret)
+{
+	return decode(type, payload, len, &ar->alloc, ret);
 }

@@ -90,5 +90,25 @@ int peer_frame_pack(uint8_t type, uint32_t seq, const ProtobufCMessage *msg, uin
  * message is freed with protobuf_c_message_free_unpacked(). */
 int peer_msg_decode(uint8_t type, const uint8_t *payload, size_t len, ProtobufCMessage **ret);
 
+/*
+ * One frame's message decoded into an arena: what protobuf-c allocates for
+ * it (a lookup's answer is half a dozen pieces a key) comes off one block,
+ * and peer_arena_reset() gives it all back at once; the message is not
+ * freed on its own.  The block grows to what the largest frame needed.
+ */
+struct peer_arena {
+	ProtobufCAllocator alloc;
+	uint8_t *block;
+	size_t cap, used;
+	struct peer_arena_more *more; /* beyond the block, until the reset */
+	size_t more_bytes;
+};
+
+void peer_arena_init(struct peer_arena *ar);
+void peer_arena_reset(struct peer_arena *ar);
+void peer_arena_done(struct peer_arena *ar);
+int peer_msg_decode_in(struct peer_arena *ar, uint8_t type, const uint8_t *payload, size_t len,
+		       ProtobufCMessage **ret);
+
 /* A key from the wire: 1..PEER_MAX_KEY bytes, no NUL inside. */
 int peer_key_check(const ProtobufCBinaryData *key);

@@ -95,6 +95,7 @@ struct node {
 	struct dcache *dcache;
 	struct lquery *queries;
 	unsigned n_queries;
+	struct peer_arena answers; /* a lookup's answer, decoded (node.c on_frame) */
 	struct fetch query_room;  /* requests waiting for a place in queries */
 	bool room_turn;           /* one of them runs again now */
 	struct rfetch *rfetches;

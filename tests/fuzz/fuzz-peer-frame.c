@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Peer frames as a master or node reads them off TCP: a byte stream cut
  * into frames by pconn_next(), each payload decoded and checked by
- * peer_msg_decode() against the type its header names. */
+ * peer_msg_decode() against the type its header names, and decoded again
+ * into an arena (peer_msg_decode_in(), as a node decodes a lookup's
+ * answer): both must agree. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct pconn c;
+	struct peer_arena ar;
 	struct peer_hdr h;
 	const uint8_t *payload;
 	int sv[2];
@@ -28,6 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	close(sv[1]);
 	pconn_init(&c, sv[0], 1u << 20);
+	peer_arena_init(&ar);
 	pconn_read(&c); /* ends with -ECONNRESET: the writer is gone */
 	for (;;) {
 		ProtobufCMessage *m;
@@ -37,7 +41,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		if (h.len > PEER_MAX_PAYLOAD || h.type == 0 || h.type > PEER_TYPE_MAX)
 			__builtin_trap();
-		if (peer_msg_decode(h.type, payload, h.len, &m) == 0) {
+		int plain = peer_msg_decode(h.type, payload, h.len, &m), in_arena;
+		ProtobufCMessage *am;
+
+		in_arena = peer_msg_decode_in(&ar, h.type, payload, h.len, &am);
+		if (in_arena != plain)
+			__builtin_trap();
+		if (in_arena == 0 && protobuf_c_message_get_packed_size(am) !=
+				     (plain == 0 ? protobuf_c_message_get_packed_size(m) : 0))
+			__builtin_trap();
+		peer_arena_reset(&ar);
+		if (plain == 0) {
 			/* what the decoder accepts holds the limits */
 			if (h.type == PEER_PUBLISH) {
 				const Kvc__Peer__Publish *p = (const void *) m;
@@ -53,5 +67,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 	}
 	pconn_done(&c);
+	peer_arena_done(&ar);
 	return 0;
 }

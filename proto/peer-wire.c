@@ -321,10 +321,8 @@ void peer_arena_init(struct peer_arena *ar)
 	*ar = (struct peer_arena) { .alloc = { arena_alloc, arena_free, ar } };
 }
 
-void peer_arena_reset(struct peer_arena *ar)
+static void free_more(struct peer_arena *ar)
 {
-	size_t need = ar->used + ar->more_bytes;
-
 	while (ar->more) {
 		struct peer_arena_more *x = ar->more;
 
@@ -332,6 +330,13 @@ void peer_arena_reset(struct peer_arena *ar)
 		free(x);
 	}
 	ar->more_bytes = 0;
+}
+
+void peer_arena_reset(struct peer_arena *ar)
+{
+	size_t need = ar->used + ar->more_bytes;
+
+	free_more(ar);
 	ar->used = 0;
 	if (need > ar->cap && need <= ARENA_MAX) {
 		size_t cap = ar->cap ? ar->cap : ARENA_MIN;
@@ -350,7 +355,7 @@ void peer_arena_reset(struct peer_arena *ar)
 
 void peer_arena_done(struct peer_arena *ar)
 {
-	peer_arena_reset(ar);
+	free_more(ar);
 	free(ar->block);
 	peer_arena_init(ar);
 }

@@ -1012,9 +1012,8 @@ static bool dc_addresses(struct node *n, const char *key, size_t len, uint64_t h
 static int rf_begin(struct node *n, struct rfetch *rf)
 {
 	struct object *o = rf->o;
-	uint64_t h = o->hash;
 
-	if (dc_addresses(n, o->key, o->key_len, h, rf, &o->len) && o->len <= (UINT64_C(1) << 30) &&
+	if (dc_addresses(n, o->key, o->key_len, o->hash, rf, &o->len) && o->len <= (UINT64_C(1) << 30) &&
 	    o->len <= n->st->tiers[0].alloc.size &&
 	    tier_alloc(n->st, &n->st->tiers[0], o->len, &o->block) == 0) {
 		o->tier = &n->st->tiers[0];

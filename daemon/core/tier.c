@@ -55,39 +55,27 @@ _Static_assert((int) SHM_TIER_DEVICE == (int) WIRE_TIER_DEVICE &&
 
 /* ---- lists, per tier ---- */
 
-static void ol_link(struct olist *l, struct object *o, bool at_tail)
+/* o in front of at (nearer the head), or last when at is NULL */
+static void ol_link_before(struct olist *l, struct object *o, struct object *at)
 {
-	if (at_tail) {
-		o->lru_next = NULL;
-		o->lru_prev = l->tail;
-		if (l->tail)
-			l->tail->lru_next = o;
-		else
-			l->head = o;
-		l->tail = o;
-	} else {
-		o->lru_prev = NULL;
-		o->lru_next = l->head;
-		if (l->head)
-			l->head->lru_prev = o;
-		else
-			l->tail = o;
+	struct object *prev = at ? at->lru_prev : l->tail;
+
+	o->lru_next = at;
+	o->lru_prev = prev;
+	if (prev)
+		prev->lru_next = o;
+	else
 		l->head = o;
-	}
+	if (at)
+		at->lru_prev = o;
+	else
+		l->tail = o;
 	l->n++;
 }
 
-/* o in front of at (nearer the head) */
-static void ol_link_before(struct olist *l, struct object *o, struct object *at)
+static void ol_link(struct olist *l, struct object *o, bool at_tail)
 {
-	o->lru_next = at;
-	o->lru_prev = at->lru_prev;
-	if (at->lru_prev)
-		at->lru_prev->lru_next = o;
-	else
-		l->head = o;
-	at->lru_prev = o;
-	l->n++;
+	ol_link_before(l, o, at_tail ? NULL : l->head);
 }
 
 static void ol_unlink(struct olist *l, struct object *o)

@@ -71,6 +71,7 @@ struct dcache;
 struct lquery;
 struct rfetch;
 struct pserve;
+struct presum;
 
 struct node {
 	struct store *st;
@@ -105,6 +106,7 @@ struct node {
 	struct pserve *serving;
 	unsigned n_serving;
 	struct xfer *xfer;
+	struct presum *presum;         /* checksums taken ahead (presum.c) */
 	struct holder h;               /* views of objects being pushed */
 	struct loop_source *xfer_poller;
 	struct {
@@ -112,6 +114,7 @@ struct node {
 		uint64_t remote_errors, remote_corrupt, served, serve_errors;
 		uint64_t served_summed; /* sent with a checksum known before */
 		uint64_t fetch_waited;  /* fetches that waited for a place in flight */
+		uint64_t fetch_ahead;   /* asked before the one ahead was answered (atomic) */
 		uint64_t lookup_waited; /* exists/prefix lookups that waited to ask */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t master_drops; /* links to a master that went down */
@@ -135,6 +138,16 @@ struct link *node_owner(struct node *n, const void *key, size_t len);
 /* Ask k's master who holds key; the answer goes to remote_located(). */
 int node_lookup(struct link *k, const void *key, size_t len, uint32_t *ret_seq);
 int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32_t *ret_seq);
+
+/* presum.c: objects of at least PRESUM_MIN bytes have their checksum
+ * taken in the background after their commit (smaller ones the loop
+ * hashes as it sends them, in cache) */
+#define PRESUM_MIN (64u << 10)
+int presum_setup(struct node *n);
+void presum_teardown(struct node *n);
+void presum_add(struct node *n, struct object *o);
+void presum_forget(struct node *n, struct object *o);
+void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64_t v), void *u);
 
 /* remote.c */
 int remote_setup(struct node *n);

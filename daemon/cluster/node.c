@@ -487,17 +487,19 @@ static void node_timer(struct loop_source *s, void *u)
 
 /* ---- the remote backend ---- */
 
-static void be_published(void *be, const struct object *o)
+static void be_published(void *be, struct object *o)
 {
 	struct node *n = be;
 
 	update(node_owner(n, o->key, o->key_len), true, o->key, o->key_len, o->len);
+	presum_add(n, o);
 }
 
 static void be_forget(void *be, struct object *o)
 {
 	struct node *n = be;
 
+	presum_forget(n, o);
 	update(node_owner(n, o->key, o->key_len), false, o->key, o->key_len, 0);
 }
 
@@ -577,6 +579,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_fetching", n->n_rfetches);
 	emit(u, "remote_fetch_waiting", n->n_backlog);
 	emit(u, "remote_fetch_waited", n->c.fetch_waited);
+	emit(u, "remote_fetched_ahead", __atomic_load_n(&n->c.fetch_ahead, __ATOMIC_RELAXED));
 	emit(u, "remote_lookup_waited", n->c.lookup_waited);
 	emit(u, "remote_peer_connections", n->n_serving);
 	emit(u, "pushes", n->c.pushes);
@@ -584,6 +587,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "pushes_received", n->c.pushes_received);
 	emit(u, "master_drops", n->c.master_drops);
 	emit(u, "directory_overflows", n->c.directory_overflows);
+	presum_stats(n, emit, u);
 	emit(u, "tcp_bytes_in", n->c.tcp_bytes_in);
 	emit(u, "tcp_bytes_out", n->c.tcp_bytes_out);
 	emit(u, "rdma_bytes_in", n->c.rdma_bytes_in);
@@ -875,6 +879,8 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	if (r < 0)
 		goto fail_msg;
 	r = remote_setup(n);
+	if (r == 0)
+		r = presum_setup(n);
 	if (r < 0)
 		goto fail_msg;
 	for (unsigned i = 0; i < n->n_links; i++)
@@ -896,6 +902,7 @@ void node_teardown(struct node *n)
 {
 	if (!n)
 		return;
+	presum_teardown(n);
 	remote_teardown(n);
 	if (n->st->remote.be == n)
 		n->st->remote = (struct backend) { 0 };

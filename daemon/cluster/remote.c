@@ -380,12 +380,42 @@ static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
 		    uint64_t deadline);
 static int handshake(struct node *n, int fd, uint64_t deadline, const char *address, bool *rdma);
 
+/* A new data connection to the holder at address, shaken hands with
+ * when there is a secret or RDMA here: 0 with *ret_fd, or -errno. */
+static int open_conn(struct node *n, const char *address, uint64_t deadline, int *ret_fd,
+		     bool *rdma)
+{
+	struct net_addr a;
+	int fd, r;
+
+	*rdma = false;
+	if (net_addr_parse(address, 0, &a) < 0)
+		return -EINVAL;
+	r = net_connect_start(&a, &fd);
+	if (r < 0)
+		return r;
+	r = wait_fd(fd, POLLOUT, deadline);
+	if (r == 0)
+		r = net_connect_result(fd);
+	if (r == 0) {
+		net_tune(fd, 1);
+		r = set_blocking(fd, true);
+	}
+	if (r == 0 && (n->secret.len || n->rdma))
+		r = handshake(n, fd, deadline, address, rdma);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	*ret_fd = fd;
+	return 0;
+}
+
 /* One fetch from one holder, on a data thread: on a kept connection if
  * there is one (once more on a new one if it went stale), else a new one. */
 static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 {
 	struct xfer *x = rf->n->xfer;
-	struct net_addr a;
 	bool rd = false;
 	int fd = idle_take(x, address, &rd), r;
 
@@ -399,23 +429,10 @@ static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 		if (r != -ECONNRESET && r != -EPIPE)
 			return r;
 	}
-	rd = false;
-	if (net_addr_parse(address, 0, &a) < 0)
-		return -EINVAL;
-	r = net_connect_start(&a, &fd);
+	r = open_conn(rf->n, address, deadline, &fd, &rd);
 	if (r < 0)
 		return r;
-	r = wait_fd(fd, POLLOUT, deadline);
-	if (r == 0)
-		r = net_connect_result(fd);
-	if (r == 0) {
-		net_tune(fd, 1);
-		r = set_blocking(fd, true);
-	}
-	if (r == 0 && (rf->n->secret.len || rf->n->rdma))
-		r = handshake(rf->n, fd, deadline, address, &rd);
-	if (r == 0)
-		r = fetch_on(rf, fd, rd, address, deadline);
+	r = fetch_on(rf, fd, rd, address, deadline);
 	if (r == 0 || r == -ENOENT)
 		idle_put(x, address, fd, rd);
 	else
@@ -564,43 +581,43 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	return r;
 }
 
-/* The exchange on a connected fd: 0, -ENOENT (cleanly, the connection is
- * still usable), or another error (it is not). */
-static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
-		    uint64_t deadline)
+/* The Fetch frame for rf, with seq. */
+static int fetch_frame(const struct rfetch *rf, uint32_t seq, bool rdma, uint8_t **ret,
+		       size_t *ret_len)
+{
+	Kvc__Peer__Fetch q = KVC__PEER__FETCH__INIT;
+
+	q.key.data = (uint8_t *) rf->o->key;
+	q.key.len = rf->o->key_len;
+	q.len = rf->o->len;
+	q.rdma = rdma;
+	return peer_frame_pack(PEER_FETCH, seq, &q.base, ret, ret_len);
+}
+
+/* The holder's answer to the Fetch of rf with seq, and the bytes: 0,
+ * -ENOENT or -EIO (cleanly, the connection is still usable), or another
+ * error (it is not). */
+static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, const char *address,
+			uint64_t deadline)
 {
 	struct object *o = rf->o;
-	Kvc__Peer__Fetch q = KVC__PEER__FETCH__INIT;
 	Kvc__Peer__FetchResp *resp;
 	ProtobufCMessage *m;
 	struct peer_hdr h;
-	uint8_t hdr[PEER_HDR_SIZE], small[256], *frame;
-	size_t flen;
-	int r;
+	uint8_t hdr[PEER_HDR_SIZE], small[256];
+	int r = recv_full(fd, hdr, sizeof(hdr), deadline);
 
-	q.key.data = (uint8_t *) o->key;
-	q.key.len = o->key_len;
-	q.len = o->len;
-	q.rdma = rdma;
-	r = peer_frame_pack(PEER_FETCH, 1, &q.base, &frame, &flen);
 	if (r < 0)
-		goto out;
-	r = send_full(fd, frame, flen, deadline);
-	free(frame);
-	if (r < 0)
-		goto out;
-	r = recv_full(fd, hdr, sizeof(hdr), deadline);
-	if (r < 0)
-		goto out;
+		return r;
 	r = peer_hdr_decode(hdr, sizeof(small), &h);
-	if (r == 0 && h.type != PEER_FETCH_RESP)
+	if (r == 0 && (h.type != PEER_FETCH_RESP || h.seq != seq))
 		r = -EPROTO;
 	if (r == 0)
 		r = recv_full(fd, small, h.len, deadline);
 	if (r == 0)
 		r = peer_msg_decode(h.type, small, h.len, &m);
 	if (r < 0)
-		goto out;
+		return r;
 	resp = (Kvc__Peer__FetchResp *) m;
 	if (resp->error)
 		r = resp->error == -ENOENT ? -ENOENT : -EIO;
@@ -622,26 +639,159 @@ static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
 	if (r == 0)
 		rf->summed = true;
 	protobuf_c_message_free_unpacked(m, NULL);
-out:
 	return r;
 }
 
-static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t timeout_ms)
+/* The exchange on a connected fd: 0, -ENOENT (cleanly, the connection is
+ * still usable), or another error (it is not). */
+static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
+		    uint64_t deadline)
+{
+	uint8_t *frame;
+	size_t flen;
+	int r = fetch_frame(rf, 1, rdma, &frame, &flen);
+
+	if (r < 0)
+		return r;
+	r = send_full(fd, frame, flen, deadline);
+	free(frame);
+	if (r == 0)
+		r = fetch_answer(rf, fd, 1, rdma, address, deadline);
+	return r;
+}
+
+static void fetch_result(struct xjob *j)
+{
+	if (j->res == -ECONNREFUSED || j->res == -EPIPE)
+		j->res = -ECONNRESET;
+	if (j->res == -ESTALE)
+		j->res = -ENOENT;
+}
+
+/* rf from its holders in turn, from the one at first on. */
+static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t timeout_ms, unsigned first)
 {
 	uint64_t deadline = mono_ms() + timeout_ms;
 
 	j->res = -ENOENT;
-	for (unsigned i = 0; i < rf->n_addr; i++) {
+	for (unsigned i = first; i < rf->n_addr; i++) {
 		rf->tried = i;
 		j->res = fetch_from(rf, rf->addr[i], deadline);
 		/* wrong bytes, or out of time: no second try */
 		if (j->res == 0 || j->res == -EBADMSG || j->res == -ETIMEDOUT)
 			break;
 	}
-	if (j->res == -ECONNREFUSED || j->res == -EPIPE)
-		j->res = -ECONNRESET;
-	if (j->res == -ESTALE)
-		j->res = -ENOENT;
+	fetch_result(j);
+}
+
+/*
+ * Fetches from the same holder, asked for at once on one connection: the
+ * holder answers each right after the one before, so the link does not
+ * stand idle for a round trip and the holder's hand-offs per object (a
+ * plain request/response of 1 MiB values moved 22% more with four asked
+ * ahead, 64 KiB values 2.2 times as much, on this machine).  Each job is
+ * handed back the moment its bytes are checked.  A clean miss (or an
+ * error answer: no bytes follow) goes on to the key's other holders; when
+ * the connection breaks, the fetches not yet answered start over on their
+ * own, except after a timeout: the holder is not answering, and they end
+ * -ETIMEDOUT.
+ */
+#define PIPE_MAX 16
+
+static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t timeout_ms)
+{
+	struct xfer *x = n->xfer;
+	char address[PEER_MAX_ID + 1]; /* a copy: each job goes back, and is freed, as it ends */
+	struct xjob *again[PIPE_MAX];
+	unsigned n_again = 0, done = 0;
+	uint8_t *frames = NULL;
+	size_t len = 0;
+	bool rd = false, kept;
+	int fd, r = 0;
+
+	memcpy(address, ((struct rfetch *) jobs[0]->owner)->addr[0], sizeof(address));
+	fd = idle_take(x, address, &rd);
+	for (unsigned i = 0; i < k && r == 0; i++) {
+		uint8_t *f, *grown;
+		size_t fl;
+
+		r = fetch_frame(jobs[i]->owner, i + 1, false, &f, &fl);
+		if (r < 0)
+			break;
+		grown = realloc(frames, len + fl);
+		if (!grown) {
+			free(f);
+			r = -ENOMEM;
+			break;
+		}
+		frames = grown;
+		memcpy(frames + len, f, fl);
+		len += fl;
+		free(f);
+	}
+	/* (never an RDMA connection: a node with RDMA fetches one by one) */
+	kept = fd >= 0;
+	for (int attempt = 0; r == 0 && attempt < 2; attempt++) {
+		if (fd < 0)
+			r = open_conn(n, address, mono_ms() + timeout_ms, &fd, &rd);
+		if (r == 0)
+			r = send_full(fd, frames, len, mono_ms() + timeout_ms);
+		if (r == 0 || !kept || (r != -ECONNRESET && r != -EPIPE))
+			break;
+		close(fd); /* a kept connection that went stale: once more */
+		fd = -1;
+		kept = false;
+	}
+	free(frames);
+	if (r == 0)
+		__atomic_fetch_add(&n->c.fetch_ahead, k - 1, __ATOMIC_RELAXED);
+	if (r == 0) {
+		for (; done < k; done++) {
+			struct xjob *j = jobs[done];
+			struct rfetch *rf = j->owner;
+
+			rf->tried = 0;
+			r = fetch_answer(rf, fd, done + 1, false, address, mono_ms() + timeout_ms);
+			j->res = r;
+			if (r == -ENOENT || r == -EIO) {
+				again[n_again++] = j; /* its other holders, if any */
+				r = 0;
+				continue;
+			}
+			if (r < 0)
+				break;
+			fetch_result(j);
+			handoff_push_wake(&x->done, j, next, x->bell);
+		}
+	}
+	if (fd >= 0 && r == 0)
+		idle_put(x, address, fd, rd);
+	else if (fd >= 0)
+		close(fd);
+	if (done < k && (r == -ETIMEDOUT || r == -EBADMSG)) {
+		/* no second try for this one; the holder is not answering
+		 * the ones behind it in time either after a timeout */
+		jobs[done]->res = r;
+		handoff_push_wake(&x->done, jobs[done], next, x->bell);
+		done++;
+		for (; r == -ETIMEDOUT && done < k; done++) {
+			jobs[done]->res = -ETIMEDOUT;
+			handoff_push_wake(&x->done, jobs[done], next, x->bell);
+		}
+	}
+	for (unsigned i = 0; i < n_again; i++) {
+		struct rfetch *rf = again[i]->owner;
+
+		if (rf->n_addr > 1)
+			run_fetch(rf, again[i], timeout_ms, 1);
+		else
+			fetch_result(again[i]); /* -ENOENT or -EIO, as the holder said */
+		handoff_push_wake(&x->done, again[i], next, x->bell);
+	}
+	for (; done < k; done++) { /* the connection broke: each on its own */
+		run_fetch(jobs[done]->owner, jobs[done], timeout_ms, 0);
+		handoff_push_wake(&x->done, jobs[done], next, x->bell);
+	}
 }
 
 static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, bool corrupt)
@@ -657,6 +807,18 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 	if (r < 0) {
 		j->res = r;
 		return;
+	}
+	if (pconn_wants_write(&ps->pc)) {
+		/* answers the loop queued before this one (misses of fetches
+		 * asked ahead) go first: the asker reads them in order */
+		r = send_full(ps->pc.fd, ps->pc.out + ps->pc.out_off, ps->pc.out_len - ps->pc.out_off,
+			      deadline);
+		ps->pc.out_off = ps->pc.out_len = 0;
+		if (r < 0) {
+			set_blocking(ps->pc.fd, false);
+			j->res = r;
+			return;
+		}
 	}
 	if (ps->head) {
 		/* the rest of what the loop began (serve_now) */
@@ -867,6 +1029,35 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 	j->res = r;
 }
 
+/* Data thread: j (a fetch, taken from queue qi) and the fetches right
+ * behind it from the same holder, its share of them (the queue's other
+ * threads take the rest), into jobs; how many.  Under x->lock. */
+static unsigned take_run(struct node *n, unsigned qi, struct xjob *j, struct xjob **jobs)
+{
+	struct xfer *x = n->xfer;
+	const char *address = ((struct rfetch *) j->owner)->addr[0];
+	unsigned same = 0, share, k = 1;
+	unsigned streams = n->streams ? n->streams : 2;
+
+	jobs[0] = j;
+	if (n->rdma)
+		return 1; /* one-sided reads: one by one */
+	for (struct xjob *q = x->q[qi].head; q && q->kind == J_FETCH && same < 4 * PIPE_MAX;
+	     q = q->next) {
+		if (strcmp(((struct rfetch *) q->owner)->addr[0], address) != 0)
+			break;
+		same++;
+	}
+	share = (same + 1 + streams - 1) / streams;
+	while (k < share && k < PIPE_MAX) {
+		jobs[k++] = x->q[qi].head;
+		x->q[qi].head = x->q[qi].head->next;
+	}
+	if (!x->q[qi].head)
+		x->q[qi].tail = &x->q[qi].head;
+	return k;
+}
+
 static void *data_main(void *arg)
 {
 	const struct thread_arg *ta = arg;
@@ -879,7 +1070,8 @@ static void *data_main(void *arg)
 		uint32_t seq = handoff_bell_seq(&x->q[qi].wake);
 		/* read before the queue: a job queued before the stop is run */
 		bool stopping = __atomic_load_n(&x->stop, __ATOMIC_ACQUIRE);
-		struct xjob *in, *j;
+		struct xjob *in, *j, *run[PIPE_MAX];
+		unsigned k = 1;
 		bool more;
 
 		pthread_mutex_lock(&x->lock);
@@ -895,6 +1087,8 @@ static void *data_main(void *arg)
 			x->q[qi].head = j->next;
 			if (!x->q[qi].head)
 				x->q[qi].tail = &x->q[qi].head;
+			if (j->kind == J_FETCH)
+				k = take_run(n, qi, j, run);
 		}
 		more = x->q[qi].head != NULL;
 		pthread_mutex_unlock(&x->lock);
@@ -906,8 +1100,12 @@ static void *data_main(void *arg)
 		}
 		if (more) /* the next job for another thread of this queue */
 			handoff_bell_ring(&x->q[qi].wake);
+		if (j->kind == J_FETCH && k > 1) {
+			run_fetches(n, run, k, n->timeout_ms);
+			continue; /* each handed back as it ended */
+		}
 		if (j->kind == J_FETCH)
-			run_fetch(j->owner, j, n->timeout_ms);
+			run_fetch(j->owner, j, n->timeout_ms, 0);
 		else if (j->kind == J_SEND)
 			run_send(j->owner, j, n->timeout_ms, x->corrupt);
 		else if (j->kind == J_PUSH)

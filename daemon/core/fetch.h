@@ -75,7 +75,7 @@ struct backend_ops {
 	 * background: 0 started, or -errno */
 	int (*push)(void *be, const char *key, size_t len, const char *target);
 	/* o was committed (or recovered): e.g. tell the directory */
-	void (*published)(void *be, const struct object *o);
+	void (*published)(void *be, struct object *o);
 	/* the cluster as this node sees it (kvcachectl cluster); -errno */
 	int (*describe)(void *be, struct cluster_view *ret);
 };

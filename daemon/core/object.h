@@ -77,6 +77,8 @@ enum object_flags {
 	OBJ_HARD_PIN = 1u << 3,
 	OBJ_PROMOTE = 1u << 4,   /* queued for promotion */
 	OBJ_SUMMED = 1u << 5,    /* sum is the XXH3-64 of its bytes, checked or taken once */
+	OBJ_SUM_QUEUED = 1u << 6, /* waiting for its checksum to be taken ahead */
+	OBJ_SUMMING = 1u << 7,   /* one of its views is that checksum being taken */
 };
 
 /*
@@ -143,6 +145,14 @@ struct object {
 	struct fetch *fetch;              /* coming back into memory (fetch.c) */
 	char key[];                       /* NUL-terminated */
 };
+
+/* The views that stand in the way of removing o: a checksum taken ahead
+ * (OBJ_SUMMING) holds one only to keep the bytes until it is done, as a
+ * replaced object's readers do. */
+static inline uint32_t object_readers(const struct object *o)
+{
+	return o->views - ((o->flags & OBJ_SUMMING) ? 1 : 0);
+}
 
 /* o's XXH3-64, learnt from bytes checked or hashed as they moved: kept for
  * the next send, which the receiver still checks. */

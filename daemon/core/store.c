@@ -218,8 +218,8 @@ int store_remove(struct store *st, const void *key, size_t key_len, bool force, 
 
 	if (!o)
 		return -ENOENT;
-	if (o->views) {
-		MSG("object is held by %u view(s)", o->views);
+	if (object_readers(o)) {
+		MSG("object is held by %u view(s)", object_readers(o));
 		return -EBUSY;
 	}
 	if (!force && o->lease_until > now_ms(st)) {
@@ -320,7 +320,7 @@ static void remove_matching(void *u, struct object *o)
 
 	if (w->prefix_len && (o->key_len < w->prefix_len || memcmp(o->key, w->prefix, w->prefix_len) != 0))
 		return;
-	if (o->views || (!w->force && o->lease_until > now_ms(w->st))) {
+	if (object_readers(o) || (!w->force && o->lease_until > now_ms(w->st))) {
 		w->skipped++;
 		return;
 	}

@@ -471,7 +471,7 @@ void object_publish(struct store *st, struct object *o)
 	object_announce(st, o);
 }
 
-void object_announce(struct store *st, const struct object *o)
+void object_announce(struct store *st, struct object *o)
 {
 	if (st->remote.ops)
 		st->remote.ops->published(st->remote.be, o);
@@ -681,41 +681,51 @@ static bool used_by(uint32_t a, uint32_t b)
 	return (int32_t) (a - b) <= 0;
 }
 
-/* Leases that ran out protect nothing: back to the list their state says,
- * a bounded number per call (the oldest lease is at the tail).  Its last
- * use was when the lease began, and it goes where that puts it if that is
- * near the tail: behind the least recent object of the list, or just in
- * front of the last one put there (they expire in the order they were
- * used); else to the front.  (Every expired lease used to go to the
- * front: a pool that churns faster than a lease lasts then evicted what
- * had been stored a moment ago before what was read seconds earlier.) */
+/*
+ * o back on its list after a hold that was no use (a lease that ran out, a
+ * checksum taken in the background): by its last use, `used`, when that
+ * is near the least recent end (behind the least recent object of the
+ * list, or just in front of the last object put back this way: they come
+ * back in the order they were used); else at the front, as if used now.
+ * Every expired lease used to go to the front: a pool that churns faster
+ * than a lease lasts then evicted what had been stored a moment ago before
+ * what was read seconds earlier.
+ */
+void object_place_used(struct store *st, struct object *o, uint32_t used)
+{
+	enum obj_list l = object_class(st, o);
+	struct olist *ol = &o->tier->lists[l];
+	struct object *a = ol->aged;
+
+	if (l == OL_NONE || l == OL_HELD || l == OL_LEASED) {
+		object_place(st, o, false);
+		return;
+	}
+	if (a && a != o && used_by(a->used_ms, used) &&
+	    (!a->lru_prev || used_by(used, a->lru_prev->used_ms))) {
+		object_unplace(st, o);
+		ol_link_before(ol, o, a);
+		o->list = (uint8_t) l;
+	} else if (ol->tail && ol->tail != o && used_by(used, ol->tail->used_ms)) {
+		object_place(st, o, true);
+	} else {
+		object_place(st, o, false); /* counts as used now */
+		return;
+	}
+	o->used_ms = used;
+	ol->aged = o;
+}
+
+/* Leases that ran out protect nothing: back to the list their state says
+ * (object_place_used(): their last use was when the lease began), a
+ * bounded number per call (the oldest lease is at the tail). */
 static void expire_leases(struct store *st, struct tier *t, unsigned budget)
 {
 	struct object *o;
 
 	while (budget-- && (o = t->lists[OL_LEASED].tail) && o->lease_until <= now_ms(st)) {
-		enum obj_list l = object_class(st, o);
-		uint32_t used = (uint32_t) (o->lease_until - st->cfg->lease_ttl_ms);
-		struct olist *ol = &t->lists[l];
-		struct object *a = ol->aged;
-
 		st->stats.evict_examined++;
-		if (l == OL_NONE) {
-			object_place(st, o, false);
-			continue;
-		}
-		if (a && used_by(a->used_ms, used) && (!a->lru_prev || used_by(used, a->lru_prev->used_ms))) {
-			object_unplace(st, o);
-			ol_link_before(ol, o, a);
-			o->list = (uint8_t) l;
-		} else if (ol->tail && used_by(used, ol->tail->used_ms)) {
-			object_place(st, o, true);
-		} else {
-			object_place(st, o, false); /* counts as used now */
-			continue;
-		}
-		o->used_ms = used;
-		ol->aged = o;
+		object_place_used(st, o, (uint32_t) (o->lease_until - st->cfg->lease_ttl_ms));
 	}
 }
 

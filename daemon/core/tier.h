@@ -22,7 +22,7 @@ void object_publish(struct store *st, struct object *o);
 /* An object newly in the index is told to the cluster's directory (a
  * no-op on a single node, or while the master is not joined: the
  * re-publish of every join covers it). */
-void object_announce(struct store *st, const struct object *o);
+void object_announce(struct store *st, struct object *o);
 /* Unlink a committed object; freed now, or when its last view goes. */
 void object_drop(struct store *st, struct object *o);
 /* A read hit: LRU, lease, per-tier hit counts, promotion. */
@@ -34,6 +34,9 @@ const char *object_protected(const struct store *st, const struct object *o, boo
  * lease, pins, children, load or spill.  No-op for uncommitted objects. */
 void object_place(struct store *st, struct object *o, bool at_tail);
 void object_unplace(struct store *st, struct object *o);
+/* Put o back by its last use, `used` (ms, as used_ms), after a hold that
+ * was no use: near the least recent end when that is where it falls. */
+void object_place_used(struct store *st, struct object *o, uint32_t used);
 /* On st->dirty exactly when it is in memory with no copy on disk. */
 void object_dirty_update(struct store *st, struct object *o);
 /* Allocate len bytes in t, evicting unused objects when it is full.

@@ -29,6 +29,7 @@
 
 #define N 12
 #define LEN (200u * 1024 + 3)
+#define LEN2 (300u * 1024 + 5)
 
 static void fill(uint8_t *p, size_t len, int k)
 {
@@ -211,7 +212,7 @@ int main(int argc, char **argv)
 	struct kvc_client *a, *b;
 	char names[N][32];
 	const char *keys[N];
-	uint8_t *v = malloc(LEN);
+	uint8_t *v = malloc(LEN2);
 	int i, tries;
 
 	if ((argc != 3 && argc != 4) || !v)
@@ -293,24 +294,31 @@ int main(int argc, char **argv)
 		CHECK_EQ(kvc_buffer_free(b, &buf), 0);
 	}
 	/* a batch whose fetches go to A at once, asked for on one connection
-	 * before any answer is read: two of them were removed on A after B
-	 * learned where they were, so A answers those two with a miss
-	 * between values; the others arrive whole */
-	{
-		enum { G = 6 };
+	 * before any answer is read: some were removed on A after B learned
+	 * where they were, so A answers those with a miss between values;
+	 * the others arrive whole.  Values of 200 KiB A's loop sends itself,
+	 * values of 300 KiB a data thread sends (after any miss the loop
+	 * answered before them: in order) */
+	for (int round = 0; round < 2; round++) {
+		enum { G = 16 };
 		char gnames[G][32];
 		const char *gkeys[G];
 		struct kvc_iovec io[G], *iop[G];
-		size_t n_iov[G];
+		size_t n_iov[G], len[G];
 		ssize_t res[G];
 		uint8_t present[G];
+		bool gone[G];
+		int n_gone = 0;
 
 		for (i = 0; i < G; i++) {
-			snprintf(gnames[i], sizeof(gnames[i]), "gone-%d", i);
+			snprintf(gnames[i], sizeof(gnames[i]), "gone-%d-%d", round, i);
 			gkeys[i] = gnames[i];
-			fill(v, LEN, 100 + i);
-			CHECK_EQ(kvc_put(a, gkeys[i], v, LEN, NULL), 0);
-			io[i] = (struct kvc_iovec) { malloc(LEN), LEN };
+			len[i] = round == 0 || i % 2 ? LEN : LEN2;
+			gone[i] = i % 3 == 2 || (round == 1 && i == 1);
+			n_gone += gone[i];
+			fill(v, len[i], 100 + i);
+			CHECK_EQ(kvc_put(a, gkeys[i], v, len[i], NULL), 0);
+			io[i] = (struct kvc_iovec) { malloc(len[i]), len[i] };
 			CHECK(io[i].base);
 			iop[i] = &io[i];
 			n_iov[i] = 1;
@@ -321,16 +329,17 @@ int main(int argc, char **argv)
 			usleep(50000);
 		}
 		CHECK(tries < 200);
-		CHECK_EQ(kvc_remove(a, gkeys[2]), 0);
-		CHECK_EQ(kvc_remove(a, gkeys[4]), 0);
+		for (i = 0; i < G; i++)
+			if (gone[i])
+				CHECK_EQ(kvc_remove(a, gkeys[i]), 0);
 		CHECK_EQ(kvc_batch_get(b, G, gkeys, (const struct kvc_iovec *const *) iop, n_iov, res),
-			 G - 2);
+			 G - n_gone);
 		for (i = 0; i < G; i++) {
-			if (i == 2 || i == 4)
+			if (gone[i])
 				CHECK_EQ(res[i], -ENOENT);
 			else {
-				CHECK_EQ(res[i], (ssize_t) LEN);
-				CHECK(same(io[i].base, LEN, 100 + i));
+				CHECK_EQ(res[i], (ssize_t) len[i]);
+				CHECK(same(io[i].base, len[i], 100 + i));
 			}
 			free(io[i].base);
 		}

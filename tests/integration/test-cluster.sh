@@ -11,6 +11,12 @@ case_name=${1:?usage: test-cluster.sh CASE}
 dir=$(mktemp -d /tmp/kvc-cluster-XXXXXX)
 pids=
 node_env=
+# cases that count the sends of checksums learnt on the way (learnt before
+# any send otherwise: see sums-ahead)
+case $case_name in
+rdma-mixed | remote-get | holder-* | push-to | disk-sum) base_env=KVCACHE_TEST_NO_SUMS_AHEAD=1 ;;
+*) base_env= ;;
+esac
 cleanup() {
 	for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
@@ -53,7 +59,7 @@ start_master() { # start_master PORT [FLAGS...]: sets master_pid, master_port
 }
 start_node() { # start_node NAME [FLAGS...]
 	name=$1; shift
-	env $node_env "$KVCACHED" --socket "$dir/$name.sock" --dram-size 16MB --hugepages off \
+	env $base_env $node_env "$KVCACHED" --socket "$dir/$name.sock" --dram-size 16MB --hugepages off \
 		--master "127.0.0.1:$master_port" --listen 127.0.0.1:0 --node-id "$name" "$@" \
 		2>"$dir/$name.log" &
 	eval "pid_$name=\$!"
@@ -83,6 +89,14 @@ rdma_node() { # rdma_node NAME [FLAGS...]: a node whose RDMA runs over UCX's tcp
 	node_env=$saved_env
 }
 stat_of() { ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'; }
+# until_stat NODE KEY VALUE: until NODE's counter KEY reads VALUE (20 s)
+until_stat() {
+	i=0
+	until [ "$(stat_of "$1" "$2")" = "$3" ]; do
+		i=$((i + 1)); [ $i -lt 400 ] || { ctl "$1" stats >&2; fail "$1 $2 never $3"; }
+		sleep 0.05
+	done
+}
 
 case $case_name in
 master-flags)
@@ -672,7 +686,11 @@ batch-across-nodes)
 	start_node B --dram-size 32MB
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" >"$dir/out" 2>"$dir/err" ||
 		fail "batch calls across nodes"
-	ctl B stats | grep -Eq "^remote_hits +16$" || { ctl B stats >&2; fail "remote_hits"; }
+	[ "$(stat_of B remote_hits)" = 33 ] || { ctl B stats >&2; fail "remote_hits"; }
+	[ "$(stat_of B remote_misses)" = 11 ] || { ctl B stats >&2; fail "remote_misses"; }
+	[ "$(stat_of B remote_errors)" = 0 ] || { ctl B stats >&2; fail "remote_errors"; }
+	# the batches' fetches were asked for ahead on a connection
+	[ "$(stat_of B remote_fetched_ahead)" -gt 0 ] || { ctl B stats >&2; fail "none asked ahead"; }
 	;;
 disk-sum)
 	# a disk record holds the value's XXH3, the transfer checksum: an
@@ -703,6 +721,56 @@ disk-sum)
 	ctl B get read-back "$dir/got3" && cmp "$dir/v3" "$dir/got3" || fail "read-back"
 	[ "$(stat_of A remote_served_summed)" = 1 ] || { ctl A stats >&2; fail "read back, hashed"; }
 	ctl B stats | grep -Eq "^remote_corrupt +0$" || { ctl B stats >&2; fail "corrupt"; }
+	;;
+sums-ahead)
+	# objects stored on A have their checksum taken in the background
+	# (64 KiB and up): B's fetch of each gets the kept sum with the bytes
+	# and checks them, and A hashes nothing as it sends
+	start_master 0
+	start_node A --dram-size 32MB
+	start_node B
+	head -c 1500000 /dev/urandom >"$dir/v1"
+	head -c 65536 /dev/urandom >"$dir/v2"
+	head -c 65535 /dev/urandom >"$dir/v3" # too small: hashed as it is sent
+	for v in v1 v2 v3; do ctl A put "$v" "$dir/$v" || fail "put $v"; done
+	until_stat A sums_ahead 2
+	[ "$(stat_of A sums_ahead_bytes)" = $((1500000 + 65536)) ] || { ctl A stats >&2; fail "bytes"; }
+	for v in v1 v2 v3; do
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where $v | grep -qx A"
+		ctl B get "$v" "$dir/$v.b" && cmp "$dir/$v" "$dir/$v.b" || fail "$v on B"
+	done
+	[ "$(stat_of A remote_served)" = 3 ] || { ctl A stats >&2; fail "served"; }
+	[ "$(stat_of A remote_served_summed)" = 2 ] || { ctl A stats >&2; fail "hashed as sent"; }
+	# and the asker checks them: a damaged send is refused
+	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
+	node_env="KVCACHE_TEST_CORRUPT_PEER_SEND=1"
+	start_node A --dram-size 32MB
+	node_env=
+	ctl A put v4 "$dir/v1" || fail "put v4"
+	until_stat A sums_ahead 1
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where v4 | grep -qx A"
+	expect 4 "$KVCACHECTL" -s "$dir/B.sock" get v4 "$dir/v4.b"
+	[ "$(stat_of B remote_corrupt)" = 1 ] || { ctl B stats >&2; fail "not refused"; }
+	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
+	# a hash in the background keeps no object from a removal, nor from
+	# eviction of the others; the bytes of a removed one stay whole until
+	# its hash is done, and what was removed keeps no sum
+	node_env="KVCACHE_TEST_SUMS_AHEAD_DELAY_MS=200"
+	start_node A --dram-size 16MB
+	node_env=
+	ctl A put v5 "$dir/v1" || fail "put v5"
+	[ "$(stat_of A sums_ahead_waiting)" = 1 ] || { ctl A stats >&2; fail "not waiting"; }
+	ctl A rm v5 || fail "rm while its sum is taken"
+	ctl A put v5 "$dir/v2" || fail "put v5 again"
+	ctl A put v6 "$dir/v1" || fail "put v6"
+	for i in $(seq 1 12); do ctl A put "fill$i" "$dir/v1" || fail "put fill$i"; done
+	[ "$(stat_of A evictions)" -gt 0 ] || { ctl A stats >&2; fail "nothing was evicted"; }
+	ctl A get v5 "$dir/v5.a" && cmp "$dir/v2" "$dir/v5.a" || fail "v5 on A"
+	until_stat A sums_ahead_waiting 0
+	[ "$(stat_of A sums_ahead)" -ge 3 ] || { ctl A stats >&2; fail "sums_ahead"; }
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where fill12 | grep -qx A"
+	ctl B get fill12 "$dir/f.b" && cmp "$dir/v1" "$dir/f.b" || fail "fill12 on B"
+	ctl B get v5 "$dir/v5.b" && cmp "$dir/v2" "$dir/v5.b" || fail "v5 on B"
 	;;
 recovered-published)
 	# a restarted node's records reach the directory even when its join's

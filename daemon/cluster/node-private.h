@@ -161,6 +161,8 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 void remote_expire(struct node *n, uint64_t now);
 void remote_accept(struct node *n, int fd);
 void remote_feed(struct node *n, int fd);
+void remote_fetch_all(struct node *n, const char *const *keys, const uint64_t *lens, size_t k,
+		      const char *address, void (*tick)(void *u), void *u, bool *got);
 /* Copy key (held here, in memory) to the node named target; 0 started. */
 int remote_push(void *be, const char *key, size_t len, const char *target);
 

@@ -545,6 +545,12 @@ static int be_describe(void *be, struct cluster_view *v)
 	return 0;
 }
 
+void node_fetch_all(struct node *n, const char *const *keys, const uint64_t *lens, size_t k,
+		    const char *address, void (*tick)(void *u), void *u, bool *got)
+{
+	remote_fetch_all(n, keys, lens, k, address, tick, u, got);
+}
+
 void node_feed(struct node *n, int fd)
 {
 	remote_feed(n, fd);

@@ -6,6 +6,10 @@
  */
 #pragma once
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "config.h"
 #include "store.h"
 
@@ -20,3 +24,8 @@ void node_teardown(struct node *n);
 /* Fuzzing: serve fd (taken) as a peer's data connection: what can be read
  * from it now, to the end, then hang it up as if the peer had gone. */
 void node_feed(struct node *n, int fd);
+/* Fuzzing: fetch keys[i] (lens[i] bytes) from the node serving at address
+ * (the directory skipped), all asked for at once, calling tick(u) while
+ * they run; got[i]: that key arrived whole and is held here now. */
+void node_fetch_all(struct node *n, const char *const *keys, const uint64_t *lens, size_t k,
+		    const char *address, void (*tick)(void *u), void *u, bool *got);

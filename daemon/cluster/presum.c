@@ -202,8 +202,9 @@ void presum_add(struct node *n, struct object *o)
 	pump(p);
 }
 
-/* o is going away: out of the ring (a hash in flight keeps its view, and
- * the bytes, until it ends). */
+/* o needs no checksum taken ahead (it is going away, or a push hashes it
+ * as it sends it): out of the ring.  A hash in flight keeps its view, and
+ * the bytes, until it ends. */
 void presum_forget(struct node *n, struct object *o)
 {
 	struct presum *p = n->presum;

@@ -2187,6 +2187,33 @@ void remote_feed(struct node *n, int fd)
 	}
 }
 
+/* Fuzzing: fetch keys[i] (lens[i] bytes each) from the node at address, as
+ * if the directory had just named it, all asked for at once; then run the
+ * completions, calling tick(u) between polls, until every fetch has ended.
+ * got[i]: the key was fetched (it is in the index now). */
+void remote_fetch_all(struct node *n, const char *const *keys, const uint64_t *lens, size_t k,
+		      const char *address, void (*tick)(void *u), void *u, bool *got)
+{
+	/* the data threads find them queued together (a loop never takes
+	 * this lock; a fuzzer wants the same run every time) */
+	pthread_mutex_lock(&n->xfer->lock);
+	for (size_t i = 0; i < k; i++) {
+		struct fetch *f;
+
+		dc_put(n, keys[i], strlen(keys[i]), true, "peer", address, lens[i]);
+		remote_locate(n, keys[i], strlen(keys[i]), &f);
+	}
+	pthread_mutex_unlock(&n->xfer->lock);
+	while (n->n_rfetches || n->n_backlog) {
+		tick(u);
+		if (!xfer_poll(n))
+			usleep(50);
+	}
+	for (size_t i = 0; i < k; i++)
+		got[i] = index_find(&n->st->index, keys[i], strlen(keys[i]),
+				    index_hash(keys[i], strlen(keys[i]))) != NULL;
+}
+
 /* ---- completions ---- */
 
 static bool xfer_poll(void *u)
@@ -2323,6 +2350,8 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	p->obj = o; /* the view keeps it */
 	p->known = (o->flags & OBJ_SUMMED) != 0;
 	p->known_sum = o->sum;
+	if (!p->known)
+		presum_forget(n, o); /* the push hashes it as it sends: once is enough */
 	memcpy(p->key, key, len);
 	p->key_len = len;
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);

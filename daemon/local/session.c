@@ -493,7 +493,8 @@ static bool below_is_gauge(const char *name)
 		"disk.pending",         "disk.flush_pending", "disk.flush_unwritten",
 		"disk.flush_error",     "disk.recovering",    "disk.recovery_total",
 		"disk.direct_io",       "disk.compression",   "disk.compression_permille",
-		"remote_fetching",      "remote_peer_connections",
+		"remote_fetching",      "remote_peer_connections", "remote_fetch_waiting",
+		"sums_ahead_waiting",
 	};
 
 	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++)

@@ -250,11 +250,29 @@ def case_master():
     log = open(os.path.join(DIR, "master.log")).read()
     mport_peer = int(re.search(r"listening on [^ ]*:(\d+)", log).group(1))
     sock = os.path.join(DIR, "node.sock")
+    nport = free_port()
     spawn([KVCACHED, "--socket", sock, "--dram-size", "16MiB", "--hugepages", "off",
            "--master", "127.0.0.1:%d" % mport_peer, "--listen", "127.0.0.1:0",
-           "--node-id", "n1"], "node.log")
+           "--node-id", "n1", "--metrics-port", str(nport)], "node.log")
     until("the node counted up", lambda: metrics(mport)[0].get(
         ("kvcache_master_nodes", '{state="up"}')) == 1)
+    # the node's cluster figures: levels are gauges, counts are counters
+    path = os.path.join(DIR, "v")
+    with open(path, "wb") as f:
+        f.write(os.urandom(100000))
+    subprocess.run([KVCACHECTL, "-s", sock, "put", "v", path], check=True)
+    until("its checksum taken ahead", lambda: metrics(nport)[0].get(
+        ("kvcache_sums_ahead_total", "")) == 1)
+    samples, types = metrics(nport)
+    for name in ("remote_fetching", "remote_fetch_waiting", "remote_peer_connections",
+                 "sums_ahead_waiting"):
+        if types.get("kvcache_" + name) != "gauge":
+            fail("node: %s is not a gauge: %s" % (name, types.get("kvcache_" + name)))
+    for name in ("remote_hits", "remote_fetched_ahead", "sums_ahead_bytes", "remote_served_summed"):
+        if types.get("kvcache_%s_total" % name) != "counter":
+            fail("node: %s is not a counter" % name)
+    if samples.get(("kvcache_sums_ahead_bytes_total", "")) != 100000:
+        fail("node: sums_ahead_bytes %s" % samples.get(("kvcache_sums_ahead_bytes_total", "")))
     p.send_signal(signal.SIGTERM)
 
 

@@ -34,8 +34,12 @@
 #define LOG_TOPIC "presum"
 
 #define RING 4096                  /* objects waiting */
-#define IN_FLIGHT 4                /* handed to the thread at once, */
-#define IN_FLIGHT_BYTES (64u << 20) /* and at most these bytes */
+/* Handed to the thread at once: IN_FLIGHT objects, of at most an eighth
+ * of the dram tier or IN_FLIGHT_BYTES together (one object at least).
+ * That is what a thread at idle priority keeps from eviction while others
+ * have the CPU. */
+#define IN_FLIGHT 2
+#define IN_FLIGHT_BYTES (32u << 20)
 
 struct sum_job {
 	struct sum_job *next;
@@ -106,12 +110,18 @@ static void pump(struct presum *p)
 	struct store *st = p->n->st;
 	struct sum_job *first = NULL, **tail = &first;
 
+	uint64_t cap = st->tiers[0].alloc.size / 8;
+
 	if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
 		return;
-	while (p->count && p->free_jobs && p->in_flight_bytes < IN_FLIGHT_BYTES) {
+	if (cap > IN_FLIGHT_BYTES)
+		cap = IN_FLIGHT_BYTES;
+	while (p->count && p->free_jobs) {
 		struct object *o = p->ring[p->head];
 		struct sum_job *j;
 
+		if (o && wanted(o) && p->in_flight && p->in_flight_bytes + o->len > cap)
+			break; /* its turn comes when one in flight is done */
 		p->ring[p->head] = NULL;
 		p->head = (p->head + 1) % RING;
 		p->count--;

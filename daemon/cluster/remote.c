@@ -581,9 +581,8 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	return r;
 }
 
-/* The Fetch frame for rf, with seq. */
-static int fetch_frame(const struct rfetch *rf, uint32_t seq, bool rdma, uint8_t **ret,
-		       size_t *ret_len)
+/* The Fetch that asks for rf (its key points into rf's object). */
+static Kvc__Peer__Fetch fetch_msg(const struct rfetch *rf, bool rdma)
 {
 	Kvc__Peer__Fetch q = KVC__PEER__FETCH__INIT;
 
@@ -591,7 +590,7 @@ static int fetch_frame(const struct rfetch *rf, uint32_t seq, bool rdma, uint8_t
 	q.key.len = rf->o->key_len;
 	q.len = rf->o->len;
 	q.rdma = rdma;
-	return peer_frame_pack(PEER_FETCH, seq, &q.base, ret, ret_len);
+	return q;
 }
 
 /* The holder's answer to the Fetch of rf with seq, and the bytes: 0,
@@ -647,14 +646,9 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
 		    uint64_t deadline)
 {
-	uint8_t *frame;
-	size_t flen;
-	int r = fetch_frame(rf, 1, rdma, &frame, &flen);
+	Kvc__Peer__Fetch q = fetch_msg(rf, rdma);
+	int r = send_msg(fd, PEER_FETCH, &q.base, deadline);
 
-	if (r < 0)
-		return r;
-	r = send_full(fd, frame, flen, deadline);
-	free(frame);
 	if (r == 0)
 		r = fetch_answer(rf, fd, 1, rdma, address, deadline);
 	return r;
@@ -712,10 +706,11 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 	memcpy(address, ((struct rfetch *) jobs[0]->owner)->addr[0], sizeof(address));
 	fd = idle_take(x, address, &rd);
 	for (unsigned i = 0; i < k && r == 0; i++) {
+		Kvc__Peer__Fetch q = fetch_msg(jobs[i]->owner, false);
 		uint8_t *f, *grown;
 		size_t fl;
 
-		r = fetch_frame(jobs[i]->owner, i + 1, false, &f, &fl);
+		r = peer_frame_pack(PEER_FETCH, i + 1, &q.base, &f, &fl);
 		if (r < 0)
 			break;
 		grown = realloc(frames, len + fl);
@@ -954,7 +949,6 @@ static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool 
 {
 	struct xfer *x = p->n->xfer;
 	uint64_t deadline = mono_ms() + timeout_ms;
-	struct net_addr a;
 	bool rd = false;
 	int fd = idle_take(x, p->addr, &rd), r;
 
@@ -967,31 +961,14 @@ static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool 
 		}
 		close(fd);
 	}
-	rd = false;
-	if (net_addr_parse(p->addr, 0, &a) < 0) {
-		j->res = -EINVAL;
-		return;
-	}
-	r = net_connect_start(&a, &fd);
-	if (r < 0) {
-		j->res = r == -ECONNREFUSED ? -ECONNRESET : r;
-		return;
-	}
-	r = wait_fd(fd, POLLOUT, deadline);
-	if (r == 0)
-		r = net_connect_result(fd);
+	r = open_conn(p->n, p->addr, deadline, &fd, &rd);
 	if (r == 0) {
-		net_tune(fd, 1);
-		r = set_blocking(fd, true);
-	}
-	if (r == 0 && (p->n->secret.len || p->n->rdma))
-		r = handshake(p->n, fd, deadline, p->addr, &rd);
-	if (r == 0)
 		r = push_on(p, fd, rd, deadline, corrupt);
-	if (r == 0 || r == -EEXIST || r == -ENOENT)
-		idle_put(x, p->addr, fd, rd);
-	else
-		close(fd);
+		if (r == 0 || r == -EEXIST || r == -ENOENT)
+			idle_put(x, p->addr, fd, rd);
+		else
+			close(fd);
+	}
 	j->res = r == -ECONNREFUSED ? -ECONNRESET : r;
 }
 

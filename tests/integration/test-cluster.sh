@@ -66,6 +66,15 @@ start_node() { # start_node NAME [FLAGS...]
 	pids="$pids $!"
 	until_ok "$KVCACHECTL" -s "$dir/$name.sock" status
 }
+# start_node_env "ENV=VALUE ..." NAME [FLAGS...]: start_node with those
+# settings for that daemon only
+start_node_env() {
+	saved_env=$node_env
+	node_env="$node_env $1"
+	shift
+	start_node "$@"
+	node_env=$saved_env
+}
 ctl() { n=$1; shift; "$KVCACHECTL" -s "$dir/$n.sock" "$@"; }
 # member OBSERVER NODE STATE: OBSERVER's view lists NODE in STATE
 member() { ctl "$1" cluster | grep -Eq "^$2 +[^ ]+ +$3 "; }
@@ -83,10 +92,7 @@ rdma-*)
 esac
 
 rdma_node() { # rdma_node NAME [FLAGS...]: a node whose RDMA runs over UCX's tcp
-	saved_env=$node_env
-	node_env="$node_env KVCACHE_TEST_RDMA_OVER_TCP=1"
-	start_node "$@"
-	node_env=$saved_env
+	start_node_env KVCACHE_TEST_RDMA_OVER_TCP=1 "$@"
 }
 stat_of() { ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'; }
 # until_stat NODE KEY VALUE: until NODE's counter KEY reads VALUE (20 s)
@@ -271,9 +277,7 @@ rdma-mixed)
 		{ ctl B stats >&2; fail "B hashed vs or vq1 again"; }
 	# damaged in flight: the checksum catches it, by RDMA too
 	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
-	node_env="KVCACHE_TEST_CORRUPT_PEER_SEND=1"
-	rdma_node A --dram-size 64MB
-	node_env=
+	start_node_env "KVCACHE_TEST_CORRUPT_PEER_SEND=1 KVCACHE_TEST_RDMA_OVER_TCP=1" A --dram-size 64MB
 	ctl A put bad "$dir/va"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where bad | grep -qx A"
 	expect 4 "$KVCACHECTL" -s "$dir/B.sock" get bad -
@@ -287,9 +291,7 @@ rdma-bogus)
 	# refuses the description, counts it, and fetches over tcp
 	start_master 0
 	for what in rkey address; do
-		node_env="KVCACHE_TEST_BOGUS_RDMA=$what"
-		rdma_node "A$what"
-		node_env=
+		start_node_env "KVCACHE_TEST_BOGUS_RDMA=$what KVCACHE_TEST_RDMA_OVER_TCP=1" "A$what"
 	done
 	rdma_node B
 	head -c 100000 /dev/urandom >"$dir/v"
@@ -487,9 +489,7 @@ holder-killed | holder-stopped)
 	;;
 corrupt-in-flight)
 	start_master 0
-	node_env=KVCACHE_TEST_CORRUPT_PEER_SEND=1
-	start_node A
-	node_env=
+	start_node_env KVCACHE_TEST_CORRUPT_PEER_SEND=1 A
 	start_node B
 	head -c 100000 /dev/urandom >"$dir/v"
 	ctl A put k "$dir/v"
@@ -743,9 +743,7 @@ sums-ahead)
 	[ "$(stat_of A remote_served_summed)" = 2 ] || { ctl A stats >&2; fail "hashed as sent"; }
 	# and the asker checks them: a damaged send is refused
 	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
-	node_env="KVCACHE_TEST_CORRUPT_PEER_SEND=1"
-	start_node A --dram-size 32MB
-	node_env=
+	start_node_env KVCACHE_TEST_CORRUPT_PEER_SEND=1 A --dram-size 32MB
 	ctl A put v4 "$dir/v1" || fail "put v4"
 	until_stat A sums_ahead 1
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where v4 | grep -qx A"
@@ -755,9 +753,7 @@ sums-ahead)
 	# a hash in the background keeps no object from a removal, nor from
 	# eviction of the others; the bytes of a removed one stay whole until
 	# its hash is done, and what was removed keeps no sum
-	node_env="KVCACHE_TEST_SUMS_AHEAD_DELAY_MS=200"
-	start_node A --dram-size 16MB
-	node_env=
+	start_node_env KVCACHE_TEST_SUMS_AHEAD_DELAY_MS=200 A --dram-size 16MB
 	ctl A put v5 "$dir/v1" || fail "put v5"
 	[ "$(stat_of A sums_ahead_waiting)" = 1 ] || { ctl A stats >&2; fail "not waiting"; }
 	ctl A rm v5 || fail "rm while its sum is taken"
@@ -791,9 +787,7 @@ directory-overflow)
 	# queue of 1 KiB here, 256 MiB by default): the node publishes
 	# everything again, and every key is found from another node
 	start_master 0
-	node_env=KVCACHE_TEST_DIRECTORY_QUEUE=1024
-	start_node A --dram-size 32MB
-	node_env=
+	start_node_env KVCACHE_TEST_DIRECTORY_QUEUE=1024 A --dram-size 32MB
 	start_node B
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" put-batched || fail "put-batched"
 	[ "$(stat_of A directory_overflows)" -gt 0 ] || { ctl A stats >&2; fail "the queue never overflowed"; }

@@ -66,7 +66,7 @@ struct presum {
 	struct loop_source *bell, *poller;
 	uint64_t summed, summed_bytes, skipped;
 	bool off;                  /* tests: KVCACHE_TEST_NO_SUMS_AHEAD=1 */
-	unsigned delay_ms;         /* tests: KVCACHE_TEST_SUMS_AHEAD_DELAY_MS */
+	unsigned delay_ms;         /* tests: KVCACHE_TEST_SUMS_AHEAD_DELAY_MS (the thread's) */
 };
 
 static void *presum_main(void *arg)
@@ -84,8 +84,10 @@ static void *presum_main(void *arg)
 			struct csum *h = csum_new();
 
 			fifo = j->next;
-			if (p->delay_ms)
+			if (p->delay_ms) { /* the first one only */
 				usleep(p->delay_ms * 1000u);
+				p->delay_ms = 0;
+			}
 			j->failed = !h;
 			if (h) {
 				csum_update(h, j->bytes, j->len);
@@ -261,7 +263,7 @@ int presum_setup(struct node *n)
 	}
 	if (delay && *delay) {
 		p->delay_ms = (unsigned) strtoul(delay, NULL, 10) % 60000;
-		log_warn("KVCACHE_TEST_SUMS_AHEAD_DELAY_MS: each checksum taken ahead waits %u ms first",
+		log_warn("KVCACHE_TEST_SUMS_AHEAD_DELAY_MS: the first checksum taken ahead waits %u ms",
 			 p->delay_ms);
 	}
 	for (unsigned i = 0; i < IN_FLIGHT; i++) {

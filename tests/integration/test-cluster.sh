@@ -752,8 +752,9 @@ sums-ahead)
 	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
 	# a hash in the background keeps no object from a removal, nor from
 	# eviction of the others; the bytes of a removed one stay whole until
-	# its hash is done, and what was removed keeps no sum
-	start_node_env KVCACHE_TEST_SUMS_AHEAD_DELAY_MS=200 A --dram-size 16MB
+	# its hash is done, and what was removed keeps no sum (the first hash
+	# waits 2 s: the removal and the puts below come while it runs)
+	start_node_env KVCACHE_TEST_SUMS_AHEAD_DELAY_MS=2000 A --dram-size 16MB
 	ctl A put v5 "$dir/v1" || fail "put v5"
 	[ "$(stat_of A sums_ahead_waiting)" = 1 ] || { ctl A stats >&2; fail "not waiting"; }
 	ctl A rm v5 || fail "rm while its sum is taken"

@@ -50,6 +50,7 @@ struct link {
 	/* directory updates not yet sent */
 	uint8_t *q;
 	size_t q_len, q_cap, q_max;
+	bool more;                   /* frames read and not yet handled (link_frames()) */
 	/* re-publishing what this node holds */
 	bool resync;
 	uint64_t cursor;

@@ -51,6 +51,7 @@ static void link_down(struct link *k, const char *why)
 	k->retry_at = loop_now_ms(k->n->loop) + RETRY_MS;
 	k->q_len = 0; /* what it missed comes with the next re-publish */
 	k->resync = false;
+	k->more = false;
 	loop_timer_arm_by(k->n->timer, k->retry_at);
 }
 
@@ -178,12 +179,39 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 	return r;
 }
 
+/* The frames read from k's master: all of them, except that a turn takes
+ * one lookup's answer (hundreds of keys, each into the directory cache,
+ * and the requests that waited run again): what a turn leaves, k->more,
+ * node_poll() takes next turn (with all, before the link goes down: every
+ * frame).  A batch exists of 4096 keys is about nine answers, which
+ * arriving together kept the loop 3.1-3.5 ms in one turn.  0, or -errno
+ * (the link is beyond repair). */
+static int link_frames(struct link *k, bool all)
+{
+	struct peer_hdr h;
+	const uint8_t *payload;
+
+	k->more = false;
+	while (k->src) {
+		int x = pconn_next(&k->pc, &h, &payload);
+
+		if (x <= 0)
+			return x;
+		x = on_frame(k, &h, payload);
+		if (x < 0)
+			return x;
+		if (h.type == PEER_LOOKUP_RESP && !all) {
+			k->more = true;
+			return 0;
+		}
+	}
+	return 0;
+}
+
 static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 {
 	struct link *k = u;
-	struct peer_hdr h;
-	const uint8_t *payload;
-	int r = 0;
+	int r = 0, x;
 
 	(void) s;
 	(void) fd;
@@ -220,20 +248,11 @@ static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 		r = pconn_flush(&k->pc);
 	if (r == 0 && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
 		r = pconn_read(&k->pc);
-	while (k->src) {
-		int x = pconn_next(&k->pc, &h, &payload);
-
-		if (x <= 0) {
-			if (x < 0)
-				r = x;
-			break;
-		}
-		x = on_frame(k, &h, payload);
-		if (x < 0) {
-			r = x;
-			break;
-		}
-	}
+	/* what came before an end of stream is read too, all of it (a
+	 * refusal says why; answers are answers) */
+	x = link_frames(k, r < 0);
+	if (x < 0)
+		r = x;
 	if (r < 0) {
 		link_down(k, r == -ECONNRESET ? "connection closed" : strerror(-r));
 		return;
@@ -439,6 +458,15 @@ static bool node_poll(void *u)
 	for (unsigned i = 0; i < n->n_links; i++) {
 		struct link *k = &n->links[i];
 
+		if (k->more && k->src) {
+			int r = link_frames(k, false);
+
+			did = true;
+			if (r < 0) {
+				link_down(k, strerror(-r));
+				continue;
+			}
+		}
 		if (k->resync && k->state == L_UP)
 			did = resync_some(n, k) || did;
 		did = flush_queue(k) || did;

@@ -32,8 +32,12 @@
 #define LOG_TOPIC "channel"
 
 /* Requests run per channel per round, so one busy client cannot starve the
- * others. */
+ * others; and the keys they name (a batch exists or prefix lookup is one
+ * request of hundreds: a client's 4096-key batch exists, nine requests
+ * sent at once, kept the loop 2.5-3.5 ms in one round when they asked
+ * another node). */
 #define ROUND_BUDGET 64
+#define ROUND_KEYS 1024
 
 /* A request waiting for its object to come back from disk, or (space) a
  * put waiting for a spill to make room. */
@@ -955,7 +959,7 @@ static unsigned retry_space(struct server *sv)
 static unsigned poll_channel(struct channel *ch)
 {
 	char msg[STORE_MSG_MAX];
-	unsigned done = 0;
+	unsigned done = 0, keys = 0;
 	bool waits = false;
 	int64_t ready;
 
@@ -968,7 +972,7 @@ static unsigned poll_channel(struct channel *ch)
 		channel_fail(ch, "submission ring tail out of range");
 		return 0;
 	}
-	while (ready > 0 && done < ROUND_BUDGET) {
+	while (ready > 0 && done < ROUND_BUDGET && keys < ROUND_KEYS) {
 		struct shm_sqe e;
 		struct shm_cqe c = { 0 };
 		struct fetch *f;
@@ -981,6 +985,10 @@ static unsigned poll_channel(struct channel *ch)
 		memcpy(&e, ring_entry(&ch->sq, ch->sq.pos), sizeof(e));
 		ring_consume(&ch->sq, 1);
 		ready--;
+		if (e.opcode == SHM_OP_BATCH_EXISTS || e.opcode == SHM_OP_PREFIX_LOOKUP)
+			keys += e.count < ROUND_KEYS ? e.count : ROUND_KEYS;
+		else
+			keys++;
 		msg[0] = '\0';
 		f = NULL;
 		if (++ch->s->sv->ophist_tick % OPHIST_SAMPLE == 0 && e.opcode < SHM_OP_MAX) {

@@ -111,7 +111,6 @@ static void pump(struct presum *p)
 {
 	struct store *st = p->n->st;
 	struct sum_job *first = NULL, **tail = &first;
-
 	uint64_t cap = st->tiers[0].alloc.size / 8;
 
 	if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
@@ -238,10 +237,10 @@ void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64
 {
 	struct presum *p = n->presum;
 
-	emit(u, "sums_ahead", p ? p->summed : 0);
-	emit(u, "sums_ahead_bytes", p ? p->summed_bytes : 0);
-	emit(u, "sums_ahead_waiting", p ? p->count + p->in_flight : 0);
-	emit(u, "sums_ahead_skipped", p ? p->skipped : 0);
+	emit(u, "sums_ahead", p->summed);
+	emit(u, "sums_ahead_bytes", p->summed_bytes);
+	emit(u, "sums_ahead_waiting", p->count + p->in_flight);
+	emit(u, "sums_ahead_skipped", p->skipped);
 }
 
 int presum_setup(struct node *n)

@@ -738,9 +738,8 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 		kept = false;
 	}
 	free(frames);
-	if (r == 0)
-		__atomic_fetch_add(&n->c.fetch_ahead, k - 1, __ATOMIC_RELAXED);
 	if (r == 0) {
+		__atomic_fetch_add(&n->c.fetch_ahead, k - 1, __ATOMIC_RELAXED);
 		for (; done < k; done++) {
 			struct xjob *j = jobs[done];
 			struct rfetch *rf = j->owner;
@@ -789,6 +788,21 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 	}
 }
 
+/* Data thread, owning a serving connection: what the loop queued on it
+ * and could not send yet goes out first. */
+static int send_queued(struct pserve *ps, uint64_t deadline)
+{
+	int r;
+
+	if (!pconn_wants_write(&ps->pc))
+		return 0;
+	r = send_full(ps->pc.fd, ps->pc.out + ps->pc.out_off, ps->pc.out_len - ps->pc.out_off,
+		      deadline);
+	if (r == 0)
+		ps->pc.out_len = ps->pc.out_off = 0;
+	return r;
+}
+
 static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, bool corrupt)
 {
 	uint64_t deadline = mono_ms() + timeout_ms;
@@ -803,17 +817,13 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 		j->res = r;
 		return;
 	}
-	if (pconn_wants_write(&ps->pc)) {
-		/* answers the loop queued before this one (misses of fetches
-		 * asked ahead) go first: the asker reads them in order */
-		r = send_full(ps->pc.fd, ps->pc.out + ps->pc.out_off, ps->pc.out_len - ps->pc.out_off,
-			      deadline);
-		ps->pc.out_off = ps->pc.out_len = 0;
-		if (r < 0) {
-			set_blocking(ps->pc.fd, false);
-			j->res = r;
-			return;
-		}
+	/* answers the loop queued before this one (misses of fetches asked
+	 * ahead) go first: the asker reads them in order */
+	r = send_queued(ps, deadline);
+	if (r < 0) {
+		set_blocking(ps->pc.fd, false);
+		j->res = r;
+		return;
 	}
 	if (ps->head) {
 		/* the rest of what the loop began (serve_now) */
@@ -980,12 +990,8 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 	int r = set_blocking(ps->pc.fd, true);
 
 	/* PushReady may still sit in the connection's buffer */
-	if (r == 0 && pconn_wants_write(&ps->pc)) {
-		r = send_full(ps->pc.fd, ps->pc.out + ps->pc.out_off, ps->pc.out_len - ps->pc.out_off,
-			      deadline);
-		if (r == 0)
-			ps->pc.out_len = ps->pc.out_off = 0;
-	}
+	if (r == 0)
+		r = send_queued(ps, deadline);
 	if (r == 0 && ps->want_rdma) {
 		/* the pusher wrote the bytes: its checksum says it is done */
 		uint64_t want;

@@ -694,13 +694,15 @@ static bool used_by(uint32_t a, uint32_t b)
 void object_place_used(struct store *st, struct object *o, uint32_t used)
 {
 	enum obj_list l = object_class(st, o);
-	struct olist *ol = &o->tier->lists[l];
-	struct object *a = ol->aged;
+	struct olist *ol;
+	struct object *a;
 
 	if (l == OL_NONE || l == OL_HELD || l == OL_LEASED) {
 		object_place(st, o, false);
 		return;
 	}
+	ol = &o->tier->lists[l];
+	a = ol->aged;
 	if (a && a != o && used_by(a->used_ms, used) &&
 	    (!a->lru_prev || used_by(used, a->lru_prev->used_ms))) {
 		object_unplace(st, o);

@@ -18,6 +18,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -259,6 +260,18 @@ void chan_tag_put(struct chan *ch, uint32_t t)
 	pthread_mutex_unlock(&ch->sq_lock);
 }
 
+/* With its requests the client tells the daemon the CPU it runs on
+ * (shm-layout.h, sq.cpu); glibc's sched_getcpu() reads it from rseq,
+ * without a system call. */
+static void tell_cpu(struct chan *ch)
+{
+	int cpu = sched_getcpu();
+	uint32_t v = cpu >= 0 ? (uint32_t) cpu + 1 : 0;
+
+	if (__atomic_load_n(&ch->sq.r->cpu, __ATOMIC_RELAXED) != v)
+		__atomic_store_n(&ch->sq.r->cpu, v, __ATOMIC_RELAXED);
+}
+
 int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
 {
 	struct chan *ch = &c->chan;
@@ -291,6 +304,7 @@ int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
 				d->flags |= SHM_SQE_LOCAL_ONLY;
 		}
 		ring_publish(&ch->sq, k);
+		tell_cpu(ch);
 		done += k;
 		if (ring_peer_sleeping(ch->sq.r)) {
 			uint64_t one = 1;

@@ -58,6 +58,8 @@ _Static_assert(offsetof(struct shm_seg_header, tier) == 40, "header layout");
  *   cq.head                   written by the client.
  *   sq.need_wakeup            daemon: "I am going to sleep, ring the eventfd".
  *   cq.need_wakeup            client: "I am going to sleep on cq.futex".
+ *   sq.cpu                    client: 1 + the CPU it last submitted from
+ *                             (0: not said); a hint (see channel.c).
  * The daemon keeps its own copies of sq.head and cq.tail and never reads them
  * back, so a client scribbling over them only confuses itself.
  */
@@ -75,11 +77,13 @@ struct shm_ring {
 	uint8_t pad1[60];
 	_Alignas(64) uint32_t need_wakeup;
 	uint32_t futex;             /* bumped and woken by the producer (cq only) */
-	uint8_t pad2[56];
+	uint32_t cpu;               /* sq only: see above */
+	uint8_t pad2[52];
 };
 _Static_assert(sizeof(struct shm_ring) == 192, "ring size");
 _Static_assert(offsetof(struct shm_ring, tail) == 64, "ring layout");
 _Static_assert(offsetof(struct shm_ring, need_wakeup) == 128, "ring layout");
+_Static_assert(offsetof(struct shm_ring, cpu) == 136, "ring layout");
 
 enum shm_op {
 	SHM_OP_NOP = 0,

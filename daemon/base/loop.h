@@ -108,6 +108,14 @@ uint64_t loop_longest_busy_us(const struct loop *l);
  * 100 us of work): waits outside its own wait for events, which the loop
  * is built never to make. */
 uint64_t loop_blocked(const struct loop *l);
+/*
+ * The client the loop just answered asked from CPU cpu (-1: unknown).
+ * When the loop's clients keep asking from the CPU the loop runs on, the
+ * loop moves to another CPU it may run on (at most ten times a second).
+ */
+void loop_client_cpu(struct loop *l, int cpu);
+/* How many times it moved so. */
+uint64_t loop_steps_aside(const struct loop *l);
 /* Microseconds the loop spent spinning for clients with nothing to do
  * (wall clock, preemption included): the CPU --poll-us costs. */
 uint64_t loop_spin_us(const struct loop *l);

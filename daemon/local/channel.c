@@ -756,6 +756,13 @@ static void ophist_add(struct ophist *h, uint64_t ns)
 
 static void wake_client(struct channel *ch)
 {
+	if (ch->cq_dirty) {
+		/* the client said the CPU it asked from: the loop's own
+		 * (loop_client_cpu()); only a hint, whatever it says */
+		uint32_t cpu = __atomic_load_n(&ch->sq.r->cpu, __ATOMIC_RELAXED);
+
+		loop_client_cpu(ch->s->sv->loop, cpu ? (int) (cpu - 1) : -1);
+	}
 	if (ch->cq_dirty && ring_peer_sleeping(ch->cq.r)) {
 		/* The client sleeps on cq.futex: clear its flag (each sleeper
 		 * sets it again, then re-checks), bump the word, wake it. */

@@ -559,6 +559,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 	fn(u, "loop_longest_busy_us", NULL, EXPORT_GAUGE, loop_longest_busy_us(sv->loop));
 	fn(u, "loop_blocked", NULL, EXPORT_COUNTER, loop_blocked(sv->loop));
 	fn(u, "loop_spin_us", NULL, EXPORT_COUNTER, loop_spin_us(sv->loop));
+	fn(u, "loop_steps_aside", NULL, EXPORT_COUNTER, loop_steps_aside(sv->loop));
 	fn(u, "registered_bytes", NULL, EXPORT_GAUGE, registered);
 	fn(u, "copies_in_flight", NULL, EXPORT_GAUGE, sv->copies_in_flight);
 	fn(u, "channels", NULL, EXPORT_GAUGE, channels);

@@ -2,7 +2,9 @@
 /* Loop timers: loop_timer_arm() sets the time, loop_timer_arm_by() only
  * brings it forward, so a stream of later deadlines arming a shared timer
  * never postpones what it already had to do; the loop's sleep counter; when
- * it spins and when it sleeps.  No daemon process. */
+ * it spins and when it sleeps; when it moves off its clients' CPU.  No
+ * daemon process. */
+#include <sched.h>
 #include <unistd.h>
 
 #include "loop.h"
@@ -173,6 +175,101 @@ static void test_spin_policy(void)
 	loop_free(z.l);
 }
 
+/*
+ * Clients asking from the loop's CPU: after SAME_CPU_ANSWERS (8) answers
+ * in a row the loop moves to another CPU it may run on, and may run on
+ * all of them again; an answer to a client elsewhere starts the count
+ * over; it moves at most every 10 ms.  On a machine (or a mask) of one
+ * CPU it never moves.
+ */
+struct stepper {
+	struct loop *l;
+	struct loop_source *t;
+	unsigned phase;
+	bool several;          /* allowed on two CPUs or more */
+	cpu_set_t allowed;
+	int from;              /* the CPU of the answers that asked it to move */
+	uint64_t steps_seen;   /* by the poller */
+	int seen_on;           /* the CPU it ran on right after its move */
+	uint64_t steps[5];
+};
+
+static bool watch_steps(void *u)
+{
+	struct stepper *z = u;
+
+	if (loop_steps_aside(z->l) != z->steps_seen) {
+		z->steps_seen = loop_steps_aside(z->l);
+		z->seen_on = sched_getcpu();
+	}
+	return false;
+}
+
+static void answers(struct stepper *z, unsigned n)
+{
+	z->from = sched_getcpu();
+	for (unsigned i = 0; i < n; i++)
+		loop_client_cpu(z->l, z->from);
+}
+
+static void step_phase(struct loop_source *s, void *u)
+{
+	struct stepper *z = u;
+	cpu_set_t now;
+
+	(void) s;
+	CHECK_EQ(sched_getaffinity(0, sizeof(now), &now), 0);
+	CHECK(CPU_EQUAL(&now, &z->allowed)); /* as it was, always */
+	if (z->phase)
+		z->steps[z->phase - 1] = loop_steps_aside(z->l);
+	switch (z->phase++) {
+	case 0: /* seven, one elsewhere (or unknown), seven: no move */
+		answers(z, 7);
+		loop_client_cpu(z->l, -1);
+		answers(z, 7);
+		break;
+	case 1:
+	case 2: /* eight: a move; eight more within 10 ms: none */
+		answers(z, 8);
+		break;
+	case 3: /* later: a move again */
+		answers(z, 8);
+		loop_timer_arm(z->t, loop_now_ms(z->l) + 20);
+		return;
+	default:
+		loop_quit(z->l);
+		return;
+	}
+	loop_timer_arm(z->t, loop_now_ms(z->l) + (z->phase == 2 ? 1 : 20));
+}
+
+static void test_step_aside(void)
+{
+	struct stepper z = { 0 };
+	struct loop_source *ps;
+
+	CHECK_EQ(sched_getaffinity(0, sizeof(z.allowed), &z.allowed), 0);
+	z.several = CPU_COUNT(&z.allowed) >= 2;
+	CHECK_EQ(loop_new(0, &z.l), 0);
+	CHECK_EQ(loop_add_poller(z.l, watch_steps, NULL, &z, &ps), 0);
+	CHECK_EQ(loop_add_timer(z.l, step_phase, &z, &z.t), 0);
+	loop_timer_arm(z.t, loop_now_ms(z.l) + 1);
+	CHECK_EQ(loop_run(z.l), 0);
+	CHECK_EQ(z.phase, 5u);
+	CHECK_EQ(z.steps[0], 0u);
+	if (!z.several) {
+		CHECK_EQ(loop_steps_aside(z.l), 0u);
+		loop_free(z.l);
+		return;
+	}
+	CHECK_EQ(z.steps[1], 1u);
+	CHECK_EQ(z.steps[2], 1u); /* 1 ms after the first move */
+	CHECK_EQ(z.steps[3], 2u);
+	CHECK_EQ(z.steps_seen, 2u);
+	CHECK(z.seen_on != z.from); /* right after the move: elsewhere */
+	loop_free(z.l);
+}
+
 int main(void)
 {
 	struct loop *l;
@@ -226,5 +323,6 @@ int main(void)
 	CHECK_EQ(loop_spin_us(l), 0u); /* --poll-us 0 never spins */
 	loop_free(l);
 	test_spin_policy();
+	test_step_aside();
 	return 0;
 }

@@ -44,6 +44,7 @@ extern bool arg_json, arg_peers, arg_zstd, arg_fill_disk, arg_leased;
 extern const char *arg_dir, *arg_socket, *arg_kvcached, *arg_ops, *arg_plot;
 extern uint64_t arg_sizes[MAX_SIZES], arg_objects, arg_pinned;
 #define MAX_ROUNDS 50
+extern bool arg_local_only; /* cluster: only local requests while B fetches */
 extern unsigned arg_rounds; /* cluster: each figure is the median of this many */
 extern size_t n_sizes;
 

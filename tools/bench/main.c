@@ -18,7 +18,7 @@
 #include "bench.h"
 
 double arg_duration = 1.0;
-bool arg_json, arg_peers, arg_zstd, arg_fill_disk, arg_leased;
+bool arg_json, arg_peers, arg_zstd, arg_fill_disk, arg_leased, arg_local_only;
 const char *arg_dir, *arg_socket, *arg_kvcached, *arg_plot;
 const char *arg_ops = "exists,get,put,acquire,prefix64,batch64";
 uint64_t arg_sizes[MAX_SIZES] = { 4096, 65536, 1 << 20, 4 << 20, 16 << 20 };
@@ -41,6 +41,7 @@ static void usage(FILE *f)
 	fprintf(f, "Usage: kvcache-bench disk [--dir DIR] [--sizes 1M,16M] [--zstd]\n"
 		   "       kvcache-bench burst [--dir DIR]\n"
 		   "       kvcache-bench cluster [--sizes 64K,1M,16M] [--rounds N]   (root, iperf3)\n"
+		   "       kvcache-bench cluster --local-only [--rounds N]   (local requests on B while it fetches)\n"
 		   "       kvcache-bench rdma [--sizes 64K,1M,16M]   (root; RDMA path on UCX's tcp)\n"
 		   "       kvcache-bench recovery [--objects N] [--dir DIR]\n"
 		   "       kvcache-bench hangup [--sizes 1G] [--rounds N]   (clients with registered buffers go)\n"
@@ -72,6 +73,7 @@ int main(int argc, char **argv)
 		{ "leased", no_argument, NULL, 'L' },
 		{ "plot", required_argument, NULL, 'G' },
 		{ "rounds", required_argument, NULL, 'R' },
+		{ "local-only", no_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -152,6 +154,9 @@ int main(int argc, char **argv)
 		case 'L':
 			arg_leased = true;
 			break;
+		case 'l':
+			arg_local_only = true;
+			break;
 		case 'G':
 			arg_plot = optarg;
 			break;
@@ -179,6 +184,10 @@ int main(int argc, char **argv)
 			  strcmp(argv[1], "cluster") != 0) ||
 			 arg_objects || arg_pinned || arg_leased)) {
 		fprintf(stderr, "kvcache-bench: --plot draws the sizes of local, disk and cluster\n");
+		return 2;
+	}
+	if (arg_local_only && strcmp(argv[1], "cluster") != 0) {
+		fprintf(stderr, "kvcache-bench: --local-only is for cluster\n");
 		return 2;
 	}
 	if (strcmp(argv[1], "burst") == 0)

@@ -207,7 +207,8 @@ void presum_add(struct node *n, struct object *o)
 		p->skipped++; /* hashed as it is sent, if it ever is */
 		return;
 	}
-	p->ring[(p->head + p->count) % RING] = o;
+	o->sum_slot = (p->head + p->count) % RING;
+	p->ring[o->sum_slot] = o;
 	p->count++;
 	o->flags |= OBJ_SUM_QUEUED;
 	pump(p);
@@ -223,14 +224,8 @@ void presum_forget(struct node *n, struct object *o)
 	if (!p || !(o->flags & OBJ_SUM_QUEUED))
 		return;
 	o->flags &= ~OBJ_SUM_QUEUED;
-	for (unsigned i = 0; i < p->count; i++) {
-		unsigned k = (p->head + i) % RING;
-
-		if (p->ring[k] == o) {
-			p->ring[k] = NULL;
-			return;
-		}
-	}
+	if (o->sum_slot < RING && p->ring[o->sum_slot] == o)
+		p->ring[o->sum_slot] = NULL; /* its place stays: pump() steps over it */
 }
 
 void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64_t v), void *u)

@@ -136,6 +136,7 @@ struct object {
 	uint32_t key_len;
 	char *parent_key;                 /* asked for at reserve; linked at commit */
 	uint32_t parent_len;
+	uint32_t sum_slot;                /* presum.c: its place while OBJ_SUM_QUEUED */
 	/* disk tier: a complete record <disk_id>.kvr of disk_len bytes holds
 	 * a copy (clean copy of a memory object, or the only copy) */
 	uint64_t disk_id;

@@ -11,7 +11,12 @@
 
 void pconn_init(struct pconn *c, int fd, size_t max_out)
 {
-	*c = (struct pconn) { .fd = fd, .max_out = max_out };
+	*c = (struct pconn) { .fd = fd, .max_out = max_out, .max_in = PEER_MAX_PAYLOAD };
+}
+
+void pconn_limit_in(struct pconn *c, size_t max)
+{
+	c->max_in = max < PEER_MAX_PAYLOAD ? max : PEER_MAX_PAYLOAD;
 }
 
 void pconn_done(struct pconn *c)
@@ -39,7 +44,7 @@ int pconn_read(struct pconn *c)
 
 			/* a header names at most PEER_MAX_PAYLOAD: the buffer
 			 * never needs more than one whole frame plus a read */
-			if (cap > 2 * (PEER_HDR_SIZE + PEER_MAX_PAYLOAD))
+			if (cap > 2 * (PEER_HDR_SIZE + c->max_in))
 				return 0;
 			p = realloc(c->in, cap);
 			if (!p)
@@ -70,7 +75,7 @@ int pconn_next(struct pconn *c, struct peer_hdr *ret_hdr, const uint8_t **ret_pa
 
 	if (avail < PEER_HDR_SIZE)
 		return 0;
-	r = peer_hdr_decode(c->in + c->in_off, PEER_MAX_PAYLOAD, &h);
+	r = peer_hdr_decode(c->in + c->in_off, c->max_in, &h);
 	if (r < 0)
 		return r;
 	if (avail - PEER_HDR_SIZE < h.len)

@@ -20,9 +20,14 @@ struct pconn {
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
 	size_t max_out;     /* queued bytes beyond this: -ENOBUFS */
+	size_t max_in;      /* the largest frame payload taken (PEER_MAX_PAYLOAD) */
 };
 
 void pconn_init(struct pconn *c, int fd, size_t max_out);
+/* Frames in of at most max payload bytes (a larger header: -EMSGSIZE),
+ * and so at most twice that read ahead of what is taken: a connection
+ * whose frames are small reads little of raw bytes that may follow one. */
+void pconn_limit_in(struct pconn *c, size_t max);
 /* Frees the buffers and closes the fd. */
 void pconn_done(struct pconn *c);
 /* Read what the socket has: 0, -ECONNRESET at end of stream, or -errno. */

@@ -63,7 +63,9 @@ enum peer_state {
 
 #define PEER_FEAT_TCP (1u << 0)
 #define PEER_FEAT_RDMA (1u << 1)  /* one-sided reads of the pool (UCX) */
+#define PEER_FEAT_EAGER_PUSH (1u << 2) /* Push.eager (Join/Member only) */
 #define PEER_FEAT_KNOWN (PEER_FEAT_TCP | PEER_FEAT_RDMA)
+#define PEER_EAGER_PUSH_MAX (4u << 20)
 #define PEER_MAX_REGIONS 8u
 #define PEER_MAX_RDMA_BLOB 4096u  /* a worker address or a packed rkey */
 

@@ -39,6 +39,7 @@ struct mnode {
 	char id[PEER_MAX_ID + 1];
 	char address[PEER_MAX_ID + 1];
 	char transport[PEER_MAX_ID + 1];
+	uint64_t features;      /* its Join's */
 	uint64_t generation;    /* the node's own, per run */
 	uint64_t last_ms;
 	uint64_t capacity, used_bytes, objects;
@@ -360,6 +361,7 @@ static int send_members(struct mconn *c, uint32_t seq, int err, const char *msg)
 			mv[n].node_id = (char *) x->id;
 			mv[n].address = (char *) x->address;
 			mv[n].transport = (char *) x->transport;
+			mv[n].features = x->features;
 			mv[n].state = node_state(m, x);
 			mv[n].generation = x->generation;
 			mv[n].silent_ms = (uint32_t) (loop_now_ms(m->loop) - x->last_ms);
@@ -422,6 +424,7 @@ static int on_join(struct mconn *c, uint32_t seq, const Kvc__Peer__Join *j)
 	n = &m->nodes[slot];
 	snprintf(n->address, sizeof(n->address), "%s", j->address);
 	snprintf(n->transport, sizeof(n->transport), "%s", j->transport ? j->transport : "tcp");
+	n->features = j->features;
 	n->connected = true;
 	n->conn = c;
 	n->last_ms = loop_now_ms(m->loop);

@@ -79,6 +79,7 @@ static int send_join(struct link *k)
 	j.generation = n->generation;
 	j.load = &l;
 	j.transport = n->transport;
+	j.features = PEER_FEAT_TCP | PEER_FEAT_EAGER_PUSH | (n->rdma ? PEER_FEAT_RDMA : 0);
 	k->state = L_JOINING;
 	return pconn_send(&k->pc, PEER_JOIN, ++k->seq, &j.base);
 }
@@ -619,6 +620,8 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);
 	emit(u, "pushes_received", n->c.pushes_received);
+	emit(u, "pushes_received_eager", n->c.pushes_eager);
+	emit(u, "pushes_refused", n->c.pushes_refused);
 	emit(u, "master_drops", n->c.master_drops);
 	emit(u, "directory_overflows", n->c.directory_overflows);
 	presum_stats(n, emit, u);

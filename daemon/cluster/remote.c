@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -40,6 +41,7 @@
 #define MAX_SERVING 1024   /* peers' data connections */
 #define MAX_HOLDERS_TRIED 4
 #define MAX_STREAMS 16       /* --data-streams */
+#define SERVE_MAX_FRAME (16u << 10) /* a frame an asker sends */
 
 enum job_kind { J_FETCH, J_SEND, J_PUSH, J_RECV };
 
@@ -88,6 +90,7 @@ struct xfer {
 	int bell;
 	struct loop_source *bell_src;
 	bool corrupt; /* tests: flip the first byte of what is served */
+	bool no_eager; /* tests: KVCACHE_TEST_NO_EAGER_PUSH=1, pushes wait for PushReady */
 	char bogus_rdma; /* tests: 'r' damaged rkeys, 'a' a damaged worker address */
 };
 
@@ -133,6 +136,8 @@ struct pserve {
 	uint64_t digest;
 	uint8_t nonce[PEER_NONCE_SIZE];
 	struct object *push_o;   /* a pushed object being received */
+	bool eager;              /* its bytes came right after its frame */
+	int push_err;            /* an eager push refused (push_o NULL): why */
 	struct waiter w;         /* waiting for a disk read-back */
 	uint32_t seq;
 	uint8_t key[PEER_MAX_KEY];
@@ -153,6 +158,7 @@ struct rpush {
 	struct object *obj;    /* the object, while the push's view holds it */
 	bool known, digested;  /* as in struct pserve */
 	uint64_t known_sum, digest;
+	bool eager;            /* the target takes the bytes without PushReady */
 	char key[PEER_MAX_KEY + 1];
 	size_t key_len;
 	char addr[PEER_MAX_ID + 1];
@@ -913,7 +919,24 @@ static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, u
 	return send_full(fd, &sum, sizeof(sum), deadline);
 }
 
-/* On a data thread: offer the object, and send it if the target wants it. */
+/* The target's PushDone: 0, -EEXIST or -ENOENT (it did not keep the copy;
+ * the connection is fine), or another error. */
+static int push_done(int fd, uint8_t *buf, size_t cap, uint64_t deadline)
+{
+	ProtobufCMessage *m;
+	int r = recv_frame(fd, PEER_PUSH_DONE, buf, cap, deadline, &m);
+
+	if (r < 0)
+		return r == -ENOENT ? -EPROTO : r;
+	r = ((Kvc__Peer__PushReply *) m)->error;
+	protobuf_c_message_free_unpacked(m, NULL);
+	if (r == -EEXIST || r == -ENOSPC || r == -E2BIG || r == -ENOMEM)
+		return r == -EEXIST ? -EEXIST : -ENOENT; /* refused, cleanly */
+	return r == -ENOENT ? -EIO : r;
+}
+
+/* On a data thread: offer the object, and send it if the target wants it
+ * (with eager, send it at once). */
 static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool corrupt)
 {
 	Kvc__Peer__Push q = KVC__PEER__PUSH__INIT;
@@ -925,7 +948,16 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
 	q.len = p->len;
 	q.rdma = rdma;
+	q.eager = p->eager && !rdma;
 	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
+	if (r == 0 && q.eager) {
+		/* the bytes at once; the answer says whether they were kept */
+		r = send_checked(fd, p->bytes, p->len, deadline, corrupt,
+				 p->known ? &p->known_sum : NULL, &p->digest);
+		if (r == 0 && !p->known)
+			p->digested = true;
+		return r < 0 ? r : push_done(fd, buf, sizeof(buf), deadline);
+	}
 	if (r == 0)
 		r = recv_frame(fd, PEER_PUSH_READY, buf, sizeof(buf), deadline, &m);
 	if (r < 0)
@@ -946,13 +978,7 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	if (r == 0 && !p->known)
 		p->digested = true;
 	protobuf_c_message_free_unpacked(m, NULL);
-	if (r == 0)
-		r = recv_frame(fd, PEER_PUSH_DONE, buf, sizeof(buf), deadline, &m);
-	if (r < 0)
-		return r == -ENOENT ? -EPROTO : r;
-	r = ((Kvc__Peer__PushReply *) m)->error;
-	protobuf_c_message_free_unpacked(m, NULL);
-	return r == -ENOENT ? -EIO : r;
+	return r < 0 ? r : push_done(fd, buf, sizeof(buf), deadline);
 }
 
 static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool corrupt)
@@ -982,6 +1008,48 @@ static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool 
 	j->res = r == -ECONNREFUSED ? -ECONNRESET : r;
 }
 
+/* n bytes of an eager push: first what the loop read past its frame. */
+static int take_in(struct pserve *ps, uint8_t *to, size_t n, uint64_t deadline)
+{
+	size_t have = ps->pc.in_len - ps->pc.in_off, k = have < n ? have : n;
+
+	memcpy(to, ps->pc.in + ps->pc.in_off, k);
+	ps->pc.in_off += k;
+	return k == n ? 0 : recv_full(ps->pc.fd, to + k, n - k, deadline);
+}
+
+/* An eager push's len bytes and checksum: into dst, checked, or (dst
+ * NULL: refused) read past. */
+static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, uint64_t deadline,
+		      uint64_t *ret_sum)
+{
+	struct csum *h = dst ? csum_new() : NULL;
+	uint8_t *scratch = dst ? NULL : malloc(CHUNK), tail[8];
+	uint64_t want;
+	int r = h || scratch ? 0 : -ENOMEM;
+
+	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
+		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
+		uint8_t *to = dst ? dst + off : scratch;
+
+		r = take_in(ps, to, n, deadline);
+		if (r == 0 && h)
+			csum_update(h, to, n);
+	}
+	if (r == 0)
+		r = take_in(ps, tail, sizeof(tail), deadline);
+	if (r == 0 && h) {
+		memcpy(&want, tail, sizeof(want));
+		if (csum_digest(h) != le64toh(want))
+			r = -EBADMSG;
+		else
+			*ret_sum = le64toh(want);
+	}
+	csum_free(h);
+	free(scratch);
+	return r;
+}
+
 /* On a data thread: a pushed object's bytes into its block. */
 static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 {
@@ -992,7 +1060,10 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 	/* PushReady may still sit in the connection's buffer */
 	if (r == 0)
 		r = send_queued(ps, deadline);
-	if (r == 0 && ps->want_rdma) {
+	if (r == 0 && ps->eager) {
+		r = recv_eager(ps, o ? (uint8_t *) o->tier->seg.base + o->block->offset : NULL,
+			       ps->len, deadline, &ps->digest);
+	} else if (r == 0 && ps->want_rdma) {
 		/* the pusher wrote the bytes: its checksum says it is done */
 		uint64_t want;
 
@@ -1005,7 +1076,7 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 	} else if (r == 0)
 		r = recv_checked(ps->pc.fd, (uint8_t *) o->tier->seg.base + o->block->offset, o->len,
 				 deadline, &ps->digest);
-	if (r == 0)
+	if (r == 0 && o)
 		ps->digested = true;
 	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
 		r = -EIO;
@@ -1980,6 +2051,12 @@ static int ps_auth(struct pserve *ps, uint8_t type, uint32_t seq, ProtobufCMessa
 }
 
 /* A push offered: make room and say so, then a data thread receives. */
+/* An eager push the loop takes in itself when its bytes are all there: a
+ * copy and a hash of at most this, against two hand-offs. */
+#define LOOP_RECV_MAX (64u << 10)
+
+static int push_finish(struct pserve *ps, int res);
+
 static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 {
 	struct store *st = ps->n->st;
@@ -1991,6 +2068,8 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 	ps->seq = seq;
 	if (ps->n->secret.len && !ps->authed)
 		return -EACCES;
+	if (x->eager && (x->rdma || x->len > PEER_EAGER_PUSH_MAX))
+		return -EPROTO; /* bytes this node will not read past */
 	if (index_find(&st->index, x->key.data, x->key.len, index_hash(x->key.data, x->key.len)))
 		r = -EEXIST;
 	else if (x->len > t->alloc.size || x->len > (UINT64_C(1) << 30))
@@ -2005,11 +2084,38 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 			r = -ENOSPC;
 	}
 	rep.error = r;
-	if (r < 0) {
+	ps->eager = x->eager;
+	ps->n->c.pushes_eager += x->eager;
+	ps->n->c.pushes_refused += r < 0;
+	if (r < 0 && x->eager) {
+		/* its bytes are on their way: read past them, then say no */
+		object_free(st, o);
+		ps->push_err = r;
+		o = NULL;
+	} else if (r < 0) {
 		object_free(st, o);
 		return pconn_send(&ps->pc, PEER_PUSH_READY, seq, &rep.base) < 0 ? -EIO : 0;
 	}
 	ps->want_rdma = ps->rdma && x->rdma;
+	if (x->eager) {
+		int ready = 0;
+
+		ps->len = x->len;
+		ps->push_o = o;
+		ps->busy = true;
+		if (o && o->len <= LOOP_RECV_MAX && ioctl(ps->pc.fd, FIONREAD, &ready) == 0 &&
+		    ps->pc.in_len - ps->pc.in_off + (size_t) ready >= o->len + 8) {
+			/* small, and all here: taken in at once, by the loop */
+			r = recv_eager(ps, (uint8_t *) t->seg.base + o->block->offset, o->len,
+				       mono_ms() + 1000, &ps->digest);
+			ps->digested = r == 0;
+			return push_finish(ps, r);
+		}
+		loop_set_io_events(ps->src, 0);
+		ps->job = (struct xjob) { .kind = J_RECV, .owner = ps };
+		queue(ps->n, &ps->job);
+		return 1;
+	}
 	if (ps->want_rdma) {
 		rep.rdma = true;
 		rep.region = 0; /* dram: o->tier */
@@ -2030,6 +2136,48 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 	ps->job = (struct xjob) { .kind = J_RECV, .owner = ps };
 	queue(ps->n, &ps->job);
 	return 1;
+}
+
+/* Loop: a pushed object's bytes are in (res 0), or not: store it and
+ * answer PushDone.  <0: the connection is out of step and must go. */
+static int push_finish(struct pserve *ps, int res)
+{
+	struct node *n = ps->n;
+	struct object *o = ps->push_o;
+	Kvc__Peer__PushReply rep = KVC__PEER__PUSH_REPLY__INIT;
+	bool summed = ps->digested;
+
+	ps->busy = false;
+	ps->push_o = NULL;
+	ps->eager = false;
+	ps->digested = false;
+	rep.error = res;
+	if (!o) {
+		/* an eager push refused, its bytes read past */
+		if (res == 0)
+			rep.error = ps->push_err;
+	} else {
+		if (res == 0 && index_find(&n->st->index, o->key, o->key_len, o->hash)) {
+			rep.error = -EEXIST; /* stored here meanwhile */
+			n->c.pushes_refused++;
+		}
+		if (rep.error == 0) {
+			if (summed)
+				object_keep_sum(o, ps->digest);
+			object_publish(n->st, o);
+			n->c.pushes_received++;
+			count_bytes(n, true, ps->want_rdma, o->len);
+		} else {
+			if (res == -EBADMSG) {
+				n->c.remote_corrupt++;
+				log_warn("pushed %s: checksum mismatch; not stored", o->key);
+			}
+			object_free(n->st, o);
+		}
+	}
+	if (res < 0 && res != -EBADMSG)
+		return res; /* the stream is out of step */
+	return pconn_send(&ps->pc, PEER_PUSH_DONE, ps->seq, &rep.base) < 0 ? -EIO : 0;
 }
 
 /* Frames already read, one request at a time. */
@@ -2126,6 +2274,9 @@ void remote_accept(struct node *n, int fd)
 	net_tune(fd, 1);
 	ps->n = n;
 	pconn_init(&ps->pc, fd, 1u << 20);
+	/* askers send small frames (Hello, Auth, Fetch, Push, FetchDone), and
+	 * the bytes of an eager push follow its frame: read little past it */
+	pconn_limit_in(&ps->pc, SERVE_MAX_FRAME);
 	holder_init(&ps->h, n->st, &ops);
 	if (loop_add_io(n->loop, fd, EPOLLIN, ps_event, ps, &ps->src) < 0) {
 		pconn_done(&ps->pc);
@@ -2239,35 +2390,8 @@ static bool xfer_poll(void *u)
 			free(p);
 		} else if (j->kind == J_RECV) {
 			struct pserve *ps = j->owner;
-			struct object *o = ps->push_o;
-			Kvc__Peer__PushReply rep = KVC__PEER__PUSH_REPLY__INIT;
-			bool summed;
 
-			ps->busy = false;
-			ps->push_o = NULL;
-			rep.error = j->res;
-			summed = ps->digested;
-			ps->digested = false;
-			if (j->res == 0 && index_find(&n->st->index, o->key, o->key_len, o->hash))
-				rep.error = -EEXIST; /* stored here meanwhile */
-			if (rep.error == 0) {
-				if (summed)
-					object_keep_sum(o, ps->digest);
-				object_publish(n->st, o);
-				n->c.pushes_received++;
-				count_bytes(n, true, ps->want_rdma, o->len);
-			} else {
-				if (j->res == -EBADMSG) {
-					n->c.remote_corrupt++;
-					log_warn("pushed %s: checksum mismatch; not stored", o->key);
-				}
-				object_free(n->st, o);
-			}
-			if (j->res < 0 && j->res != -EBADMSG) {
-				ps_free(ps); /* the stream is out of step */
-				continue;
-			}
-			if (pconn_send(&ps->pc, PEER_PUSH_DONE, ps->seq, &rep.base) < 0) {
+			if (push_finish(ps, j->res) < 0) {
 				ps_free(ps);
 				continue;
 			}
@@ -2299,6 +2423,7 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	struct fetch *f = NULL;
 	struct object *o;
 	struct rpush *p;
+	uint64_t features = 0;
 	int r;
 
 	if (!strcmp(target, n->id))
@@ -2308,8 +2433,10 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 
 		for (size_t k = 0; ms && k < ms->n_members && !addr; k++)
 			if (!strcmp(ms->members[k]->node_id, target) &&
-			    ms->members[k]->state != PEER_STATE_DOWN)
+			    ms->members[k]->state != PEER_STATE_DOWN) {
 				addr = ms->members[k]->address;
+				features = ms->members[k]->features;
+			}
 	}
 	if (!addr)
 		return -EHOSTUNREACH;
@@ -2337,6 +2464,8 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 		presum_forget(n, o); /* the push hashes it as it sends: once is enough */
 	memcpy(p->key, key, len);
 	p->key_len = len;
+	p->eager = (features & PEER_FEAT_EAGER_PUSH) && e.len <= PEER_EAGER_PUSH_MAX &&
+		   !n->xfer->no_eager;
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	p->job = (struct xjob) { .kind = J_PUSH, .owner = p };
 	queue(n, &p->job);
@@ -2361,6 +2490,8 @@ int remote_setup(struct node *n)
 	x->corrupt = corrupt && *corrupt == '1';
 	if (x->corrupt)
 		log_warn("KVCACHE_TEST_CORRUPT_PEER_SEND: every object served is sent damaged");
+	x->no_eager = getenv("KVCACHE_TEST_NO_EAGER_PUSH") &&
+		      !strcmp(getenv("KVCACHE_TEST_NO_EAGER_PUSH"), "1");
 	if (bogus && (!strcmp(bogus, "rkey") || !strcmp(bogus, "address"))) {
 		x->bogus_rdma = bogus[0];
 		log_warn("KVCACHE_TEST_BOGUS_RDMA: peers are told a damaged %s", bogus);

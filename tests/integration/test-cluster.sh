@@ -645,6 +645,55 @@ push-to)
 	grep -q "no node nowhere is up" "$dir/err" || fail "not explained: $(cat "$dir/err")"
 	ctl A exists k3 || fail "the put did not stand"
 	;;
+push-eager|push-eager-off)
+	# a push takes its bytes along (no PushReady round trip): kept, or read
+	# past when the target holds the key already; small ones the target's
+	# loop takes in itself, larger ones a data thread; kept and refused
+	# pushes take turns on the connections, which stay in step; damaged
+	# bytes are refused by their checksum.  push-eager-off: A waits for
+	# PushReady (the protocol a node without eager pushes speaks)
+	eager=1
+	[ "$case_name" = push-eager-off ] && { eager=0; node_env="$node_env KVCACHE_TEST_NO_EAGER_PUSH=1"; }
+	start_master 0
+	start_node A
+	start_node B
+	until_ok member A B up
+	head -c 40000 /dev/urandom >"$dir/small"
+	head -c 1000000 /dev/urandom >"$dir/large"
+	head -c 300000 /dev/urandom >"$dir/other"
+	ctl B put dup-s "$dir/other" && ctl B put dup-l "$dir/other" || fail "put on B"
+	for k in dup-l s1 dup-s l1 s2 l2 dup-s2 s3; do
+		case $k in
+		s*) f=small ;; l*) f=large ;; dup-l) f=large ;; *) f=small ;;
+		esac
+		[ "$k" = dup-s2 ] && { ctl B put dup-s2 "$dir/other" || fail "put dup-s2 on B"; }
+		ctl A put "$k" "$dir/$f" --push-to B || fail "put $k --push-to"
+	done
+	until_stat B pushes_received 5
+	until_stat B pushes_refused 3
+	until_stat A pushes 5
+	for k in s1 s2 s3; do ctl B --local-only get "$k" "$dir/got" && cmp "$dir/small" "$dir/got" ||
+		fail "$k on B"; done
+	for k in l1 l2; do ctl B --local-only get "$k" "$dir/got" && cmp "$dir/large" "$dir/got" ||
+		fail "$k on B"; done
+	for k in dup-s dup-l dup-s2; do ctl B --local-only get "$k" "$dir/got" &&
+		cmp "$dir/other" "$dir/got" || fail "B's own $k replaced"; done
+	[ "$(stat_of A push_errors)" = 0 ] || { ctl A stats >&2; fail "push errors"; }
+	[ "$(stat_of B remote_corrupt)" = 0 ] || { ctl B stats >&2; fail "damaged"; }
+	[ "$(stat_of B pushes_received_eager)" = $((eager * 8)) ] ||
+		{ ctl B stats >&2; fail "pushes_received_eager"; }
+	# damaged in flight, small and large: refused by the checksum
+	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
+	start_node_env KVCACHE_TEST_CORRUPT_PEER_SEND=1 A
+	until_ok member A B up
+	ctl A put bad-s "$dir/small" --push-to B || fail "put bad-s"
+	ctl A put bad-l "$dir/large" --push-to B || fail "put bad-l"
+	until_stat B remote_corrupt 2
+	until_stat A push_errors 2
+	ctl B --local-only exists bad-s && fail "damaged bad-s kept"
+	ctl B --local-only exists bad-l && fail "damaged bad-l kept"
+	[ "$(stat_of B pushes_received)" = 5 ] || fail "a damaged push counted"
+	;;
 stale-entry)
 	# removed on the holder between the lookup and the fetch: a clean miss
 	start_master 0

@@ -67,6 +67,8 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 	uint32_t tags[BATCH_CHUNK];
 	size_t idx[BATCH_CHUNK];
 	void *ptr[BATCH_CHUNK];
+	const char *push = opts ? opts->push_to : NULL;
+	bool push_after = false;
 	int stored = 0;
 
 	if (!c || (n && (!keys || !iov || !n_iov || !ret_results)))
@@ -123,6 +125,8 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 				.user_data = tags[i],
 				.arg = cqe.handle,
 			};
+			if (push && chan_push_to(&c->chan, tags[i], &e[i], 0, push) < 0)
+				push_after = true; /* (a bad id: kvc_push() says so) */
 		}
 		/* submit the commits of the reservations that succeeded */
 		{
@@ -147,6 +151,10 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 			chan_tag_put(&c->chan, tags[i]);
 		}
 	}
+	if (push_after)
+		for (size_t j = 0; j < n; j++)
+			if (ret_results[j] == 0)
+				ret_results[j] = kvc_push(c, keys[j], push);
 	return stored;
 }
 
@@ -313,6 +321,9 @@ static int prep_copy(struct kvc_client *c, uint32_t t, const struct kvc_op *op, 
 		e->pin_ttl_ms = o->pin_ttl_ms;
 		e->tier = (int8_t) o->tier;
 	}
+	if (o && o->push_to) /* after the pieces; -EOPNOTSUPP: the daemon does not */
+		return chan_push_to(&c->chan, t, e, at + (uint32_t) (n * sizeof(struct shm_iov)),
+				    o->push_to);
 	return 0;
 }
 
@@ -372,6 +383,20 @@ int kvc_put_from(struct kvc_client *c, const char *key, const struct kvc_buffer 
 	if (r < 0)
 		return r;
 	r = prep_op(c, t, &op, &e);
+	if (r == -EOPNOTSUPP) {
+		/* a daemon without SHM_SQE_PUSH: the put, then kvc_push() */
+		struct kvc_put_opts plain = *opts;
+
+		plain.push_to = NULL;
+		op.opts = &plain;
+		r = prep_op(c, t, &op, &e);
+		if (r < 0) {
+			chan_tag_put(&c->chan, t);
+			return r;
+		}
+		r = (int) chan_call(c, &e, t, NULL);
+		return r == 0 ? kvc_push(c, key, opts->push_to) : r;
+	}
 	if (r < 0) {
 		chan_tag_put(&c->chan, t);
 		return r;
@@ -444,19 +469,28 @@ int kvc_batch_put_from(struct kvc_client *c, size_t n, const char *const *keys,
 		       const struct kvc_put_opts *opts, int *ret_results)
 {
 	int64_t res[BATCH_CHUNK];
+	struct kvc_put_opts plain;
+	bool push_after = c && opts && opts->push_to && !(c->chan.features & SHM_CHAN_FEAT_PUSH);
 	int ok = 0;
 
 	if (!ret_results && n)
 		return -EINVAL;
+	if (push_after) { /* a daemon without SHM_SQE_PUSH: the puts, then kvc_push() */
+		plain = *opts;
+		plain.push_to = NULL;
+	}
 	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
 		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK;
-		int r = batch_copy(c, KVC_OP_PUT_FROM, k, keys + base, iov + base, n_iov + base, opts,
-				   res);
+		int r = batch_copy(c, KVC_OP_PUT_FROM, k, keys + base, iov + base, n_iov + base,
+				   push_after ? &plain : opts, res);
 
 		if (r < 0)
 			return r;
-		for (size_t i = 0; i < k; i++)
+		for (size_t i = 0; i < k; i++) {
 			ret_results[base + i] = (int) res[i];
+			if (push_after && res[i] == 0)
+				ret_results[base + i] = kvc_push(c, keys[base + i], opts->push_to);
+		}
 		ok += r;
 	}
 	return ok;

@@ -75,6 +75,7 @@ int chan_open(struct kvc_client *c)
 		return -EPROTONOSUPPORT;
 	}
 	ch->base = base;
+	ch->features = h->features;
 	ch->efd = fds[1];
 	ch->arena = ch->base + SHM_CHAN_ARENA_OFF;
 	ring_side_init(&ch->sq, (struct shm_ring *) (ch->base + SHM_CHAN_SQ_OFF),
@@ -350,6 +351,21 @@ int chan_prep_key(struct chan *ch, uint32_t t, struct shm_sqe *e, uint8_t op, co
 	e->msg_off = chan_slot_off(t) + CHAN_SLOT_USABLE;
 	slot[CHAN_SLOT_USABLE] = '\0';
 	return (int) (klen + plen);
+}
+
+int chan_push_to(struct chan *ch, uint32_t t, struct shm_sqe *e, uint32_t at, const char *node)
+{
+	size_t len = strlen(node);
+
+	if (len == 0 || len > WIRE_MAX_NODE || at + len > CHAN_SLOT_USABLE)
+		return -EINVAL;
+	if (!(ch->features & SHM_CHAN_FEAT_PUSH))
+		return -EOPNOTSUPP;
+	memcpy(chan_slot(ch, t) + at, node, len);
+	e->flags |= SHM_SQE_PUSH;
+	e->push_off = chan_slot_off(t) + at;
+	e->push_len = (uint32_t) len;
+	return 0;
 }
 
 int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct shm_cqe *ret_cqe)

@@ -36,6 +36,7 @@ struct chan {
 	pthread_mutex_t sq_lock; /* producers, and the free tag stack */
 	pthread_mutex_t cq_lock; /* the reaper */
 	uint32_t waiters;        /* threads asleep on cq.futex, atomic */
+	uint32_t features;       /* the daemon's SHM_CHAN_FEAT_* */
 	uint32_t free_tags[CHAN_TAGS];
 	uint32_t n_free;
 	struct tag tags[CHAN_TAGS];
@@ -105,6 +106,10 @@ int chan_prep_key(struct chan *ch, uint32_t t, struct shm_sqe *e, uint8_t op, co
 /* One synchronous descriptor: tag, submit, wait, put the tag back.  On
  * failure the daemon's message (if any) becomes kvc_last_error_msg(). */
 int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct shm_cqe *ret_cqe);
+/* e (a COMMIT or PUT_FROM on tag t) also pushes to node once stored: the
+ * node id goes at offset at of the tag's slot.  -EOPNOTSUPP: the daemon
+ * does not take it (push after, with kvc_push()); -EINVAL: a bad id. */
+int chan_push_to(struct chan *ch, uint32_t t, struct shm_sqe *e, uint32_t at, const char *node);
 
 /* Async completions (chan.c). */
 int chan_pop_async(struct kvc_client *c, struct kvc_completion *ret, size_t max);

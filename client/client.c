@@ -410,6 +410,8 @@ static int check_opts(const struct kvc_put_opts *opts)
 		return -EINVAL;
 	if (opts->tier < KVC_TIER_DEFAULT || opts->tier > KVC_TIER_DISK)
 		return -EINVAL;
+	if (opts->push_to && (!*opts->push_to || strlen(opts->push_to) > WIRE_MAX_NODE))
+		return -EINVAL;
 	return 0;
 }
 
@@ -457,6 +459,32 @@ static int64_t handle_call(struct kvc_client *c, uint8_t op, uint64_t handle)
 	return chan_call(c, &e, t, NULL);
 }
 
+/* Commit b and push it to node in one request: -EOPNOTSUPP (b still
+ * reserved) when the daemon does not take that. */
+static int commit_push(struct kvc_client *c, struct kvc_buf *b, const char *node)
+{
+	struct shm_sqe e = { .opcode = SHM_OP_COMMIT, .flags = SHM_SQE_WANT_MSG, .arg = b->handle };
+	uint32_t t;
+	int r;
+
+	if (!(c->chan.features & SHM_CHAN_FEAT_PUSH))
+		return -EOPNOTSUPP;
+	r = chan_tag_get(c, TAG_SYNC, true, &t);
+	if (r < 0)
+		return r;
+	e.user_data = t;
+	e.msg_off = chan_slot_off(t) + CHAN_SLOT_USABLE;
+	chan_slot(&c->chan, t)[CHAN_SLOT_USABLE] = '\0';
+	r = chan_push_to(&c->chan, t, &e, 0, node);
+	if (r < 0) {
+		chan_tag_put(&c->chan, t);
+		return r;
+	}
+	r = (int) chan_call(c, &e, t, NULL);
+	*b = (struct kvc_buf) { 0 };
+	return r;
+}
+
 int kvc_commit(struct kvc_client *c, struct kvc_buf *b)
 {
 	int r;
@@ -492,9 +520,14 @@ int kvc_put(struct kvc_client *c, const char *key, const void *val, size_t len,
 	if (r < 0)
 		return r;
 	memcpy(b.data, val, len);
+	if (opts && opts->push_to) {
+		r = commit_push(c, &b, opts->push_to);
+		if (r != -EOPNOTSUPP)
+			return r;
+	}
 	r = kvc_commit(c, &b);
 	if (r == 0 && opts && opts->push_to)
-		r = kvc_push(c, key, opts->push_to);
+		r = kvc_push(c, key, opts->push_to); /* a daemon without SHM_SQE_PUSH */
 	return r;
 }
 

@@ -27,6 +27,7 @@
 #define WIRE_MAX_PAYLOAD (4u << 20)
 #define WIRE_MAX_FDS 16u
 #define WIRE_MAX_KEY 511u /* bytes, excluding the terminating NUL */
+#define WIRE_MAX_NODE 255u /* a node id, as PEER_MAX_ID */
 #define WIRE_MAX_BATCH 4096u
 
 enum wire_type {

@@ -105,6 +105,10 @@ enum shm_sqe_flags {
 	SHM_SQE_NO_CQE = 1u << 0,   /* post no completion unless it fails */
 	SHM_SQE_WANT_MSG = 1u << 1, /* on failure, write a message at msg_off */
 	SHM_SQE_LOCAL_ONLY = 1u << 2, /* lookups and gets: this node alone (KVC_LOCAL_ONLY) */
+	/* COMMIT, PUT_FROM: once stored, copy it to the node whose id is at
+	 * push_off/push_len (kvc_put_opts.push_to); the result is then the
+	 * push's (the put stands either way).  With SHM_CHAN_FEAT_PUSH. */
+	SHM_SQE_PUSH = 1u << 3,
 };
 
 #define SHM_MSG_MAX 256u /* bytes at msg_off, NUL-terminated */
@@ -127,7 +131,8 @@ struct shm_sqe {
 	uint64_t arg;       /* handle or length */
 	uint32_t pin_ttl_ms;
 	uint32_t msg_off;   /* arena offset for an error message */
-	uint32_t reserved[2];
+	uint32_t push_off;  /* with SHM_SQE_PUSH: a node id in the arena */
+	uint32_t push_len;
 };
 _Static_assert(sizeof(struct shm_sqe) == 64, "sqe size");
 
@@ -161,12 +166,15 @@ struct shm_cqe {
 };
 _Static_assert(sizeof(struct shm_cqe) == 64, "cqe size");
 
+/* What the daemon takes beyond version 1 (0 from older daemons). */
+#define SHM_CHAN_FEAT_PUSH (1u << 0) /* SHM_SQE_PUSH */
+
 struct shm_chan_header {
 	uint64_t magic;
 	uint32_t version;
 	uint32_t entries;
 	uint32_t arena_slot;
-	uint32_t pad;
+	uint32_t features;  /* SHM_CHAN_FEAT_* */
 	uint64_t size;
 	uint64_t sq_off, cq_off, sqes_off, cqes_off, arena_off, arena_size;
 };

@@ -142,6 +142,36 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 	return 0;
 }
 
+int store_reserved_key(struct holder *h, uint64_t handle, char *buf, size_t *ret_len)
+{
+	uint32_t i;
+	struct slot *sl = holder_get(h, handle, SLOT_RESERVE, &i);
+
+	if (!sl)
+		return -ESTALE;
+	memcpy(buf, sl->obj->key, sl->obj->key_len);
+	buf[sl->obj->key_len] = '\0';
+	*ret_len = sl->obj->key_len;
+	return 0;
+}
+
+int store_push(struct store *st, const char *key, size_t len, const char *node, char *msg)
+{
+	const struct backend *rb = &st->remote;
+	int r;
+
+	if (!rb->ops || !rb->ops->push) {
+		MSG("not in a cluster (kvcached runs without --master)");
+		return -ENOTCONN;
+	}
+	r = rb->ops->push(rb->be, key, len, node);
+	if (r == -EHOSTUNREACH)
+		MSG("no node %s is up in the cluster", node);
+	else if (r == -EINVAL)
+		MSG("%s is this node", node);
+	return r;
+}
+
 /* Give back what a handle of this kind names: 0, or -ESTALE. */
 static int give_back(struct holder *h, uint64_t handle, uint8_t kind, const char *what, char *msg)
 {

@@ -101,6 +101,13 @@ struct put_args {
  * once it is done. */
 int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg);
 int store_commit(struct holder *h, uint64_t handle, char *msg);
+/* The key of the reservation handle names (-ESTALE: none), into buf
+ * (WIRE_MAX_KEY + 1 bytes). */
+int store_reserved_key(struct holder *h, uint64_t handle, char *buf, size_t *ret_len);
+/* Copy key to the node named node in the background (kvc_push()): 0, or
+ * -ENOTCONN (no cluster), -EHOSTUNREACH, -EINVAL (this node), -ENOENT,
+ * with msg saying why. */
+int store_push(struct store *st, const char *key, size_t len, const char *node, char *msg);
 int store_abort(struct holder *h, uint64_t handle, char *msg);
 int store_acquire(struct holder *h, const void *key, size_t key_len, bool local_only,
 		  struct extent *ret, struct fetch **ret_fetch, char *msg);

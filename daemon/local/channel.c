@@ -102,6 +102,8 @@ static int chan_mem_new(int *ret_fd, uint8_t **ret_base)
 	h = (struct shm_chan_header *) *ret_base;
 	*h = (struct shm_chan_header) {
 		.version = SHM_CHAN_VERSION,
+		/* tests: a daemon without it, as before SHM_SQE_PUSH */
+		.features = getenv("KVCACHE_TEST_NO_CHANNEL_PUSH") ? 0 : SHM_CHAN_FEAT_PUSH,
 		.entries = SHM_CHAN_ENTRIES,
 		.arena_slot = SHM_CHAN_ARENA_SLOT,
 		.size = SHM_CHAN_SIZE,
@@ -327,6 +329,38 @@ static int arena_key(struct channel *ch, uint32_t off, uint32_t len, char *buf)
 	if (memchr(buf, '\0', len))
 		return -EINVAL;
 	return 0;
+}
+
+/* With SHM_SQE_PUSH: the node id it names, NUL-terminated, into buf. */
+static int arena_node(struct channel *ch, const struct shm_sqe *e, char buf[WIRE_MAX_NODE + 1])
+{
+	const uint8_t *p;
+
+	if (!(e->flags & SHM_SQE_PUSH))
+		return 0;
+	if (e->opcode != SHM_OP_COMMIT && e->opcode != SHM_OP_PUT_FROM)
+		return -EINVAL;
+	if (e->push_len == 0 || e->push_len > WIRE_MAX_NODE)
+		return -EINVAL;
+	p = arena_span(ch, e->push_off, e->push_len);
+	if (!p)
+		return -EFAULT;
+	memcpy(buf, p, e->push_len);
+	buf[e->push_len] = '\0';
+	return memchr(buf, '\0', e->push_len) ? -EINVAL : 0;
+}
+
+/* A put that named a node to push to, once stored (r 0): the push's
+ * result, with the put standing whatever it is. */
+static int64_t then_push(struct channel *ch, const struct shm_sqe *e, const char *key,
+			 size_t key_len, int64_t r, char *msg)
+{
+	char node[WIRE_MAX_NODE + 1];
+
+	if (r != 0 || !(e->flags & SHM_SQE_PUSH))
+		return r;
+	r = arena_node(ch, e, node); /* checked before the put: still good */
+	return r < 0 ? r : store_push(ch->s->sv->st, key, key_len, node, msg);
 }
 
 static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
@@ -635,7 +669,8 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 		store_abort(&s->h, x.handle, msg);
 		return r;
 	}
-	return store_commit(&s->h, x.handle, msg);
+	r = store_commit(&s->h, x.handle, msg);
+	return then_push(ch, e, key, e->key_len, r, msg);
 }
 
 /* Run one descriptor (already copied out of the ring).  -EINPROGRESS:
@@ -668,6 +703,13 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 		break;
 	default:
 		break;
+	}
+	if (e->flags & SHM_SQE_PUSH) {
+		char node[WIRE_MAX_NODE + 1];
+
+		r = arena_node(ch, e, node); /* a bad one refuses the put */
+		if (r < 0)
+			return r;
 	}
 
 	switch (e->opcode) {
@@ -707,8 +749,15 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 		r = store_reserve(&s->h, &a, &x, msg);
 		break;
 	}
-	case SHM_OP_COMMIT:
-		return store_commit(&s->h, e->arg, msg);
+	case SHM_OP_COMMIT: {
+		char k[WIRE_MAX_KEY + 1];
+		size_t klen = 0;
+
+		if ((e->flags & SHM_SQE_PUSH) && store_reserved_key(&s->h, e->arg, k, &klen) < 0)
+			return store_commit(&s->h, e->arg, msg); /* says why */
+		r = store_commit(&s->h, e->arg, msg);
+		return then_push(ch, e, k, klen, r, msg);
+	}
 	case SHM_OP_ABORT:
 		return store_abort(&s->h, e->arg, msg);
 	case SHM_OP_REMOVE:
@@ -1066,7 +1115,16 @@ static void space_deadline(struct loop_source *s, void *userdata)
 void channel_copy_done(struct channel *ch, const struct shm_sqe *e, int64_t r, const char *msg)
 {
 	struct shm_cqe c = { 0 };
+	char m[STORE_MSG_MAX], key[WIRE_MAX_KEY + 1];
 
+	if (r == 0 && e->opcode == SHM_OP_PUT_FROM && (e->flags & SHM_SQE_PUSH)) {
+		/* the request holds its arena slot until it is answered */
+		snprintf(m, sizeof(m), "%s", msg);
+		r = arena_key(ch, e->key_off, e->key_len, key);
+		if (r == 0)
+			r = then_push(ch, e, key, e->key_len, 0, m);
+		msg = m;
+	}
 	complete(ch, e, &c, r, msg);
 	wake_client(ch);
 	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED, ch);

@@ -890,22 +890,11 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_cluster(s, &rep);
 		break;
 	case KVC__OP__OP_PUSH: {
-		const struct backend *rb = &sv->st->remote;
 		char k[WIRE_MAX_KEY + 1];
 
 		memcpy(k, q->push->key.data, q->push->key.len);
 		k[q->push->key.len] = '\0';
-		if (!rb->ops || !rb->ops->push) {
-			snprintf(rep.msg, sizeof(rep.msg), "not in a cluster (kvcached runs without --master)");
-			r = -ENOTCONN;
-		} else {
-			r = rb->ops->push(rb->be, k, q->push->key.len, q->push->node);
-			if (r == -EHOSTUNREACH)
-				snprintf(rep.msg, sizeof(rep.msg), "no node %s is up in the cluster",
-					 q->push->node);
-			else if (r == -EINVAL)
-				snprintf(rep.msg, sizeof(rep.msg), "%s is this node", q->push->node);
-		}
+		r = store_push(sv->st, k, q->push->key.len, q->push->node, rep.msg);
 		break;
 	}
 	case KVC__OP__OP_PREFETCH: {

@@ -15,8 +15,10 @@
  * keys put through A (one a request, or 500 a request); then, asked from B,
  * all of them held somewhere (within 10 s: the directory hears of them in
  * batches).  get-many-async, exists-many-async: all of them read, or
- * looked for, from B, 1024 at once.
+ * looked for, from B, 1024 at once.  push-apis: every put that names
+ * push_to pushes (push_apis()).
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +209,108 @@ static int find_many(struct kvc_client *b)
 	return 1;
 }
 
+/* Every put that can name push_to does push: kvc_put, kvc_batch_put,
+ * kvc_put_from (small: copied by the loop; large: by the copier),
+ * kvc_batch_put_from, an asynchronous PUT_FROM; B then holds each, byte
+ * for byte, without fetching it.  A node that is not up: the put stands,
+ * the answer is -EHOSTUNREACH.  old: the daemon pushes only when asked
+ * apart (the library asks after the put; an asynchronous put cannot). */
+static int push_apis(struct kvc_client *a, struct kvc_client *b, bool old)
+{
+	static const char *const names[] = { "p-put", "p-batch-0", "p-batch-1", "p-from",
+					     "p-from-big", "p-bfrom-0", "p-bfrom-1", "p-async" };
+	enum { K = sizeof(names) / sizeof(names[0]) };
+	const size_t lens[K] = { 5000, 3000, 70000, 4000, 3u << 20, 100, 200000, 9000 };
+	struct kvc_put_opts o = { .push_to = "B" }, bad = { .push_to = "nowhere" };
+	struct kvc_buffer buf;
+	uint8_t *v = malloc(3u << 20), *got = malloc(3u << 20);
+	size_t off[K], at = 0;
+	int k;
+
+	CHECK(v && got);
+	CHECK_EQ(kvc_buffer_alloc(a, 4u << 20, &buf), 0);
+	for (k = 0; k < K; k++) {
+		off[k] = at;
+		if (k >= 3) { /* from the registered buffer */
+			fill((uint8_t *) buf.data + at, lens[k], k);
+			at += lens[k];
+		}
+	}
+	fill(v, lens[0], 0);
+	CHECK_EQ(kvc_put(a, names[0], v, lens[0], &o), 0);
+	{
+		uint8_t *p1 = malloc(lens[1]), *p2 = malloc(lens[2]);
+		struct kvc_iovec io[2] = { { p1, lens[1] }, { p2, lens[2] } };
+		const struct kvc_iovec *iop[2] = { &io[0], &io[1] };
+		size_t n_iov[2] = { 1, 1 };
+		int res[2];
+
+		CHECK(p1 && p2);
+		fill(p1, lens[1], 1);
+		fill(p2, lens[2], 2);
+		CHECK_EQ(kvc_batch_put(a, 2, names + 1, iop, n_iov, &o, res), 2);
+		CHECK_EQ(res[0], 0);
+		CHECK_EQ(res[1], 0);
+		free(p1);
+		free(p2);
+	}
+	CHECK_EQ(kvc_put_from(a, names[3], &buf, off[3], lens[3], &o), 0);
+	CHECK_EQ(kvc_put_from(a, names[4], &buf, off[4], lens[4], &o), 0);
+	{
+		struct kvc_iov io[2] = { { &buf, off[5], lens[5] }, { &buf, off[6], lens[6] } };
+		const struct kvc_iov *iop[2] = { &io[0], &io[1] };
+		size_t n_iov[2] = { 1, 1 };
+		int res[2];
+
+		CHECK_EQ(kvc_batch_put_from(a, 2, names + 5, iop, n_iov, &o, res), 2);
+		CHECK_EQ(res[0], 0);
+		CHECK_EQ(res[1], 0);
+	}
+	{
+		struct kvc_op op = { .opcode = KVC_OP_PUT_FROM, .key = names[7], .buf = &buf,
+				     .offset = off[7], .len = lens[7], .opts = &o, .user_data = 77 };
+		struct kvc_completion cp;
+
+		fill((uint8_t *) buf.data + off[7], lens[7], 7);
+		if (old) {
+			/* a daemon that cannot push with the put: said at once */
+			CHECK_EQ(kvc_submit(a, &op, 1), -EOPNOTSUPP);
+			CHECK_EQ(kvc_put_from(a, names[7], &buf, off[7], lens[7], &o), 0);
+		} else {
+			CHECK_EQ(kvc_submit(a, &op, 1), 1);
+			CHECK_EQ(kvc_wait(a, &cp, 1, 1, 10000), 1);
+			CHECK_EQ(cp.user_data, 77u);
+			CHECK_EQ(cp.res, 0);
+		}
+	}
+	/* B holds each (pushed, not fetched: asked of B alone) */
+	kvc_set_get_flags(b, KVC_LOCAL_ONLY);
+	for (k = 0; k < K; k++) {
+		ssize_t n = -1;
+
+		for (int tries = 0; tries < 200; tries++) {
+			n = kvc_get(b, names[k], got, 3u << 20);
+			if (n >= 0)
+				break;
+			usleep(50000);
+		}
+		if (n != (ssize_t) lens[k] || !same(got, lens[k], k)) {
+			fprintf(stderr, "%s on B: %zd bytes\n", names[k], n);
+			return 1;
+		}
+	}
+	kvc_set_get_flags(b, 0);
+	/* a node that is not up: the put stands, the push is refused */
+	CHECK_EQ(kvc_put_from(a, "p-nowhere", &buf, 0, 100, &bad), -EHOSTUNREACH);
+	CHECK_EQ(kvc_exists(a, "p-nowhere"), 1);
+	CHECK_EQ(kvc_put(a, "p-nowhere-2", v, 10, &bad), -EHOSTUNREACH);
+	CHECK_EQ(kvc_exists(a, "p-nowhere-2"), 1);
+	CHECK_EQ(kvc_buffer_free(a, &buf), 0);
+	free(v);
+	free(got);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvc_client *a, *b;
@@ -226,6 +330,8 @@ int main(int argc, char **argv)
 			: strcmp(argv[3], "get-many-async") == 0 ? get_many_async(argv[2], false)
 			: strcmp(argv[3], "exists-many-async") == 0 ? get_many_async(argv[2], true)
 			: strcmp(argv[3], "find-many") == 0 ? find_many(b)
+			: strcmp(argv[3], "push-apis") == 0 ? push_apis(a, b, false)
+			: strcmp(argv[3], "push-apis-old") == 0 ? push_apis(a, b, true)
 							    : 2;
 
 		kvc_disconnect(a);

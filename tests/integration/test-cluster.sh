@@ -694,6 +694,20 @@ push-eager|push-eager-off)
 	ctl B --local-only exists bad-l && fail "damaged bad-l kept"
 	[ "$(stat_of B pushes_received)" = 5 ] || fail "a damaged push counted"
 	;;
+push-apis|push-apis-old)
+	# every put that names push_to pushes (put, batch put, put_from small
+	# and large, batch put_from, asynchronous put_from), with the push in
+	# the put's own request; push-apis-old: a daemon that does not take
+	# that (its channels say so), and the library pushes after the put
+	start_master 0
+	[ "$case_name" = push-apis-old ] && node_env="$node_env KVCACHE_TEST_NO_CHANNEL_PUSH=1"
+	start_node A
+	start_node B
+	until_ok member A B up
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" "$case_name" || fail "$case_name"
+	until_stat B pushes_received 8
+	[ "$(stat_of B remote_hits)" = 0 ] || fail "B fetched what was pushed"
+	;;
 stale-entry)
 	# removed on the holder between the lookup and the fetch: a clean miss
 	start_master 0

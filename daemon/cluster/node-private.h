@@ -119,6 +119,7 @@ struct node {
 		uint64_t lookup_waited; /* exists/prefix lookups that waited to ask */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t pushes_eager, pushes_refused; /* received */
+		uint64_t pushes_ahead; /* sent before the one ahead was answered (atomic) */
 		uint64_t master_drops; /* links to a master that went down */
 		uint64_t directory_overflows; /* updates that found a link's queue full */
 		uint64_t rdma_fallbacks; /* RDMA peers whose handshake or endpoint failed: tcp */

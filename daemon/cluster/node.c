@@ -622,6 +622,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "pushes_received", n->c.pushes_received);
 	emit(u, "pushes_received_eager", n->c.pushes_eager);
 	emit(u, "pushes_refused", n->c.pushes_refused);
+	emit(u, "pushes_ahead", __atomic_load_n(&n->c.pushes_ahead, __ATOMIC_RELAXED));
 	emit(u, "master_drops", n->c.master_drops);
 	emit(u, "directory_overflows", n->c.directory_overflows);
 	presum_stats(n, emit, u);

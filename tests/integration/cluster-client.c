@@ -16,7 +16,7 @@
  * all of them held somewhere (within 10 s: the directory hears of them in
  * batches).  get-many-async, exists-many-async: all of them read, or
  * looked for, from B, 1024 at once.  push-apis: every put that names
- * push_to pushes (push_apis()).
+ * push_to pushes (push_apis()); push-many: many pushes at once.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -311,6 +311,59 @@ static int push_apis(struct kvc_client *a, struct kvc_client *b, bool old)
 	return 0;
 }
 
+/* 64 puts at once through A that push to B, four of whose keys B holds
+ * already: many pushes queued together go one after another on a
+ * connection (the test checks pushes_ahead); B ends up with every one,
+ * and keeps its own four. */
+static int push_many(struct kvc_client *a, struct kvc_client *b)
+{
+	enum { K = 64 };
+	static char names[K][32];
+	const char *keys[K];
+	struct kvc_iovec io[K];
+	const struct kvc_iovec *iop[K];
+	size_t n_iov[K], len[K];
+	struct kvc_put_opts o = { .push_to = "B" };
+	uint8_t *got = malloc(200000);
+	int res[K], k;
+
+	CHECK(got);
+	for (k = 0; k < K; k++) {
+		snprintf(names[k], sizeof(names[k]), "pm/%d", k);
+		keys[k] = names[k];
+		len[k] = 1000 + (size_t) k * 1500;
+		io[k] = (struct kvc_iovec) { malloc(len[k]), len[k] };
+		CHECK(io[k].base);
+		iop[k] = &io[k];
+		n_iov[k] = 1;
+		if (k % 20 == 3) { /* B's own */
+			fill(io[k].base, len[k], k + 1000);
+			CHECK_EQ(kvc_put(b, keys[k], io[k].base, len[k], NULL), 0);
+		}
+		fill(io[k].base, len[k], k);
+	}
+	CHECK_EQ(kvc_batch_put(a, K, keys, iop, n_iov, &o, res), K);
+	kvc_set_get_flags(b, KVC_LOCAL_ONLY);
+	for (k = 0; k < K; k++) {
+		ssize_t n = -1;
+		int want = k % 20 == 3 ? k + 1000 : k;
+
+		for (int tries = 0; tries < 200; tries++) {
+			n = kvc_get(b, keys[k], got, 200000);
+			if (n >= 0)
+				break;
+			usleep(50000);
+		}
+		if (n != (ssize_t) len[k] || !same(got, len[k], want)) {
+			fprintf(stderr, "%s on B: %zd bytes\n", keys[k], n);
+			return 1;
+		}
+		free(io[k].base);
+	}
+	free(got);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvc_client *a, *b;
@@ -330,6 +383,7 @@ int main(int argc, char **argv)
 			: strcmp(argv[3], "get-many-async") == 0 ? get_many_async(argv[2], false)
 			: strcmp(argv[3], "exists-many-async") == 0 ? get_many_async(argv[2], true)
 			: strcmp(argv[3], "find-many") == 0 ? find_many(b)
+			: strcmp(argv[3], "push-many") == 0 ? push_many(a, b)
 			: strcmp(argv[3], "push-apis") == 0 ? push_apis(a, b, false)
 			: strcmp(argv[3], "push-apis-old") == 0 ? push_apis(a, b, true)
 							    : 2;

@@ -682,6 +682,16 @@ push-eager|push-eager-off)
 	[ "$(stat_of B remote_corrupt)" = 0 ] || { ctl B stats >&2; fail "damaged"; }
 	[ "$(stat_of B pushes_received_eager)" = $((eager * 8)) ] ||
 		{ ctl B stats >&2; fail "pushes_received_eager"; }
+	# many at once: eager ones go one after another on a connection
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" push-many || fail "push-many"
+	until_stat A pushes 65
+	[ "$(stat_of A push_errors)" = 0 ] || { ctl A stats >&2; fail "push errors (many)"; }
+	[ "$(stat_of B pushes_refused)" = 7 ] || { ctl B stats >&2; fail "pushes_refused (many)"; }
+	if [ $eager = 1 ]; then
+		[ "$(stat_of A pushes_ahead)" -gt 0 ] || { ctl A stats >&2; fail "none pushed ahead"; }
+	else
+		[ "$(stat_of A pushes_ahead)" = 0 ] || fail "pushed ahead without eager"
+	fi
 	# damaged in flight, small and large: refused by the checksum
 	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
 	start_node_env KVCACHE_TEST_CORRUPT_PEER_SEND=1 A
@@ -692,7 +702,7 @@ push-eager|push-eager-off)
 	until_stat A push_errors 2
 	ctl B --local-only exists bad-s && fail "damaged bad-s kept"
 	ctl B --local-only exists bad-l && fail "damaged bad-l kept"
-	[ "$(stat_of B pushes_received)" = 5 ] || fail "a damaged push counted"
+	[ "$(stat_of B pushes_received)" = 65 ] || fail "a damaged push counted"
 	;;
 push-apis|push-apis-old)
 	# every put that names push_to pushes (put, batch put, put_from small

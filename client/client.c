@@ -443,8 +443,9 @@ int kvc_reserve(struct kvc_client *c, const char *key, size_t len,
 	return 0;
 }
 
-/* A descriptor that names only a handle. */
-static int64_t handle_call(struct kvc_client *c, uint8_t op, uint64_t handle)
+/* A descriptor that names only a handle (and with node, the node to push
+ * to once stored). */
+static int64_t handle_call_to(struct kvc_client *c, uint8_t op, uint64_t handle, const char *node)
 {
 	struct shm_sqe e = { .opcode = op, .flags = SHM_SQE_WANT_MSG, .arg = handle };
 	uint32_t t;
@@ -456,31 +457,27 @@ static int64_t handle_call(struct kvc_client *c, uint8_t op, uint64_t handle)
 	e.user_data = t;
 	e.msg_off = chan_slot_off(t) + CHAN_SLOT_USABLE;
 	chan_slot(&c->chan, t)[CHAN_SLOT_USABLE] = '\0';
+	if (node && (r = chan_push_to(&c->chan, t, &e, 0, node)) < 0) {
+		chan_tag_put(&c->chan, t);
+		return r;
+	}
 	return chan_call(c, &e, t, NULL);
+}
+
+static int64_t handle_call(struct kvc_client *c, uint8_t op, uint64_t handle)
+{
+	return handle_call_to(c, op, handle, NULL);
 }
 
 /* Commit b and push it to node in one request: -EOPNOTSUPP (b still
  * reserved) when the daemon does not take that. */
 static int commit_push(struct kvc_client *c, struct kvc_buf *b, const char *node)
 {
-	struct shm_sqe e = { .opcode = SHM_OP_COMMIT, .flags = SHM_SQE_WANT_MSG, .arg = b->handle };
-	uint32_t t;
 	int r;
 
 	if (!(c->chan.features & SHM_CHAN_FEAT_PUSH))
 		return -EOPNOTSUPP;
-	r = chan_tag_get(c, TAG_SYNC, true, &t);
-	if (r < 0)
-		return r;
-	e.user_data = t;
-	e.msg_off = chan_slot_off(t) + CHAN_SLOT_USABLE;
-	chan_slot(&c->chan, t)[CHAN_SLOT_USABLE] = '\0';
-	r = chan_push_to(&c->chan, t, &e, 0, node);
-	if (r < 0) {
-		chan_tag_put(&c->chan, t);
-		return r;
-	}
-	r = (int) chan_call(c, &e, t, NULL);
+	r = (int) handle_call_to(c, SHM_OP_COMMIT, b->handle, node);
 	*b = (struct kvc_buf) { 0 };
 	return r;
 }

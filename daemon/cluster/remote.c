@@ -1160,12 +1160,29 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 /* Data thread: j (a fetch, taken from queue qi) and the fetches right
  * behind it from the same holder, its share of them (the queue's other
  * threads take the rest), into jobs; how many.  Under x->lock. */
+/* Of the `same` jobs like jobs[0] at the head of queue qi, this thread's
+ * share (the queue's other threads take the rest), at most PIPE_MAX in
+ * all, into jobs behind jobs[0]; how many in all.  Under x->lock. */
+static unsigned take_share(struct node *n, unsigned qi, struct xjob **jobs, unsigned same)
+{
+	struct xfer *x = n->xfer;
+	unsigned streams = n->streams ? n->streams : 2, k = 1;
+	unsigned share = (same + 1 + streams - 1) / streams;
+
+	while (k < share && k < PIPE_MAX) {
+		jobs[k++] = x->q[qi].head;
+		x->q[qi].head = x->q[qi].head->next;
+	}
+	if (!x->q[qi].head)
+		x->q[qi].tail = &x->q[qi].head;
+	return k;
+}
+
 static unsigned take_run(struct node *n, unsigned qi, struct xjob *j, struct xjob **jobs)
 {
 	struct xfer *x = n->xfer;
 	const char *address = ((struct rfetch *) j->owner)->addr[0];
-	unsigned same = 0, share, k = 1;
-	unsigned streams = n->streams ? n->streams : 2;
+	unsigned same = 0;
 
 	jobs[0] = j;
 	if (n->rdma)
@@ -1176,14 +1193,7 @@ static unsigned take_run(struct node *n, unsigned qi, struct xjob *j, struct xjo
 			break;
 		same++;
 	}
-	share = (same + 1 + streams - 1) / streams;
-	while (k < share && k < PIPE_MAX) {
-		jobs[k++] = x->q[qi].head;
-		x->q[qi].head = x->q[qi].head->next;
-	}
-	if (!x->q[qi].head)
-		x->q[qi].tail = &x->q[qi].head;
-	return k;
+	return take_share(n, qi, jobs, same);
 }
 
 /* Data thread: j (an eager push) and the eager pushes right behind it to
@@ -1192,8 +1202,7 @@ static unsigned take_push_run(struct node *n, unsigned qi, struct xjob *j, struc
 {
 	struct xfer *x = n->xfer;
 	const struct rpush *p = j->owner;
-	unsigned same = 0, share, k = 1;
-	unsigned streams = n->streams ? n->streams : 2;
+	unsigned same = 0;
 
 	jobs[0] = j;
 	if (n->rdma || !p->eager)
@@ -1206,14 +1215,7 @@ static unsigned take_push_run(struct node *n, unsigned qi, struct xjob *j, struc
 			break;
 		same++;
 	}
-	share = (same + 1 + streams - 1) / streams;
-	while (k < share && k < PIPE_MAX) {
-		jobs[k++] = x->q[qi].head;
-		x->q[qi].head = x->q[qi].head->next;
-	}
-	if (!x->q[qi].head)
-		x->q[qi].tail = &x->q[qi].head;
-	return k;
+	return take_share(n, qi, jobs, same);
 }
 
 static void *data_main(void *arg)

@@ -805,13 +805,6 @@ static void ophist_add(struct ophist *h, uint64_t ns)
 
 static void wake_client(struct channel *ch)
 {
-	if (ch->cq_dirty) {
-		/* the client said the CPU it asked from: the loop's own
-		 * (loop_client_cpu()); only a hint, whatever it says */
-		uint32_t cpu = __atomic_load_n(&ch->sq.r->cpu, __ATOMIC_RELAXED);
-
-		loop_client_cpu(ch->s->sv->loop, cpu ? (int) (cpu - 1) : -1);
-	}
 	if (ch->cq_dirty && ring_peer_sleeping(ch->cq.r)) {
 		/* The client sleeps on cq.futex: clear its flag (each sleeper
 		 * sets it again, then re-checks), bump the word, wake it. */
@@ -1074,6 +1067,15 @@ static unsigned poll_channel(struct channel *ch)
 	}
 	if (done) /* its last request decides */
 		loop_client_turn(ch->s->sv->loop, waits ? LOOP_CLIENT_WAITS : LOOP_CLIENT_ASKED, ch);
+	if (done && !waits) {
+		/* answered at once, to a client that spins for it: the CPU it
+		 * said it asked from, the loop's own? (loop_client_cpu(); only
+		 * a hint, whatever it says).  A client whose request waited
+		 * sleeps meanwhile, and shares no CPU with the loop's turns. */
+		uint32_t cpu = __atomic_load_n(&ch->sq.r->cpu, __ATOMIC_RELAXED);
+
+		loop_client_cpu(ch->s->sv->loop, cpu ? (int) (cpu - 1) : -1);
+	}
 	wake_client(ch);
 	return done;
 }

@@ -59,6 +59,20 @@ static void tag_rearm(struct chan *ch, uint32_t t)
 	__atomic_store_n(&ch->tags[t].state, TAG_SYNC, __ATOMIC_RELAXED);
 }
 
+/* opts as this daemon takes them: without push_to (a copy in *plain)
+ * when its channels cannot push with the put; the caller then pushes
+ * after the put, with kvc_push(). */
+static const struct kvc_put_opts *opts_here(const struct kvc_client *c,
+					    const struct kvc_put_opts *opts,
+					    struct kvc_put_opts *plain)
+{
+	if (!c || !opts || !opts->push_to || (c->chan.features & SHM_CHAN_FEAT_PUSH))
+		return opts;
+	*plain = *opts;
+	plain->push_to = NULL;
+	return plain;
+}
+
 int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 		  const struct kvc_iovec *const *iov, const size_t *n_iov,
 		  const struct kvc_put_opts *opts, int *ret_results)
@@ -67,12 +81,14 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 	uint32_t tags[BATCH_CHUNK];
 	size_t idx[BATCH_CHUNK];
 	void *ptr[BATCH_CHUNK];
+	struct kvc_put_opts plain;
 	const char *push = opts ? opts->push_to : NULL;
-	bool push_after = false;
+	bool push_after;
 	int stored = 0;
 
 	if (!c || (n && (!keys || !iov || !n_iov || !ret_results)))
 		return -EINVAL;
+	push_after = opts_here(c, opts, &plain) != opts;
 	if (opts && opts->parent_key && client_check_key(opts->parent_key) < 0)
 		return -EINVAL;
 	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
@@ -125,7 +141,8 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 				.user_data = tags[i],
 				.arg = cqe.handle,
 			};
-			if (push && chan_push_to(&c->chan, tags[i], &e[i], 0, push) < 0)
+			if (push && !push_after &&
+			    chan_push_to(&c->chan, tags[i], &e[i], 0, push) < 0)
 				push_after = true; /* (a bad id: kvc_push() says so) */
 		}
 		/* submit the commits of the reservations that succeeded */
@@ -372,7 +389,8 @@ int kvc_put_from(struct kvc_client *c, const char *key, const struct kvc_buffer 
 		 uint64_t offset, size_t len, const struct kvc_put_opts *opts)
 {
 	struct kvc_op op = { .opcode = KVC_OP_PUT_FROM, .key = key, .buf = buf,
-			     .offset = offset, .len = len, .opts = opts };
+			     .offset = offset, .len = len };
+	struct kvc_put_opts plain;
 	struct shm_sqe e;
 	uint32_t t;
 	int r;
@@ -382,26 +400,16 @@ int kvc_put_from(struct kvc_client *c, const char *key, const struct kvc_buffer 
 	r = chan_tag_get(c, TAG_SYNC, true, &t);
 	if (r < 0)
 		return r;
+	op.opts = opts_here(c, opts, &plain);
 	r = prep_op(c, t, &op, &e);
-	if (r == -EOPNOTSUPP) {
-		/* a daemon without SHM_SQE_PUSH: the put, then kvc_push() */
-		struct kvc_put_opts plain = *opts;
-
-		plain.push_to = NULL;
-		op.opts = &plain;
-		r = prep_op(c, t, &op, &e);
-		if (r < 0) {
-			chan_tag_put(&c->chan, t);
-			return r;
-		}
-		r = (int) chan_call(c, &e, t, NULL);
-		return r == 0 ? kvc_push(c, key, opts->push_to) : r;
-	}
 	if (r < 0) {
 		chan_tag_put(&c->chan, t);
 		return r;
 	}
-	return (int) chan_call(c, &e, t, NULL);
+	r = (int) chan_call(c, &e, t, NULL);
+	if (r == 0 && op.opts != opts)
+		r = kvc_push(c, key, opts->push_to);
+	return r;
 }
 
 /* Registered-buffer copies for many keys, on sync tags. */
@@ -470,19 +478,18 @@ int kvc_batch_put_from(struct kvc_client *c, size_t n, const char *const *keys,
 {
 	int64_t res[BATCH_CHUNK];
 	struct kvc_put_opts plain;
-	bool push_after = c && opts && opts->push_to && !(c->chan.features & SHM_CHAN_FEAT_PUSH);
+	const struct kvc_put_opts *here;
+	bool push_after;
 	int ok = 0;
 
 	if (!ret_results && n)
 		return -EINVAL;
-	if (push_after) { /* a daemon without SHM_SQE_PUSH: the puts, then kvc_push() */
-		plain = *opts;
-		plain.push_to = NULL;
-	}
+	here = opts_here(c, opts, &plain);
+	push_after = here != opts;
 	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
 		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK;
 		int r = batch_copy(c, KVC_OP_PUT_FROM, k, keys + base, iov + base, n_iov + base,
-				   push_after ? &plain : opts, res);
+				   here, res);
 
 		if (r < 0)
 			return r;

@@ -963,15 +963,14 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	uint8_t buf[256];
 	int r;
 
-	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
-	q.len = p->len;
-	q.rdma = rdma;
-	q.eager = p->eager && !rdma;
-	if (q.eager) {
+	if (p->eager && !rdma) {
 		/* the bytes at once; the answer says whether they were kept */
 		r = push_eager(p, fd, deadline, corrupt);
 		return r < 0 ? r : push_done(fd, buf, sizeof(buf), deadline);
 	}
+	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
+	q.len = p->len;
+	q.rdma = rdma;
 	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
 	if (r == 0)
 		r = recv_frame(fd, PEER_PUSH_READY, buf, sizeof(buf), deadline, &m);
@@ -1157,9 +1156,6 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 	j->res = r;
 }
 
-/* Data thread: j (a fetch, taken from queue qi) and the fetches right
- * behind it from the same holder, its share of them (the queue's other
- * threads take the rest), into jobs; how many.  Under x->lock. */
 /* Of the `same` jobs like jobs[0] at the head of queue qi, this thread's
  * share (the queue's other threads take the rest), at most PIPE_MAX in
  * all, into jobs behind jobs[0]; how many in all.  Under x->lock. */
@@ -1178,6 +1174,9 @@ static unsigned take_share(struct node *n, unsigned qi, struct xjob **jobs, unsi
 	return k;
 }
 
+/* Data thread: j (a fetch, taken from queue qi) and the fetches right
+ * behind it from the same holder, its share of them (the queue's other
+ * threads take the rest), into jobs; how many.  Under x->lock. */
 static unsigned take_run(struct node *n, unsigned qi, struct xjob *j, struct xjob **jobs)
 {
 	struct xfer *x = n->xfer;
@@ -2162,13 +2161,14 @@ static int ps_auth(struct pserve *ps, uint8_t type, uint32_t seq, ProtobufCMessa
 	return ps_rdma_info(ps, seq);
 }
 
-/* A push offered: make room and say so, then a data thread receives. */
 /* An eager push the loop takes in itself when its bytes are all there: a
  * copy and a hash of at most this, against two hand-offs. */
 #define LOOP_RECV_MAX (64u << 10)
 
 static int push_finish(struct pserve *ps, int res);
 
+/* A push offered: make room and say so, then a data thread receives (an
+ * eager one: receive it, or read past it). */
 static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 {
 	struct store *st = ps->n->st;

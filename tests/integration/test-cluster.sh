@@ -14,9 +14,13 @@ node_env=
 # cases that count the sends of checksums learnt on the way (learnt before
 # any send otherwise: see sums-ahead)
 case $case_name in
-rdma-mixed | remote-get | holder-* | push-to | disk-sum) base_env=KVCACHE_TEST_NO_SUMS_AHEAD=1 ;;
+rdma-mixed | remote-get* | holder-* | push-to | disk-sum) base_env=KVCACHE_TEST_NO_SUMS_AHEAD=1 ;;
 *) base_env= ;;
 esac
+# remote-get-sleeping: data threads sleep in recv() at once instead of
+# polling for the bytes first (--poll-us 0)
+node_flags=
+[ "$case_name" = remote-get-sleeping ] && node_flags="--poll-us 0"
 cleanup() {
 	for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
@@ -60,7 +64,7 @@ start_master() { # start_master PORT [FLAGS...]: sets master_pid, master_port
 start_node() { # start_node NAME [FLAGS...]
 	name=$1; shift
 	env $base_env $node_env "$KVCACHED" --socket "$dir/$name.sock" --dram-size 16MB --hugepages off \
-		--master "127.0.0.1:$master_port" --listen 127.0.0.1:0 --node-id "$name" "$@" \
+		--master "127.0.0.1:$master_port" --listen 127.0.0.1:0 --node-id "$name" $node_flags "$@" \
 		2>"$dir/$name.log" &
 	eval "pid_$name=\$!"
 	pids="$pids $!"
@@ -405,7 +409,7 @@ local-only)
 	# now B holds a replica: local-only finds it too
 	expect 0 "$KVCACHECTL" -s "$dir/B.sock" --local-only exists only-on-a
 	;;
-remote-get)
+remote-get | remote-get-sleeping)
 	# a key put on A is read on B, byte for byte, and becomes B's replica
 	start_master 0
 	start_node A

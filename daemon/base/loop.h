@@ -3,9 +3,10 @@
  * The event loop: one thread that runs registered sources and knows nothing
  * of sessions, channels, disks or tiers.
  *
- *   io        a control fd (socket, signalfd): watched by a watcher thread,
- *             so a loop that spins polling rings makes no system call to
- *             notice it; the callback runs on the loop thread.
+ *   io        a control fd (socket, signalfd): in the set the loop sleeps
+ *             on, and looked at every 100 us while the loop is awake (one
+ *             epoll_wait() that returns at once); the callback runs on the
+ *             loop thread.
  *   doorbell  a wake-only fd (eventfd) in the set the loop sleeps on; never
  *             read, never dereferenced: it only ends a sleep.
  *   poller    polled every turn (rings, completion queues): true if it did

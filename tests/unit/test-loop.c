@@ -2,9 +2,13 @@
 /* Loop timers: loop_timer_arm() sets the time, loop_timer_arm_by() only
  * brings it forward, so a stream of later deadlines arming a shared timer
  * never postpones what it already had to do; the loop's sleep counter; when
- * it spins and when it sleeps; when it moves off its clients' CPU.  No
- * daemon process. */
+ * it spins and when it sleeps; when it moves off its clients' CPU; a
+ * control socket served while it spins.  No daemon process. */
+#include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -284,6 +288,88 @@ static void test_step_aside(void)
 	loop_free(z.l);
 }
 
+/*
+ * A control socket that becomes ready while the loop spins for a client is
+ * served then, not when the window ends: a loop whose window is a whole
+ * second starts spinning (a client's request), another thread makes an
+ * io source ready 20 ms later, and the source's callback must run with the
+ * loop never having slept.
+ */
+struct ctl {
+	struct loop *l;
+	int efd;
+	bool asked;
+	uint64_t sleeps, sleeps_then, polls_then, polls;
+	int calls;
+};
+
+static bool ctl_poll(void *u)
+{
+	struct ctl *z = u;
+
+	z->polls++;
+	if (!z->asked) {
+		z->asked = true;
+		loop_client_turn(z->l, LOOP_CLIENT_ASKED, z);
+	}
+	return false;
+}
+
+static void ctl_sleep(void *u, bool sleeping)
+{
+	if (sleeping)
+		((struct ctl *) u)->sleeps++;
+}
+
+static void ctl_ready(struct loop_source *s, int fd, uint32_t revents, void *u)
+{
+	struct ctl *z = u;
+	uint64_t v;
+
+	(void) s;
+	(void) revents;
+	if (read(fd, &v, sizeof(v)) != sizeof(v))
+		return;
+	z->calls++;
+	z->sleeps_then = z->sleeps;
+	z->polls_then = z->polls;
+	loop_quit(z->l);
+}
+
+static void *ctl_later(void *u)
+{
+	struct ctl *z = u;
+	uint64_t one = 1;
+
+	usleep(20000);
+	if (write(z->efd, &one, sizeof(one)) != sizeof(one))
+		return NULL;
+	return NULL;
+}
+
+static void test_control_while_spinning(void)
+{
+	struct ctl z = { 0 };
+	struct loop_source *ps, *io, *dog;
+	pthread_t th;
+
+	CHECK_EQ(loop_new(1000000, &z.l), 0);
+	z.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	CHECK(z.efd >= 0);
+	CHECK_EQ(loop_add_poller(z.l, ctl_poll, ctl_sleep, &z, &ps), 0);
+	CHECK_EQ(loop_add_io(z.l, z.efd, EPOLLIN, ctl_ready, &z, &io), 0);
+	CHECK_EQ(loop_add_timer(z.l, watchdog, z.l, &dog), 0);
+	loop_timer_arm(dog, loop_now_ms(z.l) + 3000);
+	CHECK_EQ(pthread_create(&th, NULL, ctl_later, &z), 0);
+	CHECK_EQ(loop_run(z.l), 0);
+	pthread_join(th, NULL);
+	CHECK_EQ(z.calls, 1);
+	CHECK_EQ(z.sleeps_then, 0u); /* found while spinning */
+	CHECK(z.polls_then > 100);
+	loop_free(z.l);
+	close(z.efd);
+}
+
 int main(void)
 {
 	struct loop *l;
@@ -338,5 +424,6 @@ int main(void)
 	loop_free(l);
 	test_spin_policy();
 	test_step_aside();
+	test_control_while_spinning();
 	return 0;
 }

@@ -132,6 +132,11 @@ uint64_t mono_ms(void)
 	return now_us() / 1000;
 }
 
+uint64_t mono_us(void)
+{
+	return now_us();
+}
+
 /* How often the scheduler took the CPU from this thread, and how often it
  * gave it up (slept): a system call, so read sparingly (tick()). */
 static void thread_switches(long *ret_preempted, long *ret_slept)

@@ -94,8 +94,9 @@ void loop_mm_pause(void);
 void loop_tune_malloc(void);
 
 /* Monotonic ms now, from any thread (data threads, background work):
- * the clock loop_now_ms() reads. */
+ * the clock loop_now_ms() reads; mono_us() the same clock in us. */
 uint64_t mono_ms(void);
+uint64_t mono_us(void);
 
 /* Monotonic ms, read at the start of the current turn and again after
  * every sleep: what requests are judged against. */

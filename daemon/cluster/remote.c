@@ -256,14 +256,6 @@ static int send_full(int fd, const void *buf, size_t len, uint64_t deadline)
 #define POLL_WINDOW_X 10 /* --poll-us 100: 1 ms */
 static __thread uint64_t poll_window_us;
 
-static uint64_t mono_us(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t) t.tv_sec * 1000000 + (uint64_t) t.tv_nsec / 1000;
-}
-
 /* A peer that sends a byte now and then keeps a poller busy: one call
  * polls at most this long in all (a 256 KiB chunk that takes longer came
  * at under 13 MB/s), then sleeps between arrivals. */

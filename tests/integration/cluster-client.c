@@ -209,6 +209,21 @@ static int find_many(struct kvc_client *b)
 	return 1;
 }
 
+/* A pushed copy, once it has landed on b (at most 10 s): its length, or
+ * the last error. */
+static ssize_t get_pushed(struct kvc_client *b, const char *key, uint8_t *buf, size_t cap)
+{
+	ssize_t n = -1;
+
+	for (int tries = 0; tries < 200; tries++) {
+		n = kvc_get(b, key, buf, cap);
+		if (n >= 0)
+			break;
+		usleep(50000);
+	}
+	return n;
+}
+
 /* Every put that can name push_to does push: kvc_put, kvc_batch_put,
  * kvc_put_from (small: copied by the loop; large: by the copier),
  * kvc_batch_put_from, an asynchronous PUT_FROM; B then holds each, byte
@@ -286,14 +301,8 @@ static int push_apis(struct kvc_client *a, struct kvc_client *b, bool old)
 	/* B holds each (pushed, not fetched: asked of B alone) */
 	kvc_set_get_flags(b, KVC_LOCAL_ONLY);
 	for (k = 0; k < K; k++) {
-		ssize_t n = -1;
+		ssize_t n = get_pushed(b, names[k], got, 3u << 20);
 
-		for (int tries = 0; tries < 200; tries++) {
-			n = kvc_get(b, names[k], got, 3u << 20);
-			if (n >= 0)
-				break;
-			usleep(50000);
-		}
 		if (n != (ssize_t) lens[k] || !same(got, lens[k], k)) {
 			fprintf(stderr, "%s on B: %zd bytes\n", names[k], n);
 			return 1;
@@ -345,15 +354,9 @@ static int push_many(struct kvc_client *a, struct kvc_client *b)
 	CHECK_EQ(kvc_batch_put(a, K, keys, iop, n_iov, &o, res), K);
 	kvc_set_get_flags(b, KVC_LOCAL_ONLY);
 	for (k = 0; k < K; k++) {
-		ssize_t n = -1;
+		ssize_t n = get_pushed(b, keys[k], got, 200000);
 		int want = k % 20 == 3 ? k + 1000 : k;
 
-		for (int tries = 0; tries < 200; tries++) {
-			n = kvc_get(b, keys[k], got, 200000);
-			if (n >= 0)
-				break;
-			usleep(50000);
-		}
 		if (n != (ssize_t) len[k] || !same(got, len[k], want)) {
 			fprintf(stderr, "%s on B: %zd bytes\n", keys[k], n);
 			return 1;

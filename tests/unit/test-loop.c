@@ -199,14 +199,6 @@ struct stepper {
 	uint64_t steps[5];
 };
 
-static uint64_t mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
-}
-
 static bool watch_steps(void *u)
 {
 	struct stepper *z = u;

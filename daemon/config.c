@@ -208,7 +208,8 @@ static const struct opt_def opts[] = {
 	{ "poll-us", NULL, 0, T_U32, FIELD(poll_us), 0, CONFIG_MAX_POLL_US, false, false, "N",
 	  "keep polling client rings this long after serving a\n"
 	  "client on its ring before sleeping (default 100,\n"
-	  "stretched up to 64x; 0 = never spin)" },
+	  "stretched up to 64x; data threads poll a peer's\n"
+	  "socket up to 10x this without a byte; 0 = never spin)" },
 	{ "log-level", NULL, 0, T_LOG_LEVEL, FIELD(log_level), 0, 0, false, false, "LEVEL",
 	  "error|warn|notice|info|debug|trace (default notice);\n"
 	  "$KVCACHE_LOG=\"info,session:debug\" sets it per topic" },

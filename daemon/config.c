@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -170,7 +171,8 @@ static const struct opt_def opts[] = {
 	  "2 MiB pages, which are reserved anyway)" },
 	{ "config", NULL, 0, T_CONFIG, 0, 0, 0, 0, false, false, "FILE",
 	  "JSON config; mooncake.json keys are understood\n"
-	  "(default: $MOONCAKE_CONFIG_PATH if set)" },
+	  "(default: $MOONCAKE_CONFIG_PATH if set); $MOONCAKE_MASTER\n"
+	  "and $MOONCAKE_GLOBAL_SEGMENT_SIZE override the file" },
 	{ "device-size", NULL, 0, T_SIZE, FIELD(device_size), MiB1, 0, false, false, "SIZE",
 	  "capacity of the device tier (default 0 = off)" },
 	{ "eviction-high-watermark-ratio", NULL, 0, T_RATIO, FIELD(high_watermark), 0, 1, true, false,
@@ -228,7 +230,8 @@ static const struct opt_def opts[] = {
 	{ "protocol", NULL, 0, T_PROTOCOL, FIELD(protocol), 0, 0, false, false, "tcp|rdma|auto",
 	  "how data moves between nodes: auto (default) uses RDMA\n"
 	  "(UCX) with peers that have it when a verbs port is\n"
-	  "active here, else tcp; rdma refuses to start without one" },
+	  "active here, else tcp; rdma refuses to start without one;\n"
+	  "Mooncake's other names (ascend, nvlink, ...) run as auto" },
 	{ "device-name", NULL, 0, T_STRING, FIELD(device_name), 0, 0, false, false, "NAMES",
 	  "RDMA devices to use, e.g. mlx5_0:1 (default: any active)" },
 	{ "numa-node", NULL, 0, T_STRING, FIELD(numa_node), 0, 0, false, false, "N|auto",
@@ -285,6 +288,48 @@ static int parse_whole(const char *v, uint64_t *ret)
 		return -EINVAL;
 	*ret = n;
 	return 0;
+}
+
+/*
+ * The transports Mooncake's transfer engine names.  kvcache drives tcp and
+ * rdma; a file written for one of the others (vLLM-Ascend's mooncake.json
+ * says "ascend") runs as auto, and the daemon says once what auto chose
+ * (config.protocol_asked keeps the name for that).  A name nobody uses is
+ * still a typo and is refused.
+ */
+static const char *const foreign_protocols[] = {
+	/* MultiTransport::installTransport's names, and the store's rpc_only */
+	"ascend", "ub", "barex", "nvmeof", "nccl", "nvlink_intra", "hip", "maca", "musa",
+	"nvlink", "cxl", "ubshmem", "efa", "cxi", "sunrise_link", "rpc_only",
+	/* what Mooncake's Ascend examples call their transports */
+	"hccl", "ascend_direct",
+};
+
+static int set_protocol(struct config *c, const char *v, const char *what, char *err)
+{
+	char lower[sizeof(c->protocol)];
+	size_t i;
+
+	for (i = 0; v[i] && i + 1 < sizeof(lower); i++)
+		lower[i] = (char) tolower((unsigned char) v[i]);
+	lower[i] = '\0';
+	if (!*v) /* Mooncake's store takes "" for its host-memory default */
+		strcpy(lower, "auto");
+	if (!v[i] && (!strcmp(lower, "tcp") || !strcmp(lower, "rdma") || !strcmp(lower, "auto"))) {
+		strcpy(c->protocol, lower);
+		c->protocol_asked[0] = '\0';
+		return 0;
+	}
+	for (size_t k = 0; !v[i] && k < sizeof(foreign_protocols) / sizeof(foreign_protocols[0]);
+	     k++)
+		if (!strcmp(lower, foreign_protocols[k])) {
+			strcpy(c->protocol, "auto");
+			strcpy(c->protocol_asked, lower);
+			return 0;
+		}
+	snprintf(err, CONFIG_ERR_MAX, "invalid value '%.64s' for %s: expected tcp, rdma or auto "
+		 "(Mooncake's ascend, nvlink, cxl, efa, ... run as auto)", v, what);
+	return -EINVAL;
 }
 
 /* Set option o from text v; `what` is the name as the user spelled it. */
@@ -367,14 +412,7 @@ static int set_opt(struct config *c, const struct opt_def *o, const char *what, 
 		strcpy(field, v);
 		return 0;
 	case T_PROTOCOL:
-		if (strcmp(v, "tcp") != 0 && strcmp(v, "rdma") != 0 && strcmp(v, "auto") != 0) {
-			snprintf(err, CONFIG_ERR_MAX,
-				 "invalid value '%s' for %s: expected tcp, rdma or auto", v,
-				 what);
-			return -EINVAL;
-		}
-		strcpy(field, v);
-		return 0;
+		return set_protocol(c, v, what, err);
 	case T_ZSTD:
 		if (strcmp(v, "zstd") && strcmp(v, "none")) {
 			snprintf(err, CONFIG_ERR_MAX, "invalid value '%s' for %s: expected zstd or none", v,
@@ -535,6 +573,36 @@ out:
 	return r;
 }
 
+/*
+ * Mooncake's environment variables override its file (its store setup reads
+ * MOONCAKE_MASTER and MOONCAKE_GLOBAL_SEGMENT_SIZE before the JSON), so a
+ * deployment that sets them beside mooncake.json means them; flags still
+ * override both.
+ */
+static int apply_env(struct config *c, char *err)
+{
+	static const struct {
+		const char *env, *opt;
+	} vars[] = {
+		{ "MOONCAKE_MASTER", "master" },
+		{ "MOONCAKE_GLOBAL_SEGMENT_SIZE", "dram-size" },
+	};
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i].env);
+		char what[64];
+		int r;
+
+		if (!v || !*v)
+			continue;
+		snprintf(what, sizeof(what), "$%s", vars[i].env);
+		r = set_opt(c, find_opt(vars[i].opt), what, v, err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 static void print_version(void)
 {
 	printf("kvcached %s\nprotocol %u.%u\nshm-layout %u\nrdma %s\nnuma %s\n", KVC_VERSION,
@@ -643,6 +711,9 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 		if (r < 0)
 			return -EINVAL;
 	}
+	r = apply_env(c, err);
+	if (r < 0)
+		return r;
 
 	opterr = 1;
 	optind = 1;

@@ -49,6 +49,7 @@ struct config {
 	char local_hostname[256];          /* --advertise */
 	char metadata_server[256];         /* P2PHANDSHAKE */
 	char protocol[16];                 /* "tcp", "rdma" or "auto" */
+	char protocol_asked[16];           /* a Mooncake protocol run as auto, or "" */
 	char numa_node[16];                /* "", "auto" or a node number */
 	char device_name[128];
 	char master_server_address[1024];  /* --master: HOST:PORT[,...] */

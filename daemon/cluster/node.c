@@ -746,8 +746,22 @@ static size_t queue_max(void)
 	return v >= 1024 && v < QUEUE_MAX ? v : QUEUE_MAX;
 }
 
+static int pick_transport(struct node *n, const struct config *cfg, const char *host, char *err,
+			  size_t err_len);
+
 static int choose_transport(struct node *n, const struct config *cfg, const char *host, char *err,
 			    size_t err_len)
+{
+	int r = pick_transport(n, cfg, host, err, err_len);
+
+	if (r == 0 && cfg->protocol_asked[0])
+		log_warn("protocol \"%s\" is not one kvcache drives: it runs as auto, and auto "
+			 "chose %s", cfg->protocol_asked, n->transport);
+	return r;
+}
+
+static int pick_transport(struct node *n, const struct config *cfg, const char *host, char *err,
+			  size_t err_len)
 {
 	const char *t = getenv("KVCACHE_TEST_RDMA_OVER_TCP");
 	char ifname[64];
@@ -812,8 +826,12 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	int r;
 
 	*ret = NULL;
-	if (!cfg->master_server_address[0])
+	if (!cfg->master_server_address[0]) {
+		if (cfg->protocol_asked[0])
+			log_warn("protocol \"%s\" is not one kvcache drives: it runs as auto "
+				 "(no --master: nothing moves between nodes)", cfg->protocol_asked);
 		return 0;
+	}
 	if (strncmp(cfg->metadata_server, "etcd://", 7) == 0) {
 		snprintf(err, err_len, "--metadata-server %s: etcd is not supported yet; use "
 			 "P2PHANDSHAKE (membership through the master)", cfg->metadata_server);

@@ -905,6 +905,54 @@ refused-configs)
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \
 		--master "no-port-here:" --listen 127.0.0.1:0
 	;;
+mooncake-json-ascend)
+	# vLLM-Ascend's mooncake.json ("protocol": "ascend"), as its guides
+	# write it: the transport runs as auto (and says so once), Mooncake's
+	# environment overrides the file, and the nodes form a cluster
+	start_master 0
+	cat >"$dir/ucm.json" <<-EOF
+	{
+	    "metadata_server": "P2PHANDSHAKE",
+	    "protocol": "ascend",
+	    "device_name": "",
+	    "master_server_address": "192.168.10.1:50088",
+	    "global_segment_size": "1GB"
+	}
+	EOF
+	cat >"$dir/e2e.json" <<-EOF
+	{"local_hostname": "localhost", "metadata_server": "P2PHANDSHAKE", "protocol": "ascend",
+	 "device_name": "", "master_server_address": "127.0.0.1:$master_port",
+	 "global_segment_size": 30000000000}
+	EOF
+	# every address without a secret: only with --insecure
+	env MOONCAKE_CONFIG_PATH="$dir/ucm.json" MOONCAKE_MASTER="127.0.0.1:$master_port" \
+		MOONCAKE_GLOBAL_SEGMENT_SIZE=16MB "$KVCACHED" --socket "$dir/A.sock" \
+		--hugepages off --node-id A --listen 0.0.0.0:0 --insecure 2>"$dir/A.log" &
+	pids="$pids $!"
+	until_ok "$KVCACHECTL" -s "$dir/A.sock" status
+	env MOONCAKE_CONFIG_PATH="$dir/e2e.json" MOONCAKE_GLOBAL_SEGMENT_SIZE=16mb \
+		"$KVCACHED" --socket "$dir/B.sock" --hugepages off --node-id B --listen 127.0.0.1:0 \
+		2>"$dir/B.log" &
+	pids="$pids $!"
+	until_ok "$KVCACHECTL" -s "$dir/B.sock" status
+	until_ok member A B up
+	until_ok member B A up
+	for n in A B; do
+		[ "$(grep -c 'protocol "ascend" is not one kvcache drives' "$dir/$n.log")" = 1 ] ||
+			fail "$n: no single warning for protocol ascend"
+		grep -q 'it runs as auto, and auto chose tcp' "$dir/$n.log" || fail "$n: choice not named"
+		ctl "$n" status | grep -Eq "16(\.0)? ?MiB" || fail "$n: MOONCAKE_GLOBAL_SEGMENT_SIZE not used"
+	done
+	printf 'ascend-bytes' | ctl A put k-ascend - || fail "put on A"
+	[ "$(ctl B get k-ascend -)" = ascend-bytes ] || fail "B did not read A's object"
+	# the same file without a way in: refused, and the refusal says why
+	expect 2 env MOONCAKE_CONFIG_PATH="$dir/ucm.json" MOONCAKE_MASTER="127.0.0.1:$master_port" \
+		"$KVCACHED" --socket "$dir/C.sock" --dram-size 16MB --hugepages off --listen 0.0.0.0:0
+	grep -q "without --cluster-secret-file" "$dir/err" || fail "public listen not refused"
+	# a protocol nobody spells that way is a typo, named
+	expect 2 "$KVCACHED" --socket "$dir/C.sock" --dram-size 16MB --protocol asend
+	grep -q "asend" "$dir/err" || fail "typo not named"
+	;;
 *)
 	fail "unknown case $case_name"
 	;;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Daemon configuration: flags, underscore spellings, JSON files with
  * Mooncake's keys, MOONCAKE_CONFIG_PATH, and errors that name the culprit. */
+#include <strings.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -44,6 +45,8 @@ int main(void)
 	int fd;
 
 	unsetenv("MOONCAKE_CONFIG_PATH");
+	unsetenv("MOONCAKE_MASTER");
+	unsetenv("MOONCAKE_GLOBAL_SEGMENT_SIZE");
 	CHECK_EQ(parse(&c, err, NULL), 0);
 	CHECK_EQ(c.dram_size, CONFIG_DEFAULT_DRAM_SIZE);
 	CHECK_EQ(c.hugepages, SHM_HUGEPAGES_AUTO);
@@ -127,7 +130,29 @@ int main(void)
 	CHECK_EQ(json(&c, "{\"global_segment_size\": \"big\"}", err), -EINVAL);
 	CHECK(strstr(err, "global_segment_size"));
 	CHECK_EQ(json(&c, "{\"protocol\": \"carrier-pigeon\"}", err), -EINVAL);
-	CHECK(strstr(err, "protocol"));
+	CHECK(strstr(err, "protocol") && strstr(err, "carrier-pigeon"));
+	/* Mooncake's other transports (vLLM-Ascend writes "ascend") run as auto,
+	 * and the name is kept for the warning at start */
+	{
+		static const char *const names[] = { "ascend", "HCCL", "nvlink", "cxl", "efa",
+						     "nvmeof", "barex", "ubshmem" };
+
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+			char t[128];
+
+			snprintf(t, sizeof(t), "{\"protocol\": \"%s\"}", names[i]);
+			CHECK_EQ(json(&c, t, err), 0);
+			CHECK(strcmp(c.protocol, "auto") == 0);
+			CHECK(strcasecmp(c.protocol_asked, names[i]) == 0);
+		}
+	}
+	CHECK_EQ(json(&c, "{\"protocol\": \"TCP\"}", err), 0);
+	CHECK(strcmp(c.protocol, "tcp") == 0 && c.protocol_asked[0] == '\0');
+	CHECK_EQ(parse(&c, err, "--protocol", "ascend", "--protocol", "rdma", NULL), 0);
+	CHECK(strcmp(c.protocol, "rdma") == 0 && c.protocol_asked[0] == '\0');
+	CHECK_EQ(parse(&c, err, "--protocol", "ascendx", NULL), -EINVAL);
+	CHECK(strstr(err, "--protocol") && strstr(err, "ascendx"));
+	CHECK_EQ(parse(&c, err, "--protocol", "ascend_direct_and_more_too_long", NULL), -EINVAL);
 	CHECK_EQ(json(&c, "{\"local_hostname\": 5}", err), -EINVAL);
 	CHECK(strstr(err, "local_hostname"));
 	CHECK_EQ(json(&c, "[1,2]", err), -EINVAL);
@@ -156,6 +181,20 @@ int main(void)
 	setenv("MOONCAKE_CONFIG_PATH", path, 1);
 	CHECK_EQ(parse(&c, err, NULL), 0);
 	CHECK_EQ(c.dram_size, UINT64_C(256) << 20);
+	/* Mooncake's environment overrides its file; flags override both */
+	setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "128mb", 1);
+	setenv("MOONCAKE_MASTER", "10.1.1.1:50088", 1);
+	CHECK_EQ(parse(&c, err, NULL), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(128) << 20);
+	CHECK(strcmp(c.master_server_address, "10.1.1.1:50088") == 0);
+	CHECK_EQ(parse(&c, err, "--dram-size", "96MB", "--master", "m:1", NULL), 0);
+	CHECK_EQ(c.dram_size, UINT64_C(96) << 20);
+	CHECK(strcmp(c.master_server_address, "m:1") == 0);
+	setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "lots", 1);
+	CHECK_EQ(parse(&c, err, NULL), -EINVAL);
+	CHECK(strstr(err, "$MOONCAKE_GLOBAL_SEGMENT_SIZE") && strstr(err, "lots"));
+	unsetenv("MOONCAKE_GLOBAL_SEGMENT_SIZE");
+	unsetenv("MOONCAKE_MASTER");
 	unsetenv("MOONCAKE_CONFIG_PATH");
 	unlink(path);
 

@@ -19,7 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	text[size] = '\0';
 	config_init(&c);
 	if (config_parse_json(&c, text, size, err, NULL) == 0 &&
-	    (c.dram_size < CONFIG_MIN_DRAM_SIZE || strlen(c.protocol) == 0))
+	    (c.dram_size < CONFIG_MIN_DRAM_SIZE || strlen(c.protocol) == 0 ||
+	     (c.protocol_asked[0] && strcmp(c.protocol, "auto") != 0)))
 		__builtin_trap();
 	free(text);
 	return 0;

@@ -37,7 +37,15 @@ from .keys import BlockHash, KeySpec
 
 @dataclass(frozen=True)
 class Segment:
-    """One tensor (or the K or V half of one) holding a block per row."""
+    """One tensor (or the K or V half of one) holding a block per row.
+
+    A block's bytes in the object are its elements in the tensor's logical
+    order (``tensor[b]`` read row-major), whatever the physical layout: for
+    vLLM that is NHD even when the cache is HND, so engines with either
+    layout (or another kernel block size) share objects.  ``direct`` says
+    the block's bytes lie in that order in one run of memory (NHD, MLA,
+    Ascend): those are copied as plain bytes; the others (HND) are gathered
+    and scattered by torch."""
 
     base: int         # address of block 0
     block_bytes: int  # bytes of one block
@@ -45,6 +53,55 @@ class Segment:
     num_blocks: int
     layer: int
     tensor: object = None  # torch view with the block as dim 0 (for "torch")
+    direct: bool = True    # the block is one run of memory in logical order
+
+
+def _kv_halves(t, num_blocks: Optional[int]) -> list:
+    """A tensor's K and V halves, each with blocks in dim 0, or [t].
+
+    FlashAttention's ``(2, num_blocks, bs, H, D)`` (also when a hybrid model
+    re-strides it blocks-outermost) and FlashInfer's ``(num_blocks, 2, bs,
+    H, D)`` both split into K and V, so their objects are the same bytes,
+    also where a kernel block size splits a block into rows (FlashInfer's K
+    and V then alternate inside a block)."""
+    if t.dim() >= 3 and t.shape[0] == 2:
+        if num_blocks is not None and num_blocks > 2:
+            if t.shape[1] % num_blocks == 0:
+                return [t[0], t[1]]
+        elif t.stride(0) > t.stride(1) or t.shape[1] != 2:
+            return [t[0], t[1]]
+    if t.dim() == 5 and t.shape[1] == 2:
+        return [t[:, 0], t[:, 1]]
+    return [t]
+
+
+def _flatten(value) -> list:
+    """A layer's cache: one tensor, or a tuple or list of them (vLLM-Ascend
+    registers ``(k_cache, v_cache)``, ``(k_cache,)``, ``(indexer_k, scale)``;
+    Mamba state lists)."""
+    if isinstance(value, (tuple, list)):
+        out = []
+        for v in value:
+            out += _flatten(v)
+        return out
+    return [value]
+
+
+def _segment(h, layer: int, num_blocks: Optional[int]) -> Segment:
+    """The segment of a tensor whose dim 0 is (kernel) blocks."""
+    if h.dim() < 1 or h.shape[0] == 0:
+        raise ValueError("layer %d: a KV tensor without blocks" % layer)
+    rows = h.shape[0]
+    n = rows if not num_blocks else num_blocks
+    if rows % n:
+        raise ValueError("layer %d: %d rows are not a whole number of %d blocks"
+                         % (layer, rows, n))
+    if rows != n:  # kernel blocks: a block is rows // n adjacent rows
+        h = h.unflatten(0, (n, rows // n))
+    block = h[0]
+    nbytes = block.numel() * block.element_size()
+    return Segment(h.data_ptr(), nbytes, h.stride(0) * h.element_size(), n, layer, h,
+                   block.is_contiguous())
 
 
 class KVLayout:
@@ -63,31 +120,40 @@ class KVLayout:
             off += s.block_bytes
         self.block_bytes = off
         self.num_layers = max(s.layer for s in self.segments) + 1
+        self.direct = all(s.direct for s in self.segments)
 
     @classmethod
-    def from_tensors(cls, tensors: Sequence["torch.Tensor"]) -> "KVLayout":  # noqa: F821
+    def from_tensors(cls, tensors: Sequence, num_blocks: Optional[int] = None) -> "KVLayout":
         """Per layer, a tensor of shape ``(num_blocks, ...)`` (one segment:
-        MLA, FlashInfer) or ``(2, num_blocks, ...)`` (K and V: FlashAttention),
-        each block contiguous.  The rule is Mooncake's: a leading dimension
-        of 2 whose stride exceeds one block is the K/V dimension."""
+        MLA, FlashInfer), ``(2, num_blocks, ...)`` (K and V: FlashAttention),
+        or a tuple or list of such tensors (vLLM-Ascend, Mamba).
+
+        ``num_blocks`` is the engine's block count (vLLM's
+        ``kv_cache_config.num_blocks``): a tensor with ``r`` times as many
+        rows holds each block as ``r`` adjacent kernel blocks (attention
+        kernels whose block size is smaller than the scheduler's).  Views
+        of the same memory registered under several layer names are stored
+        once."""
         segs = []
-        for layer, t in enumerate(tensors):
-            halves = [t]
-            if t.dim() >= 3 and t.shape[0] == 2 and t.stride(0) > t.stride(1):
-                halves = [t[0], t[1]]
-            for h in halves:
-                block = h[0]
-                if not block.is_contiguous():
-                    raise ValueError("layer %d: a block is not contiguous in memory" % layer)
-                nbytes = block.numel() * block.element_size()
-                segs.append(Segment(h.data_ptr(), nbytes, h.stride(0) * h.element_size(),
-                                    h.shape[0], layer, h))
+        seen = set()
+        for layer, value in enumerate(tensors):
+            for t in _flatten(value):
+                if t is None:
+                    continue
+                ident = (t.data_ptr(), tuple(t.shape), tuple(t.stride()))
+                if ident in seen:
+                    continue  # a layer that shares another's cache
+                seen.add(ident)
+                for h in _kv_halves(t, num_blocks):
+                    segs.append(_segment(h, layer, num_blocks))
         return cls(segs)
 
     def pieces(self, block_id: int, layer: Optional[int] = None) -> Tuple[List[int], List[int]]:
         """Addresses and lengths of a block's bytes (one layer's, or all)."""
         if not 0 <= block_id < self.num_blocks:
             raise IndexError("block %d of %d" % (block_id, self.num_blocks))
+        if not self.direct:
+            raise ValueError("blocks of this layout are not runs of memory: copy with torch")
         ptrs, sizes = [], []
         for s in self.segments:
             if layer is None or s.layer == layer:
@@ -114,6 +180,25 @@ def _byte_view(t):
     return t.reshape(-1).view(torch.uint8)
 
 
+def _block_to(seg: Segment, block_id: int, dst) -> None:
+    """Copy a block's elements, in logical order, into dst (uint8)."""
+    import torch
+    blk = seg.tensor[block_id]
+    if seg.direct:
+        dst.copy_(_byte_view(blk))
+    else:  # HND and other strided blocks: torch gathers them
+        dst.view(blk.dtype).view(blk.shape).copy_(blk)
+
+
+def _block_from(seg: Segment, block_id: int, src) -> None:
+    """Copy src (uint8, a block in logical order) into the block."""
+    blk = seg.tensor[block_id]
+    if seg.direct:
+        _byte_view(blk).copy_(src)
+    else:
+        blk.copy_(src.view(blk.dtype).view(blk.shape))
+
+
 class BlockStore:
     """Blocks of one rank's KV cache in kvcached (see the module's text)."""
 
@@ -135,6 +220,8 @@ class BlockStore:
         memory that is not host memory (a device tensor) falls back to
         "torch" copies."""
         self.layout = layout
+        if self.transfer == "pointers" and not layout.direct:
+            self.transfer = "torch"  # strided blocks (HND): torch gathers them
         if self.transfer != "pointers":
             return
         for base, length in layout.ranges():
@@ -222,7 +309,7 @@ class BlockStore:
             return -e.errno
         dst = torch.frombuffer(res.memoryview(), dtype=torch.uint8)
         for s, off in zip(self.layout.segments, self.layout.offsets):
-            dst[off:off + s.block_bytes].copy_(_byte_view(s.tensor[block_id]))
+            _block_to(s, block_id, dst[off:off + s.block_bytes])
         _sync(self.layout)
         del dst
         return res.commit()
@@ -259,7 +346,7 @@ class BlockStore:
                 return v.size
             src = torch.frombuffer(v.memoryview(), dtype=torch.uint8)
             for s, off in zip(self.layout.segments, self.layout.offsets):
-                _byte_view(s.tensor[block_id]).copy_(src[off:off + s.block_bytes])
+                _block_from(s, block_id, src[off:off + s.block_bytes])
             _sync(self.layout)
             del src
             return v.size
@@ -280,11 +367,16 @@ class BlockStore:
 
 
 def _sync(layout: KVLayout) -> None:
-    """Device copies must be done before a commit or a release."""
+    """Device copies must be done before a commit or a release: through the
+    device's own stream API (torch.cuda, torch.npu with torch_npu, ...)."""
     t = layout.segments[0].tensor
-    if t is not None and getattr(t, "is_cuda", False):
-        import torch
-        torch.cuda.current_stream(t.device).synchronize()
+    dev = getattr(t, "device", None)
+    if dev is None or dev.type == "cpu":
+        return
+    import torch
+    mod = getattr(torch, dev.type, None)
+    if mod is not None and hasattr(mod, "current_stream"):
+        mod.current_stream(dev).synchronize()
 
 
 def _layer_segments(layout: KVLayout, layer: int):
@@ -321,7 +413,7 @@ class LayerwiseSave:
                 else:
                     import torch
                     dst = torch.frombuffer(res.memoryview(), dtype=torch.uint8)
-                    dst[off:off + s.block_bytes].copy_(_byte_view(s.tensor[b]))
+                    _block_to(s, b, dst[off:off + s.block_bytes])
                     del dst
 
     def finish(self, ok: bool = True) -> List[int]:
@@ -361,7 +453,7 @@ class LayerwiseLoad:
                 else:
                     import torch
                     src = torch.frombuffer(v.memoryview(), dtype=torch.uint8)
-                    _byte_view(s.tensor[b]).copy_(src[off:off + s.block_bytes])
+                    _block_from(s, b, src[off:off + s.block_bytes])
                     del src
 
     def finish(self) -> List[int]:

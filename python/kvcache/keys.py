@@ -12,7 +12,8 @@ bytes, so a kvcache key carries all of it::
 * every field is percent-encoded: ``%`` and ``@``, and any byte outside
   printable ASCII (UTF-8 first), become ``%XX``, so ``@`` only separates;
 * ``<rank>`` is ``tp<r>of<n>`` with ``-pp<r>of<n>`` appended when there is
-  pipeline parallelism, or ``all`` for KV every rank holds alike (MLA);
+  pipeline parallelism and ``-pcp<r>of<n>`` with prefill context
+  parallelism, or ``all`` for KV every rank holds alike (MLA);
 * ``<block_hash>`` is the engine's hash: bytes become lower-case hex, an int
   its hex (``-`` first when negative), a str is taken as it is (escaped).
 
@@ -73,6 +74,8 @@ class KeySpec:
     pp_rank: int = 0
     pp_size: int = 1
     shared_across_ranks: bool = False
+    pcp_rank: int = 0
+    pcp_size: int = 1
 
     def __post_init__(self) -> None:
         for name in ("model", "kv_dtype", "layout"):
@@ -80,7 +83,8 @@ class KeySpec:
                 raise ValueError("KeySpec.%s is empty" % name)
         if self.block_tokens <= 0:
             raise ValueError("block_tokens must be positive")
-        if not (0 <= self.tp_rank < self.tp_size and 0 <= self.pp_rank < self.pp_size):
+        if not (0 <= self.tp_rank < self.tp_size and 0 <= self.pp_rank < self.pp_size
+                and 0 <= self.pcp_rank < self.pcp_size):
             raise ValueError("ranks must lie in [0, size)")
 
     @property
@@ -90,18 +94,22 @@ class KeySpec:
         r = "tp%dof%d" % (self.tp_rank, self.tp_size)
         if self.pp_size > 1:
             r += "-pp%dof%d" % (self.pp_rank, self.pp_size)
+        if self.pcp_size > 1:
+            r += "-pcp%dof%d" % (self.pcp_rank, self.pcp_size)
         return r
 
-    def for_rank(self, tp_rank: int, pp_rank: int = 0) -> "KeySpec":
+    def for_rank(self, tp_rank: int, pp_rank: int = 0, pcp_rank: int = 0) -> "KeySpec":
         """The same spec as seen by another rank (the scheduler asks for all)."""
         return KeySpec(self.model, self.kv_dtype, self.layout, self.block_tokens, tp_rank,
-                       self.tp_size, pp_rank, self.pp_size, self.shared_across_ranks)
+                       self.tp_size, pp_rank, self.pp_size, self.shared_across_ranks,
+                       pcp_rank, self.pcp_size)
 
     def ranks(self) -> List["KeySpec"]:
         """Every rank's spec: one when the KV is shared across ranks."""
         if self.shared_across_ranks:
             return [self]
-        return [self.for_rank(t, p) for p in range(self.pp_size) for t in range(self.tp_size)]
+        return [self.for_rank(t, p, c) for c in range(self.pcp_size)
+                for p in range(self.pp_size) for t in range(self.tp_size)]
 
     def prefix(self) -> str:
         """Every key of this spec starts with this (for list and remove_prefix)."""

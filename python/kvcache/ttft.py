@@ -133,7 +133,38 @@ def vllm_config(sock: str, model_name: str, block_tokens: int, load_async: bool)
         model_config=SimpleNamespace(model=model_name, dtype="float32", use_mla=False),
         cache_config=SimpleNamespace(block_size=block_tokens, cache_dtype="auto"),
         parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1,
-                                        rank=0))
+                                        decode_context_parallel_size=1,
+                                        prefill_context_parallel_size=1, rank=0))
+
+
+class Request:
+    """The attributes vLLM's Request (vllm/v1/request.py) gives a connector:
+    ``num_publishable_block_hashes`` stays 0 as it does in vLLM without
+    EAGLE prefix-cache hashing."""
+
+    def __init__(self, request_id: str, tokens: List[int], block_hashes: List[bytes]):
+        self.request_id = request_id
+        self.prompt_token_ids = list(tokens)
+        self.all_token_ids = tuple(tokens)
+        self.num_prompt_tokens = len(tokens)
+        self.block_hashes = block_hashes
+        self.num_publishable_block_hashes = 0
+        self.num_computed_tokens = 0
+        self.kv_transfer_params = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+
+class Blocks:
+    """KVCacheBlocks: block ids per KV cache group."""
+
+    def __init__(self, ids: List[int]):
+        self.ids = list(ids)
+
+    def get_block_ids(self):
+        return (self.ids,)
 
 
 class Engine:
@@ -148,20 +179,27 @@ class Engine:
         self.layers = list(self.cache.values())
         self.free = list(range(num_blocks))
         self.pending: List[Tuple[str, List[int]]] = []
+        self.stored: set = set()
         self.salt = model_name.encode()
 
-    def _step(self) -> Tuple[Optional[set], Optional[set]]:
+    def _step(self) -> None:
         meta = self.sched.build_connector_meta(None)
         self.worker.bind_connector_metadata(meta)
         self.worker.start_load_kv(None)
-        return self.worker.get_finished(set())
+        self._collect()
+        self.worker.clear_connector_metadata()
+
+    def _collect(self) -> None:
+        """get_finished, handed to the scheduler side as vLLM does."""
+        sending, recving = self.worker.get_finished(set())
+        self.sched.update_connector_output(SimpleNamespace(
+            finished_sending=sending or set(), finished_recving=recving or set()))
+        self.stored |= sending or set()
 
     def prefill(self, rid: str, tokens: List[int]) -> Tuple[torch.Tensor, int, List[int]]:
         """The first token of one request: returns its logits, the tokens
         that came from the pool, and the blocks it holds."""
-        req = SimpleNamespace(request_id=rid, block_hashes=block_hashes_of(tokens, self.bt,
-                                                                            self.salt),
-                              num_tokens=len(tokens), num_computed_tokens=0)
+        req = Request(rid, tokens, block_hashes_of(tokens, self.bt, self.salt))
         ext, load_async = self.sched.get_num_new_matched_tokens(req, 0)
         ext = ext or 0
         need = math.ceil(len(tokens) / self.bt)
@@ -170,10 +208,11 @@ class Engine:
         if need > len(self.free):
             raise RuntimeError("the engine's KV cache is too small")
         blocks, self.free = self.free[:need], self.free[need:]
-        self.sched.update_state_after_alloc(req, blocks, ext)
+        self.sched.update_state_after_alloc(req, Blocks(blocks), ext)
         self._step()
         if load_async:
             self.worker.wait_idle()
+            self._collect()
         if self.worker.get_block_ids_with_load_errors():
             ext = 0  # vLLM's "recompute" policy
         logits = self.model(tokens, ext, self.layers, blocks, self.bt)
@@ -193,13 +232,12 @@ class Engine:
         """Give back the blocks of requests whose KV is stored."""
         if wait:
             self.worker.wait_idle()
-        sending, _ = self.worker.get_finished(set())
-        done = sending or set()
-        self.sched.update_connector_output(SimpleNamespace(finished_sending=done))
+        self._collect()
         keep = []
         for rid, blocks in self.pending:
-            if rid in done:
+            if rid in self.stored:
                 self.free += blocks
+                self.stored.discard(rid)
             else:
                 keep.append((rid, blocks))
         self.pending = keep

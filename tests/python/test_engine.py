@@ -34,8 +34,39 @@ def test_layout_from_tensors():
     assert len(KVLayout.from_tensors(mla).segments) == 2  # one per layer
     with pytest.raises(IndexError):
         lay.pieces(BLOCKS)
+    # blocks that are not one run of memory (HND, or worse): torch copies them
+    odd = KVLayout.from_tensors([torch.zeros(4, 4, BLOCKS).permute(2, 1, 0)])
+    assert not odd.direct and odd.block_bytes == 4 * 4 * 4
     with pytest.raises(ValueError):
-        KVLayout.from_tensors([torch.zeros(4, 4, BLOCKS).permute(2, 1, 0)])  # blocks not contiguous
+        odd.pieces(0)
+    # Ascend's (k_cache, v_cache) tuples, and a layer registered twice
+    k = torch.zeros(BLOCKS, BT, HEADS, HD)
+    v = torch.zeros(BLOCKS, BT, HEADS, HD)
+    asc = KVLayout.from_tensors([(k, v), (k, v)])
+    assert len(asc.segments) == 2 and asc.direct
+    # kernel blocks: 2 rows of a (2 * BLOCKS)-row tensor make a block
+    kern = KVLayout.from_tensors([torch.zeros(2 * BLOCKS, BT // 2, HEADS, HD)], BLOCKS)
+    assert kern.num_blocks == BLOCKS and kern.block_bytes == BT * HEADS * HD * 4
+    with pytest.raises(ValueError, match="whole number"):
+        KVLayout.from_tensors([torch.zeros(BLOCKS + 1, BT, HEADS, HD)], BLOCKS)
+
+
+def test_hnd_round_trip_through_torch(client):
+    """An HND view (vLLM's permuted allocation) stores the bytes of the NHD
+    logical order, so an NHD cache loads them."""
+    g = torch.Generator().manual_seed(7)
+    phys = [torch.randn(2, BLOCKS, HEADS, BT, HD, generator=g) for _ in range(LAYERS)]
+    hnd = [t.permute(0, 1, 3, 2, 4) for t in phys]  # logical (2, blocks, bt, heads, hd)
+    store = BlockStore(client, spec(), KVLayout.from_tensors(hnd))
+    assert store.transfer == "torch"
+    hashes = block_hashes_of(list(range(4 * BT)), BT, b"hnd")
+    assert store.save(hashes, [1, 2, 3, 4]) == [0] * 4
+    nhd = [torch.zeros(2, BLOCKS, BT, HEADS, HD) for _ in range(LAYERS)]
+    loader = BlockStore(client, spec(), KVLayout.from_tensors(nhd))
+    assert loader.transfer == "pointers"
+    assert loader.load(hashes, [5, 6, 7, 8]) == [store.layout.block_bytes] * 4
+    for a, b in zip(hnd, nhd):
+        assert torch.equal(a[:, 1:5], b[:, 5:9])
 
 
 @pytest.mark.parametrize("transfer", ["pointers", "torch"])

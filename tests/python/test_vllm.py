@@ -1,182 +1,249 @@
 # SPDX-License-Identifier: MIT
-"""kvcache.vllm driven the way vLLM drives a v1 connector, with objects of
-vLLM's shape (vLLM itself is not installed here) and real tensors."""
-from types import SimpleNamespace
+"""kvcache.vllm driven as vLLM drives a v1 KV connector (vllm_harness.py:
+its scheduler and model runner at 003df29, transcribed), on real tensors
+laid out as vLLM lays them out, against a private kvcached.
+
+Each engine is a fresh connector pair with its own KV cache; "engine B
+finds what engine A stored" is the pool's whole point, and every byte of KV
+a request ends up with is checked against what it would have computed."""
+import logging
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+import vllm_harness as vh  # noqa: E402
 from kvcache import vllm as kv  # noqa: E402
-from kvcache.engine import block_hashes_of  # noqa: E402
 
-BS, LAYERS, BLOCKS = 4, 2, 32
-
-
-def config(sock, role="kv_both", tp=1, rank=0, **extra):
-    extra.setdefault("load_async", False)
-    extra["socket"] = sock
-    return SimpleNamespace(
-        kv_transfer_config=SimpleNamespace(kv_role=role, kv_connector_extra_config=extra),
-        model_config=SimpleNamespace(model="test/tiny-llama/", dtype=torch.float32,
-                                     use_mla=False),
-        cache_config=SimpleNamespace(block_size=BS, cache_dtype="auto"),
-        parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1,
-                                        rank=rank))
+PROMPT = [101 + (i * 13) % 500 for i in range(70)]  # 4 blocks of 16 and 6 tokens
 
 
-def caches(seed):
-    g = torch.Generator().manual_seed(seed)
-    return {"model.layers.%d.self_attn.attn" % i: torch.randn(2, BLOCKS, BS, 2, 8, generator=g)
-            for i in range(LAYERS)}
+def prompt(salt):
+    return [t + salt for t in PROMPT]
 
 
-def request(rid, tokens, salt=b""):
-    return SimpleNamespace(request_id=rid, block_hashes=block_hashes_of(tokens, BS, salt),
-                           num_tokens=len(tokens), num_computed_tokens=len(tokens))
+def run_one(engine, rid, tokens, max_tokens=3):
+    engine.add_request(rid, tokens, max_tokens)
+    engine.run()
+    assert engine.finished[rid] == vh.RequestStatus.FINISHED_LENGTH_CAPPED
+    assert engine.kv_at_finish[rid] == [], "wrong KV at positions %s" % engine.kv_at_finish[rid]
 
 
-def engine(sock, seed, **kw):
-    cfg = config(sock, **kw)
-    s = kv.KvcacheConnector(cfg, kv.KVConnectorRole.SCHEDULER)
-    w = kv.KvcacheConnector(cfg, kv.KVConnectorRole.WORKER)
-    kc = caches(seed)
-    w.register_kv_caches(kc)
-    return s, w, kc
+def test_stores_with_the_engines_own_requests(daemon):
+    """Current vLLM leaves num_publishable_block_hashes at 0 (no EAGLE
+    prefix-cache hashing): the blocks are stored all the same, and a second
+    engine loads them."""
+    a = vh.Engine(vh.config(daemon))
+    run_one(a, "a1", prompt(1))
+    # 70 prompt tokens + 3 generated, 72 computed: 4 full blocks stored
+    assert a.stat("save_blocks") == 4 and a.stat("save_errors") == 0
+    b = vh.Engine(vh.config(daemon))
+    run_one(b, "b1", prompt(1))
+    assert b.stat("hit_tokens") == 64 and b.stat("load_blocks") == 4
+    assert b.stat("load_errors") == 0
+    a.shutdown()
+    b.shutdown()
 
 
-def step(s, w, layers=None):
-    """One engine step: scheduler metadata to the worker, loads, stores."""
-    meta = s.build_connector_meta(None)
-    w.bind_connector_metadata(meta)
-    w.start_load_kv(None)
-    for name in layers or []:
-        w.wait_for_layer_load(name)
-    w.wait_for_save()
-    w.wait_idle()
-    done = w.get_finished(set())
-    s.update_connector_output(SimpleNamespace(finished_sending=done[0] or set()))
-    w.clear_connector_metadata()
-    return done
+def test_eagle_fence_applies_only_when_on(daemon):
+    cfg = vh.config(daemon)
+    a = vh.Engine(cfg)
+    a.connector.set_eagle_prefix_cache_hashing(True)
+    a.add_request("e1", prompt(2), 3)
+
+    def publish_one(engine, so):
+        for r in engine.requests.values():
+            r.num_publishable_block_hashes = min(1, len(r.block_hashes))
+    a.step_hook = publish_one
+    a.run()
+    assert a.stat("save_blocks") == 1  # only the published hash
+    a.shutdown()
 
 
-def store_request(s, w, req, block_ids):
-    assert s.get_num_new_matched_tokens(req, 0) == (0, False)
-    assert s.request_finished(req, block_ids) == (True, None)  # keep the blocks until stored
-    assert s.has_pending_saves()
-    sending, _ = step(s, w)
-    assert sending == {req.request_id}
-    assert not s.has_pending_saves()
+@pytest.mark.parametrize("load_async", [True, False])
+def test_abort_while_loading(daemon, load_async):
+    """An abort that arrives while a request's blocks load: vLLM calls
+    request_finished at once and frees the blocks when the load is reported;
+    storing them too would report the id twice (and they hold no KV yet)."""
+    a = vh.Engine(vh.config(daemon))
+    run_one(a, "a", prompt(3))
+    b = vh.Engine(vh.config(daemon, load_async=load_async))
+    free0 = len(b.free)
+    b.add_request("b", prompt(3), 3)
+    b.abort("b")  # during the first step, as EngineCore applies it
+    b.run()
+    assert b.finished["b"] == vh.RequestStatus.FINISHED_ABORTED
+    # the engine goes on with other requests: nothing more is reported for b
+    run_one(b, "b2", prompt(4))
+    assert not b.requests and len(b.free) == free0
+    assert b.stat("save_errors") == 0 and b.stat("load_errors") == 0
+    a.shutdown()
+    b.shutdown()
 
 
-def test_store_on_one_engine_load_on_another(daemon):
-    sa, wa, ka = engine(daemon, 1)
-    tokens = list(range(1000, 1042))  # 10 full blocks and 2 tokens
-    ids_a = list(range(3, 14))
-    store_request(sa, wa, request("a1", tokens), ids_a)
-    sb, wb, kb = engine(daemon, 2)
-    req = request("b1", tokens)
-    assert sb.get_num_new_matched_tokens(req, 0) == (40, False)
-    assert sb.get_num_new_matched_tokens(req, 8) == (32, False)  # side-effect free
-    ids_b = list(range(20, 31))
-    sb.update_state_after_alloc(req, SimpleNamespace(get_block_ids=lambda: (ids_b,)), 32)
-    step(sb, wb)
-    for name in ka:
-        assert torch.equal(ka[name][:, 5:13], kb[name][:, 22:30])  # blocks 2..9
-        assert not torch.equal(ka[name][:, 3:5], kb[name][:, 20:22])  # computed locally
-    assert wb.get_block_ids_with_load_errors() == set()
-    # a full hit leaves the last token to compute
-    full = request("b2", tokens[:40])
-    assert sb.get_num_new_matched_tokens(full, 0) == (39, False)
-    for c in (sa, wa, sb, wb):
-        c.shutdown()
+LAYOUTS = [
+    dict(backend="flash_attn", layout="NHD"),
+    dict(backend="flash_attn", layout="HND"),
+    dict(backend="flashinfer", layout="HND"),
+    dict(backend="flashinfer", layout="NHD", kernel_block_size=8),
+    dict(backend="flash_attn", layout="HND", kernel_block_size=4),
+    dict(backend="hybrid_flash_attn", layout="NHD"),
+]
 
 
-def test_async_and_load_errors(daemon):
-    sa, wa, _ = engine(daemon, 3)
-    tokens = list(range(2000, 2032))
-    store_request(sa, wa, request("a", tokens, b"async"), list(range(8)))
-    sb, wb, _ = engine(daemon, 4, load_async=True)
-    req = request("b", tokens, b"async")
-    assert sb.get_num_new_matched_tokens(req, 0) == (31, True)
-    ids = list(range(10, 18))
-    sb.update_state_after_alloc(req, ids, 31)
-    # the object of block 5 goes away between lookup and load
-    wb.client.remove(wb.store.keys(req.block_hashes)[5], force=True)
-    _, recving = step(sb, wb)
-    assert recving == {"b"}
-    assert wb.get_block_ids_with_load_errors() == {15}
-    assert wb.get_block_ids_with_load_errors() == set()  # reported once
-    for c in (sa, wa, sb, wb):
-        c.shutdown()
+@pytest.mark.parametrize("i", range(len(LAYOUTS)))
+def test_layouts_share_objects(daemon, i):
+    """An HND cache (FlashInfer on Blackwell), one whose kernels split a
+    block into rows, and FlashAttention's and FlashInfer's shapes all store
+    the same object for the same block: each engine loads what the one
+    before it stored, whatever its layout."""
+    w = LAYOUTS[i]
+    nxt = LAYOUTS[(i + 1) % len(LAYOUTS)]
+    tokens = prompt(10 + i)
+    a = vh.Engine(vh.config(daemon), **w)
+    run_one(a, "a", tokens)
+    assert a.stat("save_blocks") == 4
+    b = vh.Engine(vh.config(daemon), **nxt)
+    run_one(b, "b", tokens)
+    assert b.stat("load_blocks") == 4 and b.stat("load_errors") == 0
+    a.shutdown()
+    b.shutdown()
 
 
-def test_layerwise_load(daemon):
-    sa, wa, ka = engine(daemon, 5)
-    tokens = list(range(3000, 3016))
-    store_request(sa, wa, request("a", tokens, b"lw"), [0, 1, 2, 3])
-    sb, wb, kb = engine(daemon, 6, use_layerwise=True)
-    assert kv.KvcacheConnector.requires_piecewise_for_cudagraph({"use_layerwise": True})
-    req = request("b", tokens, b"lw")
-    assert sb.get_num_new_matched_tokens(req, 0) == (15, False)
-    sb.update_state_after_alloc(req, [7, 8, 9, 10], 15)
-    meta = sb.build_connector_meta(None)
-    wb.bind_connector_metadata(meta)
-    wb.start_load_kv(None)
-    names = list(kb)
-    wb.wait_for_layer_load(names[0])
-    assert torch.equal(ka[names[0]][:, 0:4], kb[names[0]][:, 7:11])
-    assert not torch.equal(ka[names[1]][:, 0:4], kb[names[1]][:, 7:11])
-    wb.wait_for_layer_load(names[1])
-    assert torch.equal(ka[names[1]][:, 0:4], kb[names[1]][:, 7:11])
-    for c in (sa, wa, sb, wb):
-        c.shutdown()
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_block_gone_between_lookup_and_load(daemon, policy):
+    a = vh.Engine(vh.config(daemon))
+    run_one(a, "a", prompt(20 + len(policy)))
+    b = vh.Engine(vh.config(daemon, policy=policy, load_async=False))
+    keys = b.connector.store.keys(b.add_request("b", prompt(20 + len(policy)), 3).block_hashes)
+    orig_lookup = b.connector.store.lookup
+
+    def lookup_then_evict(hashes, all_ranks=True):
+        n = orig_lookup(hashes, all_ranks)
+        b.connector.client.remove(keys[2], force=True)  # gone before the load
+        return n
+    b.connector.store.lookup = lookup_then_evict
+    b.run()
+    if policy == "recompute":
+        assert b.finished["b"] == vh.RequestStatus.FINISHED_LENGTH_CAPPED
+        assert b.kv_at_finish["b"] == []  # block 2 and after computed again
+    else:
+        assert b.finished["b"] == vh.RequestStatus.FINISHED_ERROR
+    assert b.stat("load_errors") == 1
+    assert not b.requests
+    a.shutdown()
+    b.shutdown()
+
+
+def test_preemption(daemon):
+    """A cache too small for two requests: vLLM preempts one, frees its
+    blocks, and looks it up again when it resumes."""
+    cfg = vh.config(daemon, num_blocks=7)
+    e = vh.Engine(cfg)
+    e.add_request("p1", prompt(30)[:40], 40)
+    e.add_request("p2", prompt(31)[:40], 40)
+    e.run()
+    assert e.finished == {"p1": vh.RequestStatus.FINISHED_LENGTH_CAPPED,
+                          "p2": vh.RequestStatus.FINISHED_LENGTH_CAPPED}
+    assert any(m.preempted for m in e.workers[0].preemptions_seen)
+    assert e.kv_at_finish["p1"] == [] and e.kv_at_finish["p2"] == []
+    assert len(e.free) == 7
+    e.shutdown()
+
+
+def test_tensor_parallel_every_rank(daemon):
+    a = vh.Engine(vh.config(daemon, tp=2))
+    run_one(a, "a", prompt(40))
+    assert a.stat("save_blocks") == 8  # 4 blocks x 2 ranks
+    b = vh.Engine(vh.config(daemon, tp=2))
+    run_one(b, "b", prompt(40))
+    assert b.stat("load_blocks") == 8
+    # one rank missing a block: the lookup stops there
+    c = vh.Engine(vh.config(daemon, tp=2))
+    k = c.workers[1].connector.store.keys(vh.block_hasher(16)(
+        vh.Request("x", prompt(40), 1)))[1]
+    assert "@tp1of2@" in k
+    c.connector.client.remove(k, force=True)
+    run_one(c, "c", prompt(40))
+    assert c.stat("hit_tokens") == 16
+    for e in (a, b, c):
+        e.shutdown()
+
+
+def test_decode_context_parallel_hashes(daemon):
+    """DCP 2: vLLM hashes 32-token blocks (block_size * dcp) and a scheduler
+    block covers 32 tokens, 16 on each rank."""
+    a = vh.Engine(vh.config(daemon, tp=2, dcp=2))
+    assert a.connector.block_size == 32
+    run_one(a, "a", prompt(50))
+    assert a.stat("save_blocks") == 4  # 2 blocks of 32 x 2 ranks
+    b = vh.Engine(vh.config(daemon, tp=2, dcp=2))
+    run_one(b, "b", prompt(50))
+    assert b.stat("hit_tokens") == 64 and b.stat("load_blocks") == 4
+    a.shutdown()
+    b.shutdown()
 
 
 def test_roles(daemon):
-    tokens = list(range(4000, 4016))
-    sp, wp, _ = engine(daemon, 7, role="kv_producer")
-    store_request(sp, wp, request("p", tokens, b"roles"), [0, 1, 2, 3])
-    assert sp.get_num_new_matched_tokens(request("p2", tokens, b"roles"), 0) == (0, False)
-    sc, wc, _ = engine(daemon, 8, role="kv_consumer")
-    assert sc.request_finished(request("c", tokens, b"roles"), [0, 1, 2, 3]) == (False, None)
-    assert sc.get_num_new_matched_tokens(request("c2", tokens, b"roles"), 0) == (15, False)
-    assert sc.requires_kv_delivery is False
-    for c in (sp, wp, sc, wc):
-        c.shutdown()
+    p = vh.Engine(vh.config(daemon, role="kv_producer"))
+    run_one(p, "p", prompt(60))
+    assert p.stat("save_blocks") == 4 and p.stat("lookups") == 0
+    c = vh.Engine(vh.config(daemon, role="kv_consumer"))
+    run_one(c, "c", prompt(60))
+    assert c.stat("load_blocks") == 4 and c.stat("save_blocks") == 0
+    assert c.connector.requires_kv_delivery is False
+    p.shutdown()
+    c.shutdown()
 
 
-def test_tensor_parallel_lookup_needs_every_rank(daemon):
-    tokens = list(range(5000, 5020))
-    ranks = []
-    for r in range(2):
-        cfg = config(daemon, tp=2, rank=r)
-        w = kv.KvcacheConnector(cfg, kv.KVConnectorRole.WORKER)
-        w.register_kv_caches(caches(10 + r))
-        ranks.append(w)
-    s = kv.KvcacheConnector(config(daemon, tp=2, rank=0), kv.KVConnectorRole.SCHEDULER)
-    req = request("tp", tokens, b"tp")
-    assert s.request_finished(req, [0, 1, 2, 3, 4]) == (True, None)
-    meta = s.build_connector_meta(None)
-    ranks[0].bind_connector_metadata(meta)
-    ranks[0].start_load_kv(None)
-    ranks[0].wait_idle()
-    assert s.get_num_new_matched_tokens(request("q", tokens, b"tp"), 0) == (0, False)
-    ranks[1].bind_connector_metadata(meta)
-    ranks[1].start_load_kv(None)
-    ranks[1].wait_idle()
-    assert s.get_num_new_matched_tokens(request("q", tokens, b"tp"), 0) == (19, False)
-    keys0 = ranks[0].store.keys(req.block_hashes[:1])[0]
-    assert "@tp0of2@" in keys0 and keys0.startswith("kv1@test/tiny-llama@float32@vllm-NHD@b4@")
-    for c in ranks + [s]:
-        c.shutdown()
+def test_stats_and_events(daemon):
+    a = vh.Engine(vh.config(daemon, events=True, tp=2))
+    req = a.add_request("a", prompt(70), 3)
+    a.run()
+    stored = [e for e in a.events if isinstance(e, kv.BlockStored)]
+    assert len(stored) == 1  # both ranks stored it: one event
+    ev = stored[0]
+    assert ev.block_hashes == req.block_hashes[:4] and ev.block_size == 16
+    assert ev.token_ids == prompt(70)[:64]
+    s = kv.KvcacheConnector.build_kv_connector_stats(a.stats[-1])
+    assert isinstance(s, kv.KvcacheConnectorStats)
+    assert s.reduce()["Blocks stored"] == 8
+    a.shutdown()
 
 
-def test_extra_config_keys_users_already_write(daemon):
-    cfg = config(daemon, register_buffer=True, mooncake_rpc_port=0, lookup_rpc_port=1,
-                 load_async="false", use_layerwise="0")
-    c = kv.KvcacheConnector(cfg, kv.KVConnectorRole.SCHEDULER)
+def test_save_decode_cache(daemon):
+    e = vh.Engine(vh.config(daemon, save_decode_cache=False))
+    run_one(e, "d", prompt(80)[:30], max_tokens=40)  # 69 computed, 30 of them prompt
+    assert e.stat("save_blocks") == 1
+    e.shutdown()
+
+
+def test_extra_config_keys(daemon, caplog):
+    caplog.set_level(logging.INFO, "kvcache.vllm")
+    cfg = vh.config(daemon, register_buffer=True, mooncake_rpc_port="0", lookup_rpc_port=1,
+                    load_async="false", use_layerwise="0", backend="mooncake",
+                    layerwise_prefetch_layers=2, brand_new_key=1)
+    c = vh.create_connector(cfg, "scheduler")
     assert c.load_async is False and c.use_layerwise is False
+    text = caplog.text
+    assert "lookup_rpc_port: not needed" in text and "register_buffer: not needed" in text
+    assert "layerwise_prefetch_layers: not needed" in text
+    assert "brand_new_key: not a key kvcache.vllm knows" in text
+    c.shutdown()
+    for bad, msg in (({"backend": "memcache"}, "backend"),
+                     ({"decode_tp_size": 4, "tp": 2}, "decode_tp_size=4"),
+                     ({"transfer": "carrier"}, "transfer")):
+        with pytest.raises(ValueError, match=msg):
+            vh.create_connector(vh.config(daemon, **bad), "scheduler")
+    # a prefill and a decode of different TP sizes share an MLA model's KV
+    c = vh.create_connector(vh.config(daemon, decode_tp_size=4, tp=2, use_mla=True), "scheduler")
     c.shutdown()
     with pytest.raises(ConnectionError):
-        kv.KvcacheConnector(config(daemon + ".none"), kv.KVConnectorRole.SCHEDULER)
+        vh.create_connector(vh.config(daemon + ".none"), "scheduler")
+
+
+def test_hybrid_models_refused(daemon):
+    cfg = vh.config(daemon)
+    cfg.kv_cache.kv_cache_groups.append(cfg.kv_cache.kv_cache_groups[0])
+    with pytest.raises(ValueError, match="one KV cache group"):
+        vh.create_connector(cfg, "scheduler")

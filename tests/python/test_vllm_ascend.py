@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: MIT
+"""kvcache.vllm under vLLM-Ascend's names and runner: a user's
+``AscendStoreConnector`` / ``MooncakeConnectorStoreV1`` config with
+``kv_connector_module_path`` set to kvcache.vllm, Ascend's
+``register_kv_caches`` tuples (vllm_ascend/worker/model_runner_v1.py at
+182b75e: ``(k_cache, v_cache)`` from separate allocations, kernel blocks
+scaled by ``tensor_num_blocks // num_blocks``), driven by vLLM's scheduler
+(vllm_harness.py)."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import vllm_harness as vh  # noqa: E402
+from kvcache import vllm as kv  # noqa: E402
+
+PROMPT = [7 + (i * 29) % 900 for i in range(50)]  # 3 blocks of 16 and 2 tokens
+
+
+def tokens(salt):
+    return [t + salt for t in PROMPT]
+
+
+def run_one(engine, rid, toks, max_tokens=2):
+    engine.add_request(rid, toks, max_tokens)
+    engine.run()
+    assert engine.finished[rid] == vh.RequestStatus.FINISHED_LENGTH_CAPPED
+    assert engine.kv_at_finish[rid] == []
+
+
+@pytest.mark.parametrize("name", ["AscendStoreConnector", "MooncakeConnectorStoreV1"])
+def test_ascend_names_and_tuples(daemon, name):
+    cfg = vh.config(daemon, connector=name, backend="mooncake", lookup_rpc_port="0",
+                    register_buffer=True, use_layerwise=False, dtype=torch.bfloat16)
+    a = vh.Engine(cfg, ascend=True, kernel_block_size=8)
+    assert isinstance(a.connector, kv.AscendStoreConnector)
+    assert a.connector.load_async is False  # Ascend's default: loads in the step
+    salt = 1 if name == "AscendStoreConnector" else 11
+    run_one(a, "a", tokens(salt))
+    # the prompt's 3 full blocks (save_decode_cache is off by default)
+    assert a.stat("save_blocks") == 3
+    # a vLLM engine with FlashAttention's layout reads Ascend's objects
+    b = vh.Engine(vh.config(daemon, dtype=torch.bfloat16))
+    run_one(b, "b", tokens(salt))
+    assert b.stat("load_blocks") == 3
+    a.shutdown()
+    b.shutdown()
+
+
+def test_ascend_consumer_roles(daemon):
+    """vLLM-Ascend's kv_consumer neither loads nor stores unless
+    consumer_is_to_load / consumer_is_to_put say so."""
+    p = vh.Engine(vh.config(daemon, connector="AscendStoreConnector", role="kv_producer"),
+                  ascend=True)
+    run_one(p, "p", tokens(2))
+    assert p.stat("save_blocks") == 3
+    plain = vh.Engine(vh.config(daemon, connector="AscendStoreConnector", role="kv_consumer"),
+                      ascend=True)
+    run_one(plain, "c0", tokens(2))
+    assert plain.stat("lookups") == 0 and plain.stat("save_blocks") == 0
+    both = vh.Engine(vh.config(daemon, connector="AscendStoreConnector", role="kv_consumer",
+                               consumer_is_to_load=True, consumer_is_to_put=True,
+                               save_decode_cache=True), ascend=True)
+    run_one(both, "c1", tokens(3), max_tokens=20)  # 69 computed: 4 blocks
+    assert both.stat("save_blocks") == 4
+    run_one(both, "c2", tokens(2))
+    assert both.stat("load_blocks") == 3
+    for e in (p, plain, both):
+        e.shutdown()
+
+
+def test_ascend_pd_keys(daemon):
+    """Prefill and decode of different shapes: the same shape is fine, a
+    different TP or PP size is refused with the reason (kvcache keys blocks
+    per rank); an MLA model shares KV across TP sizes."""
+    ok = vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
+                                       role="kv_consumer", prefill_tp_size=2, tp=2,
+                                       consumer_is_to_put=True, prefill_pp_size=1,
+                                       prefill_pp_layer_partition="3"), "scheduler")
+    ok.shutdown()
+    with pytest.raises(ValueError, match="prefill_tp_size=4"):
+        vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
+                                      role="kv_consumer", prefill_tp_size=4, tp=2), "scheduler")
+    with pytest.raises(ValueError, match="prefill_pp_size=2"):
+        vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
+                                      role="kv_consumer", consumer_is_to_put=True,
+                                      prefill_pp_size=2), "scheduler")
+    mla = vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
+                                        role="kv_consumer", prefill_tp_size=4, tp=2,
+                                        use_mla=True), "scheduler")
+    mla.shutdown()
+    with pytest.raises(ValueError, match="backend"):
+        vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
+                                      backend="yuanrong"), "scheduler")

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import inspect
 import os
 import queue
 import threading
@@ -60,10 +61,67 @@ except ImportError:
             return self.schema != "" and url.startswith(self.schema)
 
     class RemoteConnector:  # type: ignore[no-redef]
-        save_chunk_meta: bool = True
+        """The newest base's shape (LMCache's PR #2314): built with (config,
+        metadata); chunk shapes read from the metadata when used."""
+
+        def __init__(self, config: Any, metadata: Any):
+            assert metadata is not None
+            extra = getattr(config, "extra_config", None)
+            self.save_chunk_meta = (extra is None or extra.get("save_chunk_meta", True)
+                                    or bool(getattr(config, "use_layerwise", False)))
+            self._lmc_metadata = metadata
+            self.meta_fmt = "KV_MLA_FMT" if metadata.use_mla else "KV_2LTD"
+
+        @property
+        def meta_shapes(self) -> list:
+            return self._lmc_metadata.get_shapes()
+
+        @property
+        def meta_dtypes(self) -> list:
+            return self._lmc_metadata.get_dtypes()
+
+        @property
+        def full_chunk_size_bytes(self) -> int:
+            total = 0
+            for shape, dtype in zip(self.meta_shapes, self.meta_dtypes):
+                n = 1
+                for d in shape:
+                    n *= int(d)
+                total += n * _itemsize(dtype)
+            return total
+
+        @property
+        def single_token_size(self) -> int:
+            return self.full_chunk_size_bytes // self._lmc_metadata.chunk_size
 
         def reshape_partial_chunk(self, memory_obj: Any, bytes_read: int) -> Any:
-            return memory_obj
+            if bytes_read <= 0 or bytes_read % self.single_token_size or \
+                    bytes_read > self.full_chunk_size_bytes:
+                raise ValueError("bytes_read %d is not a whole number of tokens" % bytes_read)
+            return memory_obj.reshaped(bytes_read // self.single_token_size)
+
+
+def _itemsize(dtype: Any) -> int:
+    size = getattr(dtype, "itemsize", None)
+    if size is None:
+        import torch
+        size = torch.empty((), dtype=dtype).element_size()
+    return int(size)
+
+
+def _params(fn: Any) -> List[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+# Which base this is: the newest takes (config, metadata) and answers
+# batched_contains with a count of leading hits; the one before (Oct-Nov
+# 2025) took no arguments and answered it with a list of bools.
+_BASE_TAKES_METADATA = "metadata" in _params(RemoteConnector.__init__)
+_CONTAINS_AS_LIST = "stop_after_first_not_exits" in _params(
+    getattr(RemoteConnector, "batched_contains", None))
 
 
 def socket_from_url(url: str) -> Optional[str]:
@@ -80,16 +138,50 @@ class KvcacheRemoteConnector(RemoteConnector):
     """LMCache's RemoteConnector over kvcached."""
 
     def __init__(self, socket: Optional[str], loop: Any, local_cpu_backend: Any,
-                 config: Any = None):
-        try:
-            super().__init__()
-        except TypeError:
-            pass
+                 config: Any = None, metadata: Any = None):
+        if config is None:
+            config = getattr(local_cpu_backend, "config", None)
+        if metadata is None:
+            metadata = getattr(local_cpu_backend, "metadata", None)
+        if _BASE_TAKES_METADATA:
+            super().__init__(config, metadata)
+        else:
+            try:
+                super().__init__()
+            except TypeError:
+                pass
+            # older managers call this only when save_chunk_meta is false in
+            # the config; the chunk's shape is needed either way
+            self.init_chunk_meta(config, metadata)
+        # values are the chunk's raw KV bytes; LMCache knows their shape
         self.save_chunk_meta = False
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
         self.config = config
         self.client = _kvcache.Client(socket)
+
+    def init_chunk_meta(self, config: Any, metadata: Any) -> None:
+        """The chunk's shape for allocations, as LMCache's older base sets it
+        up (but whatever ``save_chunk_meta`` says: the values carry no
+        header)."""
+        if _BASE_TAKES_METADATA or metadata is None:
+            return
+        kv = metadata.kv_shape  # (layers, 2, chunk tokens, heads, head size)
+        self.meta_shape = _shape((kv[1], kv[0], kv[2], kv[3] * kv[4]))
+        self.meta_dtype = metadata.kv_dtype
+        self.meta_fmt = _memory_format(bool(getattr(metadata, "use_mla", False)))
+        n = 1
+        for d in self.meta_shape:
+            n *= int(d)
+        self.full_chunk_size = n * _itemsize(self.meta_dtype)
+        self.single_token_size = self.full_chunk_size // int(kv[2])
+        self.save_chunk_meta = False
+
+    def _allocate(self) -> Any:
+        if _BASE_TAKES_METADATA:
+            return self.local_cpu_backend.allocate(self.meta_shapes, self.meta_dtypes,
+                                                   self.meta_fmt)
+        return self.local_cpu_backend.allocate(self.meta_shape, self.meta_dtype, self.meta_fmt)
 
     # presence
     async def exists(self, key: Any) -> bool:
@@ -101,9 +193,13 @@ class KvcacheRemoteConnector(RemoteConnector):
     def support_batched_contains(self) -> bool:
         return True
 
-    def batched_contains(self, keys: List[Any], stop_after_first_not_exits: bool = True
-                         ) -> List[bool]:
+    def batched_contains(self, keys: List[Any], stop_after_first_not_exits: bool = True) -> Any:
+        """How many leading keys are stored (LMCache sums it over its
+        backends and slices its keys with it); a list of bools for the
+        LMCache versions whose base said so."""
         ks = [_key(k) for k in keys]
+        if not _CONTAINS_AS_LIST:
+            return self.client.prefix_lookup(ks)
         if stop_after_first_not_exits:
             n = self.client.prefix_lookup(ks)
             return [True] * n + [False] * (len(ks) - n)
@@ -124,8 +220,7 @@ class KvcacheRemoteConnector(RemoteConnector):
         return (await self.batched_get([key]))[0]
 
     async def batched_get(self, keys: List[Any]) -> List[Optional[Any]]:
-        objs = [self.local_cpu_backend.allocate(self.meta_shape, self.meta_dtype, self.meta_fmt)
-                for _ in keys]
+        objs = [self._allocate() for _ in keys]
         allocated = [i for i, o in enumerate(objs) if o is not None]
         res = await asyncio.to_thread(
             self.client.batch_get_into_multi_buffers, [_key(keys[i]) for i in allocated],
@@ -148,13 +243,12 @@ class KvcacheRemoteConnector(RemoteConnector):
         await self.batched_put([key], [memory_obj])
 
     async def batched_put(self, keys: List[Any], memory_objs: List[Any]) -> List[int]:
-        try:
-            return await asyncio.to_thread(
-                self.client.batch_put_from_multi_buffers, [_key(k) for k in keys],
-                [[o.byte_array] for o in memory_objs], [[o.get_size()] for o in memory_objs])
-        finally:
-            for o in memory_objs:  # "Will decrease the ref count after send finishes"
-                o.ref_count_down()
+        # LMCache's wrapper (InstrumentedRemoteConnector) drops the objects'
+        # references after put and batched_put; dropping them here too would
+        # free chunks LMCache still caches
+        return await asyncio.to_thread(
+            self.client.batch_put_from_multi_buffers, [_key(k) for k in keys],
+            [[o.byte_array] for o in memory_objs], [[o.get_size()] for o in memory_objs])
 
     def remove_sync(self, key: Any) -> bool:
         return self.client.remove(_key(key), force=True) == 0
@@ -177,6 +271,22 @@ class KvcacheRemoteConnector(RemoteConnector):
         self.client.close()
 
 
+def _shape(dims: Any) -> Any:
+    try:
+        import torch
+        return torch.Size([int(d) for d in dims])
+    except ImportError:
+        return tuple(int(d) for d in dims)
+
+
+def _memory_format(mla: bool) -> Any:
+    try:
+        from lmcache.v1.memory_management import MemoryFormat  # type: ignore
+        return MemoryFormat.KV_MLA_FMT if mla else MemoryFormat.KV_2LTD
+    except ImportError:
+        return "KV_MLA_FMT" if mla else "KV_2LTD"
+
+
 class KvcacheConnectorAdapter(ConnectorAdapter):
     """Makes KvcacheRemoteConnectors for ``kvcache://`` URLs."""
 
@@ -186,7 +296,8 @@ class KvcacheConnectorAdapter(ConnectorAdapter):
     def create_connector(self, context: Any) -> KvcacheRemoteConnector:
         return KvcacheRemoteConnector(socket_from_url(context.url), context.loop,
                                       context.local_cpu_backend,
-                                      getattr(context, "config", None))
+                                      getattr(context, "config", None),
+                                      getattr(context, "metadata", None))
 
 
 class NativeClient:
@@ -252,14 +363,20 @@ class NativeClient:
                 return
             fid, kind, keys, views = job
             try:
-                ok, err, bools = True, "", self._do(kind, keys, views)
+                why: dict = {}
+                ok, err, bools = True, "", self._do(kind, keys, views, why)
+                if kind == "set" and not all(bools):
+                    # LMCache counts every key of an ok store as stored
+                    bad = [k for k, b in zip(keys, bools) if not b]
+                    ok, err = False, "%d of %d keys not stored (first: %s: %s)" % (
+                        len(bad), len(keys), bad[0], why.get(bad[0], "failed"))
             except Exception as e:  # noqa: BLE001 - reported, never lost
                 ok, err, bools = False, "%s: %s" % (type(e).__name__, e), None
             with self._lock:
                 self._done.append((fid, ok, err, bools))
             os.eventfd_write(self._fd, 1)
 
-    def _do(self, kind: str, keys: List[str], views: Any) -> List[bool]:
+    def _do(self, kind: str, keys: List[str], views: Any, why: dict) -> List[bool]:
         c = self.client
         if not keys:
             return []
@@ -270,6 +387,8 @@ class NativeClient:
         if kind == "set":
             res = c.batch_put_from_multi_buffers(keys, [[v] for v in views],
                                                  [[memoryview(v).nbytes] for v in views])
+            why.update((k, _kvcache.strerror(r)) for k, r in zip(keys, res)
+                       if r < 0 and r != -errno.EEXIST)
             return [r == 0 or r == -errno.EEXIST for r in res]
         if kind == "exists":
             return c.batch_exists(keys)

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""kvcache.lmcache with LMCache-shaped memory objects and contexts."""
+"""kvcache.lmcache driven as LMCache drives it (lmcache_harness.py: its
+connector manager, wrapper, remote backend and storage manager), and its
+multiprocess server's native-plugin contract."""
 import asyncio
 import select
 from types import SimpleNamespace
@@ -8,60 +10,23 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from kvcache.lmcache import (  # noqa: E402
-    KvcacheConnectorAdapter,
-    NativeClient,
-    socket_from_url,
-)
+from kvcache.lmcache import NativeClient, socket_from_url  # noqa: E402
 
-CHUNK = 4096
+import lmcache_harness as lh  # noqa: E402
+from kvcache import lmcache as kvl  # noqa: E402
 
-
-class MemoryObj:
-    """The part of LMCache's MemoryObj the connector uses."""
-
-    def __init__(self, data=None):
-        self.arr = np.zeros(CHUNK, np.uint8) if data is None else data
-        self.refs = 1
-        self.used = None
-
-    @property
-    def byte_array(self):
-        return memoryview(self.arr)
-
-    def get_size(self):
-        return self.arr.nbytes
-
-    def ref_count_down(self):
-        self.refs -= 1
+torch = pytest.importorskip("torch")
 
 
-class CpuBackend:
-    def __init__(self):
-        self.allocated = []
-
-    def allocate(self, shape, dtype, fmt):
-        o = MemoryObj()
-        self.allocated.append(o)
-        return o
-
-
-class Key:
-    def __init__(self, s):
-        self.s = s
-
-    def to_string(self):
-        return self.s
-
-
-def connector(daemon):
-    url = "kvcache://localhost:0/?socket=" + daemon
-    adapter = KvcacheConnectorAdapter()
-    assert adapter.can_parse(url) and not adapter.can_parse("redis://x:1")
-    ctx = SimpleNamespace(url=url, loop=None, local_cpu_backend=CpuBackend(), config=None)
-    c = adapter.create_connector(ctx)
-    c.meta_shape, c.meta_dtype, c.meta_fmt = (CHUNK,), "uint8", None
-    return c
+def chunk(backend, seed, tokens=None):
+    """A chunk LMCache's engine holds in its local CPU cache (reference 1)."""
+    o = backend.local_cpu_backend.allocate(backend.local_cpu_backend.metadata.get_shapes(),
+                                           backend.local_cpu_backend.metadata.get_dtypes())
+    g = torch.Generator().manual_seed(seed)
+    o.raw_data.copy_(torch.randn(o.raw_data.shape, generator=g).to(o.raw_data.dtype))
+    if tokens is not None:
+        o.reshaped(tokens)
+    return o
 
 
 def test_url():
@@ -69,35 +34,55 @@ def test_url():
     assert socket_from_url("kvcache://localhost:0/") is None
 
 
-def test_remote_connector(daemon):
-    c = connector(daemon)
-    assert c.save_chunk_meta is False
+def test_remote_backend_as_lmcache_drives_it(daemon):
+    meta = lh.Metadata()
+    rb = lh.RemoteBackend(lh.config(daemon), meta)
+    chunks = [chunk(rb, i) for i in range(3)] + [chunk(rb, 3, tokens=5)]  # a partial last one
+    keys = [lh.CacheEngineKey(meta, 0x1000 + i) for i in range(4)]
+    rb.submit_put_task(keys[0], chunks[0])
+    rb.batched_submit_put_task(keys[1:], chunks[1:])
+    # LMCache's wrapper dropped the references it took: the engine's own stays
+    assert [o.ref_count for o in chunks] == [1] * 4 and not any(o.freed for o in chunks)
+    # StorageManager adds up leading hits and slices its keys with them
+    missing = lh.CacheEngineKey(meta, 0xdead)
+    hits, mapping = lh.storage_manager_batched_contains({"RemoteBackend": rb},
+                                                        keys + [missing, keys[0]])
+    assert hits == 4 and [k.to_string() for k in mapping["RemoteBackend"]] == \
+        [k.to_string() for k in keys]
+    live = rb.local_cpu_backend.live
+    got = rb.batched_get_blocking(keys + [missing])
+    assert got[4] is None and rb.local_cpu_backend.live == live + 4  # the miss gave its chunk back
+    for g, src in zip(got, chunks):
+        assert g.get_shape() == src.get_shape() and torch.equal(g.raw_data, src.raw_data)
+    assert got[3].get_shape()[2] == 5  # the partial chunk has its 5 tokens
+    one = rb.get_blocking(keys[1])
+    assert torch.equal(one.raw_data, chunks[1].raw_data)
+    rb.close()
 
-    async def run():
-        chunks = [MemoryObj((np.arange(CHUNK) * (i + 3)).astype(np.uint8)) for i in range(3)]
-        keys = [Key("model@1@0@%064x@bfloat16" % i) for i in range(3)]
-        assert await c.batched_put(keys[:2], chunks[:2]) == [0, 0]
-        assert [o.refs for o in chunks[:2]] == [0, 0]  # handed back after the send
-        await c.put(keys[2], chunks[2])
-        assert await c.exists(keys[0]) and c.exists_sync(keys[2])
-        assert not c.exists_sync(Key("absent"))
-        assert c.batched_contains(keys + [Key("absent"), keys[0]]) == [True] * 3 + [False] * 2
-        assert c.batched_contains(keys + [Key("absent"), keys[0]], False) == \
-            [True, True, True, False, True]
-        assert await c.batched_async_contains("lookup-1", keys + [Key("absent")]) == 3
-        got = await c.batched_get(keys + [Key("absent")])
-        assert got[3] is None
-        assert c.local_cpu_backend.allocated[3].refs == 0  # a miss gives its buffer back
-        for g, src in zip(got[:3], chunks):
-            assert bytes(g.arr) == bytes(src.arr)
-        one = await c.get(keys[1])
-        assert bytes(one.arr) == bytes(chunks[1].arr)
-        assert sorted(await c.list()) == sorted(k.s for k in keys)
-        assert await c.ping() == 0
-        assert c.remove_sync(keys[0]) and not c.remove_sync(keys[0])
-        await c.close()
 
-    asyncio.run(run())
+def test_older_manager_calls_init_chunk_meta(daemon, monkeypatch):
+    """LMCache before PR #2314: the base takes no arguments, the manager
+    calls init_chunk_meta (which set nothing up unless the config said
+    save_chunk_meta: false) and batched_contains answered a list."""
+    monkeypatch.setattr(kvl, "_BASE_TAKES_METADATA", False)
+    monkeypatch.setattr(kvl, "_CONTAINS_AS_LIST", True)
+    if not kvl.HAVE_LMCACHE:  # the stand-in base as that version's was
+        monkeypatch.setattr(kvl.RemoteConnector, "__init__", lambda self: None)
+        for name in ("meta_shapes", "meta_dtypes", "full_chunk_size_bytes",
+                     "single_token_size"):
+            monkeypatch.delattr(kvl.RemoteConnector, name)
+    meta = lh.Metadata(layers=3, chunk=8)
+    rb = lh.RemoteBackend(lh.config(daemon), meta, era=2)
+    c = rb.connection._connector
+    assert c.meta_shape == torch.Size([2, 3, 8, 16]) and c.meta_dtype == torch.bfloat16
+    assert c.single_token_size == 2 * 3 * 16 * 2
+    src = chunk(rb, 9)
+    key = lh.CacheEngineKey(meta, 0x99)
+    rb.submit_put_task(key, src)
+    assert src.ref_count == 1
+    assert c.batched_contains([key, lh.CacheEngineKey(meta, 1)]) == [True, False]
+    assert torch.equal(rb.get_blocking(key).raw_data, src.raw_data)
+    rb.close()
 
 
 def test_native_client(daemon):
@@ -131,6 +116,16 @@ def test_native_client(daemon):
     assert results[bad][0] is False and "ValueError" in results[bad][1]
     with pytest.raises(ValueError):
         n.submit_batch_set(["a", "b"], [memoryview(bytearray(1))])
+    # a store that failed for some keys is not ok: LMCache would count every
+    # key of an ok store as stored
+    big = bytearray(300 << 20)  # more than the daemon's whole dram tier
+    part = n.submit_batch_set(["native-ok", "native-too-big", "native-ok2"],
+                              [memoryview(bytearray(8)), memoryview(big),
+                               memoryview(bytearray(8))])
+    drain_until({part})
+    ok, err, bools = results[part]
+    assert ok is False and bools == [True, False, True]
+    assert "1 of 3 keys not stored (first: native-too-big: " in err
     n.close()
     with pytest.raises(RuntimeError):
         n.submit_batch_exists(["a"])

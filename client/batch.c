@@ -73,6 +73,16 @@ static const struct kvc_put_opts *opts_here(const struct kvc_client *c,
 	return plain;
 }
 
+/* The parent keys[j] names: the one before it in a KVC_PUT_CHAIN batch. */
+static const char *parent_of(const struct kvc_put_opts *opts, const char *const *keys, size_t j)
+{
+	if (!opts)
+		return NULL;
+	if ((opts->flags & KVC_PUT_CHAIN) && j > 0)
+		return keys[j - 1];
+	return opts->parent_key;
+}
+
 int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 		  const struct kvc_iovec *const *iov, const size_t *n_iov,
 		  const struct kvc_put_opts *opts, int *ret_results)
@@ -108,10 +118,10 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 			if (r < 0)
 				return (int) r;
 			chan_prep_key(&c->chan, tags[m], &e[m], SHM_OP_RESERVE, keys[j],
-				      opts ? opts->parent_key : NULL);
+				      parent_of(opts, keys, j));
 			e[m].arg = (uint64_t) len;
 			if (opts) {
-				e[m].put_flags = opts->flags;
+				e[m].put_flags = client_wire_put_flags(opts->flags);
 				e[m].pin_ttl_ms = opts->pin_ttl_ms;
 				e[m].tier = (int8_t) opts->tier;
 			}
@@ -334,7 +344,7 @@ static int prep_copy(struct kvc_client *c, uint32_t t, const struct kvc_op *op, 
 	e->count = (uint32_t) n;
 	e->list_off = chan_slot_off(t) + at;
 	if (o) {
-		e->put_flags = o->flags;
+		e->put_flags = client_wire_put_flags(o->flags);
 		e->pin_ttl_ms = o->pin_ttl_ms;
 		e->tier = (int8_t) o->tier;
 	}
@@ -413,10 +423,14 @@ int kvc_put_from(struct kvc_client *c, const char *key, const struct kvc_buffer 
 }
 
 /* Registered-buffer copies for many keys, on sync tags. */
+/* first_parent: keys[0]'s parent in a KVC_PUT_CHAIN batch (the caller's
+ * key before this chunk, or parent_key). */
 static int batch_copy(struct kvc_client *c, int opcode, size_t n, const char *const *keys,
 		      const struct kvc_iov *const *iov, const size_t *n_iov,
-		      const struct kvc_put_opts *opts, int64_t *res)
+		      const struct kvc_put_opts *opts, const char *first_parent, int64_t *res)
 {
+	struct kvc_put_opts mine;
+
 	struct shm_sqe e[BATCH_CHUNK];
 	uint32_t tags[BATCH_CHUNK];
 	size_t idx[BATCH_CHUNK];
@@ -432,6 +446,12 @@ static int batch_copy(struct kvc_client *c, int opcode, size_t n, const char *co
 			size_t j = base + i;
 			struct kvc_op op = { .opcode = opcode, .key = keys[j], .iov = iov[j],
 					     .n_iov = n_iov[j], .opts = opts };
+
+			if (opts && (opts->flags & KVC_PUT_CHAIN)) {
+				mine = *opts;
+				mine.parent_key = j ? keys[j - 1] : first_parent;
+				op.opts = &mine;
+			}
 
 			if (n_iov[j] == 0) {
 				res[j] = -EINVAL;
@@ -469,7 +489,8 @@ int kvc_batch_get_into(struct kvc_client *c, size_t n, const char *const *keys,
 		       const struct kvc_iov *const *iov, const size_t *n_iov, ssize_t *ret_results)
 {
 	_Static_assert(sizeof(ssize_t) == sizeof(int64_t), "ssize_t results");
-	return batch_copy(c, KVC_OP_GET_INTO, n, keys, iov, n_iov, NULL, (int64_t *) ret_results);
+	return batch_copy(c, KVC_OP_GET_INTO, n, keys, iov, n_iov, NULL, NULL,
+			  (int64_t *) ret_results);
 }
 
 int kvc_batch_put_from(struct kvc_client *c, size_t n, const char *const *keys,
@@ -489,7 +510,7 @@ int kvc_batch_put_from(struct kvc_client *c, size_t n, const char *const *keys,
 	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
 		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK;
 		int r = batch_copy(c, KVC_OP_PUT_FROM, k, keys + base, iov + base, n_iov + base,
-				   here, res);
+				   here, base ? keys[base - 1] : opts ? opts->parent_key : NULL, res);
 
 		if (r < 0)
 			return r;

@@ -74,6 +74,11 @@ int client_rpc_fds(struct kvc_client *c, Kvc__Request *q, Kvc__Response **ret, i
 		   size_t max_fds, size_t *ret_n_fds);
 void client_set_msg(const char *m);
 int client_check_key(const char *key);
+/* The put flags the daemon takes (KVC_PUT_CHAIN is the library's). */
+static inline uint32_t client_wire_put_flags(uint32_t flags)
+{
+	return flags & ~(uint32_t) KVC_PUT_CHAIN;
+}
 /* Pointer to an extent the daemon named, checked against the mappings. */
 int client_extent_ptr(struct kvc_client *c, uint32_t segment, uint64_t offset, uint64_t len,
 		      void **ret);

@@ -397,7 +397,7 @@ static void set_put_opts(struct shm_sqe *e, const struct kvc_put_opts *opts)
 {
 	if (!opts)
 		return;
-	e->put_flags = opts->flags;
+	e->put_flags = client_wire_put_flags(opts->flags);
 	e->pin_ttl_ms = opts->pin_ttl_ms;
 	e->tier = (int8_t) opts->tier;
 }

@@ -223,7 +223,7 @@ static void keys_done(struct keys *k)
 }
 
 /* Put options, given as keyword arguments: replace, pin ("soft"/"hard"),
- * pin_ttl_ms, parent, tier, push_to.  The strings stay valid while the
+ * pin_ttl_ms, parent, chain, tier, push_to.  The strings stay valid while the
  * objects in hold are referenced. */
 struct put_opts {
 	struct kvc_put_opts o;
@@ -293,6 +293,13 @@ static int put_opts_from(PyObject *kwds, struct put_opts *p)
 				return -1;
 			}
 			p->o.tier = (int) l;
+		} else if (!strcmp(n, "chain")) {
+			int t = PyObject_IsTrue(v);
+
+			if (t < 0)
+				return -1;
+			if (t)
+				p->o.flags |= KVC_PUT_CHAIN;
 		} else if (!strcmp(n, "parent")) {
 			if (opt_str(v, &p->o.parent_key, &p->hold[0]))
 				return -1;
@@ -1617,7 +1624,7 @@ static PyMethodDef client_methods[] = {
 	{ "batch_put_from_multi_buffers", (PyCFunction) (void (*)(void)) client_batch_put_mb,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "batch_put_from_multi_buffers(keys, ptr_lists, size_lists, **put_opts) -> [0 or "
-	  "-errno]." },
+	  "-errno]; chain=True: keys[i]'s parent is keys[i - 1], keys[0]'s is parent." },
 	{ "batch_get_into_multi_buffers", (PyCFunction) client_batch_get_mb, METH_VARARGS,
 	  "batch_get_into_multi_buffers(keys, ptr_lists, size_lists) -> [length or -errno]." },
 	{ "buffer_alloc", (PyCFunction) client_buffer_alloc, METH_VARARGS,

@@ -278,28 +278,45 @@ class BlockStore:
             present = self.client.batch_exists(keys)
             pending = [i for i in pending if not present[i]]
             self.stats["skipped"] += len(keys) - len(pending)
-        # one put per block: each names its own parent
-        for i in pending:
-            if self.transfer == "pointers":
-                ptrs, sizes = self.layout.pieces(block_ids[i])
-                r = self.client.batch_put_from_multi_buffers([keys[i]], [ptrs], [sizes],
-                                                             parent=parents[i])[0]
-            else:
-                r = self._save_torch(keys[i], block_ids[i], parents[i])
-            if r == -errno.EEXIST:
-                r = 0
-            results[i] = r
-            if r == 0:
-                self.stats["saved"] += 1
-            else:
-                self.stats["save_failed"] += 1
-                if r == -errno.ENOSPC:
+        if self.transfer == "pointers":
+            # one call per run of consecutive blocks, each naming the one
+            # before it as its parent (chain)
+            for run in _runs(pending):
+                ptrs, sizes = [], []
+                for i in run:
+                    p, n = self.layout.pieces(block_ids[i])
+                    ptrs.append(p)
+                    sizes.append(n)
+                res = self.client.batch_put_from_multi_buffers(
+                    [keys[i] for i in run], ptrs, sizes, parent=parents[run[0]], chain=True)
+                for i, r in zip(run, res):
+                    self._note_save(results, i, r)
+                if -errno.ENOSPC in res:
+                    # store pressure: the other runs would fail too
                     self.stats["pressure"] += 1
-                    # store pressure: the rest would fail too
-                    for j in pending[pending.index(i) + 1:]:
+                    for j in pending[pending.index(run[-1]) + 1:]:
                         results[j] = -errno.ENOSPC
                     break
+            return results
+        for i in pending:
+            r = self._save_torch(keys[i], block_ids[i], parents[i])
+            self._note_save(results, i, r)
+            if r == -errno.ENOSPC:
+                self.stats["pressure"] += 1
+                # store pressure: the rest would fail too
+                for j in pending[pending.index(i) + 1:]:
+                    results[j] = -errno.ENOSPC
+                break
         return results
+
+    def _note_save(self, results: List[int], i: int, r: int) -> None:
+        if r == -errno.EEXIST:
+            r = 0
+        results[i] = r
+        if r == 0:
+            self.stats["saved"] += 1
+        else:
+            self.stats["save_failed"] += 1
 
     def _save_torch(self, key: str, block_id: int, parent: Optional[str]) -> int:
         import torch
@@ -364,6 +381,17 @@ class BlockStore:
     def _need_layout(self) -> None:
         if self.layout is None:
             raise RuntimeError("no KV cache attached (BlockStore.attach)")
+
+
+def _runs(idx: List[int]) -> List[List[int]]:
+    """Consecutive runs of sorted indexes: [1, 2, 4] -> [[1, 2], [4]]."""
+    out: List[List[int]] = []
+    for i in idx:
+        if out and out[-1][-1] == i - 1:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def _sync(layout: KVLayout) -> None:

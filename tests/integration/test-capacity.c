@@ -287,14 +287,55 @@ static void chain_key(char *buf, size_t len, const char *ns, int p, int b)
 	snprintf(buf, len, "%s@p%03d@b%02d", ns, p, b);
 }
 
+/* How a trace names parents: not at all, one put per block, or one
+ * KVC_PUT_CHAIN batch per prompt (kvc_batch_put, kvc_batch_put_from). */
+enum parents { NO_PARENTS, PUT_PARENTS, CHAIN_BATCH, CHAIN_BATCH_FROM };
+
+/* The missing blocks of a prompt in one chained batch. */
+static void put_chain(struct kvc_client *c, enum parents how, char (*keys)[64], int p, int hit,
+		      struct kvc_buffer *buf)
+{
+	static uint8_t vals[BLOCKS][BLOCK];
+	struct kvc_iovec iov[BLOCKS], *iovp[BLOCKS];
+	struct kvc_iov riov[BLOCKS];
+	const struct kvc_iov *riovp[BLOCKS];
+	const char *kp[BLOCKS];
+	size_t n_iov[BLOCKS];
+	int res[BLOCKS], n = BLOCKS - hit;
+	struct kvc_put_opts o = { .parent_key = hit ? keys[hit - 1] : NULL,
+				  .flags = KVC_PUT_REPLACE | KVC_PUT_CHAIN };
+
+	for (int i = 0; i < n; i++) {
+		int b = hit + i;
+		uint8_t *v = how == CHAIN_BATCH ? vals[i] : (uint8_t *) buf->data + (size_t) i * BLOCK;
+
+		test_fill(v, BLOCK, (uint64_t) (p * 100 + b));
+		kp[i] = keys[b];
+		iov[i] = (struct kvc_iovec) { v, BLOCK };
+		iovp[i] = &iov[i];
+		riov[i] = (struct kvc_iov) { buf, (uint64_t) i * BLOCK, BLOCK };
+		riovp[i] = &riov[i];
+		n_iov[i] = 1;
+	}
+	if (how == CHAIN_BATCH)
+		CHECK_EQ(kvc_batch_put(c, (size_t) n, kp, (const struct kvc_iovec *const *) iovp, n_iov,
+				       &o, res), n);
+	else
+		CHECK_EQ(kvc_batch_put_from(c, (size_t) n, kp, riovp, n_iov, &o, res), n);
+}
+
 /* Replay a request trace; returns the prefix blocks found usable. */
-static uint64_t run_trace(struct kvc_client *c, const char *ns, bool with_parents,
+static uint64_t run_trace(struct kvc_client *c, const char *ns, enum parents how,
 			  uint64_t *ret_requested)
 {
 	static uint8_t val[BLOCK];
 	char keys[BLOCKS][64];
 	const char *kp[BLOCKS];
 	uint64_t rs = 7, usable = 0, requested = 0;
+	struct kvc_buffer buf = { 0 };
+
+	if (how == CHAIN_BATCH_FROM)
+		CHECK_EQ(kvc_buffer_alloc(c, (size_t) BLOCKS * BLOCK, &buf), 0);
 
 	for (int step = 0; step < 2000; step++) {
 		/* prompts come back at random, a dozen times each on average */
@@ -309,14 +350,21 @@ static uint64_t run_trace(struct kvc_client *c, const char *ns, bool with_parent
 		CHECK(hit >= 0);
 		usable += (uint64_t) hit;
 		requested += BLOCKS;
+		if (how >= CHAIN_BATCH) {
+			if (hit < BLOCKS)
+				put_chain(c, how, keys, p, hit, &buf);
+			continue;
+		}
 		for (int b = hit; b < BLOCKS; b++) {
-			struct kvc_put_opts o = { .parent_key = with_parents && b ? keys[b - 1] : NULL,
+			struct kvc_put_opts o = { .parent_key = how && b ? keys[b - 1] : NULL,
 						  .flags = KVC_PUT_REPLACE };
 
 			test_fill(val, sizeof(val), (uint64_t) (p * 100 + b));
 			CHECK_EQ(kvc_put(c, keys[b], val, sizeof(val), &o), 0);
 		}
 	}
+	if (buf.data)
+		CHECK_EQ(kvc_buffer_free(c, &buf), 0);
 	*ret_requested = requested;
 	return usable;
 }
@@ -351,13 +399,23 @@ static void test_prefix_chains(void)
 	test_daemon_start(&td, "--dram-size", "24MB", "--hugepages", "off",
 			  "--default-kv-lease-ttl", "0", NULL);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
-	use_prefix = run_trace(c, "prefix", true, &req_prefix);
+	use_prefix = run_trace(c, "prefix", PUT_PARENTS, &req_prefix);
 	/* every surviving block's parent survives */
 	CHECK_EQ(orphan_blocks(c, "prefix", &kept_prefix), 0);
 	CHECK(kept_prefix > 0);
 	CHECK_EQ(kvc_evict(c, KVC_TIER_DEFAULT, 0, KVC_EVICT_ALL, NULL, NULL), 0);
+	/* a prompt's missing blocks in one KVC_PUT_CHAIN batch: the same chains */
+	for (enum parents how = CHAIN_BATCH; how <= CHAIN_BATCH_FROM; how++) {
+		const char *ns = how == CHAIN_BATCH ? "chain" : "chainfrom";
+		uint64_t req, kept;
+
+		run_trace(c, ns, how, &req);
+		CHECK_EQ(orphan_blocks(c, ns, &kept), 0);
+		CHECK(kept > 0);
+		CHECK_EQ(kvc_evict(c, KVC_TIER_DEFAULT, 0, KVC_EVICT_ALL, NULL, NULL), 0);
+	}
 	/* the same trace with no parent keys: plain LRU */
-	use_lru = run_trace(c, "lru", false, &req_lru);
+	use_lru = run_trace(c, "lru", NO_PARENTS, &req_lru);
 	dead_lru = orphan_blocks(c, "lru", &kept_lru);
 	CHECK_EQ(req_prefix, req_lru);
 	printf("prefix chains (same trace, 2000 requests of 16 blocks, 3.3x the pool): usable prefix "

@@ -33,6 +33,10 @@ enum kvc_put_flags {
 	KVC_PUT_REPLACE = 1u << 0,  /* replace a committed object of the same key */
 	KVC_PUT_SOFT_PIN = 1u << 1, /* evicted only after unpinned objects */
 	KVC_PUT_HARD_PIN = 1u << 2, /* never evicted */
+	/* batch puts (kvc_batch_put, kvc_batch_put_from): keys[i] names
+	 * keys[i - 1] as its parent, keys[0] names parent_key -- the blocks
+	 * of one prompt in one call */
+	KVC_PUT_CHAIN = 1u << 3,
 };
 
 enum kvc_tier {

@@ -12,8 +12,10 @@ bytes, so a kvcache key carries all of it::
 * every field is percent-encoded: ``%`` and ``@``, and any byte outside
   printable ASCII (UTF-8 first), become ``%XX``, so ``@`` only separates;
 * ``<rank>`` is ``tp<r>of<n>`` with ``-pp<r>of<n>`` appended when there is
-  pipeline parallelism and ``-pcp<r>of<n>`` with prefill context
-  parallelism, or ``all`` for KV every rank holds alike (MLA);
+  pipeline parallelism, or ``all`` for KV every tensor-parallel rank holds
+  alike (MLA); ``-cp<r>of<n>`` follows when context-parallel ranks hold
+  different slices (vLLM's prefill context parallelism, SGLang's attention
+  context parallelism), MLA included;
 * ``<block_hash>`` is the engine's hash: bytes become lower-case hex, an int
   its hex (``-`` first when negative), a str is taken as it is (escaped).
 
@@ -74,8 +76,8 @@ class KeySpec:
     pp_rank: int = 0
     pp_size: int = 1
     shared_across_ranks: bool = False
-    pcp_rank: int = 0
-    pcp_size: int = 1
+    cp_rank: int = 0
+    cp_size: int = 1
 
     def __post_init__(self) -> None:
         for name in ("model", "kv_dtype", "layout"):
@@ -84,31 +86,33 @@ class KeySpec:
         if self.block_tokens <= 0:
             raise ValueError("block_tokens must be positive")
         if not (0 <= self.tp_rank < self.tp_size and 0 <= self.pp_rank < self.pp_size
-                and 0 <= self.pcp_rank < self.pcp_size):
+                and 0 <= self.cp_rank < self.cp_size):
             raise ValueError("ranks must lie in [0, size)")
 
     @property
     def rank(self) -> str:
         if self.shared_across_ranks:
-            return "all"
-        r = "tp%dof%d" % (self.tp_rank, self.tp_size)
-        if self.pp_size > 1:
-            r += "-pp%dof%d" % (self.pp_rank, self.pp_size)
-        if self.pcp_size > 1:
-            r += "-pcp%dof%d" % (self.pcp_rank, self.pcp_size)
+            r = "all"
+        else:
+            r = "tp%dof%d" % (self.tp_rank, self.tp_size)
+            if self.pp_size > 1:
+                r += "-pp%dof%d" % (self.pp_rank, self.pp_size)
+        if self.cp_size > 1:
+            r += "-cp%dof%d" % (self.cp_rank, self.cp_size)
         return r
 
-    def for_rank(self, tp_rank: int, pp_rank: int = 0, pcp_rank: int = 0) -> "KeySpec":
+    def for_rank(self, tp_rank: int, pp_rank: int = 0, cp_rank: int = 0) -> "KeySpec":
         """The same spec as seen by another rank (the scheduler asks for all)."""
         return KeySpec(self.model, self.kv_dtype, self.layout, self.block_tokens, tp_rank,
                        self.tp_size, pp_rank, self.pp_size, self.shared_across_ranks,
-                       pcp_rank, self.pcp_size)
+                       cp_rank, self.cp_size)
 
     def ranks(self) -> List["KeySpec"]:
-        """Every rank's spec: one when the KV is shared across ranks."""
+        """Every rank's spec: one per context-parallel rank when the KV is
+        shared across the others."""
         if self.shared_across_ranks:
-            return [self]
-        return [self.for_rank(t, p, c) for c in range(self.pcp_size)
+            return [self.for_rank(0, 0, c) for c in range(self.cp_size)]
+        return [self.for_rank(t, p, c) for c in range(self.cp_size)
                 for p in range(self.pp_size) for t in range(self.tp_size)]
 
     def prefix(self) -> str:

@@ -10,26 +10,42 @@ Enable it with::
         "interface_v1": 1, "socket": "/run/kvcached.sock"}'
 
 ``interface_v1`` must be 1: SGLang picks its zero-copy page path
-(``batch_get_v1``/``batch_set_v1`` over the host pool) by that flag.
+(``batch_get_v1``/``batch_set_v1`` over the host pool) by that flag.  Hybrid
+models (Mamba, SWA, the DSA indexer, DeepSeek V4) also use the v2 calls
+(``register_mem_host_pool_v2``, ``batch_exists_v2``, ``batch_get_v2``,
+``batch_set_v2``): each extra pool's pages are objects of their own, under a
+key spec of their own.
 
-One object per page and rank holds the page's K and V (two pieces), where
-Mooncake's backend stores two objects (``_k`` and ``_v``): half the keys, and
-a page is never half present.  Keys are ``kvcache.keys`` keys: the model,
-the host pool's dtype, the layout, the page size and the rank beside
-SGLang's page hash; MLA pages are shared by every TP rank.  Each page names
-the page before it as its parent, so eviction keeps prefixes usable.
+One object per page and rank holds the page's pieces as the host pool lists
+them (K and V, or one for MLA, or per layer), where Mooncake's backend
+stores two objects (``_k`` and ``_v``): half the keys, and a page is never
+half present.  Keys are ``kvcache.keys`` keys: the model, the host pool's
+dtype, the layout, the page size and the rank (TP, PP, and the attention
+context-parallel rank, which holds its own slice even of MLA pages) beside
+SGLang's page hash; MLA pages are shared by every TP rank.  A batch of pages
+is stored in one call, each page naming the one before it as its parent
+(the page before the batch comes from ``prefix_keys`` when SGLang passes
+them, else from the batch before it in the same backup).
+
+``get_stats`` answers SGLang's ``StorageMetrics`` (pages and GB/s of each
+prefetch and backup batch since the last call), as ``--enable-metrics``
+requires.
 
 SGLang is not installed where the test suite runs: the suite drives this
-class with a host pool shaped like SGLang's ``page_first`` pool and real
-tensors.
+class through ``tests/python/sglang_harness.py``, a transcription of
+SGLang's cache controller and host pools.
 """
 
 from __future__ import annotations
 
 import errno
-from typing import Any, List, Optional
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 from . import _kvcache
+from .engine import _runs
 from .keys import KeySpec
 
 try:
@@ -44,11 +60,62 @@ except ImportError:
         def register_mem_pool_host(self, mem_pool_host: Any) -> None:
             self.mem_pool_host = mem_pool_host
 
-LAYOUTS = ("page_first", "page_first_direct")
+        def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+            if not hasattr(self, "registered_pools"):
+                self.registered_pools = {}
+            self.registered_pools[host_pool_name] = host_pool
+
+try:
+    from sglang.srt.mem_cache.hicache_storage import (  # type: ignore
+        PoolHitPolicy,
+        PoolTransferResult,
+    )
+except ImportError:
+    class PoolHitPolicy:  # type: ignore[no-redef]
+        ALL_PAGES = "all_pages"
+        TRAILING_PAGES = "trailing_pages"
+
+    @dataclass
+    class PoolTransferResult:  # type: ignore[no-redef]
+        kv_hit_pages: int
+        extra_pool_hit_pages: Dict[str, int]
+
+try:
+    from sglang.srt.observability.metrics_collector import StorageMetrics  # type: ignore
+except ImportError:
+    try:
+        from sglang.srt.metrics.collector import StorageMetrics  # type: ignore
+    except ImportError:
+        @dataclass
+        class StorageMetrics:  # type: ignore[no-redef]
+            prefetch_pgs: List[int] = field(default_factory=list)
+            backup_pgs: List[int] = field(default_factory=list)
+            prefetch_bandwidth: List[float] = field(default_factory=list)
+            backup_bandwidth: List[float] = field(default_factory=list)
+
+LAYOUTS = ("page_first", "page_first_direct", "layer_first", "page_head")
+STORAGE_BATCH_SIZE = 128  # SGLang's pages per batched storage call
+KV = "kv"
 
 
 def _dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
+
+
+def _name(pool_name: Any) -> str:
+    return str(getattr(pool_name, "value", pool_name))
+
+
+def _buffers(pool: Any) -> List[Any]:
+    """The tensors of a host pool: get_hybrid_pool_buffer() where it has
+    one, else kv_buffer (a tensor, or a tuple for asymmetric K and V)."""
+    get = getattr(pool, "get_hybrid_pool_buffer", None)
+    bufs = get() if callable(get) else getattr(pool, "kv_buffer", None)
+    if bufs is None:
+        return []
+    if not isinstance(bufs, (list, tuple)):
+        bufs = [bufs]
+    return [b for b in bufs if b is not None]
 
 
 class KvcacheStore(HiCacheStorage):
@@ -56,84 +123,221 @@ class KvcacheStore(HiCacheStorage):
         self.config = storage_config
         extra = dict(getattr(storage_config, "extra_config", None) or {})
         self.extra = extra
+        if getattr(storage_config, "should_split_heads", False):
+            raise ValueError("kvcache does not split pages by heads across TP sizes "
+                             "(--hicache-mem-layout page_head with tp_lcm_size); run prefill "
+                             "and decode with the same TP size, or another layout")
         self.client = _kvcache.Client(extra.get("socket"))
         self.spec: Optional[KeySpec] = None
         self.pool = None
+        self.anchor = False  # a host pool whose KV is logical only (kv_buffer None)
         self.is_mla = bool(getattr(storage_config, "is_mla_model", False))
+        self.specs: Dict[str, KeySpec] = {}
+        self.pools: Dict[str, Any] = {}
+        self._stats_lock = threading.Lock()
+        self._metrics = StorageMetrics()
+        self._gb_per_page = 0.0
+        self._last = threading.local()  # the backup thread's last full batch
 
-    # ---- the host pool ----
-    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
-        layout = getattr(mem_pool_host, "layout", "page_first")
+    # ---- host pools ----
+    def _spec(self, pool: Any, name: str) -> KeySpec:
+        layout = getattr(pool, "layout", "page_first")
         if layout not in LAYOUTS:
-            raise ValueError("kvcache needs --hicache-mem-layout page_first or "
-                             "page_first_direct, not %s" % layout)
-        self.pool = mem_pool_host
-        self.mem_pool_host = mem_pool_host
-        buf = mem_pool_host.kv_buffer
-        r = self.client.register_memory(buf.data_ptr(), buf.numel() * buf.element_size())
-        if r < 0:
-            raise OSError(-r, "cannot register SGLang's host KV pool: %s" % _kvcache.strerror(r))
+            raise ValueError("kvcache takes --hicache-mem-layout %s, not %s"
+                             % ("/".join(LAYOUTS), layout))
         c = self.config
-        tp_size = int(getattr(c, "tp_size", 1))
-        self.spec = KeySpec(
+        dtype = getattr(pool, "dtype", None)
+        layout_field = "sglang-" + layout + ("" if name == KV else "-" + name)
+        return KeySpec(
             getattr(c, "model_name", None) or self.extra.get("model_name") or "unknown",
-            _dtype_name(getattr(mem_pool_host, "dtype", "unknown")),
-            "sglang-" + layout, int(mem_pool_host.page_size),
-            int(getattr(c, "tp_rank", 0)) if not self.is_mla else 0, tp_size,
-            int(getattr(c, "pp_rank", 0)), int(getattr(c, "pp_size", 1)),
-            shared_across_ranks=self.is_mla)
+            _dtype_name(dtype) if dtype is not None else "unknown", layout_field,
+            int(getattr(pool, "page_size", 1) or 1),
+            int(getattr(c, "tp_rank", 0)) if not self.is_mla else 0,
+            int(getattr(c, "tp_size", 1)), int(getattr(c, "pp_rank", 0)),
+            int(getattr(c, "pp_size", 1)), shared_across_ranks=self.is_mla,
+            cp_rank=int(getattr(c, "attn_cp_rank", 0) or 0),
+            cp_size=int(getattr(c, "attn_cp_size", 1) or 1))
 
-    def _keys(self, keys: List[str]) -> List[str]:
-        if self.spec is None:
-            raise RuntimeError("register_mem_pool_host() was not called")
-        return self.spec.keys(keys)
+    def _register(self, pool: Any) -> None:
+        for buf in _buffers(pool):
+            r = self.client.register_memory(buf.data_ptr(), buf.numel() * buf.element_size())
+            if r < 0:
+                raise OSError(-r, "cannot register SGLang's host KV pool: %s"
+                              % _kvcache.strerror(r))
 
-    def _pages(self, host_indices: Any, n: int):
-        """Per page, its pointers and sizes in the host pool (K and V, or
-        one for MLA)."""
-        if len(host_indices) != n * self.pool.page_size:
-            raise ValueError("%d host indices for %d pages of %d" %
-                             (len(host_indices), n, self.pool.page_size))
-        ptrs, sizes = self.pool.get_page_buffer_meta(host_indices)
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        super().register_mem_pool_host(mem_pool_host)
+        self.pool = mem_pool_host
+        self.spec = self._spec(mem_pool_host, KV)
+        self.specs[KV] = self.spec
+        self.pools[KV] = mem_pool_host
+        # a logical anchor (DeepSeek V4, MLA host dedup) holds no bytes: its
+        # pages are the side pools' (register_mem_host_pool_v2)
+        self.anchor = getattr(mem_pool_host, "kv_buffer", None) is None
+        if not self.anchor:
+            self._register(mem_pool_host)
+            per_token = getattr(mem_pool_host, "get_ksize_per_token", None)
+            if callable(per_token):
+                self._gb_per_page = per_token() * int(mem_pool_host.page_size) / (1 << 30)
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        name = _name(host_pool_name)
+        if name == KV:
+            if self.pool is not host_pool:
+                self.register_mem_pool_host(host_pool)
+            return
+        self.specs[name] = self._spec(host_pool, name)
+        self.pools[name] = host_pool
+        self._register(host_pool)
+
+    def _keys(self, keys: List[str], pool: str = KV) -> List[str]:
+        spec = self.specs.get(pool)
+        if spec is None:
+            raise RuntimeError("no host pool %r registered" % pool)
+        return spec.keys(keys)
+
+    def _pages(self, pool: Any, host_indices: Any, n: int):
+        """Per page, its pointers and sizes in the host pool."""
+        page = int(getattr(pool, "page_size", 1) or 1)
+        if len(host_indices) != n * page:
+            raise ValueError("%d host indices for %d pages of %d" % (len(host_indices), n, page))
+        ptrs, sizes = pool.get_page_buffer_meta(host_indices)
         per = len(ptrs) // n if n else 0
         if n == 0 or per * n != len(ptrs):
             raise ValueError("%d pointers for %d pages" % (len(ptrs), n))
         return ([list(ptrs[i * per:(i + 1) * per]) for i in range(n)],
                 [list(sizes[i * per:(i + 1) * per]) for i in range(n)])
 
+    # ---- pages ----
+    def _get(self, pool_name: str, keys: List[str], host_indices: Any) -> List[bool]:
+        if not keys:
+            return []
+        pool = self.pools[pool_name]
+        ptrs, sizes = self._pages(pool, host_indices, len(keys))
+        res = self.client.batch_get_into_multi_buffers(self._keys(keys, pool_name), ptrs, sizes)
+        return [r > 0 for r in res]
+
+    def _set(self, pool_name: str, keys: List[str], host_indices: Any,
+             extra_info: Any) -> List[bool]:
+        if not keys:
+            return []
+        pool = self.pools[pool_name]
+        ks = self._keys(keys, pool_name)
+        ptrs, sizes = self._pages(pool, host_indices, len(keys))
+        present = self.client.batch_exists(ks)
+        out = [bool(p) for p in present]
+        parent = self._parent_before(keys, extra_info, pool_name)
+        for run in _runs([i for i in range(len(ks)) if not present[i]]):
+            first = run[0]
+            before = ks[first - 1] if first else parent
+            res = self.client.batch_put_from_multi_buffers(
+                [ks[i] for i in run], [ptrs[i] for i in run], [sizes[i] for i in run],
+                parent=before, chain=True)
+            for i, r in zip(run, res):
+                out[i] = r == 0 or r == -errno.EEXIST
+        if pool_name == KV:
+            # what the next batch of this backup follows (SGLang sends 128
+            # pages at a time, one backup's batches back to back)
+            prefix = getattr(extra_info, "prefix_keys", None)
+            self._last.prefix = prefix
+            self._last.key = ks[-1] if prefix is not None or len(keys) == STORAGE_BATCH_SIZE \
+                else None
+        return out
+
+    def _parent_before(self, keys: List[str], extra_info: Any, pool_name: str) -> Optional[str]:
+        """The page before keys[0].  With hicache_storage_pass_prefix_keys
+        SGLang passes the hashes from the root: the last is the parent, and
+        the list grows by each batch stored; a root-level backup's list stays
+        empty, the same list object batch after batch.  Without them: the
+        last page of the full batch this thread stored just before."""
+        if pool_name != KV:
+            return None
+        prefix = getattr(extra_info, "prefix_keys", None)
+        if prefix:
+            return self._keys([prefix[-1]])[0]
+        if prefix is not None:
+            return self._last.key if getattr(self._last, "prefix", None) is prefix else None
+        return getattr(self._last, "key", None)
+
+    def _note(self, what: str, pages: int, seconds: float) -> None:
+        if not pages:
+            return
+        with self._stats_lock:
+            getattr(self._metrics, what + "_pgs").append(pages)
+            if seconds > 0 and self._gb_per_page:
+                getattr(self._metrics, what + "_bandwidth").append(
+                    pages * self._gb_per_page / seconds)
+
     # ---- the zero-copy page path (interface_v1) ----
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         """How many leading pages are stored."""
         if not keys:
             return 0
+        if self.anchor:
+            return len(keys)
         return self.client.prefix_lookup(self._keys(keys))
 
     def batch_get_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Any = None) -> List[bool]:
-        if not keys:
-            return []
-        ptrs, sizes = self._pages(host_indices, len(keys))
-        res = self.client.batch_get_into_multi_buffers(self._keys(keys), ptrs, sizes)
-        return [r > 0 for r in res]
+        if self.anchor:
+            return [True] * len(keys)
+        t0 = time.perf_counter()
+        out = self._get(KV, keys, host_indices)
+        self._note("prefetch", sum(out), time.perf_counter() - t0)
+        return out
 
     def batch_set_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Any = None) -> List[bool]:
-        if not keys:
-            return []
-        ks = self._keys(keys)
-        ptrs, sizes = self._pages(host_indices, len(keys))
-        present = self.client.batch_exists(ks)
-        out = []
-        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
-        parent = self.spec.key(prefix[-1]) if prefix else None
-        for i, k in enumerate(ks):
-            if present[i]:
-                out.append(True)
+        if self.anchor:
+            return [True] * len(keys)
+        t0 = time.perf_counter()
+        out = self._set(KV, keys, host_indices, extra_info)
+        self._note("backup", sum(out), time.perf_counter() - t0)
+        return out
+
+    # ---- hybrid models (v2) ----
+    def batch_exists_v2(self, keys: List[str], pool_transfers: Any = None,
+                        extra_info: Any = None) -> Any:
+        """The pages usable from the start: the KV prefix, cut where a side
+        pool lacks what its hit policy needs (every page, or the last
+        ``len(transfer.keys)`` pages before the cut)."""
+        kv_pages = self.batch_exists(keys, extra_info)
+        hits: Dict[str, int] = {}
+        final = kv_pages
+        for t in pool_transfers or ():
+            if final == 0:
+                break
+            name = _name(t.name)
+            present = self.client.batch_exists(self._keys(keys[:final], name))
+            if _name(getattr(t, "hit_policy", PoolHitPolicy.ALL_PAGES)) == \
+                    _name(PoolHitPolicy.TRAILING_PAGES):
+                window = max(1, len(getattr(t, "keys", None) or ()))
+                boundary = 0
+                for n in range(final, 0, -1):
+                    if all(present[max(0, n - window):n]):
+                        boundary = n
+                        break
             else:
-                r = self.client.batch_put_from_multi_buffers([k], [ptrs[i]], [sizes[i]],
-                                                             parent=parent)[0]
-                out.append(r == 0 or r == -errno.EEXIST)
-            parent = k
+                boundary = present.index(False) if False in present else final
+            hits[name] = boundary
+            final = min(final, boundary)
+        return PoolTransferResult(kv_hit_pages=final, extra_pool_hit_pages=hits)
+
+    def batch_get_v2(self, transfers: Any, extra_info: Any = None) -> Dict[str, List[bool]]:
+        out: Dict[str, List[bool]] = {}
+        for t in transfers:
+            name = _name(t.name)
+            out[name] = self.batch_get_v1(t.keys, t.host_indices, extra_info) if name == KV \
+                else self._get(name, list(t.keys), t.host_indices)
+        return out
+
+    def batch_set_v2(self, transfers: Any, extra_info: Any = None) -> Dict[str, List[bool]]:
+        out: Dict[str, List[bool]] = {}
+        for t in transfers:
+            name = _name(t.name)
+            out[name] = self.batch_set_v1(t.keys, t.host_indices, extra_info) if name == KV \
+                else self._set(name, list(t.keys), t.host_indices, extra_info)
         return out
 
     # ---- the generic (tensor) path ----
@@ -176,14 +380,20 @@ class KvcacheStore(HiCacheStorage):
     def clear(self) -> None:
         """Remove this model's and rank's pages (other users of the daemon
         keep theirs)."""
-        if self.spec is not None:
-            self.client.remove_prefix(self.spec.prefix(), force=True)
+        for spec in self.specs.values():
+            self.client.remove_prefix(spec.prefix(), force=True)
 
-    def get_stats(self):
-        return self.client.stats()
+    def get_stats(self) -> Any:
+        """SGLang's StorageMetrics since the last call (its scheduler asks
+        on every event check with --enable-metrics)."""
+        with self._stats_lock:
+            out, self._metrics = self._metrics, StorageMetrics()
+        return out
 
     def close(self) -> None:
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
+            self.client = None
 
 
 def _as_buffer(t: Any, writable: bool = False):
@@ -198,4 +408,4 @@ def _as_buffer(t: Any, writable: bool = False):
     return t
 
 
-__all__ = ["KvcacheStore", "HAVE_SGLANG"]
+__all__ = ["KvcacheStore", "StorageMetrics", "PoolTransferResult", "HAVE_SGLANG"]

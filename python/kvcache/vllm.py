@@ -333,8 +333,8 @@ def key_spec(vllm_config: Any, tp_rank: int = 0, pp_rank: int = 0, pcp_rank: int
                    block_sizes(vllm_config, kv_cache_config)[0],
                    tp_rank, int(getattr(pc, "tensor_parallel_size", 1)), pp_rank,
                    int(getattr(pc, "pipeline_parallel_size", 1)), shared_across_ranks=mla,
-                   pcp_rank=pcp_rank,
-                   pcp_size=int(getattr(pc, "prefill_context_parallel_size", 1) or 1))
+                   cp_rank=pcp_rank,
+                   cp_size=int(getattr(pc, "prefill_context_parallel_size", 1) or 1))
 
 
 def worker_ranks(vllm_config: Any) -> Tuple[int, int, int]:

@@ -1,100 +1,174 @@
 # SPDX-License-Identifier: MIT
 """kvcache.sglang driven as SGLang's cache controller drives a HiCache
-storage backend, over a host pool shaped like SGLang's page_first pool."""
-from types import SimpleNamespace
-
+storage backend (sglang_harness.py: its controller, factory, host pools and
+metrics check at 001067f, transcribed), on real host pools."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from kvcache.engine import block_hashes_of  # noqa: E402
-from kvcache.sglang import KvcacheStore  # noqa: E402
+import sglang_harness as sh  # noqa: E402
+from kvcache import sglang as kvs  # noqa: E402
 
 PAGE, LAYERS, HEADS, HD = 4, 3, 2, 8
 
 
-class HostPool:
-    """SGLang's MHATokenToKVPoolHost, page_first: (2, size, layers, heads, dim)."""
-
-    def __init__(self, size, seed, mla=False):
-        g = torch.Generator().manual_seed(seed)
-        self.mla = mla
-        shape = (1 if mla else 2, size, LAYERS, HEADS, HD)
-        self.kv_buffer = torch.randn(*shape, generator=g).to(torch.bfloat16)
-        self.size, self.page_size, self.layout, self.dtype = size, PAGE, "page_first", torch.bfloat16
-
-    def get_page_buffer_meta(self, indices):
-        base, item = self.kv_buffer.data_ptr(), self.kv_buffer.element_size()
-        tok = LAYERS * HEADS * HD * item
-        ptrs = []
-        for i in range(0, len(indices), PAGE):
-            k = base + int(indices[i]) * tok
-            ptrs.append(k)
-            if not self.mla:
-                ptrs.append(k + self.size * tok)
-        return ptrs, [PAGE * tok] * len(ptrs)
-
-    def page(self, start):
-        return self.kv_buffer[:, start:start + PAGE]
+def mha(seed, size=2048, **kw):
+    return sh.MHAHostPool(size, PAGE, LAYERS, HEADS, HD, seed=seed, **kw)
 
 
-def store(daemon, pool, tp_rank=0, tp_size=1, mla=False):
-    cfg = SimpleNamespace(tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1,
-                          is_mla_model=mla, model_name="Qwen/Qwen2-0.5B",
-                          is_page_first_layout=True,
-                          extra_config={"backend_name": "kvcache", "interface_v1": 1,
-                                        "socket": daemon})
-    s = KvcacheStore(cfg, {})
-    s.register_mem_pool_host(pool)
-    return s
+def pair(daemon, pool_a, pool_b, **cfg):
+    a = sh.create_backend(sh.storage_config(daemon, **cfg), pool_a)
+    b = sh.create_backend(sh.storage_config(daemon, **cfg), pool_b)
+    return a, b
 
 
-def keys(n, salt):
-    return [h.hex() for h in block_hashes_of(list(range(n * PAGE)), PAGE, salt)]
+def same_pages(pa, sa, pb, sb, n):
+    for i in range(n):
+        for x, y in zip(pa.page(sa + i * PAGE), pb.page(sb + i * PAGE)):
+            if not torch.equal(x, y):
+                return False
+    return True
 
 
-def test_pages_round_trip(daemon):
-    a_pool, b_pool = HostPool(64, 1), HostPool(64, 2)
-    a, b = store(daemon, a_pool), store(daemon, b_pool)
-    ks = keys(6, b"sgl")
-    assert a.batch_exists(ks) == 0
-    src = torch.arange(0, 6 * PAGE)  # pages at token slots 0, 4, 8, ...
-    assert a.batch_set_v1(ks[:4], src[:4 * PAGE]) == [True] * 4
-    assert a.batch_exists(ks) == 4 and b.batch_exists(ks) == 4
-    assert a.batch_set_v1(ks, src) == [True] * 6  # stored ones answer True
-    dst = torch.arange(32, 32 + 6 * PAGE)
-    assert b.batch_get_v1(ks + [keys(1, b"none")[0]],
-                          torch.cat([dst, torch.arange(0, PAGE)])) == [True] * 6 + [False]
-    for i in range(6):
-        assert torch.equal(a_pool.page(i * PAGE), b_pool.page(32 + i * PAGE))
-    assert a.exists(ks[0]) and not a.exists(keys(1, b"none")[0])
-    key = a.spec.key(ks[0])
-    assert key.startswith("kv1@Qwen/Qwen2-0.5B@bfloat16@sglang-page_first@b4@tp0of1@")
+@pytest.mark.parametrize("layout", ["page_first", "layer_first"])
+def test_backup_and_prefetch_in_batches(daemon, layout):
+    """300 pages: three batches of up to 128 each way; another instance
+    finds and loads them; --enable-metrics gets StorageMetrics."""
+    pa, pb = mha(1, layout=layout), mha(2, layout=layout)
+    a, b = pair(daemon, pa, pb)
+    ca, cb = sh.Controller(a, PAGE), sh.Controller(b, PAGE)
+    hashes = sh.page_hashes(list(range(300 * PAGE)), PAGE, "ab" * 32 if layout == "x" else None)
+    hashes = [h + layout[:2] for h in hashes]  # layouts apart
+    assert cb.storage_hit_query(hashes) == []
+    assert ca.page_backup(hashes, torch.arange(300 * PAGE)) == 300 * PAGE
+    assert cb.storage_hit_query(hashes) == hashes
+    dst = torch.arange(800, 800 + 300 * PAGE)
+    assert cb.page_get(hashes, dst) == 300
+    assert same_pages(pa, 0, pb, 800, 300)
+    ca.check_hicache_events()
+    cb.check_hicache_events()
+    assert ca.logged_pages("backup") == 300 and cb.logged_pages("prefetch") == 300
+    assert len(ca.logged[0].backup_bandwidth) == 3 and min(ca.logged[0].backup_bandwidth) > 0
+    cb.check_hicache_events()  # drained: nothing new
+    assert cb.logged_pages("prefetch") == 300
     a.clear()
-    assert b.batch_exists(ks) == 0
+    assert cb.storage_hit_query(hashes) == []
     a.close()
     b.close()
 
 
-def test_ranks_and_mla(daemon):
-    pool = HostPool(16, 3)
-    r0, r1 = store(daemon, pool, 0, 2), store(daemon, HostPool(16, 4), 1, 2)
-    ks = keys(2, b"tp")
+class Recorder:
+    """The backend's client, with its puts' parents noted."""
+
+    def __init__(self, client):
+        self.client = client
+        self.puts = []
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def batch_put_from_multi_buffers(self, keys, ptrs, sizes, **opts):
+        self.puts.append((list(keys), opts.get("parent"), opts.get("chain")))
+        return self.client.batch_put_from_multi_buffers(keys, ptrs, sizes, **opts)
+
+
+@pytest.mark.parametrize("pass_prefix_keys", [False, True])
+def test_parents_across_batches(daemon, pass_prefix_keys):
+    """One call per batch, each page naming the one before it, the first
+    page of a batch naming the last of the batch before (with or without
+    hicache_storage_pass_prefix_keys)."""
+    s = sh.create_backend(sh.storage_config(daemon), mha(3))
+    rec = s.client = Recorder(s.client)
+    c = sh.Controller(s, PAGE, pass_prefix_keys=pass_prefix_keys)
+    root = sh.page_hashes(list(range(50 * PAGE)), PAGE)
+    hashes = sh.page_hashes(list(range(200 * PAGE)), PAGE, root[-1])
+    # a prompt under a stored prefix (root), then one at the root
+    assert c.page_backup(root, torch.arange(50 * PAGE), []) == 50 * PAGE
+    assert c.page_backup(hashes, torch.arange(200 * PAGE), list(root)) == 200 * PAGE
+    keys = s.spec.keys(root + hashes)
+    calls = rec.puts
+    assert [len(k) for k, _, _ in calls] == [50, 128, 72] and all(ch for _, _, ch in calls)
+    assert calls[0][1] is None  # the root's first page has no parent
+    assert calls[1][1] == (keys[49] if pass_prefix_keys else None)
+    assert calls[2][1] == keys[50 + 127]  # the batch before
+    s.clear()
+    s.close()
+
+
+def test_ranks_context_parallel_and_mla(daemon):
+    ks = sh.page_hashes(list(range(2 * PAGE)), PAGE, "cd" * 32)
+    r0 = sh.create_backend(sh.storage_config(daemon, 0, 2), mha(4, 64))
+    r1 = sh.create_backend(sh.storage_config(daemon, 1, 2), mha(5, 64))
     assert r0.batch_set_v1(ks, torch.arange(8)) == [True, True]
     assert r1.batch_exists(ks) == 0  # rank 1's pages are its own
-    m0 = store(daemon, HostPool(16, 5, mla=True), 0, 2, mla=True)
-    m1 = store(daemon, HostPool(16, 6, mla=True), 1, 2, mla=True)
-    assert m0.batch_set_v1(ks, torch.arange(8)) == [True, True]
-    assert m1.batch_exists(ks) == 2  # MLA pages are shared by every rank
-    assert m1.batch_get_v1(ks, torch.arange(8, 16)) == [True, True]
-    assert torch.equal(m0.pool.kv_buffer[:, 0:8], m1.pool.kv_buffer[:, 8:16])
-    for s in (r0, r1, m0, m1):
+    mla = [sh.create_backend(sh.storage_config(daemon, t, 2, mla=True, cp_rank=c, cp_size=2),
+                             sh.MLAHostPool(64, PAGE, LAYERS, 16, seed=10 + 2 * t + c))
+           for t in range(2) for c in range(2)]  # (tp, cp): (0,0) (0,1) (1,0) (1,1)
+    assert mla[0].batch_set_v1(ks, torch.arange(8)) == [True, True]
+    assert mla[2].batch_exists(ks) == 2  # MLA pages are shared by every TP rank
+    assert mla[1].batch_exists(ks) == 0  # but each context-parallel rank holds its own
+    assert mla[2].batch_get_v1(ks, torch.arange(8, 16)) == [True, True]
+    assert torch.equal(mla[0].pool.kv_buffer[0:8], mla[2].pool.kv_buffer[8:16])
+    assert "@all-cp1of2@" in mla[1].spec.key(ks[0])
+    for s in [r0, r1] + mla:
+        s.clear()
+        s.close()
+
+
+def test_tuple_and_logical_pools(daemon):
+    """Asymmetric K/V (a tuple kv_buffer) and a logical anchor (None) are
+    registered, not crashed on."""
+    pa, pb = mha(6, 256, asymmetric=True), mha(7, 256, asymmetric=True)
+    a, b = pair(daemon, pa, pb)
+    ks = sh.page_hashes(list(range(5 * PAGE)), PAGE, "ef" * 32)
+    assert a.batch_set_v1(ks, torch.arange(5 * PAGE)) == [True] * 5
+    assert b.batch_get_v1(ks, torch.arange(40, 40 + 5 * PAGE)) == [True] * 5
+    assert same_pages(pa, 0, pb, 40, 5)
+    anchor = sh.create_backend(sh.storage_config(daemon, mla=True),
+                               sh.MLAHostPool(64, PAGE, LAYERS, 16, dummy=True))
+    assert anchor.batch_exists(ks) == 5 and anchor.batch_get_v1(ks, torch.arange(20)) == [True] * 5
+    for s in (a, b, anchor):
+        s.clear()
+        s.close()
+
+
+def test_hybrid_v2(daemon):
+    """DeepSeek-V4-like: a logical KV anchor and two side pools, an indexer
+    needed for every page and a state needed for the last page only."""
+    def backend(seed):
+        s = sh.create_backend(sh.storage_config(daemon, mla=True, model="dsv4"),
+                              sh.MLAHostPool(256, PAGE, LAYERS, 16, dummy=True))
+        idx = sh.MLAHostPool(256, PAGE, 1, 8, seed=seed)
+        state = sh.MLAHostPool(64, 1, 1, 32, seed=seed + 1)
+        s.register_mem_host_pool_v2(idx, "indexer")
+        s.register_mem_host_pool_v2(state, "mamba")
+        return s, idx, state
+
+    a, a_idx, a_state = backend(20)
+    b, b_idx, b_state = backend(30)
+    ks = sh.page_hashes(list(range(6 * PAGE)), PAGE, "12" * 32)
+    sets = a.batch_set_v2([sh.PoolTransfer("indexer", torch.arange(6 * PAGE), keys=ks),
+                           sh.PoolTransfer("mamba", torch.tensor([3]), keys=ks[5:])])
+    assert sets == {"indexer": [True] * 6, "mamba": [True]}
+    policies = [sh.PoolTransfer("indexer", keys=ks),
+                sh.PoolTransfer("mamba", keys=ks[-1:], hit_policy="trailing_pages")]
+    r = b.batch_exists_v2(ks, policies)
+    assert r.kv_hit_pages == 6 and r.extra_pool_hit_pages == {"indexer": 6, "mamba": 6}
+    # the state of page 4 is not there: a shorter prefix has none either
+    r = b.batch_exists_v2(ks[:5], policies)
+    assert r.kv_hit_pages == 0 and r.extra_pool_hit_pages["mamba"] == 0
+    got = b.batch_get_v2([sh.PoolTransfer("indexer", torch.arange(8, 8 + 6 * PAGE), keys=ks),
+                          sh.PoolTransfer("mamba", torch.tensor([9]), keys=ks[5:])])
+    assert got == {"indexer": [True] * 6, "mamba": [True]}
+    assert torch.equal(a_idx.kv_buffer[0:24], b_idx.kv_buffer[8:32])
+    assert torch.equal(a_state.kv_buffer[3], b_state.kv_buffer[9])
+    for s in (a, b):
         s.clear()
         s.close()
 
 
 def test_generic_path_and_errors(daemon):
-    s = store(daemon, HostPool(8, 7))
+    s = sh.create_backend(sh.storage_config(daemon), mha(8, 64))
     t = torch.arange(64, dtype=torch.float32)
     assert s.set("page-a", t)
     out = torch.zeros(64)
@@ -106,12 +180,17 @@ def test_generic_path_and_errors(daemon):
     assert [x is None for x in s.batch_get(["p1", "zz"])] == [False, True]
     with pytest.raises(ValueError):
         s.get("page-a", torch.zeros(8, 8).t())
-    assert isinstance(s.get_stats(), dict)
-    pool = HostPool(8, 8)
-    pool.layout = "layer_first"
-    with pytest.raises(ValueError):
-        store(daemon, pool)
+    assert isinstance(s.get_stats(), kvs.StorageMetrics)
+    pool = mha(9, 64)
+    pool.layout = "page_sideways"
+    with pytest.raises(ValueError, match="page_sideways"):
+        sh.create_backend(sh.storage_config(daemon), pool)
+    with pytest.raises(ValueError, match="split pages by heads"):
+        cfg = sh.storage_config(daemon)
+        cfg.should_split_heads = True
+        sh.create_backend(cfg, mha(10, 64))
     with pytest.raises(ValueError):
         s.batch_get_v1(["a", "b"], torch.arange(4))  # 2 keys, 1 page
     s.clear()
     s.close()
+    s.close()  # SGLang may close on detach and again at exit

@@ -1,0 +1,272 @@
+# SPDX-License-Identifier: MIT
+"""SGLang's HiCache, as far as an L3 storage backend can tell.
+
+Transcribed from sgl-project/sglang at 001067fffe33427bee0ed2f007fb7551a1d76b44
+(``hicache_storage.py``, ``storage/backend_factory.py``,
+``managers/cache_controller.py``) and, where that commit does not hold them,
+the versions named:
+
+* ``HiCacheStorageConfig``: tp/pp/attn-cp ranks, ``is_mla_model``,
+  ``model_name``, ``extra_config`` (the parsed
+  ``--hicache-storage-backend-extra-config``);
+* ``StorageBackendFactory._create_dynamic_backend``: ``backend_class(
+  storage_config, {})``, then the controller's ``register_mem_pool_host``;
+* the cache controller: existence checks, loads and backups in batches of
+  ``STORAGE_BATCH_SIZE`` (128) pages; ``batch_exists`` is a count of leading
+  pages, a load counts leading successes, a backup stops at the first batch
+  whose ``batch_set_v1`` is not all true; ``prefix_keys`` (with
+  ``hicache_storage_pass_prefix_keys``) are the hashes from the root to the
+  parent, grown in place batch after batch when not empty;
+* ``hiradix_cache.check_hicache_events``: with ``--enable-metrics`` the
+  backend's ``get_stats()`` goes to ``log_storage_metrics``, which asserts it
+  is a ``StorageMetrics``;
+* host pools (``pool_host/mha.py`` @0047d999, ``pool_host/mla.py`` @01c0ede3):
+  ``kv_buffer`` by layout (``page_first`` (2, size, L, H, D),
+  ``layer_first`` (2, L, size, H, D)), ``get_page_buffer_meta`` (K and V per
+  page, or per layer for layer_first); asymmetric MHA pools hold a tuple;
+  MLA pools one piece per page; a logical anchor (DeepSeek V4) has
+  ``kv_buffer`` None and its bytes in side pools registered with
+  ``register_mem_host_pool_v2``;
+* the hybrid controller: ``batch_exists_v2`` with ``PoolTransfer`` (hit
+  policy ALL_PAGES or TRAILING_PAGES), ``batch_get_v2``/``batch_set_v2``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+import torch
+
+from kvcache import sglang as kvs
+
+STORAGE_BATCH_SIZE = 128
+
+
+@dataclass
+class HiCacheStorageConfig:
+    tp_rank: int
+    tp_size: int
+    pp_rank: int
+    pp_size: int
+    attn_cp_rank: int
+    attn_cp_size: int
+    is_mla_model: bool
+    enable_storage_metrics: bool
+    is_page_first_layout: bool
+    model_name: Optional[str]
+    dp_rank: int = 0
+    dp_size: int = 1
+    tp_lcm_size: Optional[int] = None
+    should_split_heads: bool = False
+    extra_config: Optional[dict] = None
+
+
+@dataclass
+class HiCacheStorageExtraInfo:
+    prefix_keys: Optional[List[str]] = None
+    extra_info: Optional[dict] = None
+
+
+@dataclass
+class PoolTransfer:
+    name: str
+    host_indices: Optional[torch.Tensor] = None
+    device_indices: Optional[torch.Tensor] = None
+    keys: Optional[List[str]] = None
+    hit_policy: str = "all_pages"
+    nodes_to_load: Optional[List[Any]] = None
+    indices_from_pool: Optional[str] = None
+
+
+def page_hashes(tokens: List[int], page_size: int, prior: Optional[str] = None) -> List[str]:
+    """get_hash_str: chained sha256 of each page's tokens."""
+    out = []
+    last = prior
+    for i in range(0, len(tokens) - len(tokens) % page_size, page_size):
+        h = hashlib.sha256()
+        if last is not None:
+            h.update(bytes.fromhex(last))
+        for t in tokens[i:i + page_size]:
+            h.update(int(t).to_bytes(4, "little", signed=False))
+        last = h.hexdigest()
+        out.append(last)
+    return out
+
+
+class MHAHostPool:
+    """MHATokenToKVPoolHost: kv_buffer (2, size, L, H, D) page_first or
+    (2, L, size, H, D) layer_first; ``asymmetric``: (k, v) of different head
+    dims, a tuple."""
+
+    def __init__(self, size, page_size, layers, heads, dim, layout="page_first", seed=0,
+                 asymmetric=False, dtype=torch.bfloat16):
+        g = torch.Generator().manual_seed(seed)
+        self.size, self.page_size, self.layout, self.dtype = size, page_size, layout, dtype
+        self.item = torch.empty((), dtype=dtype).element_size()  # dtype.itemsize
+        self.layer_num, self.head_num, self.head_dim = layers, heads, dim
+        self.v_head_dim = dim // 2 if asymmetric else dim
+        if layout == "page_first":
+            ks, vs = (size, layers, heads, dim), (size, layers, heads, self.v_head_dim)
+        else:
+            ks, vs = (layers, size, heads, dim), (layers, size, heads, self.v_head_dim)
+        if asymmetric:
+            self.k_buffer = torch.randn(ks, generator=g).to(dtype)
+            self.v_buffer = torch.randn(vs, generator=g).to(dtype)
+            self.kv_buffer = (self.k_buffer, self.v_buffer)
+        else:
+            self.kv_buffer = torch.randn((2,) + ks, generator=g).to(dtype)
+            self.k_buffer, self.v_buffer = self.kv_buffer[0], self.kv_buffer[1]
+
+    def get_hybrid_pool_buffer(self):
+        return [self.k_buffer, self.v_buffer]
+
+    def get_ksize_per_token(self):
+        return self.layer_num * self.head_num * (self.head_dim + self.v_head_dim) * \
+            self.item
+
+    def get_page_buffer_meta(self, indices):
+        assert len(indices) % self.page_size == 0
+        item = self.item
+        kp, vp = self.k_buffer.data_ptr(), self.v_buffer.data_ptr()
+        kt, vt = self.head_num * self.head_dim * item, self.head_num * self.v_head_dim * item
+        ptrs, sizes = [], []
+        for i in range(0, len(indices), self.page_size):
+            idx = int(indices[i])
+            if self.layout == "layer_first":
+                for layer in range(self.layer_num):
+                    ptrs += [kp + (layer * self.size + idx) * kt,
+                             vp + (layer * self.size + idx) * vt]
+                    sizes += [self.page_size * kt, self.page_size * vt]
+            else:
+                ptrs += [kp + idx * self.layer_num * kt, vp + idx * self.layer_num * vt]
+                sizes += [self.page_size * self.layer_num * kt,
+                          self.page_size * self.layer_num * vt]
+        return ptrs, sizes
+
+    def page(self, start):
+        """Every byte of the page at token slot start."""
+        if self.layout == "layer_first":
+            return [self.k_buffer[:, start:start + self.page_size],
+                    self.v_buffer[:, start:start + self.page_size]]
+        return [self.k_buffer[start:start + self.page_size],
+                self.v_buffer[start:start + self.page_size]]
+
+
+class MLAHostPool:
+    """MLATokenToKVPoolHost, page_first: (size, L, 1, D), one piece a page;
+    ``dummy``: a logical anchor with kv_buffer None."""
+
+    def __init__(self, size, page_size, layers, dim, seed=0, dummy=False, dtype=torch.bfloat16):
+        g = torch.Generator().manual_seed(seed)
+        self.size, self.page_size, self.layout, self.dtype = size, page_size, "page_first", dtype
+        self.item = torch.empty((), dtype=dtype).element_size()  # dtype.itemsize
+        self.layer_num, self.kv_dim = layers, dim
+        self.kv_buffer = None if dummy else \
+            torch.randn(size, layers, 1, dim, generator=g).to(dtype)
+
+    def get_ksize_per_token(self):
+        return self.layer_num * self.kv_dim * self.item
+
+    def get_page_buffer_meta(self, indices):
+        tok = self.layer_num * self.kv_dim * self.item
+        base = self.kv_buffer.data_ptr()
+        ptrs = [base + int(indices[i]) * tok for i in range(0, len(indices), self.page_size)]
+        return ptrs, [self.page_size * tok] * len(ptrs)
+
+    def page(self, start):
+        return [self.kv_buffer[start:start + self.page_size]]
+
+
+def storage_config(socket, tp_rank=0, tp_size=1, mla=False, cp_rank=0, cp_size=1,
+                   model="Qwen/Qwen3-8B", **extra) -> HiCacheStorageConfig:
+    e = {"backend_name": "kvcache", "module_path": "kvcache.sglang",
+         "class_name": "KvcacheStore", "interface_v1": 1, "socket": socket}
+    e.update(extra)
+    return HiCacheStorageConfig(tp_rank, tp_size, 0, 1, cp_rank, cp_size, mla, True, True,
+                                model, extra_config=e)
+
+
+def create_backend(cfg: HiCacheStorageConfig, host_pool: Any) -> Any:
+    """StorageBackendFactory, dynamic, then the controller's registration."""
+    e = cfg.extra_config
+    cls = getattr(importlib.import_module(e["module_path"]), e["class_name"])
+    assert issubclass(cls, kvs.HiCacheStorage)
+    backend = cls(cfg, {})
+    backend.register_mem_pool_host(host_pool)
+    return backend
+
+
+class Controller:
+    """The cache controller's storage paths (interface_v1)."""
+
+    def __init__(self, backend: Any, page_size: int, pass_prefix_keys: bool = False):
+        self.backend = backend
+        self.page_size = page_size
+        self.pass_prefix_keys = pass_prefix_keys
+        self.logged: List[Any] = []
+
+    def storage_hit_query(self, hashes: List[str],
+                          prefix_keys: Optional[List[str]] = None) -> List[str]:
+        prefix_keys = prefix_keys.copy() if prefix_keys else None
+        hit = []
+        for start in range(0, len(hashes), STORAGE_BATCH_SIZE):
+            batch = hashes[start:start + STORAGE_BATCH_SIZE]
+            n = self.backend.batch_exists(batch, HiCacheStorageExtraInfo(prefix_keys=prefix_keys))
+            hit.extend(batch[:n])
+            if n < len(batch):
+                break
+            if prefix_keys and len(prefix_keys) > 0:
+                prefix_keys += batch
+        return hit
+
+    def page_get(self, hashes: List[str], host_indices: torch.Tensor) -> int:
+        """_page_transfer with _page_get_zero_copy: pages loaded from the start."""
+        done = 0
+        for start in range(0, len(hashes), STORAGE_BATCH_SIZE):
+            batch = hashes[start:start + STORAGE_BATCH_SIZE]
+            idx = host_indices[start * self.page_size:(start + len(batch)) * self.page_size]
+            results = self.backend.batch_get_v1(batch, idx, None)
+            inc = 0
+            for r in results:
+                if not r:
+                    break
+                inc += 1
+            done += inc
+            if inc < len(batch):
+                break
+        return done
+
+    def page_backup(self, hashes: List[str], host_indices: torch.Tensor,
+                    prefix_keys: Optional[List[str]] = None) -> int:
+        """_page_backup with _page_set_zero_copy: tokens backed up."""
+        if not self.pass_prefix_keys:
+            prefix_keys = None
+        completed = 0
+        for start in range(0, len(hashes), STORAGE_BATCH_SIZE):
+            batch = hashes[start:start + STORAGE_BATCH_SIZE]
+            idx = host_indices[start * self.page_size:(start + len(batch)) * self.page_size]
+            extra = HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
+            if not all(self.backend.batch_set_v1(batch, idx, extra)):
+                break
+            if prefix_keys and len(prefix_keys) > 0:
+                prefix_keys += batch
+            completed += self.page_size * len(batch)
+        return completed
+
+    def check_hicache_events(self) -> None:
+        """hiradix_cache with --enable-metrics: log_storage_metrics()."""
+        m = self.backend.get_stats()
+        if m is None:
+            return
+        assert isinstance(m, kvs.StorageMetrics)
+        self.logged.append(m)
+
+    def logged_pages(self, what: str) -> int:
+        return sum(sum(getattr(m, what + "_pgs")) for m in self.logged)
+
+
+__all__ = ["Controller", "HiCacheStorageConfig", "HiCacheStorageExtraInfo", "PoolTransfer",
+           "MHAHostPool", "MLAHostPool", "storage_config", "create_backend", "page_hashes"]

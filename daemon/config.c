@@ -44,6 +44,7 @@ void config_init(struct config *c)
 	c->data_streams = CONFIG_DEFAULT_DATA_STREAMS;
 	c->max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
 	c->spill_wait_ms = CONFIG_DEFAULT_SPILL_WAIT_MS;
+	c->lookup_wait_ms = CONFIG_DEFAULT_LOOKUP_WAIT_MS;
 	c->max_channels = CONFIG_DEFAULT_MAX_CHANNELS;
 }
 
@@ -197,6 +198,10 @@ static const struct opt_def opts[] = {
 	  "with a disk tier, a put that needs room held by\n"
 	  "objects not yet on disk waits this long for the\n"
 	  "spill, then fails with EAGAIN (default 5000)" },
+	{ "lookup-wait-ms", NULL, 0, T_U64, FIELD(lookup_wait_ms), 0, 60000, false, false, "MS",
+	  "a lookup of a key whose put is in progress waits this\n"
+	  "long for its commit instead of missing (default 2000;\n"
+	  "0 = a miss at once)" },
 	{ "max-clients", NULL, 0, T_U32, FIELD(max_clients), 1, 1000000, false, false, "N",
 	  "connected clients at once (default 1024)" },
 	{ "max-channels", NULL, 0, T_U32, FIELD(max_channels), 1, 1000000, false, false, "N",

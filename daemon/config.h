@@ -18,6 +18,7 @@
 #define CONFIG_MAX_POLL_US 100000
 #define CONFIG_DEFAULT_MAX_CLIENTS 1024
 #define CONFIG_DEFAULT_SPILL_WAIT_MS 5000
+#define CONFIG_DEFAULT_LOOKUP_WAIT_MS 2000
 #define CONFIG_DEFAULT_MAX_CHANNELS 4096
 #define CONFIG_DEFAULT_REMOTE_TIMEOUT_MS 2000
 #define CONFIG_DEFAULT_DATA_STREAMS 2
@@ -41,6 +42,7 @@ struct config {
 	char config_path[4096];
 	bool allow_overcommit;         /* tiers may exceed physical memory */
 	uint64_t spill_wait_ms;        /* a put waits this long for a spill, then -EAGAIN */
+	uint64_t lookup_wait_ms;       /* a lookup waits this long for a put in flight; 0 = not */
 	uint32_t max_clients;          /* connected sessions, daemon-wide */
 	uint32_t max_channels;         /* shared-memory channels, daemon-wide */
 	uint64_t max_registered;       /* registered buffer bytes, daemon-wide; 0 = half of RAM */

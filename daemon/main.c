@@ -194,6 +194,9 @@ out:
 	disk_teardown(&st);
 	if (st.index.buckets)
 		index_walk(&st.index, free_at_exit, &st);
+	store_wake_puts(&st); /* waiters went with their sessions: frees the rest */
+	if (st.reserving.buckets)
+		index_done(&st.reserving);
 	tier_teardown(&st);
 	index_done(&st.index);
 	loop_free(st.loop);

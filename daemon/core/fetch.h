@@ -29,6 +29,7 @@ struct fetch {
 	/* from another node: its waiters wait hundreds of microseconds,
 	 * far longer than the loop takes to wake (loop_client_turn()) */
 	bool far;
+	struct fetch *next_woken; /* a put's waiters, on st->woken until woken */
 };
 
 /* What a waiter tells its client about a fetch that ended with res when
@@ -117,5 +118,8 @@ bool fetch_wake_oldest(struct fetch *f, int res);
 /* A waiter's res that is neither "in memory" nor an error: a place came
  * free for a request that waited for one; it runs again as if new. */
 #define FETCH_AGAIN 1
+/* A waiter's res: the put it waited for committed, or went, or its wait is
+ * over; it runs again and waits for no other put. */
+#define FETCH_PUT_LANDED 2
 /* The backend is done with o's fetch; res 0: o is in memory. */
 void fetch_done(struct store *st, struct object *o, int res);

@@ -79,6 +79,7 @@ enum object_flags {
 	OBJ_SUMMED = 1u << 5,    /* sum is the XXH3-64 of its bytes, checked or taken once */
 	OBJ_SUM_QUEUED = 1u << 6, /* waiting for its checksum to be taken ahead */
 	OBJ_SUMMING = 1u << 7,   /* one of its views is that checksum being taken */
+	OBJ_IN_FLIGHT = 1u << 8, /* RESERVED, in st->reserving: lookups may wait for it */
 };
 
 /*

@@ -101,8 +101,71 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 	}
 	h->slots[(uint32_t) handle - 1].replace = (a->flags & WIRE_PUT_REPLACE) != 0;
 	st->stats.reserves++;
+	if (st->cfg->lookup_wait_ms && (st->reserving.buckets || index_init(&st->reserving) == 0)) {
+		index_insert(&st->reserving, o);
+		o->flags |= OBJ_IN_FLIGHT;
+	}
 	set_extent(ret, handle, o);
 	return 0;
+}
+
+/*
+ * Puts in flight.  PD disaggregation through the pool asks for a prefill's
+ * blocks as soon as the prefill answers, while its store may still be
+ * copying: a lookup of a key reserved and not yet committed waits (at most
+ * --lookup-wait-ms, the caller's deadline) instead of missing.  The waiters
+ * hang on a fetch of the reserved object; when the put commits or goes, the
+ * fetch moves to st->woken and the loop runs them again between requests.
+ */
+int store_put_in_flight(struct store *st, const void *key, size_t len, struct fetch **ret)
+{
+	struct object *o;
+
+	if (!st->reserving.buckets || !st->reserving.n_objects)
+		return -ENOENT;
+	o = index_find(&st->reserving, key, len, index_hash(key, len));
+	if (!o)
+		return -ENOENT;
+	if (!o->fetch) {
+		o->fetch = calloc(1, sizeof(*o->fetch));
+		if (!o->fetch)
+			return -ENOMEM;
+		o->fetch->o = o;
+	}
+	st->stats.lookup_waits++;
+	*ret = o->fetch;
+	return 0;
+}
+
+void store_put_landed(struct store *st, struct object *o)
+{
+	struct fetch *f = o->fetch;
+
+	if (!(o->flags & OBJ_IN_FLIGHT))
+		return;
+	index_unlink(&st->reserving, o);
+	o->flags &= ~OBJ_IN_FLIGHT;
+	if (!f)
+		return;
+	o->fetch = NULL;
+	f->o = NULL;
+	f->next_woken = st->woken;
+	st->woken = f;
+}
+
+unsigned store_wake_puts(struct store *st)
+{
+	unsigned n = 0;
+
+	while (st->woken) {
+		struct fetch *f = st->woken;
+
+		st->woken = f->next_woken;
+		fetch_wake(f, FETCH_PUT_LANDED); /* each runs its request again */
+		free(f);
+		n++;
+	}
+	return n;
 }
 
 int store_commit(struct holder *h, uint64_t handle, char *msg)
@@ -136,6 +199,7 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 	if (old)
 		object_drop(st, old); /* views on it keep their bytes until released */
 	holder_put(h, i);
+	store_put_landed(st, o); /* before the index takes o->hnext */
 	object_publish(st, o);
 	st->stats.puts++;
 	st->stats.bytes_in += o->len;

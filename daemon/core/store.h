@@ -30,6 +30,7 @@ struct stats {
 	uint64_t reclaimed_reservations, reclaimed_views;
 	uint64_t evict_examined;   /* objects looked at to choose victims: O(1) each */
 	uint64_t prefetches;       /* fetches a prefetch started or joined */
+	uint64_t lookup_waits;     /* lookups that waited for a put in flight */
 };
 
 struct disk;
@@ -64,6 +65,10 @@ struct store {
 	size_t n_promote, cap_promote;
 	struct loop_source *maintain_src;
 	struct index index;
+	/* puts in flight (RESERVED, with --lookup-wait-ms): a lookup of their
+	 * key may wait for the commit; built on the first put */
+	struct index reserving;
+	struct fetch *woken;   /* their waiters, to run again (store_wake_puts) */
 	struct stats stats;
 };
 
@@ -100,6 +105,16 @@ struct put_args {
  * the cluster), with *ret_fetch the fetch to wait on: run the request again
  * once it is done. */
 int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg);
+/* A lookup of a key a put has reserved but not committed: 0 with *ret the
+ * fetch to wait on (woken by store_wake_puts() after the put commits or
+ * goes), or -ENOENT (no such put, or --lookup-wait-ms 0). */
+int store_put_in_flight(struct store *st, const void *key, size_t len, struct fetch **ret);
+/* Run again what waited for puts that committed or went since the last
+ * call; how many fetches were woken.  The loop calls it between requests,
+ * never from inside one. */
+unsigned store_wake_puts(struct store *st);
+/* A reservation is committed or gone (holder.c, store_commit()). */
+void store_put_landed(struct store *st, struct object *o);
 int store_commit(struct holder *h, uint64_t handle, char *msg);
 /* The key of the reservation handle names (-ESTALE: none), into buf
  * (WIRE_MAX_KEY + 1 bytes). */

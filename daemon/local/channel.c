@@ -44,9 +44,11 @@
 struct parked {
 	struct waiter w;             /* first: the fetch hands this back */
 	struct parked *next, *prev;  /* in its channel */
-	struct parked *snext, *sprev; /* space: on sv->space_head */
+	/* space: on sv->space_head; put_wait: on sv->put_wait_head */
+	struct parked *snext, *sprev;
 	bool space;
-	uint64_t deadline;           /* space: give up with -EAGAIN */
+	bool put_wait;               /* a lookup waiting for a put in flight */
+	uint64_t deadline;           /* space: give up with -EAGAIN; put_wait: miss */
 	struct channel *ch;
 	struct shm_sqe e;
 };
@@ -54,6 +56,7 @@ struct parked {
 struct channel {
 	struct channel *next, *prev; /* all channels of the daemon */
 	bool settle;                 /* running a parked request again */
+	bool put_waited;             /* ...that waited for a put: it waits no more */
 	struct loop_source *bell;    /* efd in the loop: wakes it when it sleeps */
 	struct parked *parked;
 	struct shm_cqe *backlog;     /* completions that found the ring full */
@@ -280,16 +283,32 @@ static void space_append(struct server *sv, struct parked *p)
 	sv->space_tail = p;
 }
 
+static void put_wait_unlink(struct server *sv, struct parked *p)
+{
+	if (p->sprev)
+		p->sprev->snext = p->snext;
+	else
+		sv->put_wait_head = p->snext;
+	if (p->snext)
+		p->snext->sprev = p->sprev;
+	else
+		sv->put_wait_tail = p->sprev;
+	p->snext = p->sprev = NULL;
+}
+
 void channel_close(struct channel *ch)
 {
 	while (ch->parked) {
 		struct parked *p = ch->parked;
 
 		ch->parked = p->next;
-		if (p->space)
+		if (p->space) {
 			space_unlink(ch->s->sv, p);
-		else
+		} else {
+			if (p->put_wait)
+				put_wait_unlink(ch->s->sv, p);
 			fetch_unwait(&p->w);
+		}
 		free(p);
 	}
 	free(ch->backlog);
@@ -408,6 +427,11 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 			if (r < 0)
 				goto out;
 			hit = store_exists(ch->s->sv->st, key, refs[j].len, prefix);
+			if (!hit && !ch->settle && !ch->put_waited &&
+			    store_put_in_flight(ch->s->sv->st, key, refs[j].len, ret_fetch) == 0) {
+				r = -EINPROGRESS; /* being stored: wait for its commit */
+				goto out;
+			}
 			if (cluster) {
 				here[i + j] = hit;
 				if (!hit) {
@@ -722,6 +746,9 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 
 		if (store_exists(s->sv->st, key, e->key_len, false))
 			return 1;
+		if (!ch->settle && !ch->put_waited &&
+		    store_put_in_flight(s->sv->st, key, e->key_len, ret_fetch) == 0)
+			return -EINPROGRESS; /* being stored: wait for its commit */
 		if (!s->sv->st->remote.ops || (e->flags & SHM_SQE_LOCAL_ONLY))
 			return 0; /* a single node, or this one alone: a miss is a miss */
 		r = store_where(s->sv->st, &kp, &len, 1, &there, ch->settle, ret_fetch);
@@ -894,12 +921,16 @@ static void unparked(struct waiter *w, int res)
 	int64_t r = res;
 
 	unpark(p);
-	if (res == 0 || res == FETCH_AGAIN) {
+	if (p->put_wait)
+		put_wait_unlink(ch->s->sv, p);
+	if (res == 0 || res == FETCH_AGAIN || res == FETCH_PUT_LANDED) {
 		/* a directory question is asked once per request (it waited
-		 * for a place to ask it in: it asks now) */
+		 * for a place to ask it in: it asks now); a lookup waits for a
+		 * put in flight once */
 		ch->settle = res == 0;
+		ch->put_waited = res == FETCH_PUT_LANDED;
 		r = run(ch, &p->e, &c, &f, msg);
-		ch->settle = false;
+		ch->settle = ch->put_waited = false;
 	}
 	else if (res == -EBADMSG)
 		snprintf(msg, sizeof(msg), "the object's record on disk is damaged; it was dropped");
@@ -937,12 +968,48 @@ static struct parked *parked_new(struct channel *ch, const struct shm_sqe *e)
 
 static void park(struct channel *ch, const struct shm_sqe *e, struct fetch *f)
 {
+	struct server *sv = ch->s->sv;
 	struct parked *p = parked_new(ch, e);
 
 	if (!p)
 		return;
 	p->w.done = unparked;
 	fetch_wait(f, &p->w);
+	if (f->o && (f->o->flags & OBJ_IN_FLIGHT)) {
+		/* a lookup waiting for a put: a miss at its deadline (the same
+		 * wait for every one: the list stays in deadline order) */
+		p->put_wait = true;
+		p->deadline = now_ms(sv->st) + sv->cfg->lookup_wait_ms;
+		p->snext = NULL;
+		p->sprev = sv->put_wait_tail;
+		if (sv->put_wait_tail)
+			sv->put_wait_tail->snext = p;
+		else
+			sv->put_wait_head = p;
+		sv->put_wait_tail = p;
+		if (sv->put_wait_head == p && sv->put_wait_timer)
+			loop_timer_arm(sv->put_wait_timer, p->deadline);
+	}
+}
+
+/* Lookups whose put did not land in time: they miss (they run again, and
+ * wait no more). */
+static unsigned expire_put_waits(struct server *sv)
+{
+	unsigned n = 0;
+
+	while (sv->put_wait_head && sv->put_wait_head->deadline <= now_ms(sv->st)) {
+		struct parked *p = sv->put_wait_head;
+
+		put_wait_unlink(sv, p);
+		p->put_wait = false;
+		fetch_unwait(&p->w);
+		unparked(&p->w, FETCH_PUT_LANDED);
+		n++;
+	}
+	if (sv->put_wait_timer) /* the first deadline now (the head may have changed) */
+		loop_timer_arm(sv->put_wait_timer, sv->put_wait_head ? sv->put_wait_head->deadline : 0);
+	return n;
 }
 
 static bool is_put(const struct shm_sqe *e)
@@ -1086,10 +1153,12 @@ unsigned channel_poll_all(struct server *sv)
 
 	sv->copied_inline = 0;
 	n = retry_space(sv);
+	n += store_wake_puts(sv->st);
+	n += expire_put_waits(sv);
 
 	for (struct channel *ch = sv->channels; ch; ch = ch->next)
 		n += poll_channel(ch);
-	return n;
+	return n + store_wake_puts(sv->st); /* puts committed in this round */
 }
 
 void channel_set_sleeping(struct server *sv, bool sleeping)
@@ -1111,6 +1180,11 @@ static void channels_sleeping(void *userdata, bool sleeping)
 /* Puts waiting for a spill give up at a deadline: this timer only wakes a
  * sleeping loop for it; retry_space() does the rest. */
 static void space_deadline(struct loop_source *s, void *userdata)
+{
+}
+
+/* Likewise for lookups waiting for a put: expire_put_waits(). */
+static void put_wait_deadline(struct loop_source *s, void *userdata)
 {
 }
 
@@ -1138,6 +1212,8 @@ int channel_setup(struct server *sv)
 
 	if (r == 0)
 		r = loop_add_timer(sv->loop, space_deadline, sv, &sv->space_timer);
+	if (r == 0)
+		r = loop_add_timer(sv->loop, put_wait_deadline, sv, &sv->put_wait_timer);
 	if (r == 0)
 		r = mapper_start(&sv->mapper);
 	if (r == 0)

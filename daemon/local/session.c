@@ -537,6 +537,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		{ "refused_buffers", sv->stats.refused_buffers },
 		{ "evict_examined", x->evict_examined },
 		{ "prefetches", x->prefetches },
+		{ "lookup_waits", x->lookup_waits },
 		{ "spill_waits", sv->stats.spill_waits },
 		{ "copies_offloaded", sv->stats.copies_offloaded },
 	};

@@ -68,12 +68,14 @@ struct server {
 	char lock_path[sizeof(((struct config *) 0)->socket) + 8];
 	int listen_fd, signal_fd, lock_fd;
 	struct loop_source *listen_src, *signal_src;
-	struct loop_source *channels_src, *space_timer;
+	struct loop_source *channels_src, *space_timer, *put_wait_timer;
 	struct timespec started;
 	struct server_stats stats;
 
 	struct parked *space_head, *space_tail; /* puts waiting for a spill (channel.c) */
 	uint64_t space_seen;                    /* store's space_seq when last retried */
+	/* lookups waiting for a put in flight, oldest (first to give up) first */
+	struct parked *put_wait_head, *put_wait_tail;
 	struct session *sessions; /* doubly linked through session->next/prev */
 	struct channel *channels; /* every session's, for the poller */
 	uint32_t n_sessions;

@@ -748,6 +748,130 @@ static void test_buffers_mapped_later(void)
 	test_daemon_stop(&d);
 }
 
+/* ---- a lookup of a key being stored waits for its commit ---- */
+
+struct lookup_job {
+	const char *sock;
+	int op;       /* 0 exists, 1 prefix lookup (after a present key), 2 batch exists */
+	const char *key;
+	int result;
+	int done;     /* atomic */
+};
+
+static void *lookup_main(void *u)
+{
+	struct lookup_job *j = u;
+	struct kvc_client *c;
+	const char *keys[2] = { "pw-present", j->key };
+	uint8_t there[1] = { 9 };
+
+	CHECK_EQ(kvc_connect(j->sock, &c), 0);
+	if (j->op == 0)
+		j->result = kvc_exists(c, j->key);
+	else if (j->op == 1)
+		j->result = kvc_prefix_lookup(c, keys, 2);
+	else
+		j->result = kvc_batch_exists(c, &keys[1], 1, there) < 0 ? -1 : there[0];
+	kvc_disconnect(c);
+	__atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Reserve key on c, start a lookup of it on another client, see that it
+ * waits (it has not answered 200 ms later: a lookup that did not wait
+ * answers in microseconds), then end the put (commit or abort). */
+static int lookup_during_put(struct kvc_client *c, const char *sock, int op, const char *key,
+			     bool commit)
+{
+	struct lookup_job j = { sock, op, key, -100, 0 };
+	struct kvc_buf b;
+	pthread_t t;
+
+	CHECK_EQ(kvc_reserve(c, key, 4096, NULL, &b), 0);
+	CHECK(pthread_create(&t, NULL, lookup_main, &j) == 0);
+	usleep(200 * 1000);
+	CHECK_EQ(__atomic_load_n(&j.done, __ATOMIC_ACQUIRE), 0);
+	memset(b.data, 7, b.len);
+	if (commit)
+		CHECK_EQ(kvc_commit(c, &b), 0);
+	else
+		CHECK_EQ(kvc_abort(c, &b), 0);
+	CHECK(pthread_join(t, NULL) == 0);
+	return j.result;
+}
+
+static void test_lookup_waits_for_put(struct kvc_client *c, const char *sock)
+{
+	struct test_daemon d;
+	struct kvc_client *c2;
+	struct lookup_job j = { NULL, 0, "pw-late", -100, 0 };
+	struct kvc_buf b;
+	uint64_t waits0 = test_counter(c, "lookup_waits");
+
+	CHECK_EQ(kvc_put(c, "pw-present", "x", 1, NULL), 0);
+	CHECK_EQ(lookup_during_put(c, sock, 0, "pw-1", true), 1);
+	CHECK_EQ(lookup_during_put(c, sock, 1, "pw-2", true), 2);
+	CHECK_EQ(lookup_during_put(c, sock, 2, "pw-3", true), 1);
+	/* an aborted put: the lookup misses */
+	CHECK_EQ(lookup_during_put(c, sock, 0, "pw-4", false), 0);
+	CHECK_EQ(lookup_during_put(c, sock, 1, "pw-5", false), 1);
+	CHECK_EQ(test_counter(c, "lookup_waits") - waits0, 5);
+
+	/* a put that does not land in time: a miss at the deadline, while the
+	 * reservation stays open; with 0 a miss at once */
+	test_daemon_start(&d, "--dram-size", "16MB", "--hugepages", "off", "--lookup-wait-ms", "300",
+			  NULL);
+	CHECK_EQ(kvc_connect(d.socket, &c2), 0);
+	CHECK_EQ(kvc_reserve(c2, "pw-late", 4096, NULL, &b), 0);
+	j.sock = d.socket;
+	lookup_main(&j);
+	CHECK_EQ(j.result, 0);
+	CHECK_EQ(test_counter(c2, "lookup_waits"), 1);
+	CHECK_EQ(kvc_commit(c2, &b), 0);
+	CHECK_EQ(kvc_exists(c2, "pw-late"), 1);
+	/* the client holding the reservation goes: its waiters miss */
+	{
+		pid_t pid = fork();
+
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			struct kvc_client *cc;
+			struct kvc_buf bb;
+
+			if (kvc_connect(d.socket, &cc) < 0 || kvc_reserve(cc, "pw-gone", 4096, NULL, &bb) < 0)
+				_exit(1);
+			pause();
+			_exit(0);
+		}
+		for (int i = 0; i < 2000 && test_counter(c2, "reserves") < 2; i++)
+			usleep(10000);
+		CHECK_EQ(test_counter(c2, "reserves"), 2);
+		j = (struct lookup_job) { d.socket, 0, "pw-gone", -100, 0 };
+		{
+			pthread_t t;
+
+			CHECK(pthread_create(&t, NULL, lookup_main, &j) == 0);
+			usleep(100 * 1000);
+			CHECK_EQ(__atomic_load_n(&j.done, __ATOMIC_ACQUIRE), 0);
+			kill(pid, SIGKILL);
+			CHECK_EQ(test_wait(pid), 128 + SIGKILL);
+			CHECK(pthread_join(t, NULL) == 0);
+		}
+		CHECK_EQ(j.result, 0);
+	}
+	kvc_disconnect(c2);
+	test_daemon_stop(&d);
+	test_daemon_start(&d, "--dram-size", "16MB", "--hugepages", "off", "--lookup-wait-ms", "0",
+			  NULL);
+	CHECK_EQ(kvc_connect(d.socket, &c2), 0);
+	CHECK_EQ(kvc_reserve(c2, "pw-now", 4096, NULL, &b), 0);
+	CHECK_EQ(kvc_exists(c2, "pw-now"), 0);
+	CHECK_EQ(test_counter(c2, "lookup_waits"), 0);
+	CHECK_EQ(kvc_abort(c2, &b), 0);
+	kvc_disconnect(c2);
+	test_daemon_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	struct kvc_client *c;
@@ -767,6 +891,7 @@ int main(int argc, char **argv)
 	test_killed_in_flight(c);
 	test_large_copies(c);
 	test_killed_copying(c);
+	test_lookup_waits_for_put(c, td.socket);
 	CHECK_EQ(test_counter(c, "errors") > 0, 1); /* the hostile ring's */
 	kvc_disconnect(c);
 	test_daemon_stop(&td);

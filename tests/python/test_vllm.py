@@ -247,3 +247,31 @@ def test_hybrid_models_refused(daemon):
     cfg.kv_cache.kv_cache_groups.append(cfg.kv_cache.kv_cache_groups[0])
     with pytest.raises(ValueError, match="one KV cache group"):
         vh.create_connector(cfg, "scheduler")
+
+
+def test_lookup_waits_for_a_store_in_flight(daemon):
+    """PD through the pool: the decode engine looks up the prompt while the
+    prefill's store of it is still copying; the lookup waits for the commit
+    (kvcached --lookup-wait-ms) instead of missing."""
+    import threading
+    import time
+
+    import kvcache
+    b = vh.Engine(vh.config(daemon))
+    req = vh.Request("pd", prompt(90), 2, vh.block_hasher(16))
+    keys = b.connector.store.keys(req.block_hashes)
+    size = b.workers[0].connector.store.layout.block_bytes
+    prefill = kvcache.Client(daemon)
+    held = [prefill.reserve(k, size) for k in keys]  # the prefill's store, under way
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(
+        b.connector.get_num_new_matched_tokens(req, 0)))
+    t.start()
+    time.sleep(0.2)
+    assert not answer  # waiting, not missing
+    for r in reversed(held):  # the first block lands last
+        r.commit()
+    t.join(10)
+    assert answer == [(64, True)]
+    prefill.close()
+    b.shutdown()

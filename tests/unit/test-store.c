@@ -193,6 +193,9 @@ int main(void)
 	tier_evict(&st, NULL, 0, true, EVICT_MANUAL, NULL, NULL);
 	tier_teardown(&st);
 	index_done(&st.index);
+	store_wake_puts(&st);
+	if (st.reserving.buckets)
+		index_done(&st.reserving);
 	loop_free(st.loop);
 	return 0;
 }

@@ -64,6 +64,11 @@ struct kvc_client {
 	size_t n_segs;
 	struct shm_segment segs[MAX_SEGMENTS];
 	struct chan chan;
+	/* the thread that touches the segments' pages once, ahead of use */
+	pthread_t warm_th;
+	pid_t warm_pid;     /* the process it runs in (0: none) */
+	bool warm_stop;     /* atomic */
+	uint64_t warmed;    /* bytes of the segments touched so far (atomic) */
 };
 
 /* Send one request and wait for its response.  A response carrying an error

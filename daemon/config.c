@@ -168,8 +168,8 @@ static const struct opt_def opts[] = {
 	{ "prefault", NULL, 0, T_HUGEPAGES, FIELD(prefault), 0, 0, false, false, "MODE",
 	  "auto|on|off: fault the memory tiers in on a background\n"
 	  "thread at start, so that the first bytes stored in a\n"
-	  "page do not pay for clearing it (default auto: with\n"
-	  "2 MiB pages, which are reserved anyway)" },
+	  "page do not pay for clearing it; commits the tiers'\n"
+	  "memory at start (default auto = on; off: as used)" },
 	{ "config", NULL, 0, T_CONFIG, 0, 0, 0, 0, false, false, "FILE",
 	  "JSON config; mooncake.json keys are understood\n"
 	  "(default: $MOONCAKE_CONFIG_PATH if set); $MOONCAKE_MASTER\n"

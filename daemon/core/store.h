@@ -113,6 +113,8 @@ int store_put_in_flight(struct store *st, const void *key, size_t len, struct fe
  * call; how many fetches were woken.  The loop calls it between requests,
  * never from inside one. */
 unsigned store_wake_puts(struct store *st);
+/* Bytes of the memory tiers faulted in by --prefault so far (0: off). */
+uint64_t store_prefaulted(const struct store *st);
 /* A reservation is committed or gone (holder.c, store_commit()). */
 void store_put_landed(struct store *st, struct object *o);
 int store_commit(struct holder *h, uint64_t handle, char *msg);

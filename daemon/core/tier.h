@@ -13,6 +13,7 @@
 
 int tier_setup(struct store *st);
 void tier_teardown(struct store *st);
+
 struct tier *tier_for(struct store *st, int requested);
 struct object *object_new(const void *key, size_t key_len);
 /* Free the object's space and the object itself. */

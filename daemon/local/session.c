@@ -538,6 +538,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		{ "evict_examined", x->evict_examined },
 		{ "prefetches", x->prefetches },
 		{ "lookup_waits", x->lookup_waits },
+		{ "prefaulted_bytes", store_prefaulted(sv->st) },
 		{ "spill_waits", sv->stats.spill_waits },
 		{ "copies_offloaded", sv->stats.copies_offloaded },
 	};

@@ -4,6 +4,8 @@
  * shutdown on SIGTERM and SIGINT. */
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -344,6 +346,95 @@ static void test_hugepages(void)
 	}
 }
 
+/* Resident bytes of the mapping that starts at base in /proc/PID/smaps
+ * (0: none found). */
+static uint64_t mapping_rss(pid_t pid, uintptr_t base)
+{
+	char path[64], line[512];
+	uint64_t rss = 0;
+	bool in = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int) pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, kb;
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+			in = lo == base;
+		else if (in && sscanf(line, "Rss: %lu kB", &kb) == 1)
+			rss = (uint64_t) kb << 10;
+	}
+	fclose(f);
+	return rss;
+}
+
+/* Resident shared memory of a process (RssShmem), in bytes. */
+static uint64_t rss_shmem(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long kb = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "RssShmem: %lu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t) kb << 10;
+}
+
+/* The daemon faults its tiers in at start (4 KiB pages too), and a client
+ * touches its mappings of them on a thread of its own: both pay the first
+ * touch of each page ahead of the data path.  --prefault off and
+ * KVCACHE_WARM=0 leave the memory untouched. */
+static void test_warm_memory(void)
+{
+	struct test_daemon td;
+	struct kvc_client *c;
+	struct kvc_segment seg[8];
+	uint64_t want = 64u << 20, total = 0;
+	int n, i;
+
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	n = kvc_segments(c, seg, 8); /* the tiers, each with its header page */
+	CHECK(n >= 1 && n <= 8);
+	for (int s = 0; s < n; s++)
+		total += seg[s].len;
+	CHECK(total > want);
+	for (i = 0; i < 2000 && test_counter(c, "prefaulted_bytes") < total; i++)
+		usleep(10000);
+	CHECK_EQ(test_counter(c, "prefaulted_bytes"), total);
+	CHECK(rss_shmem(td.pid) >= total); /* every page of the tier is there */
+	for (i = 0; i < 2000 && kvc_warmed_bytes(c) < total; i++)
+		usleep(10000);
+	CHECK_EQ(kvc_warmed_bytes(c), total);
+	/* this process maps every page of every segment now */
+	for (int s = 0; s < n; s++)
+		CHECK_EQ(mapping_rss(getpid(), (uintptr_t) seg[s].base), seg[s].len);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--prefault", "off", NULL);
+	setenv("KVCACHE_WARM", "0", 1);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	unsetenv("KVCACHE_WARM");
+	usleep(200 * 1000);
+	CHECK_EQ(test_counter(c, "prefaulted_bytes"), 0);
+	CHECK_EQ(kvc_warmed_bytes(c), 0);
+	CHECK(rss_shmem(td.pid) < want / 2);
+	n = kvc_segments(c, seg, 8);
+	CHECK(mapping_rss(getpid(), (uintptr_t) seg[0].base) < seg[0].len / 2);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+}
+
 int main(void)
 {
 	bin = getenv("KVCACHED");
@@ -357,5 +448,6 @@ int main(void)
 	test_many_clients();
 	test_peer_credentials();
 	test_hugepages();
+	test_warm_memory();
 	return 0;
 }

@@ -413,6 +413,12 @@ struct kvc_segment {
 
 int kvc_segments(struct kvc_client *c, struct kvc_segment *ret, size_t max);
 
+/* After connecting, a library thread at idle priority touches every page of
+ * those segments once, so that this process's first copies to and from
+ * them do not pay for mapping each page (KVCACHE_WARM=0: it does not run).
+ * How many bytes of them it has touched so far. */
+uint64_t kvc_warmed_bytes(struct kvc_client *c);
+
 /* The socket path kvc_connect() would use for socket_path. */
 int kvc_socket_path(const char *socket_path, char *buf, size_t len);
 

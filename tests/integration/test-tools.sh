@@ -74,6 +74,15 @@ numa)
 	start_daemon --numa-node auto
 	ctl status | grep -q "^numa: *not bound" || fail "auto without a device bound something"
 	;;
+bench-running-daemon)
+	# kvcache-bench against a daemon someone runs, with its default lease
+	# (a get leases what it read for 10 s): every cell runs, twice over
+	start_daemon --dram-size 256MB --default-kv-lease-ttl 10000
+	for round in 1 2; do
+		expect 0 "$KVCACHE_BENCH" local --socket "$sock" --duration 0.02 --sizes 4K,64K --json
+		grep -q '"op": *"acquire"' "$dir/out" || fail "round $round: no acquire cell: $(cat "$dir/err")"
+	done
+	;;
 prefault)
 	# --prefault (auto, the default, is on, 4 KiB pages too) faults the
 	# whole dram tier in (RssShmem reaches its size) without changing a

@@ -16,7 +16,7 @@ void bench_exists(struct kvc_client *c, struct counters *k, struct result *r)
 	check(kvc_put(c, "bench/exists", "x", 1, NULL), "put");
 	*r = (struct result) { .op = "exists" };
 	TIMED_LOOP(r, k, if (kvc_exists(c, "bench/exists") != 1) die(0, "%s", "exists missed"));
-	kvc_remove(c, "bench/exists");
+	kvc_remove_force(c, "bench/exists");
 }
 
 void make_key(char *buf, size_t len, const char *what, uint64_t size, uint64_t i)
@@ -62,7 +62,7 @@ void bench_put(struct kvc_client *c, struct counters *k, struct result *r, uint6
 	});
 	for (uint64_t i = 0; i < window; i++) {
 		make_key(key, sizeof(key), "put", size, i);
-		kvc_remove(c, key);
+		kvc_remove_force(c, key);
 	}
 }
 
@@ -112,7 +112,7 @@ void bench_get(struct kvc_client *c, struct counters *k, struct result *r, uint6
 			die(0, "%s", "get returned wrong bytes");
 	}
 	for (uint64_t i = 0; i < n_keys; i++)
-		kvc_remove(c, keys[i]);
+		kvc_remove_force(c, keys[i]);
 }
 
 void bench_keys(struct kvc_client *c, struct counters *k, struct result *r, bool prefix)
@@ -132,7 +132,7 @@ void bench_keys(struct kvc_client *c, struct counters *k, struct result *r, bool
 	else
 		TIMED_LOOP(r, k, if (kvc_batch_exists(c, keys, 64, present) != 64) die(0, "%s", "miss"));
 	for (int i = 0; i < 64; i++)
-		kvc_remove(c, keys[i]);
+		kvc_remove_force(c, keys[i]);
 }
 
 /* The fast path: every op and size against the same run's memcpy, and
@@ -171,6 +171,10 @@ int run_local(void)
 		die(r, "cannot reach kvcached at %s", sock);
 	check(kvc_status_get(c, &st), "status");
 	counters_init(&k, (pid_t) st->pid);
+	/* a daemon someone runs: what an earlier, interrupted run left, and
+	 * leases (each cell removes what it read with force before the next) */
+	if (arg_socket && kvc_remove_prefix(c, "bench/", KVC_REMOVE_FORCE, NULL) < 0)
+		die(0, "%s", "cannot clear the bench's keys of an earlier run");
 	if (!arg_json) {
 		printf("kvcache-bench local: kvcached %s (pid %u), dram %.1f GiB, %s pages, "
 		       "%.1f s per cell, one client thread\n",

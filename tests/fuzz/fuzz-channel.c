@@ -36,6 +36,10 @@ static void setup(void)
 	config_init(&cfg);
 	cfg.dram_size = 4 << 20;
 	cfg.hugepages = SHM_HUGEPAGES_OFF;
+	cfg.prefault = SHM_HUGEPAGES_OFF;
+	/* a lookup waiting for a put in flight would be answered in a later
+	 * input (the loop's clock never moves here): test-channel covers it */
+	cfg.lookup_wait_ms = 0;
 	log_configure("error");
 	/* a loop that never runs: channels and sessions register with it */
 	if (loop_new(0, &st.loop) < 0 || index_init(&st.index) < 0 || tier_setup(&st) < 0)

@@ -60,6 +60,7 @@ static void setup(void)
 	config_init(&cfg);
 	cfg.dram_size = 4 << 20;
 	cfg.hugepages = SHM_HUGEPAGES_OFF;
+	cfg.prefault = SHM_HUGEPAGES_OFF;
 	cfg.remote_timeout_ms = 200; /* an answer that never comes ends soon */
 	cfg.data_streams = 1;        /* one thread asks for all four at once */
 	snprintf(cfg.master_server_address, sizeof(cfg.master_server_address), "127.0.0.1:1");

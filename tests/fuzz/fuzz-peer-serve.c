@@ -52,6 +52,7 @@ static void setup(void)
 	config_init(&cfg);
 	cfg.dram_size = 4 << 20;
 	cfg.hugepages = SHM_HUGEPAGES_OFF;
+	cfg.prefault = SHM_HUGEPAGES_OFF;
 	cfg.remote_timeout_ms = 200; /* a send the fuzzer never reads ends soon */
 	snprintf(cfg.master_server_address, sizeof(cfg.master_server_address), "127.0.0.1:1");
 	snprintf(cfg.listen, sizeof(cfg.listen), "127.0.0.1:0");

@@ -23,6 +23,7 @@
 
 static const char *arg_socket;
 static const char *arg_cluster; /* engine B's daemon, on another node */
+static double arg_link_gbs;     /* the link's GB/s measured in the same run (0: none) */
 static unsigned arg_prompts = 24, arg_blocks = 16, arg_shared = 4;
 static uint64_t arg_block_size = 16 * 32 * 2 * 8 * 128 * 2;
 
@@ -177,7 +178,7 @@ static int decode(void)
 	uint8_t *engine_buf = malloc(arg_block_size);
 	unsigned loaded = 0, bad = 0, full = 0;
 	struct kvc_client *c;
-	double t_load = 0, t0;
+	double t_load = 0, t_lookup = 0, t0, gbs;
 
 	if (!keys || !seeds || !kp || !engine_buf ||
 	    connect_or_say(arg_cluster ? arg_cluster : arg_socket, &c) < 0)
@@ -187,7 +188,9 @@ static int decode(void)
 		int hit;
 
 		block_keys(p, keys, seeds, kp);
+		t_lookup -= now_s();
 		hit = kvc_prefix_lookup(c, kp, arg_blocks);
+		t_lookup += now_s();
 		if (hit < 0)
 			return 1;
 		full += (unsigned) hit == arg_blocks;
@@ -201,12 +204,16 @@ static int decode(void)
 			loaded++;
 		}
 	}
+	gbs = t_load > 0 ? (double) loaded * (double) arg_block_size / t_load / 1e9 : 0.0;
 	printf("engine B (decode, pid %d%s): %u/%u prompts fully cached, loaded %u blocks "
-	       "(%.1f MiB) in %.3f s of get time = %.2f GB/s, %u bad blocks, total %.2f s\n",
+	       "(%.1f MiB) in %.3f s of get time = %.2f GB/s, %u bad blocks, total %.2f s "
+	       "(lookups %.3f s)\n",
 	       (int) getpid(), arg_cluster ? ", on the other node" : "", full, arg_prompts, loaded,
-	       (double) loaded * (double) arg_block_size / (1 << 20), t_load,
-	       t_load > 0 ? (double) loaded * (double) arg_block_size / t_load / 1e9 : 0.0, bad,
-	       now_s() - t0);
+	       (double) loaded * (double) arg_block_size / (1 << 20), t_load, gbs, bad,
+	       now_s() - t0, t_lookup);
+	if (arg_link_gbs > 0)
+		printf("engine B loaded at %.0f%% of the link (iperf3 between the same hosts in this "
+		       "run: %.2f GB/s)\n", 100.0 * gbs / arg_link_gbs, arg_link_gbs);
 	kvc_disconnect(c);
 	free(engine_buf);
 	free(keys);
@@ -224,9 +231,11 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: kvcache-workload [--socket PATH] [--prompts N] [--blocks N] "
 		   "[--shared N] [--block-size SIZE]\n"
-		   "                        [--cluster PATH]\n"
+		   "                        [--cluster PATH] [--link-gbs X]\n"
 		   "  --cluster PATH   engine B uses the kvcached at PATH (another node of the\n"
-		   "                   same cluster): everything it loads crosses nodes\n");
+		   "                   same cluster): everything it loads crosses nodes\n"
+		   "  --link-gbs X     the link's GB/s measured in this run: B's load is put\n"
+		   "                   beside it\n");
 }
 
 int main(int argc, char **argv)
@@ -238,6 +247,7 @@ int main(int argc, char **argv)
 		{ "shared", required_argument, NULL, 'S' },
 		{ "block-size", required_argument, NULL, 'z' },
 		{ "cluster", required_argument, NULL, 'c' },
+		{ "link-gbs", required_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -251,6 +261,9 @@ int main(int argc, char **argv)
 			break;
 		case 'c':
 			arg_cluster = optarg;
+			break;
+		case 'l':
+			arg_link_gbs = strtod(optarg, NULL);
 			break;
 		case 'p':
 			arg_prompts = (unsigned) strtoul(optarg, NULL, 10);

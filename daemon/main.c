@@ -194,6 +194,7 @@ out:
 	disk_teardown(&st);
 	if (st.index.buckets)
 		index_walk(&st.index, free_at_exit, &st);
+	store_announced_done(&st);
 	store_wake_puts(&st); /* waiters went with their sessions: frees the rest */
 	if (st.reserving.buckets)
 		index_done(&st.reserving);

@@ -143,6 +143,7 @@ static int validate(const Kvc__Request *q, const char **why)
 	case KVC__OP__OP_BATCH_EXISTS:
 	case KVC__OP__OP_PREFIX_LOOKUP:
 	case KVC__OP__OP_PREFETCH:
+	case KVC__OP__OP_ANNOUNCE:
 		if (q->body_case != KVC__REQUEST__BODY_KEYS)
 			break;
 		return check_keys(q->keys, why);

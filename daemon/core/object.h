@@ -80,6 +80,7 @@ enum object_flags {
 	OBJ_SUM_QUEUED = 1u << 6, /* waiting for its checksum to be taken ahead */
 	OBJ_SUMMING = 1u << 7,   /* one of its views is that checksum being taken */
 	OBJ_IN_FLIGHT = 1u << 8, /* RESERVED, in st->reserving: lookups may wait for it */
+	OBJ_ANNOUNCED = 1u << 9, /* a placeholder in st->announced: a put to come */
 };
 
 /*
@@ -142,7 +143,10 @@ struct object {
 	 * a copy (clean copy of a memory object, or the only copy) */
 	uint64_t disk_id;
 	uint64_t disk_len;
-	struct disk_io *spill;            /* a record being written */
+	union {
+		struct disk_io *spill;    /* a record being written */
+		const void *reserver;     /* RESERVED: whose reservation (its holder) */
+	};
 	struct disk_io *load;             /* disk.c: the read bringing it back */
 	struct fetch *fetch;              /* coming back into memory (fetch.c) */
 	char key[];                       /* NUL-terminated */

@@ -104,6 +104,7 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 	if (st->cfg->lookup_wait_ms && (st->reserving.buckets || index_init(&st->reserving) == 0)) {
 		index_insert(&st->reserving, o);
 		o->flags |= OBJ_IN_FLIGHT;
+		o->reserver = h;
 	}
 	set_extent(ret, handle, o);
 	return 0;
@@ -117,13 +118,18 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
  * hang on a fetch of the reserved object; when the put commits or goes, the
  * fetch moves to st->woken and the loop runs them again between requests.
  */
-int store_put_in_flight(struct store *st, const void *key, size_t len, struct fetch **ret)
+int store_put_in_flight(struct store *st, const void *key, size_t len, const struct holder *asker,
+			struct fetch **ret)
 {
-	struct object *o;
+	uint64_t hash = index_hash(key, len);
+	struct object *o = NULL;
 
-	if (!st->reserving.buckets || !st->reserving.n_objects)
-		return -ENOENT;
-	o = index_find(&st->reserving, key, len, index_hash(key, len));
+	if (st->reserving.buckets && st->reserving.n_objects)
+		o = index_find(&st->reserving, key, len, hash);
+	if (o && o->reserver == asker)
+		o = NULL; /* its own put: the asker would wait for itself */
+	if (!o && st->announced.buckets && st->announced.n_objects)
+		o = index_find(&st->announced, key, len, hash);
 	if (!o)
 		return -ENOENT;
 	if (!o->fetch) {
@@ -137,20 +143,94 @@ int store_put_in_flight(struct store *st, const void *key, size_t len, struct fe
 	return 0;
 }
 
-void store_put_landed(struct store *st, struct object *o)
+/* What waits on o goes to st->woken. */
+static void wake_later(struct store *st, struct object *o)
 {
 	struct fetch *f = o->fetch;
 
-	if (!(o->flags & OBJ_IN_FLIGHT))
-		return;
-	index_unlink(&st->reserving, o);
-	o->flags &= ~OBJ_IN_FLIGHT;
 	if (!f)
 		return;
 	o->fetch = NULL;
 	f->o = NULL;
 	f->next_woken = st->woken;
 	st->woken = f;
+}
+
+#define ANNOUNCED_MAX 65536
+
+int store_announce(struct store *st, const void *key, size_t len)
+{
+	struct object *o;
+
+	if (!st->cfg->lookup_wait_ms || lookup(st, key, len))
+		return 0;
+	if (!st->announced.buckets && index_init(&st->announced) < 0)
+		return -ENOMEM;
+	if (index_find(&st->announced, key, len, index_hash(key, len)))
+		return 0;
+	if (st->announced.n_objects >= ANNOUNCED_MAX)
+		return -ENOSPC;
+	o = object_new(key, len);
+	if (!o)
+		return -ENOMEM;
+	o->flags = OBJ_IN_FLIGHT | OBJ_ANNOUNCED;
+	o->where = OBJ_RESERVED;
+	o->lease_until = now_ms(st) + st->cfg->lookup_wait_ms; /* until then */
+	index_insert(&st->announced, o);
+	o->lru_prev = st->announced_tail;
+	o->lru_next = NULL;
+	if (st->announced_tail)
+		st->announced_tail->lru_next = o;
+	else
+		st->announced_head = o;
+	st->announced_tail = o;
+	return 0;
+}
+
+/* An announcement is over: its put committed, or its time is up. */
+static void announced_over(struct store *st, struct object *a)
+{
+	if (a->lru_prev)
+		a->lru_prev->lru_next = a->lru_next;
+	else
+		st->announced_head = a->lru_next;
+	if (a->lru_next)
+		a->lru_next->lru_prev = a->lru_prev;
+	else
+		st->announced_tail = a->lru_prev;
+	index_unlink(&st->announced, a);
+	wake_later(st, a);
+	object_free(st, a);
+}
+
+unsigned store_expire_announced(struct store *st)
+{
+	unsigned n = 0;
+
+	while (st->announced_head && st->announced_head->lease_until <= now_ms(st)) {
+		announced_over(st, st->announced_head);
+		n++;
+	}
+	return n;
+}
+
+void store_announced_done(struct store *st)
+{
+	while (st->announced_head)
+		announced_over(st, st->announced_head);
+	store_wake_puts(st);
+	if (st->announced.buckets)
+		index_done(&st->announced);
+}
+
+void store_put_landed(struct store *st, struct object *o)
+{
+	if (!(o->flags & OBJ_IN_FLIGHT))
+		return;
+	index_unlink(&st->reserving, o);
+	o->flags &= ~OBJ_IN_FLIGHT;
+	o->reserver = NULL; /* spill, from now on */
+	wake_later(st, o);
 }
 
 unsigned store_wake_puts(struct store *st)
@@ -201,6 +281,12 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 	holder_put(h, i);
 	store_put_landed(st, o); /* before the index takes o->hnext */
 	object_publish(st, o);
+	if (st->announced.buckets && st->announced.n_objects) {
+		struct object *a = index_find(&st->announced, o->key, o->key_len, o->hash);
+
+		if (a)
+			announced_over(st, a); /* the put it announced is here */
+	}
 	st->stats.puts++;
 	st->stats.bytes_in += o->len;
 	return 0;

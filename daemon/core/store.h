@@ -68,6 +68,10 @@ struct store {
 	/* puts in flight (RESERVED, with --lookup-wait-ms): a lookup of their
 	 * key may wait for the commit; built on the first put */
 	struct index reserving;
+	/* puts announced to come (kvc_announce), oldest first, as placeholders
+	 * without bytes: lookups wait for them too, until --lookup-wait-ms */
+	struct index announced;
+	struct object *announced_head, *announced_tail;
 	struct fetch *woken;   /* their waiters, to run again (store_wake_puts) */
 	struct stats stats;
 };
@@ -105,16 +109,27 @@ struct put_args {
  * the cluster), with *ret_fetch the fetch to wait on: run the request again
  * once it is done. */
 int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg);
-/* A lookup of a key a put has reserved but not committed: 0 with *ret the
- * fetch to wait on (woken by store_wake_puts() after the put commits or
- * goes), or -ENOENT (no such put, or --lookup-wait-ms 0). */
-int store_put_in_flight(struct store *st, const void *key, size_t len, struct fetch **ret);
+/* A lookup of a key a put has reserved but not committed, or announced: 0
+ * with *ret the fetch to wait on (woken by store_wake_puts() after the put
+ * commits or goes), or -ENOENT (no such put, or --lookup-wait-ms 0, or the
+ * reservation is asker's own: it would wait for itself). */
+int store_put_in_flight(struct store *st, const void *key, size_t len, const struct holder *asker,
+			struct fetch **ret);
 /* Run again what waited for puts that committed or went since the last
  * call; how many fetches were woken.  The loop calls it between requests,
  * never from inside one. */
 unsigned store_wake_puts(struct store *st);
 /* Bytes of the memory tiers faulted in by --prefault so far (0: off). */
 uint64_t store_prefaulted(const struct store *st);
+/* A put of key will come (kvc_announce): lookups of it wait as for a put in
+ * progress, until it commits or --lookup-wait-ms passes.  0 (announced, or
+ * stored already, or --lookup-wait-ms 0), or -ENOSPC (too many announced)
+ * or -ENOMEM. */
+int store_announce(struct store *st, const void *key, size_t len);
+/* Announcements whose time is up: their waiters run again (they miss). */
+unsigned store_expire_announced(struct store *st);
+/* Free every announcement (shutdown). */
+void store_announced_done(struct store *st);
 /* A reservation is committed or gone (holder.c, store_commit()). */
 void store_put_landed(struct store *st, struct object *o);
 int store_commit(struct holder *h, uint64_t handle, char *msg);

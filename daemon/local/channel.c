@@ -428,7 +428,8 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 				goto out;
 			hit = store_exists(ch->s->sv->st, key, refs[j].len, prefix);
 			if (!hit && !ch->settle && !ch->put_waited &&
-			    store_put_in_flight(ch->s->sv->st, key, refs[j].len, ret_fetch) == 0) {
+			    store_put_in_flight(ch->s->sv->st, key, refs[j].len, &ch->s->h,
+					ret_fetch) == 0) {
 				r = -EINPROGRESS; /* being stored: wait for its commit */
 				goto out;
 			}
@@ -747,7 +748,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 		if (store_exists(s->sv->st, key, e->key_len, false))
 			return 1;
 		if (!ch->settle && !ch->put_waited &&
-		    store_put_in_flight(s->sv->st, key, e->key_len, ret_fetch) == 0)
+		    store_put_in_flight(s->sv->st, key, e->key_len, &s->h, ret_fetch) == 0)
 			return -EINPROGRESS; /* being stored: wait for its commit */
 		if (!s->sv->st->remote.ops || (e->flags & SHM_SQE_LOCAL_ONLY))
 			return 0; /* a single node, or this one alone: a miss is a miss */
@@ -1153,6 +1154,8 @@ unsigned channel_poll_all(struct server *sv)
 
 	sv->copied_inline = 0;
 	n = retry_space(sv);
+	if (sv->st->announced_head)
+		store_expire_announced(sv->st);
 	n += store_wake_puts(sv->st);
 	n += expire_put_waits(sv);
 

@@ -911,6 +911,21 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = 0;
 		break;
 	}
+	case KVC__OP__OP_ANNOUNCE: {
+		uint32_t announced = 0;
+
+		r = 0;
+		for (size_t i = 0; i < q->keys->n_keys && r == 0; i++) {
+			r = store_announce(sv->st, q->keys->keys[i].data, q->keys->keys[i].len);
+			announced += r == 0;
+		}
+		if (r == -ENOSPC)
+			snprintf(rep.msg, sizeof(rep.msg), "too many puts announced and not yet stored");
+		rep.exists.count = announced;
+		rep.resp.body_case = KVC__RESPONSE__BODY_EXISTS;
+		rep.resp.exists = &rep.exists;
+		break;
+	}
 	case KVC__OP__OP_LIST:
 		r = op_list(s, q->list, &rep);
 		break;

@@ -1534,6 +1534,11 @@ static PyObject *client_prefetch(ClientObject *self, PyObject *arg)
 	return keys_call(self, arg, kvc_prefetch, false);
 }
 
+static PyObject *client_announce(ClientObject *self, PyObject *arg)
+{
+	return keys_call(self, arg, kvc_announce, false);
+}
+
 static PyObject *client_push(ClientObject *self, PyObject *args)
 {
 	PyObject *key_o, *node_o;
@@ -1663,6 +1668,8 @@ static PyMethodDef client_methods[] = {
 	{ "prefetch", (PyCFunction) client_prefetch, METH_O,
 	  "prefetch(keys) -> fetches started or joined." },
 	{ "push", (PyCFunction) client_push, METH_VARARGS, "push(key, node_id) -> 0 or -errno." },
+	{ "announce", (PyCFunction) client_announce, METH_O,
+	  "announce(keys) -> how many: these keys will be stored soon; lookups wait for them." },
 	{ "cluster", (PyCFunction) client_cluster, METH_NOARGS, "The cluster as a dict." },
 	{ NULL },
 };

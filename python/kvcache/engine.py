@@ -265,8 +265,10 @@ class BlockStore:
     def save(self, hashes: Sequence[BlockHash], block_ids: Sequence[int],
              parent: Optional[BlockHash] = None, skip_existing: bool = True) -> List[int]:
         """Store blocks (hashes[i] from block_ids[i]): 0 or -errno each; a
-        block stored already answers 0.  ``parent`` is the hash of the block
-        before hashes[0], if any."""
+        block stored already answers 0 (its put is refused before any byte
+        is copied; no lookup first, which would wait for a put announced
+        for these very blocks).  ``parent`` is the hash of the block before
+        hashes[0], if any."""
         self._need_layout()
         if len(hashes) != len(block_ids):
             raise ValueError("hashes and block_ids differ in length")
@@ -274,10 +276,6 @@ class BlockStore:
         parents = [self.spec.key(parent) if parent is not None else None] + keys[:-1]
         pending = list(range(len(keys)))
         results = [0] * len(keys)
-        if skip_existing and keys:
-            present = self.client.batch_exists(keys)
-            pending = [i for i in pending if not present[i]]
-            self.stats["skipped"] += len(keys) - len(pending)
         if self.transfer == "pointers":
             # one call per run of consecutive blocks, each naming the one
             # before it as its parent (chain)
@@ -310,10 +308,10 @@ class BlockStore:
         return results
 
     def _note_save(self, results: List[int], i: int, r: int) -> None:
+        results[i] = 0 if r == -errno.EEXIST else r
         if r == -errno.EEXIST:
-            r = 0
-        results[i] = r
-        if r == 0:
+            self.stats["skipped"] += 1
+        elif r == 0:
             self.stats["saved"] += 1
         else:
             self.stats["save_failed"] += 1
@@ -420,16 +418,14 @@ class LayerwiseSave:
         self.store = store
         keys = store.keys(hashes)
         parents = [store.spec.key(parent) if parent is not None else None] + keys[:-1]
-        present = store.client.batch_exists(keys) if keys else []
         self.results = [0] * len(keys)
         self.items: List[Tuple[int, object, int]] = []  # (position, reservation, block id)
         for i, k in enumerate(keys):
-            if present[i]:
-                continue
             try:
                 res = store.client.reserve(k, store.layout.block_bytes, parent=parents[i])
             except OSError as e:
-                self.results[i] = -e.errno
+                if e.errno != errno.EEXIST:  # stored already: nothing to do
+                    self.results[i] = -e.errno
                 continue
             self.items.append((i, res, block_ids[i]))
 

@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from . import _kvcache
-from .engine import _runs
 from .keys import KeySpec
 
 try:
@@ -225,17 +224,11 @@ class KvcacheStore(HiCacheStorage):
         pool = self.pools[pool_name]
         ks = self._keys(keys, pool_name)
         ptrs, sizes = self._pages(pool, host_indices, len(keys))
-        present = self.client.batch_exists(ks)
-        out = [bool(p) for p in present]
-        parent = self._parent_before(keys, extra_info, pool_name)
-        for run in _runs([i for i in range(len(ks)) if not present[i]]):
-            first = run[0]
-            before = ks[first - 1] if first else parent
-            res = self.client.batch_put_from_multi_buffers(
-                [ks[i] for i in run], [ptrs[i] for i in run], [sizes[i] for i in run],
-                parent=before, chain=True)
-            for i, r in zip(run, res):
-                out[i] = r == 0 or r == -errno.EEXIST
+        # pages stored already are refused before any byte is copied
+        res = self.client.batch_put_from_multi_buffers(
+            ks, ptrs, sizes, parent=self._parent_before(keys, extra_info, pool_name),
+            chain=True)
+        out = [r == 0 or r == -errno.EEXIST for r in res]
         if pool_name == KV:
             # what the next batch of this backup follows (SGLang sends 128
             # pages at a time, one backup's batches back to back)

@@ -655,7 +655,21 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             tokens = all_tokens[:n * self.block_size]
         self._saves.append(BlockJob(rid, hashes[:n], list(block_ids[:n]), None, tokens))
         self._saving.add(rid)
+        self._announce(hashes[:n])
         return True, None
+
+    def _announce(self, hashes: List[bytes]) -> None:
+        """Tell kvcached these blocks are about to be stored: a decode
+        instance that looks them up before the workers' stores land waits
+        for them (--lookup-wait-ms) instead of missing.  Best effort."""
+        keys: List[str] = []
+        for spec in self.store.spec.ranks():
+            keys += spec.keys(hashes)
+        for i in range(0, len(keys), 4096):
+            try:
+                self.client.announce(keys[i:i + 4096])
+            except Exception:  # noqa: BLE001 - an older daemon: lookups just miss
+                return
 
     def request_finished_all_groups(self, request: Any, block_ids: Tuple[List[int], ...]
                                     ) -> Tuple[bool, Optional[Dict[str, Any]]]:

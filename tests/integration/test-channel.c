@@ -816,6 +816,32 @@ static void test_lookup_waits_for_put(struct kvc_client *c, const char *sock)
 	CHECK_EQ(lookup_during_put(c, sock, 0, "pw-4", false), 0);
 	CHECK_EQ(lookup_during_put(c, sock, 1, "pw-5", false), 1);
 	CHECK_EQ(test_counter(c, "lookup_waits") - waits0, 5);
+	/* a client's lookup of its own put in progress does not wait for itself */
+	{
+		struct kvc_buf own;
+
+		CHECK_EQ(kvc_reserve(c, "pw-own", 4096, NULL, &own), 0);
+		CHECK_EQ(kvc_exists(c, "pw-own"), 0);
+		CHECK_EQ(test_counter(c, "lookup_waits") - waits0, 5);
+		CHECK_EQ(kvc_commit(c, &own), 0);
+		CHECK_EQ(kvc_exists(c, "pw-own"), 1);
+	}
+	/* a put announced and not yet begun: the lookup waits for it too */
+	{
+		const char *ann[] = { "pa-1", "pw-present" };
+		struct lookup_job aj = { sock, 1, "pa-1", -100, 0 };
+		pthread_t t;
+
+		CHECK_EQ(kvc_announce(c, ann, 2), 2);
+		CHECK(pthread_create(&t, NULL, lookup_main, &aj) == 0);
+		usleep(200 * 1000);
+		CHECK_EQ(__atomic_load_n(&aj.done, __ATOMIC_ACQUIRE), 0);
+		CHECK_EQ(kvc_put(c, "pa-1", "v", 1, NULL), 0);
+		CHECK(pthread_join(t, NULL) == 0);
+		CHECK_EQ(aj.result, 2);
+		CHECK_EQ(kvc_announce(c, NULL, 0), 0);
+		CHECK_EQ(kvc_announce(c, (const char *[]) { "" }, 1), -EINVAL);
+	}
 
 	/* a put that does not land in time: a miss at the deadline, while the
 	 * reservation stays open; with 0 a miss at once */
@@ -829,6 +855,19 @@ static void test_lookup_waits_for_put(struct kvc_client *c, const char *sock)
 	CHECK_EQ(test_counter(c2, "lookup_waits"), 1);
 	CHECK_EQ(kvc_commit(c2, &b), 0);
 	CHECK_EQ(kvc_exists(c2, "pw-late"), 1);
+	/* an announced put that never comes: a miss at the deadline */
+	{
+		const char *ann[] = { "pa-never" };
+
+		CHECK_EQ(kvc_announce(c2, ann, 1), 1);
+		j = (struct lookup_job) { d.socket, 0, "pa-never", -100, 0 };
+		lookup_main(&j);
+		CHECK_EQ(j.result, 0);
+		CHECK_EQ(test_counter(c2, "lookup_waits"), 2);
+		usleep(100 * 1000); /* the announcement itself has gone too */
+		CHECK_EQ(kvc_exists(c2, "pa-never"), 0);
+		CHECK_EQ(test_counter(c2, "lookup_waits"), 2);
+	}
 	/* the client holding the reservation goes: its waiters miss */
 	{
 		pid_t pid = fork();
@@ -866,6 +905,8 @@ static void test_lookup_waits_for_put(struct kvc_client *c, const char *sock)
 	CHECK_EQ(kvc_connect(d.socket, &c2), 0);
 	CHECK_EQ(kvc_reserve(c2, "pw-now", 4096, NULL, &b), 0);
 	CHECK_EQ(kvc_exists(c2, "pw-now"), 0);
+	CHECK_EQ(kvc_announce(c2, (const char *[]) { "pa-now" }, 1), 1);
+	CHECK_EQ(kvc_exists(c2, "pa-now"), 0);
 	CHECK_EQ(test_counter(c2, "lookup_waits"), 0);
 	CHECK_EQ(kvc_abort(c2, &b), 0);
 	kvc_disconnect(c2);

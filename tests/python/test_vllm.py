@@ -275,3 +275,33 @@ def test_lookup_waits_for_a_store_in_flight(daemon):
     assert answer == [(64, True)]
     prefill.close()
     b.shutdown()
+
+
+def test_decode_lookup_before_the_prefill_stores(daemon):
+    """PD through the pool, as vLLM's proxy runs it: the prefill answers
+    (request_finished), the proxy sends the prompt to the decode at once,
+    and the decode's lookup comes before the prefill's workers have even
+    begun storing.  The prefill's connector announced the blocks when the
+    request finished: the lookup waits for them and finds all four."""
+    import threading
+    import time
+
+    a = vh.Engine(vh.config(daemon))
+    a.add_request("p", prompt(95), 1)
+    while "p" not in a.finished:
+        a.step()  # the prefill answers; its store is only queued
+    assert a.stat("save_blocks") == 0
+    b = vh.Engine(vh.config(daemon))
+    req = vh.Request("d", prompt(95), 2, vh.block_hasher(16))
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(
+        b.connector.get_num_new_matched_tokens(req, 0)))
+    t.start()
+    time.sleep(0.2)
+    assert not answer
+    a.run()  # the next step stores the blocks
+    t.join(10)
+    assert answer == [(64, True)]
+    assert a.stat("save_blocks") == 4
+    a.shutdown()
+    b.shutdown()

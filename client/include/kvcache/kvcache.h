@@ -329,6 +329,15 @@ int kvc_push(struct kvc_client *c, const char *key, const char *node_id);
  * costs one directory question and then nothing). */
 int kvc_prefetch(struct kvc_client *c, const char *const *keys, size_t n);
 
+/* These keys will be stored soon, by this client or another: until they are
+ * (or the daemon's --lookup-wait-ms passes), a lookup of one of them on this
+ * node waits for its put instead of missing, as for a put in progress.  A
+ * prefill announces the blocks it is about to store when it answers, and the
+ * decode's lookup that follows finds them.  Returns how many are announced
+ * (keys stored already count; with --lookup-wait-ms 0 it does nothing), or
+ * -errno (-ENOSPC: too many announced and not yet stored). */
+int kvc_announce(struct kvc_client *c, const char *const *keys, size_t n);
+
 /* The nodes holding key: node ids, this daemon's own first when it holds it,
  * then what the cluster's directory says now.  -ENOENT: none.  Free the
  * NULL-terminated array with kvc_where_free(). */

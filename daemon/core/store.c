@@ -30,6 +30,21 @@ static void set_extent(struct extent *e, uint64_t handle, const struct object *o
 	};
 }
 
+static void announced_over(struct store *st, struct object *a);
+
+/* The put of key failed for good: who waits for it (announced) misses now
+ * rather than at the deadline. */
+static void announced_failed(struct store *st, const void *key, size_t len)
+{
+	struct object *a;
+
+	if (!st->announced.buckets || !st->announced.n_objects)
+		return;
+	a = index_find(&st->announced, key, len, index_hash(key, len));
+	if (a)
+		announced_over(st, a);
+}
+
 int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg)
 {
 	struct store *st = h->st;
@@ -52,6 +67,7 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 		return -EINVAL;
 	}
 	if (a->len > (UINT64_C(1) << 30) || a->len > t->alloc.size) {
+		announced_failed(st, a->key, a->key_len);
 		MSG("value of %llu bytes is larger than the %s tier can hold (%llu bytes)",
 		    (unsigned long long) a->len, t->name, (unsigned long long) t->alloc.size);
 		return -E2BIG;
@@ -84,6 +100,7 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 		if (r == -ENOSPC) {
 			char why[200];
 
+			announced_failed(st, a->key, a->key_len);
 			tier_explain(st, t, why, sizeof(why));
 			MSG("no space for %llu bytes in the %s tier: %s", (unsigned long long) a->len,
 			    t->name, why);

@@ -31,8 +31,10 @@ How it works, in vLLM's terms:
   lookup (``--default-kv-lease-ttl``, 10 s), so eviction does not take them
   before the load.  ``request_finished`` hands the request's full blocks to
   the workers to store and keeps them allocated until the workers report
-  them stored; a request aborted while its blocks are still loading is not
-  stored (its blocks hold no KV yet).
+  them stored; it announces them to kvcached at once, so that a decode
+  instance asking for them before the store lands waits for it instead of
+  missing (PD disaggregation through the pool).  A request aborted while
+  its blocks are still loading is not stored (its blocks hold no KV yet).
 * worker: loads run in ``start_load_kv`` (or on the connector's thread with
   ``load_async``, reported through ``get_finished``; or layer by layer in
   ``wait_for_layer_load`` with ``use_layerwise``); stores run on the

@@ -6,6 +6,7 @@
  * never maps a file whose seals or size a client chose.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -57,6 +58,8 @@ static int buffer_map(const struct config *cfg, uint64_t total, int *ret_fd, voi
 	return r;
 }
 
+static void buffer_warm(struct server *sv, struct buffer *b);
+
 /* The mapping becomes one of the client's buffers (counted already by
  * the caller); on failure it is given back. */
 static int buffer_adopt(struct session *s, uint64_t size, uint64_t total, int fd, void *base,
@@ -73,6 +76,8 @@ static int buffer_adopt(struct session *s, uint64_t size, uint64_t total, int fd
 	if (r < 0) {
 		unmap_later(s->sv->mapper, base, total, fd);
 		free(b);
+	} else {
+		buffer_warm(s->sv, b);
 	}
 	return r;
 }
@@ -105,6 +110,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
  */
 struct buffer_job {
 	struct buffer_job *next;
+	struct buffer *warm; /* a buffer's warming, ended (not a mapping) */
 	struct server *sv;
 	struct session *s; /* NULL once its client went away */
 	uint32_t seq;
@@ -117,7 +123,66 @@ struct buffer_maker {
 	struct buffer_job *done; /* handoff.h stack, from the mapper */
 	int efd;                 /* wakes a sleeping loop */
 	struct loop_source *bell, *poller;
+	unsigned warming;        /* atomic: warm threads running */
 };
+
+/*
+ * Warming a buffer.  Whatever the daemon copies into a new buffer first
+ * pays for each page of its mapping (the kernel clearing it, and mapping
+ * it in the daemon): a fresh engine's first batch_get_into of 768 MiB ran
+ * at 0.3-0.9 GB/s against 8-12.7 GB/s the second time.  A thread at low
+ * priority writes each page once (an atomic add of 0: no byte changes,
+ * even under a concurrent copy) as soon as the buffer is made, with
+ * --prefault (on by default).  It counts as a copy using the buffer, so a
+ * buffer given back meanwhile stays mapped until it has stopped.
+ */
+static void *warm_main(void *arg)
+{
+	struct buffer_job *j = arg;
+	struct buffer_maker *m = j->sv->maker;
+	struct buffer *b = j->warm;
+	uint8_t *base = b->seg.base;
+
+	loop_helper_thread("warm", true);
+	for (uint64_t off = 0; off < b->seg.size; off += 4096) {
+		if ((off & ((8u << 20) - 1)) == 0) {
+			if (__atomic_load_n(&b->warm_stop, __ATOMIC_RELAXED))
+				break;
+			if (off)
+				loop_mm_pause();
+		}
+		__atomic_fetch_add(base + off, 0, __ATOMIC_RELAXED);
+	}
+	handoff_push_wake(&m->done, j, next, m->efd);
+	__atomic_fetch_sub(&m->warming, 1, __ATOMIC_RELEASE); /* last: teardown waits */
+	return NULL;
+}
+
+static void buffer_warm(struct server *sv, struct buffer *b)
+{
+	struct buffer_maker *m = sv->maker;
+	struct buffer_job *j;
+	pthread_attr_t a;
+	pthread_t th;
+
+	if (!m || sv->cfg->prefault == SHM_HUGEPAGES_OFF)
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return; /* only slower */
+	j->sv = sv;
+	j->warm = b;
+	b->copies++;
+	__atomic_fetch_add(&m->warming, 1, __ATOMIC_RELAXED);
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&th, &a, warm_main, j) != 0) {
+		__atomic_fetch_sub(&m->warming, 1, __ATOMIC_RELAXED);
+		b->copies--;
+		free(j);
+	}
+	pthread_attr_destroy(&a);
+}
 
 /* Mapper thread. */
 static void buffer_job_run(void *arg)
@@ -170,6 +235,14 @@ static void buffer_job_done(struct server *sv, struct buffer_job *j)
 	uint64_t handle = 0;
 	int r = j->r;
 
+	if (j->warm) { /* its warming ended: a copy of it no longer */
+		struct buffer *b = j->warm;
+
+		if (--b->copies == 0 && b->released)
+			buffer_unmap(sv, b);
+		free(j);
+		return;
+	}
 	if (s) {
 		s->buffer_job = NULL;
 		if (r == 0)
@@ -227,6 +300,9 @@ void buffer_teardown(struct server *sv)
 
 	if (!m)
 		return;
+	/* warm threads stop soon (their buffers were given back) */
+	while (__atomic_load_n(&m->warming, __ATOMIC_ACQUIRE))
+		usleep(1000);
 	if (m->poller)
 		buffers_poll(sv);
 	loop_source_free(m->bell);
@@ -249,6 +325,7 @@ void buffer_free(struct session *s, struct buffer *b)
 {
 	s->buffer_bytes -= b->size;
 	s->sv->registered_bytes -= b->seg.size;
+	__atomic_store_n(&b->warm_stop, true, __ATOMIC_RELAXED);
 	if (b->copies)
 		b->released = true;
 	else

@@ -139,8 +139,9 @@ struct session {
 struct buffer {
 	struct shm_segment seg;
 	uint64_t size;
-	uint32_t copies;  /* copier jobs using it: unmapped after the last */
+	uint32_t copies;  /* copier jobs using it (and its warming): unmapped after the last */
 	bool released;    /* given back while copies were in flight */
+	bool warm_stop;   /* atomic: given back, its warming may stop */
 };
 int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg);
 /* The same with the mapping made on the mapper: -EINPROGRESS, and

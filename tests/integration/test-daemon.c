@@ -371,6 +371,30 @@ static uint64_t mapping_rss(pid_t pid, uintptr_t base)
 	return rss;
 }
 
+/* Resident bytes of pid's mappings whose name has `name` (0: none). */
+static uint64_t named_rss(pid_t pid, const char *name)
+{
+	char path[64], line[512];
+	uint64_t rss = 0;
+	bool in = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int) pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, kb;
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+			in = strstr(line, name) != NULL;
+		else if (in && sscanf(line, "Rss: %lu kB", &kb) == 1)
+			rss += (uint64_t) kb << 10;
+	}
+	fclose(f);
+	return rss;
+}
+
 /* Resident shared memory of a process (RssShmem), in bytes. */
 static uint64_t rss_shmem(pid_t pid)
 {
@@ -418,6 +442,19 @@ static void test_warm_memory(void)
 	/* this process maps every page of every segment now */
 	for (int s = 0; s < n; s++)
 		CHECK_EQ(mapping_rss(getpid(), (uintptr_t) seg[s].base), seg[s].len);
+	/* a registered buffer: the daemon writes each page of its mapping once,
+	 * as soon as it is made (a buffer given back meanwhile stops that) */
+	{
+		struct kvc_buffer b, gone;
+
+		CHECK_EQ(kvc_buffer_alloc(c, 32u << 20, &b), 0);
+		CHECK_EQ(kvc_buffer_alloc(c, 256u << 20, &gone), 0);
+		CHECK_EQ(kvc_buffer_free(c, &gone), 0);
+		for (i = 0; i < 2000 && named_rss(td.pid, "kvcache-buffer") != (32u << 20); i++)
+			usleep(10000);
+		CHECK_EQ(named_rss(td.pid, "kvcache-buffer"), 32u << 20);
+		CHECK_EQ(kvc_buffer_free(c, &b), 0);
+	}
 	kvc_disconnect(c);
 	test_daemon_stop(&td);
 
@@ -431,6 +468,14 @@ static void test_warm_memory(void)
 	CHECK(rss_shmem(td.pid) < want / 2);
 	n = kvc_segments(c, seg, 8);
 	CHECK(mapping_rss(getpid(), (uintptr_t) seg[0].base) < seg[0].len / 2);
+	{
+		struct kvc_buffer b;
+
+		CHECK_EQ(kvc_buffer_alloc(c, 32u << 20, &b), 0);
+		usleep(200 * 1000);
+		CHECK(named_rss(td.pid, "kvcache-buffer") < (16u << 20));
+		CHECK_EQ(kvc_buffer_free(c, &b), 0);
+	}
 	kvc_disconnect(c);
 	test_daemon_stop(&td);
 }

@@ -211,6 +211,13 @@ int run_hangup(uint64_t size);
 int run_leased(void);
 int run_burst(void);
 int run_cluster(void);
+int run_engine(void);
+/* engine.c's: the two hosts of cluster.c and their daemons (dram each),
+ * node A's socket in sa, B's in sb; *ret_link: iperf3 A->B, GB/s */
+void cluster_up(char *sa, char *sb, double *ret_link, const char *dram);
+extern const char *arg_model;
+extern unsigned arg_prompts, arg_prompt_tokens, arg_tp;
+extern bool arg_layerwise;
 int run_rdma(void);
 int run_python(void);
 int run_recovery(void);

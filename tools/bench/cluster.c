@@ -774,6 +774,8 @@ static void hosts_up(void)
  * clients (loop_client_turn()), never for peers, so two nodes on a small
  * machine leave its CPUs to the data threads.
  */
+static const char *node_dram = "2GiB";
+
 static void daemons_up(char *sa, char *sb, bool rdma)
 {
 	static char master[4200], kvcached[4200];
@@ -795,11 +797,11 @@ static void daemons_up(char *sa, char *sb, bool rdma)
 		const char *m[] = { "ip", "netns", "exec", ns_a, master, "--rpc_address", NET ".1",
 				    "--port", MASTER_PORT, "--log-level", "warn", NULL };
 		const char *a[] = { "ip", "netns", "exec", ns_a, kvcached, "--socket", sa,
-				    "--dram-size", "2GiB", "--master", NET ".1:" MASTER_PORT,
+				    "--dram-size", node_dram, "--master", NET ".1:" MASTER_PORT,
 				    "--listen", la, "--insecure", "--node-id", "A", "--log-level",
 				    "warn", NULL };
 		const char *b[] = { "ip", "netns", "exec", ns_b, kvcached, "--socket", sb,
-				    "--dram-size", "2GiB", "--master", NET ".1:" MASTER_PORT,
+				    "--dram-size", node_dram, "--master", NET ".1:" MASTER_PORT,
 				    "--listen", lb, "--insecure", "--node-id", "B", "--log-level",
 				    "warn", NULL };
 
@@ -812,6 +814,14 @@ static void daemons_up(char *sa, char *sb, bool rdma)
 		daemons_up_ns = now_ns();
 	}
 	unsetenv("KVCACHE_TEST_RDMA_OVER_TCP");
+}
+
+void cluster_up(char *sa, char *sb, double *ret_link, const char *dram)
+{
+	hosts_up();
+	*ret_link = iperf(1);
+	node_dram = dram;
+	daemons_up(sa, sb, false);
 }
 
 /* One figure over the rounds of a run. */

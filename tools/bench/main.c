@@ -46,6 +46,9 @@ static void usage(FILE *f)
 		   "       kvcache-bench recovery [--objects N] [--dir DIR]\n"
 		   "       kvcache-bench hangup [--sizes 1G] [--rounds N]   (clients with registered buffers go)\n"
 		   "       kvcache-bench python [--duration S] [--json]   (the Python module)\n"
+		   "       kvcache-bench engine [--model llama3-8b|llama3-70b|qwen2-7b|mistral-7b]\n"
+		   "                          [--prompts N] [--prompt-tokens N] [--tp N] [--layerwise]\n"
+		   "                          (fresh engine processes store and load; root: across nodes)\n"
 		   "       kvcache-bench local --objects N [--fill-disk] [--dir DIR] [--duration S]\n"
 		   "       kvcache-bench local --pinned N | --leased [--duration S]\n"
 		   "       kvcache-bench churn [--sizes SIZE] [--duration S] [--socket PATH]\n"
@@ -73,6 +76,11 @@ int main(int argc, char **argv)
 		{ "leased", no_argument, NULL, 'L' },
 		{ "plot", required_argument, NULL, 'G' },
 		{ "rounds", required_argument, NULL, 'R' },
+		{ "model", required_argument, NULL, 'M' },
+		{ "prompts", required_argument, NULL, 'N' },
+		{ "prompt-tokens", required_argument, NULL, 'T' },
+		{ "tp", required_argument, NULL, 't' },
+		{ "layerwise", no_argument, NULL, 'W' },
 		{ "local-only", no_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -83,7 +91,7 @@ int main(int argc, char **argv)
 			 strcmp(argv[1], "disk") != 0 && strcmp(argv[1], "burst") != 0 &&
 			 strcmp(argv[1], "recovery") != 0 && strcmp(argv[1], "cluster") != 0 &&
 			 strcmp(argv[1], "python") != 0 && strcmp(argv[1], "rdma") != 0 &&
-			 strcmp(argv[1], "hangup") != 0)) {
+			 strcmp(argv[1], "hangup") != 0 && strcmp(argv[1], "engine") != 0)) {
 		usage(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr);
 		return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 	}
@@ -172,6 +180,26 @@ int main(int argc, char **argv)
 			arg_rounds = (unsigned) v;
 			break;
 		}
+		case 'M':
+			arg_model = optarg;
+			break;
+		case 'N':
+		case 'T':
+		case 't': {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+
+			if (*end || !*optarg || v == 0 || v > (opt == 't' ? 64 : 1000000)) {
+				fprintf(stderr, "kvcache-bench: bad count '%s'\n", optarg);
+				return 2;
+			}
+			*(opt == 'N' ? &arg_prompts : opt == 'T' ? &arg_prompt_tokens : &arg_tp) =
+				(unsigned) v;
+			break;
+		}
+		case 'W':
+			arg_layerwise = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -194,6 +222,8 @@ int main(int argc, char **argv)
 		return run_burst();
 	if (strcmp(argv[1], "cluster") == 0)
 		return run_cluster();
+	if (strcmp(argv[1], "engine") == 0)
+		return run_engine();
 	if (strcmp(argv[1], "rdma") == 0)
 		return run_rdma();
 	if (strcmp(argv[1], "python") == 0)

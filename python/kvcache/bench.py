@@ -40,12 +40,54 @@ def emit(op: str, size: int, samples: List[float], per_call_bytes: int = 0) -> N
     print(json.dumps(rec), flush=True)
 
 
+def engine_load(a) -> int:
+    """``kvcache-bench engine``'s load through the adapters' core: a vLLM
+    FlashAttention cache (NHD, CPU tensors), BlockStore.lookup then
+    BlockStore.load of every prompt the C engine stored under its keys."""
+    import torch
+
+    from .engine import BlockStore, KVLayout
+    from .keys import KeySpec
+
+    layers, heads, dim, bt = a.layers, a.kv_heads, a.head_dim, 16
+    nb = a.prompts * a.blocks
+    cache = [torch.full((2, nb, bt, heads, dim), 1.0, dtype=torch.bfloat16)
+             for _ in range(layers)]  # in use: warm
+    c = _kvcache.Client(a.socket)
+    store = BlockStore(c, KeySpec("bench/" + a.model, "bfloat16", "vllm-NHD", bt, a.rank, a.tp),
+                       KVLayout.from_tensors(cache))
+    lookup = data = 0.0
+    loaded = 0
+    for p in range(a.prompts):
+        hashes = ["%08x%08x" % ((p * 2654435761) & 0xffffffff, b) for b in range(a.blocks)]
+        t0 = time.perf_counter()
+        hit = store.lookup(hashes, all_ranks=False)
+        lookup += time.perf_counter() - t0
+        if hit != a.blocks:
+            print("python: prompt %d: %d of %d found" % (p, hit, a.blocks), file=sys.stderr)
+            return 1
+        t0 = time.perf_counter()
+        res = store.load(hashes, list(range(p * a.blocks, (p + 1) * a.blocks)))
+        data += time.perf_counter() - t0
+        loaded += sum(1 for r in res if r == store.layout.block_bytes)
+    print("lookup_s %.6f\ndata_s %.6f\nobjects %d\nbad %d" %
+          (lookup, data, loaded, a.prompts * a.blocks - loaded), flush=True)
+    c.close()
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m kvcache.bench")
     ap.add_argument("--socket", required=True)
     ap.add_argument("--duration", type=float, default=1.0)
     ap.add_argument("--big", type=int, default=16 << 20)
+    ap.add_argument("--engine", action="store_true", help="kvcache-bench engine's load")
+    for k in ("layers", "kv-heads", "head-dim", "prompts", "blocks", "rank", "tp"):
+        ap.add_argument("--" + k, type=int, default=0 if k == "rank" else 1)
+    ap.add_argument("--model", default="llama3-8b")
     a = ap.parse_args(argv)
+    if a.engine:
+        return engine_load(a)
     c = _kvcache.Client(a.socket)
     small = bytes(range(256)) * 16
     assert c.put("pybench/4k", small) in (0, -17)

@@ -212,6 +212,8 @@ int run_leased(void);
 int run_burst(void);
 int run_cluster(void);
 int run_engine(void);
+/* The build tree's python/ directory next to this binary (python.c). */
+bool build_python_dir(char *buf, size_t len);
 /* engine.c's: the two hosts of cluster.c and their daemons (dram each),
  * node A's socket in sa, B's in sb; *ret_link: iperf3 A->B, GB/s */
 void cluster_up(char *sa, char *sb, double *ret_link, const char *dram);

@@ -247,6 +247,37 @@ static void engine_load_registered(const char *sock, unsigned rank, const struct
 	engine_load(sock, rank, s, out, true);
 }
 
+/* Engine B through the Python adapters' core (kvcache.engine.BlockStore
+ * over a vLLM FlashAttention cache of CPU tensors): a fresh interpreter. */
+static void engine_load_python(const char *sock, unsigned rank, const struct shape *s, FILE *out)
+{
+	const char *py = getenv("KVCACHE_PYTHON");
+	char dir[4200], path[8500], a[7][32];
+	const char *old = getenv("PYTHONPATH");
+
+	if (arg_layerwise)
+		_exit(3); /* the adapters store whole blocks */
+	if (!py)
+		py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+	if (build_python_dir(dir, sizeof(dir))) {
+		snprintf(path, sizeof(path), "%s%s%s", dir, old ? ":" : "", old ? old : "");
+		setenv("PYTHONPATH", path, 1);
+	}
+	snprintf(a[0], sizeof(a[0]), "%u", s->m->layers);
+	snprintf(a[1], sizeof(a[1]), "%u", s->m->kv_heads / arg_tp);
+	snprintf(a[2], sizeof(a[2]), "%u", s->m->head_dim);
+	snprintf(a[3], sizeof(a[3]), "%u", arg_prompts);
+	snprintf(a[4], sizeof(a[4]), "%u", s->blocks);
+	snprintf(a[5], sizeof(a[5]), "%u", rank);
+	snprintf(a[6], sizeof(a[6]), "%u", arg_tp);
+	fflush(out);
+	dup2(fileno(out), 1);
+	execlp(py, py, "-m", "kvcache.bench", "--engine", "--socket", sock, "--model", arg_model,
+	       "--layers", a[0], "--kv-heads", a[1], "--head-dim", a[2], "--prompts", a[3],
+	       "--blocks", a[4], "--rank", a[5], "--tp", a[6], (char *) NULL);
+	_exit(127);
+}
+
 /* Every rank at once, each a fresh process; fills the slowest rank's
  * times (what the engine waits for). */
 static void ranks(engine_fn fn, const char *sock, const struct shape *s, double *ret_store,
@@ -265,8 +296,14 @@ static void ranks(engine_fn fn, const char *sock, const struct shape *s, double 
 		int st;
 
 		buf[got] = '\0';
-		if (waitpid(pid[r], &st, 0) != pid[r] || !WIFEXITED(st) || WEXITSTATUS(st))
+		if (waitpid(pid[r], &st, 0) != pid[r] || !WIFEXITED(st) || WEXITSTATUS(st)) {
+			fclose(f[r]);
+			if (fn == engine_load_python) { /* no torch, no module: say so */
+				*ret_data = -1;
+				continue;
+			}
 			die(0, "engine rank %u failed", r);
+		}
 		m = fmemopen(buf, got + 1, "r");
 		if (read_figure(m, "bad") > 0)
 			die(0, "engine rank %u loaded wrong bytes", r);
@@ -430,6 +467,12 @@ int run_engine(void)
 	report("engine B, same node", &s, lookup, data, warm, fresh, 0);
 	ranks(engine_load_registered, sock, &s, &store, &lookup, &data);
 	report("engine B, registered cache", &s, lookup, data, warm, fresh, 0);
+	ranks(engine_load_python, sock, &s, &store, &lookup, &data);
+	if (data > 0)
+		report("engine B, Python adapters", &s, lookup, data, warm, fresh, 0);
+	else
+		printf("engine B, Python adapters: did not run (torch, the kvcache module%s)\n",
+		       arg_layerwise ? "; whole blocks only" : "");
 	kill(daemon_pid, SIGTERM);
 	waitpid(daemon_pid, NULL, 0);
 	daemon_pid = 0;

@@ -14,7 +14,7 @@ struct py_figure {
 };
 
 /* The build tree's python/ directory, when kvcache-bench runs from there. */
-static bool build_python_dir(char *buf, size_t len)
+bool build_python_dir(char *buf, size_t len)
 {
 	char self[4096];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);

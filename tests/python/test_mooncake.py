@@ -40,7 +40,11 @@ def test_setup_forms(daemon):
     assert s.setup({"local_hostname": "node-a", "metadata_server": "P2PHANDSHAKE",
                     "global_segment_size": 3200 * 1024 * 1024, "protocol": "tcp",
                     "master_server_addr": "127.0.0.1:50051", "ipc_socket_path": daemon}) == 0
-    assert s.get_hostname() == "node-a"
+    assert s.get_hostname() == "node-a:0"  # host:port; not in a cluster
+    init = MooncakeDistributedStore()
+    assert init.init_all("tcp", "", 1 << 30, socket=daemon) == 0
+    assert not init.get_hostname().startswith("tcp")
+    assert init.close() == 0
     assert s.put("setup", b"v") == 0
     assert s.close() == 0
     bad = MooncakeDistributedStore()
@@ -133,21 +137,23 @@ def test_sessions(store):
     store.register_buffer(src.ctypes.data, src.nbytes)
     store.register_buffer(dst.ctypes.data, dst.nbytes)
     assert store.batch_put_session_start(["s1", "s2"], [8192, 100]) == [0, 0]
+    assert store.batch_put_session_start(["s1"], [8192]) == [-600]  # open already
     assert store.is_exist("s1") == 0
-    # layer by layer: two halves at their offsets
+    # layer by layer: two halves at their offsets; the bytes written
     assert store.batch_put_from_multi_buffer_ranges(
-        ["s1"], [[src.ctypes.data, src.ctypes.data + 4096]], [[4096, 4096]], [[0, 4096]]) == [0]
+        ["s1"], [[src.ctypes.data, src.ctypes.data + 4096]], [[4096, 4096]], [[0, 4096]]) == [8192]
     assert store.batch_put_from_multi_buffer_ranges(["s1"], [[1234]], [[8]], [[0]]) == [-600]
     assert store.batch_put_session_end(["s1"]) == [0]
     assert store.batch_put_session_revoke(["s2", "s3"]) == [0, -704]
     assert store.is_exist("s1") == 1 and store.is_exist("s2") == 0
-    assert store.batch_get_session_start(["s1", "nope"]) == [8192, -704]
+    assert store.batch_get_session_start(["s1", "nope"]) == [0, -704]
+    assert store.get_size("s1") == 8192
     assert store.batch_get_into_multi_buffer_ranges(
         ["s1"], [[dst.ctypes.data, dst.ctypes.data + 4096]], [[4096, 4096]], [[4096, 0]]) == [8192]
     assert (dst[:4096] == src[4096:]).all() and (dst[4096:] == src[:4096]).all()
     assert store.remove("s1") == -706  # the session holds it
     assert store.batch_get_session_end(["s1"]) == 0
-    assert store.batch_get_session_end(["s1"]) == -704
+    assert store.batch_get_session_end(["s1"]) == 0  # no session: nothing to end
 
 
 def test_pins_and_pressure(store):

@@ -226,8 +226,12 @@ class MooncakeDistributedStore:
         sock = server_address if server_address.startswith("/") else None
         return self.setup({"socket": sock} if sock else {})
 
-    def init_all(self, *args: Any, **kw: Any) -> int:
-        return self.setup(*args, **kw)
+    def init_all(self, protocol: str = "tcp", device_name: str = "",
+                 mount_segment_size: int = 0, **kw: Any) -> int:
+        """Mooncake's ``init_all(protocol, device_name, mount_segment_size)``:
+        a client of the node's kvcached (the transport and the segment are
+        the daemon's); the host name is left alone."""
+        return self.setup({"socket": kw["socket"]} if kw.get("socket") else {})
 
     def _c(self) -> _kvcache.Client:
         if self._client is None:
@@ -254,7 +258,18 @@ class MooncakeDistributedStore:
         return self.close()
 
     def get_hostname(self) -> str:
-        return self._hostname
+        """``host:port`` as Mooncake's: this node's id in the cluster (its
+        peer address by default), else the host set up with and port 0."""
+        if ":" in self._hostname:
+            return self._hostname
+        if self._client is not None:
+            try:
+                me = self._client.cluster().get("self")
+                if me:
+                    return str(me)
+            except (OSError, ValueError, AttributeError):
+                pass
+        return "%s:0" % self._hostname
 
     def health_check(self) -> int:
         """0 healthy, 1 not set up, 2 the daemon does not answer."""
@@ -429,7 +444,7 @@ class MooncakeDistributedStore:
         c, out = self._c(), []
         for k, s in zip(keys, sizes):
             if k in self._put_sessions:
-                out.append(OBJECT_ALREADY_EXISTS)
+                out.append(INVALID_PARAMS)  # Mooncake: a session of that key is open
                 continue
             try:
                 self._put_sessions[k] = c.reserve(k, s, **_put_opts(config))
@@ -442,9 +457,9 @@ class MooncakeDistributedStore:
                                            all_buffer_ptrs: Sequence[Sequence[int]],
                                            all_sizes: Sequence[Sequence[int]],
                                            all_dst_offsets: Sequence[Sequence[int]]) -> List[int]:
-        res = _ranges(self._put_sessions, keys, all_buffer_ptrs, all_sizes, all_dst_offsets,
-                      lambda r, o, p, s: r.write_from(o, p, s))
-        return [r if r < 0 else 0 for r in res]
+        """The bytes written per key (as Mooncake), or an error code."""
+        return _ranges(self._put_sessions, keys, all_buffer_ptrs, all_sizes, all_dst_offsets,
+                       lambda r, o, p, s: r.write_from(o, p, s))
 
     def batch_put_session_end(self, keys: Sequence[str]) -> List[int]:
         out = []
@@ -474,7 +489,7 @@ class MooncakeDistributedStore:
                     out.append(OBJECT_NOT_FOUND)
                     continue
                 self._get_sessions[k] = v
-            out.append(v.size)
+            out.append(0)  # Mooncake: 0, the size is get_size()'s
         return out
 
     def batch_get_into_multi_buffer_ranges(self, keys: Sequence[str],
@@ -485,14 +500,12 @@ class MooncakeDistributedStore:
                        lambda v, o, p, s: v.read_into(o, p, s))
 
     def batch_get_session_end(self, keys: Sequence[str]) -> int:
-        missing = 0
+        """0, as Mooncake's (a key with no session is nothing to end)."""
         for k in keys:
             v = self._get_sessions.pop(k, None)
-            if v is None:
-                missing += 1
-            else:
+            if v is not None:
                 v.release()
-        return OBJECT_NOT_FOUND if missing else 0
+        return 0
 
     # ---- presence and removal ----
     def is_exist(self, key: str) -> int:

@@ -411,7 +411,8 @@ int kvc_push(struct kvc_client *c, const char *key, const char *node_id)
 	return r;
 }
 
-int kvc_prefetch(struct kvc_client *c, const char *const *keys, size_t n)
+/* A request naming keys (KeysReq) answered with a count (ExistsResp). */
+static int keys_count_rpc(struct kvc_client *c, uint32_t op, const char *const *keys, size_t n)
 {
 	Kvc__Request q = KVC__REQUEST__INIT;
 	Kvc__KeysReq kq = KVC__KEYS_REQ__INIT;
@@ -433,7 +434,7 @@ int kvc_prefetch(struct kvc_client *c, const char *const *keys, size_t n)
 	}
 	kq.n_keys = n;
 	kq.keys = kv;
-	q.op = KVC__OP__OP_PREFETCH;
+	q.op = op;
 	q.body_case = KVC__REQUEST__BODY_KEYS;
 	q.keys = &kq;
 	r = client_rpc(c, &q, &resp);
@@ -445,38 +446,14 @@ int kvc_prefetch(struct kvc_client *c, const char *const *keys, size_t n)
 	return r;
 }
 
+int kvc_prefetch(struct kvc_client *c, const char *const *keys, size_t n)
+{
+	return keys_count_rpc(c, KVC__OP__OP_PREFETCH, keys, n);
+}
+
 int kvc_announce(struct kvc_client *c, const char *const *keys, size_t n)
 {
-	Kvc__Request q = KVC__REQUEST__INIT;
-	Kvc__KeysReq kq = KVC__KEYS_REQ__INIT;
-	ProtobufCBinaryData *kv;
-	Kvc__Response *resp;
-	int r;
-
-	if (!c || (n && !keys) || n > 4096)
-		return -EINVAL;
-	kv = calloc(n ? n : 1, sizeof(*kv));
-	if (!kv)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		if (client_check_key(keys[i]) < 0) {
-			free(kv);
-			return -EINVAL;
-		}
-		kv[i] = (ProtobufCBinaryData) { .len = strlen(keys[i]), .data = (uint8_t *) keys[i] };
-	}
-	kq.n_keys = n;
-	kq.keys = kv;
-	q.op = KVC__OP__OP_ANNOUNCE;
-	q.body_case = KVC__REQUEST__BODY_KEYS;
-	q.keys = &kq;
-	r = client_rpc(c, &q, &resp);
-	free(kv);
-	if (r < 0)
-		return r;
-	r = resp->body_case == KVC__RESPONSE__BODY_EXISTS ? (int) resp->exists->count : -EPROTO;
-	kvc__response__free_unpacked(resp, NULL);
-	return r;
+	return keys_count_rpc(c, KVC__OP__OP_ANNOUNCE, keys, n);
 }
 
 void kvc_where_free(char **nodes)

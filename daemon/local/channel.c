@@ -259,41 +259,45 @@ fail:
 	return r;
 }
 
-static void space_unlink(struct server *sv, struct parked *p)
+/* The server's lists of waiting requests (puts waiting for space, lookups
+ * waiting for a put), on snext/sprev: a request is on one at most. */
+static void plist_unlink(struct parked **head, struct parked **tail, struct parked *p)
 {
 	if (p->sprev)
 		p->sprev->snext = p->snext;
 	else
-		sv->space_head = p->snext;
+		*head = p->snext;
 	if (p->snext)
 		p->snext->sprev = p->sprev;
 	else
-		sv->space_tail = p->sprev;
+		*tail = p->sprev;
 	p->snext = p->sprev = NULL;
+}
+
+static void plist_append(struct parked **head, struct parked **tail, struct parked *p)
+{
+	p->snext = NULL;
+	p->sprev = *tail;
+	if (*tail)
+		(*tail)->snext = p;
+	else
+		*head = p;
+	*tail = p;
+}
+
+static void space_unlink(struct server *sv, struct parked *p)
+{
+	plist_unlink(&sv->space_head, &sv->space_tail, p);
 }
 
 static void space_append(struct server *sv, struct parked *p)
 {
-	p->snext = NULL;
-	p->sprev = sv->space_tail;
-	if (sv->space_tail)
-		sv->space_tail->snext = p;
-	else
-		sv->space_head = p;
-	sv->space_tail = p;
+	plist_append(&sv->space_head, &sv->space_tail, p);
 }
 
 static void put_wait_unlink(struct server *sv, struct parked *p)
 {
-	if (p->sprev)
-		p->sprev->snext = p->snext;
-	else
-		sv->put_wait_head = p->snext;
-	if (p->snext)
-		p->snext->sprev = p->sprev;
-	else
-		sv->put_wait_tail = p->sprev;
-	p->snext = p->sprev = NULL;
+	plist_unlink(&sv->put_wait_head, &sv->put_wait_tail, p);
 }
 
 void channel_close(struct channel *ch)
@@ -981,13 +985,7 @@ static void park(struct channel *ch, const struct shm_sqe *e, struct fetch *f)
 		 * wait for every one: the list stays in deadline order) */
 		p->put_wait = true;
 		p->deadline = now_ms(sv->st) + sv->cfg->lookup_wait_ms;
-		p->snext = NULL;
-		p->sprev = sv->put_wait_tail;
-		if (sv->put_wait_tail)
-			sv->put_wait_tail->snext = p;
-		else
-			sv->put_wait_head = p;
-		sv->put_wait_tail = p;
+		plist_append(&sv->put_wait_head, &sv->put_wait_tail, p);
 		if (sv->put_wait_head == p && sv->put_wait_timer)
 			loop_timer_arm(sv->put_wait_timer, p->deadline);
 	}

@@ -346,9 +346,9 @@ static void test_hugepages(void)
 	}
 }
 
-/* Resident bytes of the mapping that starts at base in /proc/PID/smaps
- * (0: none found). */
-static uint64_t mapping_rss(pid_t pid, uintptr_t base)
+/* Resident bytes in /proc/PID/smaps of the mapping that starts at base,
+ * or (name) of every mapping whose line names it; 0: none. */
+static uint64_t smaps_rss(pid_t pid, uintptr_t base, const char *name)
 {
 	char path[64], line[512];
 	uint64_t rss = 0;
@@ -363,36 +363,22 @@ static uint64_t mapping_rss(pid_t pid, uintptr_t base)
 		unsigned long lo, hi, kb;
 
 		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-			in = lo == base;
-		else if (in && sscanf(line, "Rss: %lu kB", &kb) == 1)
-			rss = (uint64_t) kb << 10;
-	}
-	fclose(f);
-	return rss;
-}
-
-/* Resident bytes of pid's mappings whose name has `name` (0: none). */
-static uint64_t named_rss(pid_t pid, const char *name)
-{
-	char path[64], line[512];
-	uint64_t rss = 0;
-	bool in = false;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int) pid);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi, kb;
-
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-			in = strstr(line, name) != NULL;
+			in = name ? strstr(line, name) != NULL : lo == base;
 		else if (in && sscanf(line, "Rss: %lu kB", &kb) == 1)
 			rss += (uint64_t) kb << 10;
 	}
 	fclose(f);
 	return rss;
+}
+
+static uint64_t mapping_rss(pid_t pid, uintptr_t base)
+{
+	return smaps_rss(pid, base, NULL);
+}
+
+static uint64_t named_rss(pid_t pid, const char *name)
+{
+	return smaps_rss(pid, 0, name);
 }
 
 /* Resident shared memory of a process (RssShmem), in bytes. */

@@ -22,23 +22,16 @@ def prompt(salt):
     return [t + salt for t in PROMPT]
 
 
-def run_one(engine, rid, tokens, max_tokens=3):
-    engine.add_request(rid, tokens, max_tokens)
-    engine.run()
-    assert engine.finished[rid] == vh.RequestStatus.FINISHED_LENGTH_CAPPED
-    assert engine.kv_at_finish[rid] == [], "wrong KV at positions %s" % engine.kv_at_finish[rid]
-
-
 def test_stores_with_the_engines_own_requests(daemon):
     """Current vLLM leaves num_publishable_block_hashes at 0 (no EAGLE
     prefix-cache hashing): the blocks are stored all the same, and a second
     engine loads them."""
     a = vh.Engine(vh.config(daemon))
-    run_one(a, "a1", prompt(1))
+    a.run_one("a1", prompt(1))
     # 70 prompt tokens + 3 generated, 72 computed: 4 full blocks stored
     assert a.stat("save_blocks") == 4 and a.stat("save_errors") == 0
     b = vh.Engine(vh.config(daemon))
-    run_one(b, "b1", prompt(1))
+    b.run_one("b1", prompt(1))
     assert b.stat("hit_tokens") == 64 and b.stat("load_blocks") == 4
     assert b.stat("load_errors") == 0
     a.shutdown()
@@ -66,7 +59,7 @@ def test_abort_while_loading(daemon, load_async):
     request_finished at once and frees the blocks when the load is reported;
     storing them too would report the id twice (and they hold no KV yet)."""
     a = vh.Engine(vh.config(daemon))
-    run_one(a, "a", prompt(3))
+    a.run_one("a", prompt(3))
     b = vh.Engine(vh.config(daemon, load_async=load_async))
     free0 = len(b.free)
     b.add_request("b", prompt(3), 3)
@@ -74,7 +67,7 @@ def test_abort_while_loading(daemon, load_async):
     b.run()
     assert b.finished["b"] == vh.RequestStatus.FINISHED_ABORTED
     # the engine goes on with other requests: nothing more is reported for b
-    run_one(b, "b2", prompt(4))
+    b.run_one("b2", prompt(4))
     assert not b.requests and len(b.free) == free0
     assert b.stat("save_errors") == 0 and b.stat("load_errors") == 0
     a.shutdown()
@@ -101,10 +94,10 @@ def test_layouts_share_objects(daemon, i):
     nxt = LAYOUTS[(i + 1) % len(LAYOUTS)]
     tokens = prompt(10 + i)
     a = vh.Engine(vh.config(daemon), **w)
-    run_one(a, "a", tokens)
+    a.run_one("a", tokens)
     assert a.stat("save_blocks") == 4
     b = vh.Engine(vh.config(daemon), **nxt)
-    run_one(b, "b", tokens)
+    b.run_one("b", tokens)
     assert b.stat("load_blocks") == 4 and b.stat("load_errors") == 0
     a.shutdown()
     b.shutdown()
@@ -113,7 +106,7 @@ def test_layouts_share_objects(daemon, i):
 @pytest.mark.parametrize("policy", ["recompute", "fail"])
 def test_block_gone_between_lookup_and_load(daemon, policy):
     a = vh.Engine(vh.config(daemon))
-    run_one(a, "a", prompt(20 + len(policy)))
+    a.run_one("a", prompt(20 + len(policy)))
     b = vh.Engine(vh.config(daemon, policy=policy, load_async=False))
     keys = b.connector.store.keys(b.add_request("b", prompt(20 + len(policy)), 3).block_hashes)
     orig_lookup = b.connector.store.lookup
@@ -153,10 +146,10 @@ def test_preemption(daemon):
 
 def test_tensor_parallel_every_rank(daemon):
     a = vh.Engine(vh.config(daemon, tp=2))
-    run_one(a, "a", prompt(40))
+    a.run_one("a", prompt(40))
     assert a.stat("save_blocks") == 8  # 4 blocks x 2 ranks
     b = vh.Engine(vh.config(daemon, tp=2))
-    run_one(b, "b", prompt(40))
+    b.run_one("b", prompt(40))
     assert b.stat("load_blocks") == 8
     # one rank missing a block: the lookup stops there
     c = vh.Engine(vh.config(daemon, tp=2))
@@ -164,7 +157,7 @@ def test_tensor_parallel_every_rank(daemon):
         vh.Request("x", prompt(40), 1)))[1]
     assert "@tp1of2@" in k
     c.connector.client.remove(k, force=True)
-    run_one(c, "c", prompt(40))
+    c.run_one("c", prompt(40))
     assert c.stat("hit_tokens") == 16
     for e in (a, b, c):
         e.shutdown()
@@ -175,10 +168,10 @@ def test_decode_context_parallel_hashes(daemon):
     block covers 32 tokens, 16 on each rank."""
     a = vh.Engine(vh.config(daemon, tp=2, dcp=2))
     assert a.connector.block_size == 32
-    run_one(a, "a", prompt(50))
+    a.run_one("a", prompt(50))
     assert a.stat("save_blocks") == 4  # 2 blocks of 32 x 2 ranks
     b = vh.Engine(vh.config(daemon, tp=2, dcp=2))
-    run_one(b, "b", prompt(50))
+    b.run_one("b", prompt(50))
     assert b.stat("hit_tokens") == 64 and b.stat("load_blocks") == 4
     a.shutdown()
     b.shutdown()
@@ -186,10 +179,10 @@ def test_decode_context_parallel_hashes(daemon):
 
 def test_roles(daemon):
     p = vh.Engine(vh.config(daemon, role="kv_producer"))
-    run_one(p, "p", prompt(60))
+    p.run_one("p", prompt(60))
     assert p.stat("save_blocks") == 4 and p.stat("lookups") == 0
     c = vh.Engine(vh.config(daemon, role="kv_consumer"))
-    run_one(c, "c", prompt(60))
+    c.run_one("c", prompt(60))
     assert c.stat("load_blocks") == 4 and c.stat("save_blocks") == 0
     assert c.connector.requires_kv_delivery is False
     p.shutdown()
@@ -213,7 +206,7 @@ def test_stats_and_events(daemon):
 
 def test_save_decode_cache(daemon):
     e = vh.Engine(vh.config(daemon, save_decode_cache=False))
-    run_one(e, "d", prompt(80)[:30], max_tokens=40)  # 69 computed, 30 of them prompt
+    e.run_one("d", prompt(80)[:30], max_tokens=40)  # 69 computed, 30 of them prompt
     assert e.stat("save_blocks") == 1
     e.shutdown()
 

@@ -20,13 +20,6 @@ def tokens(salt):
     return [t + salt for t in PROMPT]
 
 
-def run_one(engine, rid, toks, max_tokens=2):
-    engine.add_request(rid, toks, max_tokens)
-    engine.run()
-    assert engine.finished[rid] == vh.RequestStatus.FINISHED_LENGTH_CAPPED
-    assert engine.kv_at_finish[rid] == []
-
-
 @pytest.mark.parametrize("name", ["AscendStoreConnector", "MooncakeConnectorStoreV1"])
 def test_ascend_names_and_tuples(daemon, name):
     cfg = vh.config(daemon, connector=name, backend="mooncake", lookup_rpc_port="0",
@@ -35,12 +28,12 @@ def test_ascend_names_and_tuples(daemon, name):
     assert isinstance(a.connector, kv.AscendStoreConnector)
     assert a.connector.load_async is False  # Ascend's default: loads in the step
     salt = 1 if name == "AscendStoreConnector" else 11
-    run_one(a, "a", tokens(salt))
+    a.run_one("a", tokens(salt))
     # the prompt's 3 full blocks (save_decode_cache is off by default)
     assert a.stat("save_blocks") == 3
     # a vLLM engine with FlashAttention's layout reads Ascend's objects
     b = vh.Engine(vh.config(daemon, dtype=torch.bfloat16))
-    run_one(b, "b", tokens(salt))
+    b.run_one("b", tokens(salt))
     assert b.stat("load_blocks") == 3
     a.shutdown()
     b.shutdown()
@@ -51,18 +44,18 @@ def test_ascend_consumer_roles(daemon):
     consumer_is_to_load / consumer_is_to_put say so."""
     p = vh.Engine(vh.config(daemon, connector="AscendStoreConnector", role="kv_producer"),
                   ascend=True)
-    run_one(p, "p", tokens(2))
+    p.run_one("p", tokens(2))
     assert p.stat("save_blocks") == 3
     plain = vh.Engine(vh.config(daemon, connector="AscendStoreConnector", role="kv_consumer"),
                       ascend=True)
-    run_one(plain, "c0", tokens(2))
+    plain.run_one("c0", tokens(2))
     assert plain.stat("lookups") == 0 and plain.stat("save_blocks") == 0
     both = vh.Engine(vh.config(daemon, connector="AscendStoreConnector", role="kv_consumer",
                                consumer_is_to_load=True, consumer_is_to_put=True,
                                save_decode_cache=True), ascend=True)
-    run_one(both, "c1", tokens(3), max_tokens=20)  # 69 computed: 4 blocks
+    both.run_one("c1", tokens(3), max_tokens=20)  # 69 computed: 4 blocks
     assert both.stat("save_blocks") == 4
-    run_one(both, "c2", tokens(2))
+    both.run_one("c2", tokens(2))
     assert both.stat("load_blocks") == 3
     for e in (p, plain, both):
         e.shutdown()

@@ -723,6 +723,14 @@ class Engine:
         raise AssertionError("the engine did not finish: %d requests left (%s)" % (
             len(self.requests), {r: q.status.name for r, q in self.requests.items()}))
 
+    def run_one(self, rid: str, tokens: List[int], max_tokens: int = 3) -> None:
+        """One request to its end: it must finish by length with every byte
+        of its KV what it would have computed itself."""
+        self.add_request(rid, tokens, max_tokens)
+        self.run()
+        assert self.finished[rid] == RequestStatus.FINISHED_LENGTH_CAPPED, self.finished[rid]
+        assert self.kv_at_finish[rid] == [], "wrong KV at positions %s" % self.kv_at_finish[rid]
+
     def shutdown(self) -> None:
         self.connector.shutdown()
         for w in self.workers:

@@ -17,7 +17,7 @@
 
 #define PEER_MAGIC 0x504bu /* "KP" */
 #define PEER_MAJOR 1
-#define PEER_MINOR 0
+#define PEER_MINOR 1
 #define PEER_HDR_SIZE 16u
 #define PEER_MAX_PAYLOAD (4u << 20)  /* one control frame */
 #define PEER_MAX_KEY 511u
@@ -64,7 +64,8 @@ enum peer_state {
 #define PEER_FEAT_TCP (1u << 0)
 #define PEER_FEAT_RDMA (1u << 1)  /* one-sided reads of the pool (UCX) */
 #define PEER_FEAT_EAGER_PUSH (1u << 2) /* Push.eager (Join/Member only) */
-#define PEER_FEAT_KNOWN (PEER_FEAT_TCP | PEER_FEAT_RDMA)
+#define PEER_FEAT_PENDING (1u << 3) /* Entry.pending, Location.pending (Hello/HelloAck) */
+#define PEER_FEAT_KNOWN (PEER_FEAT_TCP | PEER_FEAT_RDMA | PEER_FEAT_PENDING)
 #define PEER_EAGER_PUSH_MAX (4u << 20)
 #define PEER_MAX_REGIONS 8u
 #define PEER_MAX_RDMA_BLOB 4096u  /* a worker address or a packed rkey */

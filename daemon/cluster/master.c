@@ -29,6 +29,7 @@
 #define MAX_OUT (64u << 20)        /* queued to one connection */
 #define GROW_STEP 64               /* buckets moved per insert while growing */
 #define CONN_MAX 4096
+#define PENDING_MS 10000           /* a holder's "being stored" stands this long */
 
 struct mconn;
 
@@ -48,13 +49,16 @@ struct mnode {
 };
 
 struct ref {
-	uint32_t slot, gen;
+	uint32_t slot, gen; /* gen's top bit: the holder is storing it, not holding it yet */
 };
+
+#define REF_PENDING 0x80000000u
 
 struct dentry {
 	struct dentry *next;
 	uint64_t hash;
 	uint64_t len;
+	uint64_t pend_until;  /* its pending holders stand until then */
 	uint32_t n;
 	struct ref h[MAX_HOLDERS];
 	uint32_t key_len;
@@ -76,6 +80,7 @@ struct mconn {
 	struct loop_source *src;
 	bool hello;
 	bool authed;          /* proved the secret (or there is none) */
+	uint32_t features;    /* agreed in its Hello */
 	uint8_t nonce[PEER_NONCE_SIZE];
 	int node;             /* slot, or -1 */
 };
@@ -207,16 +212,18 @@ static bool ref_live(const struct master *m, struct ref r)
 {
 	const struct mnode *n = &m->nodes[r.slot];
 
-	return n->used && n->gen == r.gen;
+	return n->used && n->gen == (r.gen & ~REF_PENDING);
 }
 
-/* Drop stale holders from e; true if any live one is left. */
+/* Drop stale holders from e (gone, or pending for longer than PENDING_MS);
+ * true if any live one is left. */
 static bool prune(struct master *m, struct dentry *e)
 {
 	uint32_t k = 0;
 
 	for (uint32_t i = 0; i < e->n; i++)
-		if (ref_live(m, e->h[i]))
+		if (ref_live(m, e->h[i]) &&
+		    (!(e->h[i].gen & REF_PENDING) || loop_now_ms(m->loop) < e->pend_until))
 			e->h[k++] = e->h[i];
 	e->n = k;
 	return k > 0;
@@ -439,15 +446,24 @@ static void on_publish(struct mconn *c, const Kvc__Peer__Publish *p)
 	struct ref me = { (uint32_t) c->node, m->nodes[c->node].gen };
 
 	for (size_t i = 0; i < p->n_entries; i++) {
-		struct dentry *e = dir_add(&m->dir, p->entries[i]->key.data, p->entries[i]->key.len);
+		const Kvc__Peer__Entry *x = p->entries[i];
+		struct dentry *e = dir_add(&m->dir, x->key.data, x->key.len);
+		struct ref r = me;
 		bool have = false;
 
 		if (!e)
 			return;
-		e->len = p->entries[i]->len;
+		if (x->pending) {
+			/* being stored there: lookups wait for it a while (a
+			 * holder it names already keeps the bytes it holds) */
+			e->pend_until = loop_now_ms(m->loop) + PENDING_MS;
+			r.gen |= REF_PENDING;
+		} else
+			e->len = x->len;
 		for (uint32_t k = 0; k < e->n; k++)
-			if (e->h[k].slot == me.slot) {
-				e->h[k] = me;
+			if (e->h[k].slot == r.slot) {
+				if (!x->pending || (e->h[k].gen & REF_PENDING))
+					e->h[k] = r;
 				have = true;
 			}
 		if (have)
@@ -456,7 +472,7 @@ static void on_publish(struct mconn *c, const Kvc__Peer__Publish *p)
 			continue;
 		if (e->n == MAX_HOLDERS)
 			continue;
-		e->h[e->n++] = me;
+		e->h[e->n++] = r;
 		m->nodes[c->node].entries++;
 	}
 }
@@ -516,12 +532,21 @@ static int on_lookup(struct mconn *c, uint32_t seq, const Kvc__Peer__Lookup *q)
 
 			if (!x->connected)
 				continue; /* a holder that hung up serves nobody */
+			if (e->h[k].gen & REF_PENDING) {
+				l->pending = true;
+				continue;
+			}
 			l->holders[l->n_holders++] = x->id;
 			l->addresses[l->n_addresses++] = x->address;
 		}
 		ni += 2 * MAX_HOLDERS;
-		if (l->n_holders)
+		if (l->n_holders) {
+			l->pending = false;
 			lp[n++] = l;
+		} else if (l->pending && (c->features & PEER_FEAT_PENDING)) {
+			l->len = 0;
+			lp[n++] = l;
+		}
 	}
 	rs.n_locations = n;
 	rs.locations = lp;
@@ -572,6 +597,7 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 
 		c->hello = true;
 		ack.features = x->features & PEER_FEAT_KNOWN;
+		c->features = ack.features;
 		if (x->major != PEER_MAJOR) {
 			ack.error = -EPROTONOSUPPORT;
 			ack.error_msg = "unsupported peer protocol version";

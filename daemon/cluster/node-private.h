@@ -29,8 +29,11 @@
 enum link_state { L_DOWN, L_CONNECTING, L_HELLO, L_JOINING, L_UP };
 
 /* A queued directory update: op, len, key_len, key bytes. */
+/* kinds of directory update */
+enum { UPD_WITHDRAW, UPD_PUBLISH, UPD_PENDING };
+
 struct upd_hdr {
-	uint8_t publish;
+	uint8_t publish; /* UPD_* */
 	uint16_t key_len;
 	uint64_t len;
 } __attribute__((packed));
@@ -46,6 +49,7 @@ struct link {
 	uint64_t retry_at, hb_at, heard_ms;
 	uint32_t seq;
 	bool warned;
+	uint32_t features;           /* the master's HelloAck */
 	uint8_t nonce[PEER_NONCE_SIZE];
 	/* directory updates not yet sent */
 	uint8_t *q;
@@ -100,6 +104,8 @@ struct node {
 	struct peer_arena answers; /* a lookup's answer, decoded (node.c on_frame) */
 	struct fetch query_room;  /* requests waiting for a place in queries */
 	bool room_turn;           /* one of them runs again now */
+	struct fetch pend_poll;   /* lookups of keys another node is storing */
+	uint64_t pend_poll_at;    /* when they ask again */
 	struct rfetch *rfetches;
 	unsigned n_rfetches;
 	struct rfetch *backlog, *backlog_tail; /* waiting for a place in rfetches */
@@ -117,6 +123,7 @@ struct node {
 		uint64_t fetch_waited;  /* fetches that waited for a place in flight */
 		uint64_t fetch_ahead;   /* asked before the one ahead was answered (atomic) */
 		uint64_t lookup_waited; /* exists/prefix lookups that waited to ask */
+		uint64_t pending_waits; /* lookups that waited for another node's put */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t pushes_eager, pushes_refused; /* received */
 		uint64_t pushes_ahead; /* sent before the one ahead was answered (atomic) */

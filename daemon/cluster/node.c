@@ -125,6 +125,7 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 			r = a->error;
 			break;
 		}
+		k->features = a->features;
 		if (n->secret.len) {
 			Kvc__Peer__Auth au = KVC__PEER__AUTH__INIT;
 			uint8_t proof[PEER_PROOF_SIZE];
@@ -288,7 +289,7 @@ struct link *node_owner(struct node *n, const void *key, size_t len)
 
 /* Queue one update for k; false if it does not fit (the queue is full or
  * cannot grow). */
-static bool enqueue(struct link *k, bool publish, const char *key, size_t key_len, uint64_t len)
+static bool enqueue(struct link *k, uint8_t publish, const char *key, size_t key_len, uint64_t len)
 {
 	struct upd_hdr h = { .publish = publish, .key_len = (uint16_t) key_len, .len = len };
 	size_t need = k->q_len + sizeof(h) + key_len;
@@ -319,7 +320,7 @@ static bool enqueue(struct link *k, bool publish, const char *key, size_t key_le
  * of keys) starts the re-publish over, so every object held is published
  * again; a lost withdraw leaves a stale entry, one clean miss, as after
  * a dropped link. */
-static void update(struct link *k, bool publish, const char *key, size_t key_len, uint64_t len)
+static void update(struct link *k, uint8_t publish, const char *key, size_t key_len, uint64_t len)
 {
 	if (k->state != L_UP || enqueue(k, publish, key, key_len, len))
 		return;
@@ -360,12 +361,12 @@ static bool flush_queue(struct link *k)
 		int r;
 
 		memcpy(&h, k->q + off, sizeof(h));
-		publish = h.publish;
+		publish = h.publish != UPD_WITHDRAW;
 		/* a run of the same kind, in order */
 		while (off < k->q_len && bytes < BATCH_BYTES && budget &&
 		       (publish ? p.n_entries : w.n_keys) < PEER_MAX_BATCH) {
 			memcpy(&h, k->q + off, sizeof(h));
-			if (h.publish != publish)
+			if ((h.publish != UPD_WITHDRAW) != publish)
 				break;
 			if (publish) {
 				size_t i = p.n_entries++;
@@ -374,6 +375,7 @@ static bool flush_queue(struct link *k)
 				ev[i].key.data = k->q + off + sizeof(h);
 				ev[i].key.len = h.key_len;
 				ev[i].len = h.len;
+				ev[i].pending = h.publish == UPD_PENDING;
 				ep[i] = &ev[i];
 			} else {
 				wk[w.n_keys].data = k->q + off + sizeof(h);
@@ -423,7 +425,7 @@ static void resync_one(void *u, struct object *o)
 	if (w->full || !(o->flags & OBJ_COMMITTED) ||
 	    node_owner(w->n, o->key, o->key_len) != &w->n->links[w->link])
 		return;
-	if (!enqueue(&w->n->links[w->link], true, o->key, o->key_len, o->len))
+	if (!enqueue(&w->n->links[w->link], UPD_PUBLISH, o->key, o->key_len, o->len))
 		w->full = true;
 }
 
@@ -511,6 +513,8 @@ static void node_timer(struct loop_source *s, void *u)
 	remote_expire(n, now);
 	if ((n->n_rfetches || n->n_backlog || n->n_queries) && now + 50 < next)
 		next = now + 50;
+	if (n->pend_poll.waiters && n->pend_poll_at < next)
+		next = n->pend_poll_at;
 	loop_timer_arm(s, next > now ? next : now + 1);
 }
 
@@ -520,8 +524,19 @@ static void be_published(void *be, struct object *o)
 {
 	struct node *n = be;
 
-	update(node_owner(n, o->key, o->key_len), true, o->key, o->key_len, o->len);
+	update(node_owner(n, o->key, o->key_len), UPD_PUBLISH, o->key, o->key_len, o->len);
 	presum_add(n, o);
+}
+
+/* A put of key began here (or was announced), or ended without landing:
+ * the directory tells other nodes' lookups to wait for it, or no more. */
+static void be_pending(void *be, const char *key, size_t len, bool on)
+{
+	struct node *n = be;
+	struct link *k = node_owner(n, key, len);
+
+	if (k->features & PEER_FEAT_PENDING)
+		update(k, on ? UPD_PENDING : UPD_WITHDRAW, key, len, 0);
 }
 
 static void be_forget(void *be, struct object *o)
@@ -529,7 +544,7 @@ static void be_forget(void *be, struct object *o)
 	struct node *n = be;
 
 	presum_forget(n, o);
-	update(node_owner(n, o->key, o->key_len), false, o->key, o->key_len, 0);
+	update(node_owner(n, o->key, o->key_len), UPD_WITHDRAW, o->key, o->key_len, 0);
 }
 
 static const char *state_name(uint32_t s)
@@ -616,6 +631,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_fetch_waited", n->c.fetch_waited);
 	emit(u, "remote_fetched_ahead", __atomic_load_n(&n->c.fetch_ahead, __ATOMIC_RELAXED));
 	emit(u, "remote_lookup_waited", n->c.lookup_waited);
+	emit(u, "remote_lookup_waits", n->c.pending_waits);
 	emit(u, "remote_peer_connections", n->n_serving);
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);
@@ -665,6 +681,7 @@ static const struct backend_ops remote_ops = {
 	.name = "remote",
 	.forget = be_forget,
 	.published = be_published,
+	.pending = be_pending,
 	.locate = remote_locate,
 	.where = remote_where,
 	.holders = remote_holders,

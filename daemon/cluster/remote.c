@@ -1555,6 +1555,8 @@ fail:
 	return -ENOENT;
 }
 
+#define DC_PENDING_MS 20 /* "being stored elsewhere": asked again this often */
+
 static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp);
 
 void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp)
@@ -1606,6 +1608,20 @@ static void queries_expire(struct node *n, uint64_t now);
 void remote_expire(struct node *n, uint64_t now)
 {
 	queries_expire(n, now);
+	if (n->pend_poll.waiters && now >= n->pend_poll_at) {
+		/* those waiting now ask again (one that waits again is
+		 * newer than they, and waits for the next turn) */
+		unsigned k = 0;
+
+		for (struct waiter *w = n->pend_poll.waiters; w; w = w->next)
+			k++;
+		while (k-- && fetch_wake_oldest(&n->pend_poll, FETCH_AGAIN))
+			;
+		if (n->pend_poll.waiters) {
+			n->pend_poll_at = now + DC_PENDING_MS;
+			loop_timer_arm_by(n->timer, n->pend_poll_at);
+		}
+	}
 	/* only lookups: a transfer ends by its own deadline on its thread */
 	for (struct rfetch *rf = n->rfetches, *next; rf; rf = next) {
 		next = rf->next;
@@ -1638,7 +1654,9 @@ void remote_expire(struct node *n, uint64_t now)
 struct dslot {
 	uint64_t until;
 	uint64_t len;   /* the value's */
+	uint64_t pend_since; /* pending: first heard of it then */
 	bool present;
+	bool pending;   /* not present: another node is storing it */
 	uint16_t key_len;
 	/* one allocation: the key, then with holders_off the other nodes
 	 * holding it ("id,id"), with addrs_off their addresses in the same
@@ -1716,11 +1734,14 @@ static struct dslot *dc_find(struct node *n, const char *key, size_t len, uint64
 	return d && d->until > loop_now_ms(n->loop) ? d : NULL;
 }
 
-/* 1 present elsewhere, 0 not, -1 unknown. */
+/* 1 present elsewhere, 0 not, 2 being stored elsewhere (wait and ask
+ * again), -1 unknown. */
 static int dc_get(struct node *n, const char *key, size_t len)
 {
 	const struct dslot *d = dc_find(n, key, len, index_hash(key, len));
 
+	if (d && d->pending)
+		return 2;
 	return d ? d->present : -1;
 }
 
@@ -1784,6 +1805,24 @@ static void dc_put(struct node *n, const char *key, size_t len, bool present, co
 		.mem = mem,
 	};
 	c->tag[d - c->s] = dc_tag(h);
+}
+
+/* The answer about key: another node is storing it.  A lookup waits for
+ * it --lookup-wait-ms from the first time this node heard so, asking
+ * again every DC_PENDING_MS; after that it is absent. */
+static void dc_pending(struct node *n, const char *key, size_t len)
+{
+	uint64_t h = index_hash(key, len), now = loop_now_ms(n->loop);
+	struct dslot *d = dc_slot(n, key, len, h);
+	uint64_t since = d && d->pending ? d->pend_since : now;
+
+	dc_put(n, key, len, false, NULL, NULL, 0);
+	d = dc_slot(n, key, len, h);
+	if (!d || now >= since + n->st->cfg->lookup_wait_ms)
+		return; /* waited long enough: absent */
+	d->pending = true;
+	d->pend_since = since;
+	d->until = now + DC_PENDING_MS;
 }
 
 static void query_free(struct node *n, struct lquery *q)
@@ -1866,8 +1905,12 @@ static bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__Lookup
 					       join(addrs, sizeof(addrs), &aused, l->addresses[h]);
 				}
 				/* what does not fit is asked again at the fetch */
-				dc_put(n, (const char *) l->key.data, l->key.len, used > 0,
-				       used ? ids : NULL, used && fits ? addrs : NULL, l->len);
+				if (!used && l->pending)
+					dc_pending(n, (const char *) l->key.data, l->key.len);
+				else
+					dc_put(n, (const char *) l->key.data, l->key.len, used > 0,
+					       used ? ids : NULL, used && fits ? addrs : NULL,
+					       l->len);
 			}
 			if (--q->left == 0)
 				query_finish(n, q);
@@ -1882,7 +1925,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 	struct node *n = be;
 	struct lquery *q = NULL;
 	ProtobufCBinaryData *bk = NULL;
-	size_t unknown = 0, bytes = 0;
+	size_t unknown = 0, bytes = 0, pending = 0;
 	int r = 0;
 
 	for (size_t i = 0; i < n_keys; i++) {
@@ -1890,7 +1933,19 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 
 		present[i] = v == 1;
 		unknown += v < 0;
+		pending += v == 2;
 		bytes += v < 0 ? lens[i] : 0;
+	}
+	if (pending && (!unknown || settle)) {
+		/* another node is storing some: ask again shortly (the
+		 * directory cache's answer is old by then) */
+		if (!n->pend_poll.waiters) {
+			n->pend_poll_at = loop_now_ms(n->loop) + DC_PENDING_MS;
+			loop_timer_arm_by(n->timer, n->pend_poll_at);
+		}
+		n->c.pending_waits++;
+		*ret = &n->pend_poll;
+		return -EINPROGRESS;
 	}
 	if (!unknown || settle)
 		return 0;
@@ -2663,6 +2718,7 @@ int remote_setup(struct node *n)
 
 	if (!x)
 		return -ENOMEM;
+	n->pend_poll.far = true;
 	n->xfer = x;
 	pthread_mutex_init(&x->lock, NULL);
 	for (unsigned i = 0; i < 2; i++)

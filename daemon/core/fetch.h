@@ -77,6 +77,9 @@ struct backend_ops {
 	int (*push)(void *be, const char *key, size_t len, const char *target);
 	/* o was committed (or recovered): e.g. tell the directory */
 	void (*published)(void *be, struct object *o);
+	/* a put of key began here or was announced (on), or ended without
+	 * landing (off): lookups elsewhere may wait for it */
+	void (*pending)(void *be, const char *key, size_t len, bool on);
 	/* the cluster as this node sees it (kvcachectl cluster); -errno */
 	int (*describe)(void *be, struct cluster_view *ret);
 };

@@ -76,7 +76,7 @@ void holder_release(struct holder *h, uint32_t i)
 
 	switch (sl->kind) {
 	case SLOT_RESERVE:
-		store_put_landed(h->st, o); /* gone: who waited for it misses */
+		store_put_abandoned(h->st, o); /* gone: who waited for it misses */
 		object_free(h->st, o);
 		break;
 	case SLOT_VIEW:

@@ -30,7 +30,25 @@ static void set_extent(struct extent *e, uint64_t handle, const struct object *o
 	};
 }
 
-static void announced_over(struct store *st, struct object *a);
+static void announced_over(struct store *st, struct object *a, bool tell);
+
+/* A put of key begins here, or one that began ends without landing: the
+ * cluster's lookups of it wait for it, or no more. */
+static void tell_pending(struct store *st, const void *key, size_t len, bool on)
+{
+	if (st->remote.ops && st->remote.ops->pending)
+		st->remote.ops->pending(st->remote.be, key, len, on);
+}
+
+/* Is a put of key still on its way here (reserved or announced)? */
+static bool still_coming(struct store *st, const void *key, size_t len)
+{
+	uint64_t h = index_hash(key, len);
+
+	return (st->reserving.buckets && index_find(&st->reserving, key, len, h)) ||
+	       (st->announced.buckets && index_find(&st->announced, key, len, h)) ||
+	       index_find(&st->index, key, len, h);
+}
 
 /* The put of key failed for good: who waits for it (announced) misses now
  * rather than at the deadline. */
@@ -42,7 +60,7 @@ static void announced_failed(struct store *st, const void *key, size_t len)
 		return;
 	a = index_find(&st->announced, key, len, index_hash(key, len));
 	if (a)
-		announced_over(st, a);
+		announced_over(st, a, true);
 }
 
 int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg)
@@ -119,6 +137,8 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 	h->slots[(uint32_t) handle - 1].replace = (a->flags & WIRE_PUT_REPLACE) != 0;
 	st->stats.reserves++;
 	if (st->cfg->lookup_wait_ms && (st->reserving.buckets || index_init(&st->reserving) == 0)) {
+		if (st->remote.ops && !still_coming(st, a->key, a->key_len))
+			tell_pending(st, a->key, a->key_len, true);
 		index_insert(&st->reserving, o);
 		o->flags |= OBJ_IN_FLIGHT;
 		o->reserver = h;
@@ -201,11 +221,14 @@ int store_announce(struct store *st, const void *key, size_t len)
 	else
 		st->announced_head = o;
 	st->announced_tail = o;
+	if (!(st->reserving.buckets && index_find(&st->reserving, key, len, o->hash)))
+		tell_pending(st, key, len, true);
 	return 0;
 }
 
-/* An announcement is over: its put committed, or its time is up. */
-static void announced_over(struct store *st, struct object *a)
+/* An announcement is over: its put committed, or its time is up (tell:
+ * the cluster's lookups stop waiting, unless a put of it is on its way). */
+static void announced_over(struct store *st, struct object *a, bool tell)
 {
 	if (a->lru_prev)
 		a->lru_prev->lru_next = a->lru_next;
@@ -217,6 +240,8 @@ static void announced_over(struct store *st, struct object *a)
 		st->announced_tail = a->lru_prev;
 	index_unlink(&st->announced, a);
 	wake_later(st, a);
+	if (tell && !still_coming(st, a->key, a->key_len))
+		tell_pending(st, a->key, a->key_len, false);
 	object_free(st, a);
 }
 
@@ -225,7 +250,7 @@ unsigned store_expire_announced(struct store *st)
 	unsigned n = 0;
 
 	while (st->announced_head && st->announced_head->lease_until <= now_ms(st)) {
-		announced_over(st, st->announced_head);
+		announced_over(st, st->announced_head, true);
 		n++;
 	}
 	return n;
@@ -234,7 +259,7 @@ unsigned store_expire_announced(struct store *st)
 void store_announced_done(struct store *st)
 {
 	while (st->announced_head)
-		announced_over(st, st->announced_head);
+		announced_over(st, st->announced_head, false);
 	store_wake_puts(st);
 	if (st->announced.buckets)
 		index_done(&st->announced);
@@ -248,6 +273,15 @@ void store_put_landed(struct store *st, struct object *o)
 	o->flags &= ~OBJ_IN_FLIGHT;
 	o->reserver = NULL; /* spill, from now on */
 	wake_later(st, o);
+}
+
+void store_put_abandoned(struct store *st, struct object *o)
+{
+	bool was = (o->flags & OBJ_IN_FLIGHT) != 0;
+
+	store_put_landed(st, o);
+	if (was && st->remote.ops && !still_coming(st, o->key, o->key_len))
+		tell_pending(st, o->key, o->key_len, false);
 }
 
 unsigned store_wake_puts(struct store *st)
@@ -302,7 +336,7 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 		struct object *a = index_find(&st->announced, o->key, o->key_len, o->hash);
 
 		if (a)
-			announced_over(st, a); /* the put it announced is here */
+			announced_over(st, a, false); /* the put it announced is here */
 	}
 	st->stats.puts++;
 	st->stats.bytes_in += o->len;

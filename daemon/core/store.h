@@ -132,6 +132,9 @@ unsigned store_expire_announced(struct store *st);
 void store_announced_done(struct store *st);
 /* A reservation is committed or gone (holder.c, store_commit()). */
 void store_put_landed(struct store *st, struct object *o);
+/* A reservation is gone without a commit (holder.c): as landed, and the
+ * cluster's lookups stop waiting for it. */
+void store_put_abandoned(struct store *st, struct object *o);
 int store_commit(struct holder *h, uint64_t handle, char *msg);
 /* The key of the reservation handle names (-ESTALE: none), into buf
  * (WIRE_MAX_KEY + 1 bytes). */

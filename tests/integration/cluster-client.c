@@ -17,8 +17,14 @@
  * batches).  get-many-async, exists-many-async: all of them read, or
  * looked for, from B, 1024 at once.  push-apis: every put that names
  * push_to pushes (push_apis()); push-many: many pushes at once.
+ *
+ * cluster-client A_SOCKET B_SOCKET put-in-flight: lookups from B of keys
+ * whose put through A is in progress (reserved, or announced) wait for it:
+ * found once it commits, missed once it is aborted or when B's
+ * --lookup-wait-ms passes first (put_in_flight()).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,6 +373,95 @@ static int push_many(struct kvc_client *a, struct kvc_client *b)
 	return 0;
 }
 
+/* A lookup from B on its own connection, while the caller holds A's put. */
+struct asker {
+	pthread_t t;
+	const char *sock;
+	const char *keys[3];
+	size_t n;
+	bool prefix;
+	int result;
+};
+
+static void *ask(void *u)
+{
+	struct asker *q = u;
+	struct kvc_client *c;
+	uint8_t present[3];
+
+	q->result = -1000;
+	if (kvc_connect(q->sock, &c) != 0)
+		return NULL;
+	q->result = q->prefix ? kvc_prefix_lookup(c, q->keys, q->n)
+			      : kvc_batch_exists(c, q->keys, q->n, present);
+	kvc_disconnect(c);
+	return NULL;
+}
+
+static void ask_start(struct asker *q)
+{
+	/* the directory hears of A's put in A's next turn: well before this */
+	usleep(300000);
+	CHECK_EQ(pthread_create(&q->t, NULL, ask, q), 0);
+	usleep(300000); /* B's lookup is waiting by now */
+}
+
+static int ask_end(struct asker *q)
+{
+	CHECK_EQ(pthread_join(q->t, NULL), 0);
+	return q->result;
+}
+
+static int put_in_flight(struct kvc_client *a, const char *b_sock)
+{
+	static uint8_t v[4096];
+	const char *done = "pif-done", *soon = "pif-announced";
+	struct kvc_buf buf;
+
+	memset(v, 7, sizeof(v));
+	CHECK_EQ(kvc_put(a, done, v, sizeof(v), NULL), 0);
+
+	/* committed while B waits: found (a prefix: the key before it too) */
+	{
+		struct asker q = { .sock = b_sock, .keys = { done, "pif-commit" }, .n = 2,
+				   .prefix = true };
+
+		CHECK_EQ(kvc_reserve(a, "pif-commit", sizeof(v), NULL, &buf), 0);
+		memset(buf.data, 1, sizeof(v));
+		ask_start(&q);
+		CHECK_EQ(kvc_commit(a, &buf), 0);
+		CHECK_EQ(ask_end(&q), 2);
+	}
+	/* aborted while B waits: a miss */
+	{
+		struct asker q = { .sock = b_sock, .keys = { "pif-abort" }, .n = 1 };
+
+		CHECK_EQ(kvc_reserve(a, "pif-abort", sizeof(v), NULL, &buf), 0);
+		ask_start(&q);
+		CHECK_EQ(kvc_abort(a, &buf), 0);
+		CHECK_EQ(ask_end(&q), 0);
+	}
+	/* still not committed when B's --lookup-wait-ms is over: a miss */
+	{
+		struct asker q = { .sock = b_sock, .keys = { "pif-slow" }, .n = 1 };
+
+		CHECK_EQ(kvc_reserve(a, "pif-slow", sizeof(v), NULL, &buf), 0);
+		ask_start(&q);
+		CHECK_EQ(ask_end(&q), 0);
+		CHECK_EQ(kvc_commit(a, &buf), 0);
+	}
+	/* announced, then put while B waits: found */
+	{
+		struct asker q = { .sock = b_sock, .keys = { soon }, .n = 1 };
+
+		CHECK_EQ(kvc_announce(a, &soon, 1), 1);
+		ask_start(&q);
+		CHECK_EQ(kvc_put(a, soon, v, sizeof(v), NULL), 0);
+		CHECK_EQ(ask_end(&q), 1);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvc_client *a, *b;
@@ -389,6 +484,7 @@ int main(int argc, char **argv)
 			: strcmp(argv[3], "push-many") == 0 ? push_many(a, b)
 			: strcmp(argv[3], "push-apis") == 0 ? push_apis(a, b, false)
 			: strcmp(argv[3], "push-apis-old") == 0 ? push_apis(a, b, true)
+			: strcmp(argv[3], "put-in-flight") == 0 ? put_in_flight(a, argv[2])
 							    : 2;
 
 		kvc_disconnect(a);

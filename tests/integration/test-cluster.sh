@@ -186,6 +186,16 @@ lookup-batches)
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" lookups >"$dir/out" 2>"$dir/err" ||
 		fail "lookups from B"
 	;;
+put-in-flight)
+	# a lookup from B of a key A is storing waits for A's commit: found
+	# when it commits, missed when it is aborted or B's wait is over
+	start_master 0
+	start_node A --dram-size 64MB
+	start_node B --dram-size 64MB --lookup-wait-ms 1500
+	until_ok member A B up
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" put-in-flight || fail "put-in-flight"
+	[ "$(stat_of B remote_lookup_waits)" -ge 4 ] || fail "B's lookups did not wait"
+	;;
 rdma-select)
 	# no device and no test switch: auto is tcp, rdma refuses to start
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --master 127.0.0.1:1 --listen 127.0.0.1:0 \

@@ -218,3 +218,62 @@ def test_shim_import(daemon):
         sys.path.remove(shim)
         for m in ["mooncake.store", "mooncake"]:
             sys.modules.pop(m, None)
+
+
+def test_tenants_are_key_namespaces(daemon):
+    """setup(..., tenant_id=...) as Mooncake's: a tenant's keys are its own.
+    The same key in two tenants and the default one holds three values;
+    exists, batch calls, sessions, regex and remove_all stay inside their
+    tenant; the default tenant's keys are the daemon's own names."""
+    import kvcache
+
+    args = ("localhost", "P2PHANDSHAKE", 1 << 30, 1 << 26, "tcp", "", "localhost:50051")
+    a, b, d = MooncakeDistributedStore(), MooncakeDistributedStore(), MooncakeDistributedStore()
+    assert a.setup(*args, socket=daemon, tenant_id="team-a") == 0
+    assert b.setup(*args, None, False, "", "team-b", socket=daemon) == 0  # positional
+    assert d.setup(*args, socket=daemon) == 0  # tenant "default"
+    raw = kvcache.Client(daemon)
+    try:
+        assert a.put("k", b"from a") == 0
+        assert b.put("k", b"from b") == 0
+        assert d.put("k", b"from default") == 0
+        assert (a.get("k"), b.get("k"), d.get("k")) == (b"from a", b"from b", b"from default")
+        assert raw.get("k") == b"from default"  # the default tenant's names are the daemon's
+        assert a.put("only-a", b"x") == 0
+        assert (a.is_exist("only-a"), b.is_exist("only-a"), d.is_exist("only-a")) == (1, 0, 0)
+        assert b.batch_is_exist(["k", "only-a"]) == [1, 0]
+        assert b.get_size("only-a") == -704
+        # a default-tenant key that looks like a tenant's name stays out of it
+        forged = "\x1ftenant\x1fteam-a\x1fonly-a"
+        assert d.is_exist(forged) == 0
+        assert d.put(forged, b"forged") == 0
+        assert a.get("only-a") == b"x"
+        assert d.get(forged) == b"forged"
+        # batch and zero-copy calls
+        assert a.put_batch(["p1", "p2"], [b"1" * 10, b"2" * 20]) == 0
+        assert a.batch_is_exist(["p1", "p2"]) == [1, 1] and d.batch_is_exist(["p1", "p2"]) == [0, 0]
+        with a.get_buffer("p2") as v:
+            assert bytes(v) == b"2" * 20
+        assert b.get_buffer("p2") is None
+        # sessions
+        assert b.batch_put_session_start(["s"], [4]) == [0]
+        src = np.frombuffer(b"sess", dtype=np.uint8).copy()
+        assert b.register_buffer(src.ctypes.data, 4) == 0
+        assert b.batch_put_from_multi_buffer_ranges(["s"], [[src.ctypes.data]], [[4]],
+                                                    [[0]]) == [4]
+        assert b.batch_put_session_end(["s"]) == [0]
+        assert b.get("s") == b"sess" and a.get("s") == b"" and d.get("s") == b""
+        assert b.unregister_buffer(src.ctypes.data) == 0
+        # removal stays inside the tenant
+        assert d.remove_by_regex("^(k|only-a|p1)$", force=True) == 1  # the default's "k" alone
+        assert a.get("k") == b"from a" and b.get("k") == b"from b"
+        assert a.remove_all(force=True) == 4  # k, only-a, p1, p2
+        assert a.get("k") == b"" and b.get("k") == b"from b" and d.get(forged) == b"forged"
+        assert d.remove_all(force=True) == 1  # the forged key; b's are not the default's
+        assert b.get("k") == b"from b" and b.get("s") == b"sess"
+        assert b.remove_all(force=True) == 2
+        assert raw.list(None, 100) == []
+    finally:
+        for s in (a, b, d):
+            s.close()
+        raw.close()

@@ -24,6 +24,14 @@ anything else               -1
 ==========================  ======  ===================================
 
 A put of a key that is already stored answers 0, as Mooncake's does.
+
+``setup(..., tenant_id=...)`` is a key namespace: a store set up with a
+tenant other than ``"default"`` reads, writes, lists and removes only its
+own keys (stored as ``"\x1ftenant\x1f<id>\x1f<key>"``), and the default
+tenant never sees theirs, so two tenants' keys never meet.  The default
+tenant's keys are stored as given, shared with every other kvcache client
+of the daemon (a default-tenant key that begins with the reserved prefix
+is stored escaped, out of every tenant's way).
 Pointers passed as ints must lie inside memory given to
 ``register_buffer()`` (or handed out by ``MooncakeHostMemAllocator``);
 others are refused with -600, never dereferenced.
@@ -70,6 +78,15 @@ def mooncake_code(r: int) -> int:
 
 def _put_code(r: int) -> int:
     return 0 if r == -errno.EEXIST else mooncake_code(r)
+
+
+_TENANT = "\x1ftenant\x1f"  # the reserved prefix of the tenants' namespaces
+_ESCAPED = _TENANT + "\x1f"   # the default tenant's keys that begin with it
+
+
+def _namespace(tenant: Any) -> str:
+    t = "" if tenant is None else str(tenant)
+    return "" if t in ("", "default") else _TENANT + t + "\x1f"
 
 
 class SoftPinAction(enum.IntEnum):
@@ -193,22 +210,45 @@ class MooncakeDistributedStore:
         self._put_sessions: Dict[str, _kvcache.Reservation] = {}
         self._get_sessions: Dict[str, _kvcache.View] = {}
         self._registered: List[int] = []
+        self._ns = ""  # the tenant's key prefix ("" for the default tenant)
+
+    def _k(self, key: str) -> str:
+        """The daemon's name of key, in this store's tenant."""
+        if self._ns:
+            return self._ns + key
+        return _ESCAPED + key if key.startswith(_TENANT) else key
+
+    def _ks(self, keys: Sequence[str]) -> List[str]:
+        return [self._k(k) for k in keys]
+
+    def _mine(self, name: str) -> Optional[str]:
+        """The key this store knows by the daemon's name, or None when
+        the name is another tenant's."""
+        if self._ns:
+            return name[len(self._ns):] if name.startswith(self._ns) else None
+        if name.startswith(_ESCAPED):
+            return name[len(_ESCAPED):]
+        return None if name.startswith(_TENANT) else name
 
     # ---- set-up ----
     def setup(self, *args: Any, **kw: Any) -> int:
         """``setup(local_hostname, metadata_server, global_segment_size,
-        local_buffer_size, protocol, rdma_devices, master_server_addr, ...)``
-        or ``setup(config_dict)``: connects to the node's kvcached (the
-        socket from the ``ipc_socket_path``/``socket`` key, else
-        ``$KVCACHE_SOCKET`` and the defaults).  0, or -1 when no daemon
-        answers."""
+        local_buffer_size, protocol, rdma_devices, master_server_addr,
+        engine, enable_ssd_offload, ssd_offload_path, tenant_id, ...)`` or
+        ``setup(config_dict)``: connects to the node's kvcached (the socket
+        from the ``ipc_socket_path``/``socket`` key, else ``$KVCACHE_SOCKET``
+        and the defaults), in the key namespace of ``tenant_id``.  0, or -1
+        when no daemon answers."""
         sock = kw.pop("socket", None)
         if args and isinstance(args[0], dict):
             cfg = {k: str(v) for k, v in args[0].items()}
             sock = sock or cfg.get("ipc_socket_path") or cfg.get("socket") or None
             host = cfg.get("local_hostname")
+            tenant = cfg.get("tenant_id", kw.get("tenant_id"))
         else:
             host = args[0] if args else kw.get("local_hostname")
+            tenant = args[10] if len(args) > 10 else kw.get("tenant_id")
+        self._ns = _namespace(tenant)
         if host:
             self._hostname = str(host)
         if self._client is not None:
@@ -283,10 +323,11 @@ class MooncakeDistributedStore:
 
     # ---- copying ----
     def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
-        return _put_code(self._c().put(key, value, **_put_opts(config)))
+        return _put_code(self._c().put(self._k(key), value, **_put_opts(config)))
 
     def upsert(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
-        return mooncake_code(self._c().put(key, value, **_put_opts(config, replace=True)))
+        return mooncake_code(self._c().put(self._k(key), value,
+                                           **_put_opts(config, replace=True)))
 
     def put_parts(self, key: str, *parts: Any, config: Optional[ReplicateConfig] = None) -> int:
         return self._parts(key, parts, config, False)
@@ -297,7 +338,8 @@ class MooncakeDistributedStore:
 
     def _parts(self, key, parts, config, replace) -> int:
         views = [memoryview(p).cast("B") for p in parts]
-        r = self._c().batch_put_from_multi_buffers([key], [views], [[v.nbytes for v in views]],
+        r = self._c().batch_put_from_multi_buffers([self._k(key)], [views],
+                                                   [[v.nbytes for v in views]],
                                                    **_put_opts(config, replace))[0]
         return mooncake_code(r) if replace else _put_code(r)
 
@@ -313,7 +355,7 @@ class MooncakeDistributedStore:
         if len(keys) != len(values):
             return INVALID_PARAMS
         views = [memoryview(v).cast("B") for v in values]
-        res = self._c().batch_put_from_multi_buffers(list(keys), [[v] for v in views],
+        res = self._c().batch_put_from_multi_buffers(self._ks(keys), [[v] for v in views],
                                                      [[v.nbytes] for v in views],
                                                      **_put_opts(config, replace))
         for r in res:
@@ -324,7 +366,7 @@ class MooncakeDistributedStore:
 
     def get(self, key: str) -> bytes:
         try:
-            v = self._c().get(key)
+            v = self._c().get(self._k(key))
         except OSError:
             return b""
         return b"" if v is None else v
@@ -336,7 +378,7 @@ class MooncakeDistributedStore:
         """A read-only View (buffer protocol, ``.ptr``, ``.size``,
         ``len()``) pinning the object until it is released or collected."""
         try:
-            return self._c().acquire(key)
+            return self._c().acquire(self._k(key))
         except OSError:
             return None
 
@@ -372,9 +414,9 @@ class MooncakeDistributedStore:
         buf, off = _find_allocation(c, ptr, size)
         opts = _put_opts(config, replace)
         if buf is not None:  # the daemon copies
-            r = c.put_from(key, buf, off, size, **opts)
+            r = c.put_from(self._k(key), buf, off, size, **opts)
         else:
-            r = c.batch_put_from_multi_buffers([key], [[ptr]], [[size]], **opts)[0]
+            r = c.batch_put_from_multi_buffers([self._k(key)], [[ptr]], [[size]], **opts)[0]
         return mooncake_code(r) if replace else _put_code(r)
 
     def put_from(self, key: str, buffer_ptr: int, size: int,
@@ -391,9 +433,9 @@ class MooncakeDistributedStore:
         c = self._c()
         buf, off = _find_allocation(c, buffer_ptr, size)
         if buf is not None:
-            r = c.get_into(key, buf, off, size)
+            r = c.get_into(self._k(key), buf, off, size)
         else:
-            r = c.batch_get_into_multi_buffers([key], [[buffer_ptr]], [[size]])[0]
+            r = c.batch_get_into_multi_buffers([self._k(key)], [[buffer_ptr]], [[size]])[0]
         return mooncake_code(r)
 
     def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
@@ -406,7 +448,7 @@ class MooncakeDistributedStore:
                           sizes: Sequence[int],
                           config: Optional[ReplicateConfig] = None) -> List[int]:
         res = self._c().batch_put_from_multi_buffers(
-            list(keys), [[p] for p in buffer_ptrs], [[s] for s in sizes],
+            self._ks(keys), [[p] for p in buffer_ptrs], [[s] for s in sizes],
             **_put_opts(config, replace=True))
         return [mooncake_code(r) for r in res]
 
@@ -423,8 +465,8 @@ class MooncakeDistributedStore:
             return []
         if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
             return [INVALID_PARAMS] * len(keys)
-        res = self._client.batch_put_from_multi_buffers(list(keys), all_buffer_ptrs, all_sizes,
-                                                        **_put_opts(config))
+        res = self._client.batch_put_from_multi_buffers(self._ks(keys), all_buffer_ptrs,
+                                                        all_sizes, **_put_opts(config))
         return [_put_code(r) for r in res]
 
     def batch_get_into_multi_buffers(self, keys: Sequence[str],
@@ -435,7 +477,8 @@ class MooncakeDistributedStore:
             return []
         if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
             return [INVALID_PARAMS] * len(keys)
-        res = self._client.batch_get_into_multi_buffers(list(keys), all_buffer_ptrs, all_sizes)
+        res = self._client.batch_get_into_multi_buffers(self._ks(keys), all_buffer_ptrs,
+                                                        all_sizes)
         return [mooncake_code(r) for r in res]
 
     # ---- sessions: reserve ... commit, acquire ... release ----
@@ -447,7 +490,7 @@ class MooncakeDistributedStore:
                 out.append(INVALID_PARAMS)  # Mooncake: a session of that key is open
                 continue
             try:
-                self._put_sessions[k] = c.reserve(k, s, **_put_opts(config))
+                self._put_sessions[k] = c.reserve(self._k(k), s, **_put_opts(config))
                 out.append(0)
             except OSError as e:
                 out.append(mooncake_code(-e.errno))
@@ -481,7 +524,7 @@ class MooncakeDistributedStore:
             v = self._get_sessions.get(k)
             if v is None:
                 try:
-                    v = c.acquire(k)
+                    v = c.acquire(self._k(k))
                 except OSError as e:
                     out.append(mooncake_code(-e.errno))
                     continue
@@ -511,18 +554,18 @@ class MooncakeDistributedStore:
     def is_exist(self, key: str) -> int:
         """1 present, 0 absent, -1 error."""
         try:
-            return 1 if self._c().exists(key) else 0
+            return 1 if self._c().exists(self._k(key)) else 0
         except (OSError, ValueError, RuntimeError):
             return -1
 
     def batch_is_exist(self, keys: Sequence[str]) -> List[int]:
         try:
-            return [1 if p else 0 for p in self._c().batch_exists(list(keys))]
+            return [1 if p else 0 for p in self._c().batch_exists(self._ks(keys))]
         except (OSError, ValueError, RuntimeError):
             return [-1] * len(keys)
 
     def remove(self, key: str, force: bool = False) -> int:
-        return mooncake_code(self._c().remove(key, force=force))
+        return mooncake_code(self._c().remove(self._k(key), force=force))
 
     def batch_remove(self, keys: Sequence[str], force: bool = False) -> List[int]:
         return [self.remove(k, force) for k in keys]
@@ -534,18 +577,29 @@ class MooncakeDistributedStore:
         except re.error:
             return INVALID_PARAMS
         c, removed = self._c(), 0
-        for info in c.list(None, 1 << 30):
-            if info["state"] == "committed" and pattern.search(info["key"]):
+        for info in c.list(self._ns or None, 1 << 30):
+            mine = self._mine(info["key"])
+            if mine is not None and info["state"] == "committed" and pattern.search(mine):
                 if c.remove(info["key"], force=force) == 0:
                     removed += 1
         return removed
 
     def remove_all(self, force: bool = False) -> int:
+        """Every object of this store's tenant: how many, or <0."""
+        c = self._c()
         try:
-            removed, _ = self._c().remove_prefix(None, force=force)
+            if self._ns or not c.list(_TENANT, 1):
+                removed, _ = c.remove_prefix(self._ns or None, force=force)
+                return removed
+            # the default tenant beside others: its own keys one by one
+            removed = 0
+            for info in c.list(None, 1 << 30):
+                if self._mine(info["key"]) is not None and \
+                        c.remove(info["key"], force=force) == 0:
+                    removed += 1
+            return removed
         except OSError as e:
             return mooncake_code(-e.errno)
-        return removed
 
 
 class MooncakeHostMemAllocator:

@@ -277,3 +277,75 @@ def test_tenants_are_key_namespaces(daemon):
         for s in (a, b, d):
             s.close()
         raw.close()
+
+
+def test_tensors_as_mooncake_stores_them(store):
+    """put_tensor/get_tensor and their batch, into, pub and *_with_tp forms.
+    The value is Mooncake's: TensorMetadata (int32 dtype, int32 ndim, int64
+    shape[4] padded with -1) and the bytes, so a tensor written by either
+    store reads in the other."""
+    import struct
+    torch = pytest.importorskip("torch")
+
+    t = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    assert store.put_tensor("t", t) == 0
+    raw = store.get("t")
+    assert struct.unpack_from("<ii4q", raw) == (0, 3, 2, 3, 4, -1)
+    assert raw[40:] == t.numpy().tobytes()
+    assert torch.equal(store.get_tensor("t"), t)
+    # every dtype this torch has, 0-d and 4-d shapes
+    cases = [torch.tensor(2.5, dtype=torch.bfloat16),
+             torch.ones(1, 2, 3, 4, dtype=torch.float16),
+             torch.tensor([True, False, True]),
+             torch.arange(5, dtype=torch.int64) - 2,
+             torch.arange(6, dtype=torch.uint8)]
+    keys = ["c%d" % i for i in range(len(cases))]
+    assert store.batch_put_tensor(keys, cases) == [0] * len(cases)
+    for a, b in zip(cases, store.batch_get_tensor(keys)):
+        assert b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)
+    # what Mooncake refuses: not a tensor, 5 dimensions, empty; length mismatch
+    assert store.put_tensor("bad", b"bytes") == -600
+    assert store.put_tensor("bad", torch.zeros(1, 1, 1, 1, 1)) == -600
+    assert store.put_tensor("bad", torch.zeros(0)) == -600
+    assert store.batch_put_tensor(["x", "y"], [t]) == [-600, -600]
+    assert store.get_tensor("absent") is None
+    store.put("not-a-tensor", b"abc")
+    assert store.get_tensor("not-a-tensor") is None
+    # a value written by hand as Mooncake would read back as its tensor
+    store.put("by-hand", struct.pack("<ii4q", 6, 2, 2, 2, -1, -1) +
+              struct.pack("<4i", 1, 2, 3, 4))
+    assert torch.equal(store.get_tensor("by-hand"),
+                       torch.tensor([[1, 2], [3, 4]], dtype=torch.int32))
+    # into registered memory: a tensor over that memory
+    dst = np.zeros(4096, dtype=np.uint8)
+    assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+    got = store.get_tensor_into("t", dst.ctypes.data, dst.nbytes)
+    assert torch.equal(got, t)
+    dst[40:44] = 0  # the tensor is that memory
+    assert got.flatten()[0].item() == 0.0
+    half = dst.ctypes.data + 2048
+    res = store.batch_get_tensor_into(["c1", "absent"], [dst.ctypes.data, half], [2048, 2048])
+    assert torch.equal(res[0], cases[1]) and res[1] is None
+    # tensor parallelism: chunks along split_dim as key_tp_<rank>
+    w = torch.arange(32, dtype=torch.float32).reshape(4, 8)
+    assert store.put_tensor_with_tp("w", w, tp_rank=0, tp_size=4, split_dim=1) == 0
+    for r in range(4):
+        assert torch.equal(store.get_tensor_with_tp("w", tp_rank=r, tp_size=4),
+                           w[:, 2 * r:2 * r + 2])
+    assert store.get_tensor("w") is None  # only the shards are stored
+    assert store.batch_put_tensor_with_tp(["u", "v"], [w, w], tp_size=2) == [0, 0]
+    shards = store.batch_get_tensor_with_tp(["u", "v"], tp_rank=1, tp_size=2)
+    assert all(torch.equal(s, w[2:]) for s in shards)
+    got = store.get_tensor_with_tp_into("w", dst.ctypes.data, 2048, tp_rank=3, tp_size=4)
+    assert torch.equal(got, w[:, 6:])
+    assert store.put_tensor_with_tp("z", w, tp_size=3, split_dim=5) == -600
+    # pub_tensor: Mooncake's check of the replica settings
+    cfg = ReplicateConfig()
+    cfg.replica_num = 2
+    cfg.preferred_segments = ["only-one"]
+    assert store.pub_tensor("p", t, cfg) == -600
+    cfg.preferred_segments = []
+    assert store.pub_tensor("p", t, cfg) == 0
+    assert store.batch_pub_tensor_with_tp(["q"], [w], cfg, tp_size=2) == [0]
+    assert torch.equal(store.get_tensor_with_tp("q", 0, 2), w[:2])
+    assert store.unregister_buffer(dst.ctypes.data) == 0

@@ -44,6 +44,7 @@ import errno
 import os
 import re
 import socket as _socket
+import struct
 import threading
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -82,6 +83,59 @@ def _put_code(r: int) -> int:
 
 _TENANT = "\x1ftenant\x1f"  # the reserved prefix of the tenants' namespaces
 _ESCAPED = _TENANT + "\x1f"   # the default tenant's keys that begin with it
+
+
+# Tensors as Mooncake stores them: its TensorMetadata (int32 dtype, int32
+# ndim, int64 shape[4], -1 past ndim; little-endian, 40 bytes) and then the
+# tensor's bytes, so either store reads what the other wrote.
+_TENSOR_META = struct.Struct("<ii4q")
+_TENSOR_DTYPES = ("float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
+                  "uint32", "int64", "uint64", "bool", "float16", "bfloat16",
+                  "float8_e4m3fn", "float8_e5m2")
+
+
+def _tensor_parts(tensor: Any):
+    """(metadata bytes, the tensor's bytes as a memoryview), or None when
+    Mooncake would refuse it (not a tensor, an unknown dtype, more than 4
+    dimensions, no elements)."""
+    if "Tensor" not in type(tensor).__name__:
+        return None
+    import torch
+    name = str(tensor.dtype).replace("torch.", "")
+    if name not in _TENSOR_DTYPES or tensor.dim() > 4 or tensor.numel() == 0:
+        return None
+    shape = list(tensor.shape) + [-1] * (4 - tensor.dim())
+    meta = _TENSOR_META.pack(_TENSOR_DTYPES.index(name), tensor.dim(), *shape)
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    data = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+    return meta, memoryview(data).cast("B")
+
+
+def _tensor_from(buf: Any, length: int) -> Any:
+    """The tensor a stored value holds (a view of buf), or None when it is
+    not one Mooncake's rules read."""
+    import torch
+    if length <= _TENSOR_META.size:
+        return None
+    dtype, ndim, *shape = _TENSOR_META.unpack_from(buf, 0)
+    if not 0 <= ndim <= 4 or not 0 <= dtype < len(_TENSOR_DTYPES):
+        return None
+    tdtype = getattr(torch, _TENSOR_DTYPES[dtype], None)
+    if tdtype is None:
+        return None  # a dtype this torch does not have
+    raw = torch.frombuffer(buf, dtype=torch.uint8, count=length - _TENSOR_META.size,
+                           offset=_TENSOR_META.size)
+    try:
+        t = raw.view(tdtype)
+        return t.reshape(shape[:ndim]) if ndim else t.reshape(())
+    except RuntimeError:
+        return None
+
+
+def _tp_key(key: str, rank: int) -> str:
+    return "%s_tp_%d" % (key, rank)
 
 
 def _namespace(tenant: Any) -> str:
@@ -133,6 +187,14 @@ def _put_opts(config: Optional[ReplicateConfig], replace: bool = False) -> Dict[
         opts["pin"] = "soft"
         opts["pin_ttl_ms"] = int(getattr(config, "soft_pin_ttl_ms", 0) or 0)
     return opts
+
+
+def _config_ok(config: Optional[ReplicateConfig]) -> bool:
+    """Mooncake's check: preferred segments, when named, one per replica."""
+    if config is None:
+        return True
+    segs = list(getattr(config, "preferred_segments", []) or [])
+    return not segs or len(segs) == int(getattr(config, "replica_num", 1))
 
 
 # One Client per daemon socket and process, shared by the stores and
@@ -549,6 +611,150 @@ class MooncakeDistributedStore:
             if v is not None:
                 v.release()
         return 0
+
+    # ---- tensors (Mooncake's serialization: TensorMetadata, then the bytes) ----
+    def _put_tensors(self, keys: Sequence[str], tensors: Sequence[Any],
+                     config: Optional[ReplicateConfig]) -> List[int]:
+        out, ks, bufs, sizes, at = [], [], [], [], []
+        for k, t in zip(keys, tensors):
+            parts = _tensor_parts(t)
+            if parts is None:
+                out.append(INVALID_PARAMS)
+                continue
+            out.append(0)
+            at.append(len(out) - 1)
+            ks.append(self._k(k))
+            bufs.append([parts[0], parts[1]])
+            sizes.append([len(parts[0]), parts[1].nbytes])
+        if ks:
+            res = self._c().batch_put_from_multi_buffers(ks, bufs, sizes, **_put_opts(config))
+            for i, r in zip(at, res):
+                out[i] = _put_code(r)
+        return out
+
+    def put_tensor(self, key: str, tensor: Any) -> int:
+        """0, or a Mooncake error code (-600: not a tensor Mooncake takes)."""
+        if self._client is None:
+            return INVALID_PARAMS
+        return self._put_tensors([key], [tensor], None)[0]
+
+    def pub_tensor(self, key: str, tensor: Any,
+                   config: Optional[ReplicateConfig] = None) -> int:
+        if self._client is None or not _config_ok(config):
+            return INVALID_PARAMS
+        return self._put_tensors([key], [tensor], config)[0]
+
+    def batch_put_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any]) -> List[int]:
+        return self.batch_pub_tensor(keys, tensors_list)
+
+    def batch_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any],
+                         config: Optional[ReplicateConfig] = None) -> List[int]:
+        if (self._client is None or len(keys) != len(tensors_list) or not keys or
+                not _config_ok(config)):
+            return [INVALID_PARAMS] * len(keys)
+        return self._put_tensors(keys, tensors_list, config)
+
+    def get_tensor(self, key: str) -> Any:
+        """The tensor (on the CPU, its own memory), or None."""
+        if self._client is None:
+            return None
+        v = self.get(key)
+        return _tensor_from(bytearray(v), len(v)) if v else None
+
+    def batch_get_tensor(self, keys: Sequence[str]) -> List[Any]:
+        return [self.get_tensor(k) for k in keys]
+
+    def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
+        """Reads the value into registered memory at buffer_ptr and answers
+        a tensor over that memory (no copy), or None."""
+        if self._client is None:
+            return None
+        n = self.get_into(key, buffer_ptr, size)
+        if n <= 0:
+            return None
+        import ctypes
+        return _tensor_from((ctypes.c_char * n).from_address(buffer_ptr), n)
+
+    def batch_get_tensor_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                              sizes: Sequence[int]) -> List[Any]:
+        if self._client is None or not (len(keys) == len(buffer_ptrs) == len(sizes)):
+            return [INVALID_PARAMS] * len(keys)
+        import ctypes
+        res = self.batch_get_into(keys, buffer_ptrs, sizes)
+        return [_tensor_from((ctypes.c_char * n).from_address(p), n) if n > 0 else None
+                for p, n in zip(buffer_ptrs, res)]
+
+    def _tp_put(self, keys, tensors, config, tp_size, split_dim) -> List[int]:
+        out = [0] * len(keys)
+        ks, ts, owner = [], [], []
+        for i, (k, t) in enumerate(zip(keys, tensors)):
+            try:
+                chunks = t.chunk(tp_size, split_dim)
+            except (AttributeError, RuntimeError, IndexError, TypeError):
+                chunks = ()
+            if len(chunks) != tp_size:
+                out[i] = INVALID_PARAMS
+                continue
+            for rank, c in enumerate(chunks):
+                ks.append(_tp_key(k, rank))
+                ts.append(c.contiguous())
+                owner.append(i)
+        for i, r in zip(owner, self._put_tensors(ks, ts, config) if ks else []):
+            if r != 0 and out[i] == 0:
+                out[i] = r  # the first error wins, as Mooncake's
+        return out
+
+    def put_tensor_with_tp(self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1,
+                           split_dim: int = 0) -> int:
+        """Chunks tensor along split_dim into tp_size shards stored as
+        ``key_tp_<rank>`` (every rank's, as Mooncake's)."""
+        return self.pub_tensor_with_tp(key, tensor, None, tp_rank, tp_size, split_dim)
+
+    def pub_tensor_with_tp(self, key: str, tensor: Any,
+                           config: Optional[ReplicateConfig] = None, tp_rank: int = 0,
+                           tp_size: int = 1, split_dim: int = 0) -> int:
+        if tp_size <= 1:
+            return self.pub_tensor(key, tensor, config)
+        if self._client is None or not _config_ok(config):
+            return INVALID_PARAMS
+        return self._tp_put([key], [tensor], config, tp_size, split_dim)[0]
+
+    def batch_put_tensor_with_tp(self, base_keys: Sequence[str], tensors_list: Sequence[Any],
+                                 tp_rank: int = 0, tp_size: int = 1,
+                                 split_dim: int = 0) -> List[int]:
+        return self.batch_pub_tensor_with_tp(base_keys, tensors_list, None, tp_rank, tp_size,
+                                             split_dim)
+
+    def batch_pub_tensor_with_tp(self, base_keys: Sequence[str], tensors_list: Sequence[Any],
+                                 config: Optional[ReplicateConfig] = None, tp_rank: int = 0,
+                                 tp_size: int = 1, split_dim: int = 0) -> List[int]:
+        if tp_size <= 1:
+            return self.batch_pub_tensor(base_keys, tensors_list, config)
+        if (self._client is None or len(base_keys) != len(tensors_list) or not base_keys or
+                not _config_ok(config)):
+            return [INVALID_PARAMS] * len(base_keys)
+        return self._tp_put(base_keys, tensors_list, config, tp_size, split_dim)
+
+    def get_tensor_with_tp(self, key: str, tp_rank: int = 0, tp_size: int = 1,
+                           split_dim: int = 0) -> Any:
+        """This rank's shard (``key_tp_<rank>``), or the whole tensor
+        when tp_size is 1."""
+        return self.get_tensor(key if tp_size <= 1 else _tp_key(key, tp_rank))
+
+    def batch_get_tensor_with_tp(self, base_keys: Sequence[str], tp_rank: int = 0,
+                                 tp_size: int = 1) -> List[Any]:
+        return [self.get_tensor_with_tp(k, tp_rank, tp_size) for k in base_keys]
+
+    def get_tensor_with_tp_into(self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0,
+                                tp_size: int = 1, split_dim: int = 0) -> Any:
+        return self.get_tensor_into(key if tp_size <= 1 else _tp_key(key, tp_rank),
+                                    buffer_ptr, size)
+
+    def batch_get_tensor_with_tp_into(self, base_keys: Sequence[str],
+                                      buffer_ptrs: Sequence[int], sizes: Sequence[int],
+                                      tp_rank: int = 0, tp_size: int = 1) -> List[Any]:
+        keys = list(base_keys) if tp_size <= 1 else [_tp_key(k, tp_rank) for k in base_keys]
+        return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
 
     # ---- presence and removal ----
     def is_exist(self, key: str) -> int:

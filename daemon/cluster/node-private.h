@@ -69,6 +69,8 @@ struct peer_stat {
 	char addr[PEER_MAX_ID + 1];
 	uint64_t fetches, fetch_bytes, fetch_errors;
 	uint64_t pushes, push_bytes, push_errors;
+	uint64_t sick_until; /* a fetch from it timed out: others' first until then */
+	bool probing;        /* a fetch from it is under way meanwhile (rf->probe) */
 };
 
 struct xfer;
@@ -124,6 +126,7 @@ struct node {
 		uint64_t fetch_ahead;   /* asked before the one ahead was answered (atomic) */
 		uint64_t lookup_waited; /* exists/prefix lookups that waited to ask */
 		uint64_t pending_waits; /* lookups that waited for another node's put */
+		uint64_t sick_skips;    /* fetches not sent to a holder known sick */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t pushes_eager, pushes_refused; /* received */
 		uint64_t pushes_ahead; /* sent before the one ahead was answered (atomic) */

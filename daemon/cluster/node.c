@@ -632,6 +632,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_fetched_ahead", __atomic_load_n(&n->c.fetch_ahead, __ATOMIC_RELAXED));
 	emit(u, "remote_lookup_waited", n->c.lookup_waited);
 	emit(u, "remote_lookup_waits", n->c.pending_waits);
+	emit(u, "remote_sick_skips", n->c.sick_skips);
 	emit(u, "remote_peer_connections", n->n_serving);
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);

@@ -42,6 +42,8 @@
 #define MAX_SERVING 1024   /* peers' data connections */
 #define MAX_HOLDERS_TRIED 4
 #define MAX_STREAMS 16       /* --data-streams */
+#define PEER_BUSY_MAX 64     /* peers with fetch threads at work, tracked */
+#define PEER_SCAN_MAX 512    /* jobs a fetch thread looks past for another peer's */
 #define SERVE_MAX_FRAME (16u << 10) /* a frame an asker sends */
 
 enum job_kind { J_FETCH, J_SEND, J_PUSH, J_RECV };
@@ -82,12 +84,21 @@ struct xfer {
 	} q[2];
 	struct xjob *done;      /* lock-free (handoff.h): the loop never waits */
 	bool stop;              /* atomic */
-	pthread_t th[2 * MAX_STREAMS];
+	pthread_t th[2 * MAX_STREAMS + 1];
 	unsigned n_th;
 	struct thread_arg {
 		struct node *n;
 		unsigned q;
-	} args[2 * MAX_STREAMS];
+	} args[2 * MAX_STREAMS + 1];
+	/* threads of queue 0 at work for each peer (under lock; a slot whose
+	 * count is 0 is free): at most per_peer at once, so the queue's one
+	 * thread more is always there for the others (a holder that stopped
+	 * answering held every thread until its deadline) */
+	struct {
+		char addr[PEER_MAX_ID + 1];
+		unsigned busy;
+	} pbusy[PEER_BUSY_MAX];
+	unsigned per_peer;
 	int bell;
 	struct loop_source *bell_src;
 	bool corrupt; /* tests: flip the first byte of what is served */
@@ -105,6 +116,7 @@ struct rfetch {
 	char addr[MAX_HOLDERS_TRIED][PEER_MAX_ID + 1];
 	unsigned n_addr;
 	unsigned tried;          /* the holder the data thread asked last */
+	struct peer_stat *probe; /* a sick holder this fetch may ask (the one probe) */
 	uint8_t *dst;
 	bool via_rdma;           /* the bytes came by RDMA */
 	bool summed;             /* sum: the checksum they were checked against */
@@ -1284,6 +1296,64 @@ static unsigned take_push_run(struct node *n, unsigned qi, struct xjob *j, struc
 	return take_share(n, qi, jobs, same);
 }
 
+/* The peer a job of queue 0 works for (NULL: none). */
+static const char *job_peer(const struct xjob *j)
+{
+	if (j->kind == J_FETCH)
+		return ((const struct rfetch *) j->owner)->addr[0];
+	if (j->kind == J_PUSH)
+		return ((const struct rpush *) j->owner)->addr;
+	return NULL;
+}
+
+/* The count of threads at work for peer (NULL: no peer, or the table is
+ * full: not limited).  Under x->lock. */
+static unsigned *peer_busy(struct xfer *x, const char *peer)
+{
+	unsigned *free_slot = NULL;
+
+	if (!peer)
+		return NULL;
+	for (unsigned i = 0; i < PEER_BUSY_MAX; i++) {
+		if (!x->pbusy[i].busy) {
+			if (!free_slot) {
+				free_slot = &x->pbusy[i].busy;
+				snprintf(x->pbusy[i].addr, sizeof(x->pbusy[i].addr), "%s", peer);
+			}
+			continue;
+		}
+		if (!strcmp(x->pbusy[i].addr, peer))
+			return &x->pbusy[i].busy;
+	}
+	return free_slot;
+}
+
+/* The first job of queue qi this thread may run: one for a peer with
+ * fewer than per_peer threads at work (queue 1, serving, is not limited),
+ * out of the queue, with *ret_busy its peer's count and *ret_head whether
+ * it was first; NULL when there is none.  Under x->lock. */
+static struct xjob *take_next(struct xfer *x, unsigned qi, unsigned **ret_busy, bool *ret_head)
+{
+	struct xjob **pp = &x->q[qi].head, *j;
+	unsigned scanned = 0;
+
+	*ret_busy = NULL;
+	for (; *pp && scanned < PEER_SCAN_MAX; pp = &(*pp)->next, scanned++) {
+		unsigned *b = qi == 0 ? peer_busy(x, job_peer(*pp)) : NULL;
+
+		if (b && *b >= x->per_peer)
+			continue;
+		j = *pp;
+		*pp = j->next;
+		if (x->q[qi].tail == &j->next)
+			x->q[qi].tail = pp;
+		*ret_busy = b;
+		*ret_head = scanned == 0;
+		return j;
+	}
+	return NULL;
+}
+
 static void *data_main(void *arg)
 {
 	const struct thread_arg *ta = arg;
@@ -1298,8 +1368,8 @@ static void *data_main(void *arg)
 		/* read before the queue: a job queued before the stop is run */
 		bool stopping = __atomic_load_n(&x->stop, __ATOMIC_ACQUIRE);
 		struct xjob *in, *j, *run[PIPE_MAX];
-		unsigned k = 1;
-		bool more;
+		unsigned k = 1, *busy = NULL;
+		bool more, head = false, any;
 
 		pthread_mutex_lock(&x->lock);
 		in = handoff_take_fifo(&x->q[qi].incoming, next);
@@ -1309,43 +1379,54 @@ static void *data_main(void *arg)
 				in = in->next;
 			x->q[qi].tail = &in->next;
 		}
-		j = x->q[qi].head;
-		if (j) {
-			x->q[qi].head = j->next;
-			if (!x->q[qi].head)
-				x->q[qi].tail = &x->q[qi].head;
+		j = take_next(x, qi, &busy, &head);
+		if (j && head) {
 			if (j->kind == J_FETCH)
 				k = take_run(n, qi, j, run);
 			else if (j->kind == J_PUSH)
 				k = take_push_run(n, qi, j, run);
-		}
+		} else if (j)
+			run[0] = j;
+		if (busy)
+			(*busy)++;
 		more = x->q[qi].head != NULL;
+		any = more;
 		pthread_mutex_unlock(&x->lock);
 		if (!j) {
-			if (stopping)
+			/* nothing, or only jobs for peers at their limit: a
+			 * thread that ends its job rings */
+			if (stopping && !any)
 				break;
 			handoff_bell_wait(&x->q[qi].wake, seq, 0);
 			continue;
 		}
 		if (more) /* the next job for another thread of this queue */
 			handoff_bell_ring(&x->q[qi].wake);
-		if (j->kind == J_FETCH && k > 1) {
-			run_fetches(n, run, k, n->timeout_ms);
-			continue; /* each handed back as it ended */
-		}
-		if (j->kind == J_PUSH && k > 1) {
+		if (j->kind == J_FETCH && k > 1)
+			run_fetches(n, run, k, n->timeout_ms); /* each handed back as it ended */
+		else if (j->kind == J_PUSH && k > 1)
 			run_pushes(n, run, k, n->timeout_ms, x->corrupt);
-			continue;
+		else {
+			if (j->kind == J_FETCH)
+				run_fetch(j->owner, j, n->timeout_ms, 0);
+			else if (j->kind == J_SEND)
+				run_send(j->owner, j, n->timeout_ms, x->corrupt);
+			else if (j->kind == J_PUSH)
+				run_push(j->owner, j, n->timeout_ms, x->corrupt);
+			else
+				run_recv(j->owner, j, n->timeout_ms);
+			handoff_push_wake(&x->done, j, next, x->bell);
 		}
-		if (j->kind == J_FETCH)
-			run_fetch(j->owner, j, n->timeout_ms, 0);
-		else if (j->kind == J_SEND)
-			run_send(j->owner, j, n->timeout_ms, x->corrupt);
-		else if (j->kind == J_PUSH)
-			run_push(j->owner, j, n->timeout_ms, x->corrupt);
-		else
-			run_recv(j->owner, j, n->timeout_ms);
-		handoff_push_wake(&x->done, j, next, x->bell);
+		if (busy) {
+			/* its peer may take a thread again: the jobs left wait
+			 * for one */
+			pthread_mutex_lock(&x->lock);
+			(*busy)--;
+			more = x->q[qi].head != NULL;
+			pthread_mutex_unlock(&x->lock);
+			if (more)
+				handoff_bell_ring(&x->q[qi].wake);
+		}
 	}
 	return NULL;
 }
@@ -1386,6 +1467,20 @@ static void rf_unlink(struct node *n, struct rfetch *rf)
 	index_unlink(&n->pending, rf->o);
 }
 
+/* A holder that let a fetch time out is passed over this long (the
+ * deadline again, at least 1 s): the key's other holders are asked, and
+ * when it has none the fetch misses at once instead of holding a data
+ * thread for another deadline.  The first fetch after it is a probe. */
+#define SICK_MS(n) ((n)->timeout_ms > 1000 ? (n)->timeout_ms : 1000)
+
+/* The fetch ends, or never began: its probe's place is free. */
+static void rf_unprobe(struct rfetch *rf)
+{
+	if (rf->probe)
+		rf->probe->probing = false;
+	rf->probe = NULL;
+}
+
 static void backlog_pump(struct node *n);
 
 /* The fetch is over: on success the object joins the index (a replica the
@@ -1396,14 +1491,18 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	struct object *o = rf->o;
 
 	rf_unlink(n, rf);
+	rf_unprobe(rf);
 	if (rf->n_addr && rf->transferring) {
 		struct peer_stat *ps = node_peer_stat(n, rf->addr[rf->tried]);
 
 		if (ps && res == 0) {
 			ps->fetches++;
 			ps->fetch_bytes += o->len;
+			ps->sick_until = 0;
 		} else if (ps && res < 0 && res != -ENOENT) {
 			ps->fetch_errors++;
+			if (res == -ETIMEDOUT) /* silent for a whole deadline */
+				ps->sick_until = loop_now_ms(n->loop) + SICK_MS(n);
 		}
 	}
 	if (res == 0 && index_find(&st->index, o->key, o->key_len, o->hash))
@@ -1437,6 +1536,38 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 static bool dc_addresses(struct node *n, const char *key, size_t len, uint64_t h,
 			 struct rfetch *rf, uint64_t *ret_len);
 
+/* Drop rf's holders known sick, but one of them nobody is probing, which
+ * it asks last (its probe); false when none is left. */
+static bool rf_healthy(struct node *n, struct rfetch *rf)
+{
+	uint64_t now = loop_now_ms(n->loop);
+	unsigned k = 0, probe = MAX_HOLDERS_TRIED;
+
+	for (unsigned i = 0; i < rf->n_addr; i++) {
+		struct peer_stat *ps = node_peer_stat(n, rf->addr[i]);
+
+		if (ps && ps->sick_until > now) {
+			if (probe == MAX_HOLDERS_TRIED && (rf->probe == ps || !ps->probing)) {
+				ps->probing = true;
+				rf->probe = ps;
+				probe = i;
+			} else
+				n->c.sick_skips++;
+			continue;
+		}
+		if (k != i)
+			memcpy(rf->addr[k], rf->addr[i], sizeof(rf->addr[0]));
+		k++;
+	}
+	if (probe != MAX_HOLDERS_TRIED) {
+		if (k != probe)
+			memcpy(rf->addr[k], rf->addr[probe], sizeof(rf->addr[0]));
+		k++;
+	}
+	rf->n_addr = k;
+	return k > 0;
+}
+
 /* Begin a fetch whose placeholder is made: a place among the fetches in
  * flight, then the transfer at once if an exists or prefix lookup just
  * asked the directory, else a Lookup.  <0: not begun. */
@@ -1444,7 +1575,8 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 {
 	struct object *o = rf->o;
 
-	if (dc_addresses(n, o->key, o->key_len, o->hash, rf, &o->len) && o->len <= (UINT64_C(1) << 30) &&
+	if (dc_addresses(n, o->key, o->key_len, o->hash, rf, &o->len) && rf_healthy(n, rf) &&
+	    o->len <= (UINT64_C(1) << 30) &&
 	    o->len <= n->st->tiers[0].alloc.size &&
 	    tier_alloc(n->st, &n->st->tiers[0], o->len, &o->block) == 0) {
 		o->tier = &n->st->tiers[0];
@@ -1474,6 +1606,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 /* A fetch that never began ends (its placeholder is out of the backlog). */
 static void backlog_drop(struct node *n, struct rfetch *rf, int res)
 {
+	rf_unprobe(rf);
 	index_unlink(&n->pending, rf->o);
 	if (res == -ENOENT)
 		n->c.remote_misses++;
@@ -1549,6 +1682,8 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	*ret = f;
 	return 0;
 fail:
+	if (rf)
+		rf_unprobe(rf);
 	free(o);
 	free(f);
 	free(rf);
@@ -1584,6 +1719,10 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 				 loc->addresses[i]);
 	if (!rf->n_addr) {
 		rf_finish(n, rf, -ENOENT);
+		return;
+	}
+	if (!rf_healthy(n, rf)) {
+		rf_finish(n, rf, -EHOSTDOWN); /* its holders are not answering */
 		return;
 	}
 	if (loc->len > t->alloc.size || loc->len > (UINT64_C(1) << 30)) {
@@ -2748,8 +2887,11 @@ int remote_setup(struct node *n)
 	r = loop_add_poller(n->loop, xfer_poll, NULL, n, &n->xfer_poller);
 	if (r < 0)
 		return r;
-	for (unsigned streams = n->streams ? n->streams : 2; x->n_th < 2 * streams; x->n_th++) {
-		x->args[x->n_th] = (struct thread_arg) { n, x->n_th % 2 };
+	x->per_peer = n->streams ? n->streams : 2;
+	/* a thread per stream and queue, and one more fetching for the
+	 * peers another one is not holding up */
+	for (unsigned streams = n->streams ? n->streams : 2; x->n_th < 2 * streams + 1; x->n_th++) {
+		x->args[x->n_th] = (struct thread_arg) { n, x->n_th < 2 * streams ? x->n_th % 2 : 0 };
 		r = -pthread_create(&x->th[x->n_th], NULL, data_main, &x->args[x->n_th]);
 		if (r < 0)
 			return r;

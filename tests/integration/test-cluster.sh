@@ -501,6 +501,52 @@ holder-killed | holder-stopped)
 	ctl B get local-one - >/dev/null || fail "local get on B"
 	[ "$case_name" = holder-stopped ] && kill -CONT "$pid_A"
 	;;
+sick-holder)
+	# A stops answering.  Its fetches hold at most --data-streams of B's
+	# fetch threads, so B fetches C's keys meanwhile; and D, whose fetch
+	# from A timed out, sends one fetch at a time to A for a while (the
+	# others miss at once)
+	start_master 0 --client_ttl 60
+	start_node A
+	start_node B --remote-timeout-ms 15000
+	start_node C
+	start_node D --remote-timeout-ms 1000
+	head -c 65536 /dev/urandom >"$dir/v"
+	for i in 1 2 3 4 5 6 7 8; do
+		ctl A put "a$i" "$dir/v"
+		ctl C put "c$i" "$dir/v"
+	done
+	until_ok ctl B exists a8
+	until_ok ctl B exists c4
+	kill -STOP "$pid_A"
+	bg=""
+	for i in 1 2 3 4 5 6 7 8; do
+		"$KVCACHECTL" -s "$dir/B.sock" get "a$i" - >/dev/null 2>&1 &
+		bg="$bg $!"
+	done
+	sleep 0.5 # B's threads for A are waiting on it by now
+	for i in 1 2 3 4; do
+		ctl B get "c$i" "$dir/got" || fail "c$i not fetched from C while A is stopped"
+		cmp -s "$dir/got" "$dir/v" || fail "c$i: wrong bytes"
+	done
+	for p in $bg; do
+		kill -0 "$p" 2>/dev/null || fail "C's keys waited for the fetches from the stopped A"
+	done
+	# D: a timeout marks A sick; then one fetch probes it, and the others
+	# meanwhile are not sent
+	set +e
+	ctl D get a1 - >/dev/null 2>&1
+	"$KVCACHECTL" -s "$dir/D.sock" get a2 - >/dev/null 2>&1 &
+	probe=$!
+	sleep 0.3
+	ctl D get a3 - >/dev/null 2>&1
+	kill -0 "$probe" 2>/dev/null || fail "the probe ended before the fetch that was not sent"
+	wait "$probe"
+	set -e
+	[ "$(stat_of D remote_sick_skips)" -ge 1 ] || fail "D asked the stopped A again"
+	kill -CONT "$pid_A"
+	for p in $bg; do wait "$p" || true; done
+	;;
 corrupt-in-flight)
 	start_master 0
 	start_node_env KVCACHE_TEST_CORRUPT_PEER_SEND=1 A

@@ -114,6 +114,12 @@ struct node {
 	unsigned n_backlog;
 	struct pserve *serving;
 	unsigned n_serving;
+	/* serving connections whose peer has not proved itself yet, oldest
+	 * first (each has HANDSHAKE_MS; a new one past HANDSHAKE_MAX pushes
+	 * the oldest out) */
+	struct pserve *hs_head, *hs_tail;
+	unsigned n_hs;
+	uint64_t hs_logged_ms;
 	struct xfer *xfer;
 	struct presum *presum;         /* checksums taken ahead (presum.c) */
 	struct holder h;               /* views of objects being pushed */
@@ -127,6 +133,7 @@ struct node {
 		uint64_t lookup_waited; /* exists/prefix lookups that waited to ask */
 		uint64_t pending_waits; /* lookups that waited for another node's put */
 		uint64_t sick_skips;    /* fetches not sent to a holder known sick */
+		uint64_t hs_timeouts;   /* peer connections closed without a handshake */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t pushes_eager, pushes_refused; /* received */
 		uint64_t pushes_ahead; /* sent before the one ahead was answered (atomic) */
@@ -168,6 +175,8 @@ void remote_teardown(struct node *n);
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret);
 int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap, bool settle,
 		   struct fetch **ret);
+/* When the oldest connection yet to prove itself is closed (n->hs_head). */
+uint64_t remote_hs_deadline(const struct node *n);
 int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n,
 		 uint8_t *present, bool settle, struct fetch **ret);
 void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);

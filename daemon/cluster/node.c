@@ -515,6 +515,8 @@ static void node_timer(struct loop_source *s, void *u)
 		next = now + 50;
 	if (n->pend_poll.waiters && n->pend_poll_at < next)
 		next = n->pend_poll_at;
+	if (n->hs_head && remote_hs_deadline(n) < next)
+		next = remote_hs_deadline(n);
 	loop_timer_arm(s, next > now ? next : now + 1);
 }
 
@@ -633,6 +635,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_lookup_waited", n->c.lookup_waited);
 	emit(u, "remote_lookup_waits", n->c.pending_waits);
 	emit(u, "remote_sick_skips", n->c.sick_skips);
+	emit(u, "peer_handshake_timeouts", n->c.hs_timeouts);
 	emit(u, "remote_peer_connections", n->n_serving);
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);

@@ -40,6 +40,8 @@
 #define MAX_RFETCHES 256   /* fetches in flight; more wait for a place, */
 #define MAX_BACKLOG 8192   /* this many; more are misses */
 #define MAX_SERVING 1024   /* peers' data connections */
+#define HANDSHAKE_MS 2000  /* a peer's Hello (and proof) arrives within this */
+#define HANDSHAKE_MAX 128  /* connections yet to prove themselves, at most */
 #define MAX_HOLDERS_TRIED 4
 #define MAX_STREAMS 16       /* --data-streams */
 #define PEER_BUSY_MAX 64     /* peers with fetch threads at work, tracked */
@@ -133,6 +135,9 @@ struct pserve {
 	bool busy;               /* a data thread is sending */
 	bool eof;                /* the peer is done asking */
 	bool hello, authed;      /* with a secret: Hello, then its proof */
+	bool hs_wait;            /* on n's handshake list */
+	struct pserve *hs_next, *hs_prev;
+	uint64_t hs_deadline;
 	bool rdma;               /* RDMA agreed: Fetch.rdma is answered with a place */
 	bool want_rdma;          /* this request asked for the place */
 	uint32_t segment;        /* where the object served is */
@@ -1743,10 +1748,16 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 }
 
 static void queries_expire(struct node *n, uint64_t now);
+static void ps_free(struct pserve *ps);
 
 void remote_expire(struct node *n, uint64_t now)
 {
 	queries_expire(n, now);
+	/* connections that did not prove themselves in time, oldest first */
+	while (n->hs_head && now >= n->hs_head->hs_deadline) {
+		n->c.hs_timeouts++;
+		ps_free(n->hs_head);
+	}
 	if (n->pend_poll.waiters && now >= n->pend_poll_at) {
 		/* those waiting now ask again (one that waits again is
 		 * newer than they, and waits for the next turn) */
@@ -2177,11 +2188,36 @@ int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap,
 
 /* ---- serving ---- */
 
+/* ps proved itself (or needs not): off the handshake list. */
+static void hs_done(struct pserve *ps)
+{
+	struct node *n = ps->n;
+
+	if (!ps->hs_wait)
+		return;
+	ps->hs_wait = false;
+	if (ps->hs_prev)
+		ps->hs_prev->hs_next = ps->hs_next;
+	else
+		n->hs_head = ps->hs_next;
+	if (ps->hs_next)
+		ps->hs_next->hs_prev = ps->hs_prev;
+	else
+		n->hs_tail = ps->hs_prev;
+	n->n_hs--;
+}
+
+uint64_t remote_hs_deadline(const struct node *n)
+{
+	return n->hs_head ? n->hs_head->hs_deadline : UINT64_MAX;
+}
+
 static void ps_free(struct pserve *ps)
 {
 	struct node *n = ps->n;
 	uint64_t res, views;
 
+	hs_done(ps);
 	fetch_unwait(&ps->w);
 	free(ps->head);
 	object_free(n->st, ps->push_o); /* NULL-safe */
@@ -2575,8 +2611,12 @@ static void ps_process(struct pserve *ps)
 			protobuf_c_message_free_unpacked(m, NULL);
 			if (r < 0)
 				break;
+			if (ps->authed)
+				hs_done(ps);
 			continue;
 		}
+		if (!ps->n->secret.len)
+			hs_done(ps); /* a request without a Hello, where none is needed */
 		if (h.type == PEER_PUSH) {
 			r = ps_push(ps, h.seq, (const void *) m);
 			protobuf_c_message_free_unpacked(m, NULL);
@@ -2641,6 +2681,17 @@ void remote_accept(struct node *n, int fd)
 	static const struct holder_ops ops = { 0 };
 	struct pserve *ps;
 
+	if (n->n_hs >= HANDSHAKE_MAX) {
+		/* a flood of connections that say nothing: the oldest goes,
+		 * so a real peer, whose Hello comes at once, still gets in */
+		n->c.hs_timeouts++;
+		if (loop_now_ms(n->loop) >= n->hs_logged_ms + 10000) {
+			n->hs_logged_ms = loop_now_ms(n->loop);
+			log_warn("%u peer connections have not said Hello: closing the oldest of them "
+				 "(stat peer_handshake_timeouts)", n->n_hs);
+		}
+		ps_free(n->hs_head);
+	}
 	if (n->n_serving >= MAX_SERVING || !(ps = calloc(1, sizeof(*ps)))) {
 		close(fd);
 		return;
@@ -2662,6 +2713,16 @@ void remote_accept(struct node *n, int fd)
 		ps->next->prev = ps;
 	n->serving = ps;
 	n->n_serving++;
+	ps->hs_wait = true;
+	ps->hs_deadline = loop_now_ms(n->loop) + HANDSHAKE_MS;
+	ps->hs_prev = n->hs_tail;
+	if (n->hs_tail)
+		n->hs_tail->hs_next = ps;
+	else
+		n->hs_head = ps;
+	n->hs_tail = ps;
+	n->n_hs++;
+	loop_timer_arm_by(n->timer, ps->hs_deadline);
 }
 
 static bool xfer_poll(void *u);

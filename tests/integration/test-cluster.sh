@@ -547,6 +547,37 @@ sick-holder)
 	kill -CONT "$pid_A"
 	for p in $bg; do wait "$p" || true; done
 	;;
+silent-peers)
+	# 1500 connections to A's peer port that never say Hello: A closes
+	# each after 2 s, and past 128 of them the oldest at once, so B (whose
+	# Hello comes at once) still fetches from A
+	start_master 0 --client_ttl 60
+	start_node A
+	start_node B
+	head -c 65536 /dev/urandom >"$dir/v"
+	ctl A put k "$dir/v"
+	until_ok ctl B exists k
+	port=$(ctl B cluster | awk '$1 == "A" { sub(/.*:/, "", $2); print $2 }')
+	python3 - "$port" "$dir/flood" <<'PY' &
+import os, resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+conns = []
+for _ in range(1500):
+    try:
+        conns.append(socket.create_connection(("127.0.0.1", int(sys.argv[1]))))
+    except OSError:
+        pass
+open(sys.argv[2], "w").write("%d\n" % len(conns))
+time.sleep(30)
+PY
+	flood=$!
+	until_ok test -s "$dir/flood"
+	ctl B get k "$dir/got" || { kill "$flood"; fail "B could not fetch from A under the flood"; }
+	cmp -s "$dir/got" "$dir/v" || { kill "$flood"; fail "wrong bytes"; }
+	[ "$(stat_of A peer_handshake_timeouts)" -ge 1000 ] || { kill "$flood"; fail "not counted"; }
+	kill "$flood"
+	;;
 corrupt-in-flight)
 	start_master 0
 	start_node_env KVCACHE_TEST_CORRUPT_PEER_SEND=1 A

@@ -29,6 +29,8 @@
 #define MAX_OUT (64u << 20)        /* queued to one connection */
 #define GROW_STEP 64               /* buckets moved per insert while growing */
 #define CONN_MAX 4096
+#define HANDSHAKE_MS 2000          /* a connection's Hello (and proof) within this */
+#define HANDSHAKE_MAX 128          /* connections yet to prove themselves, at most */
 #define PENDING_MS 10000           /* a holder's "being stored" stands this long */
 
 struct mconn;
@@ -81,6 +83,9 @@ struct mconn {
 	bool hello;
 	bool authed;          /* proved the secret (or there is none) */
 	uint32_t features;    /* agreed in its Hello */
+	bool hs_wait;         /* on the master's list of those yet to prove themselves */
+	struct mconn *hs_next, *hs_prev;
+	uint64_t hs_deadline;
 	uint8_t nonce[PEER_NONCE_SIZE];
 	int node;             /* slot, or -1 */
 };
@@ -96,6 +101,9 @@ struct master {
 	struct mnode nodes[MAX_NODES];
 	struct dir dir;
 	uint64_t joins, drops, refused;
+	struct mconn *hs_head, *hs_tail; /* oldest first */
+	unsigned n_hs;
+	uint64_t hs_timeouts, hs_logged_ms;
 };
 
 /* ---- directory ---- */
@@ -284,13 +292,20 @@ void master_export(const struct master *m, master_export_fn fn, void *u)
 	fn(u, "joins", NULL, true, m->joins);
 	fn(u, "drops", NULL, true, m->drops);
 	fn(u, "refused_connections", NULL, true, m->refused);
+	fn(u, "handshake_timeouts", NULL, true, m->hs_timeouts);
 }
+
+static void conn_close(struct mconn *c, const char *why);
 
 static void ttl_check(struct loop_source *s, void *u)
 {
 	struct master *m = u;
 	uint64_t now = loop_now_ms(m->loop);
 
+	while (m->hs_head && now >= m->hs_head->hs_deadline) {
+		m->hs_timeouts++;
+		conn_close(m->hs_head, NULL);
+	}
 	for (int i = 0; i < MAX_NODES; i++)
 		if (m->nodes[i].used &&
 		    now - m->nodes[i].last_ms > (uint64_t) m->cfg.client_ttl_s * 1000)
@@ -300,10 +315,30 @@ static void ttl_check(struct loop_source *s, void *u)
 
 /* ---- connections ---- */
 
+/* c proved itself (or is going): off the handshake list. */
+static void hs_done(struct mconn *c)
+{
+	struct master *m = c->m;
+
+	if (!c->hs_wait)
+		return;
+	c->hs_wait = false;
+	if (c->hs_prev)
+		c->hs_prev->hs_next = c->hs_next;
+	else
+		m->hs_head = c->hs_next;
+	if (c->hs_next)
+		c->hs_next->hs_prev = c->hs_prev;
+	else
+		m->hs_tail = c->hs_prev;
+	m->n_hs--;
+}
+
 static void conn_close(struct mconn *c, const char *why)
 {
 	struct master *m = c->m;
 
+	hs_done(c);
 	if (c->node >= 0) {
 		struct mnode *n = &m->nodes[c->node];
 
@@ -655,6 +690,8 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 	default:
 		r = -EPROTO; /* a type only a master sends */
 	}
+	if (c->authed)
+		hs_done(c);
 out:
 	protobuf_c_message_free_unpacked(msg, NULL);
 	return r;
@@ -699,6 +736,17 @@ static struct mconn *adopt(struct master *m, int cfd)
 {
 	struct mconn *c;
 
+	if (m->n_hs >= HANDSHAKE_MAX) {
+		/* a flood of connections that say nothing: the oldest goes,
+		 * so a node, whose Hello comes at once, still gets in */
+		m->hs_timeouts++;
+		if (loop_now_ms(m->loop) >= m->hs_logged_ms + 10000) {
+			m->hs_logged_ms = loop_now_ms(m->loop);
+			log_warn("%u connections have not said Hello: closing the oldest of them",
+				 m->n_hs);
+		}
+		conn_close(m->hs_head, NULL);
+	}
 	if (m->n_conns >= CONN_MAX || !(c = calloc(1, sizeof(*c)))) {
 		close(cfd);
 		return NULL;
@@ -717,6 +765,15 @@ static struct mconn *adopt(struct master *m, int cfd)
 		c->next->prev = c;
 	m->conns = c;
 	m->n_conns++;
+	c->hs_wait = true;
+	c->hs_deadline = loop_now_ms(m->loop) + HANDSHAKE_MS;
+	c->hs_prev = m->hs_tail;
+	if (m->hs_tail)
+		m->hs_tail->hs_next = c;
+	else
+		m->hs_head = c;
+	m->hs_tail = c;
+	m->n_hs++;
 	return c;
 }
 

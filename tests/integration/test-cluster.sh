@@ -550,7 +550,7 @@ sick-holder)
 silent-peers)
 	# 1500 connections to A's peer port that never say Hello: A closes
 	# each after 2 s, and past 128 of them the oldest at once, so B (whose
-	# Hello comes at once) still fetches from A
+	# Hello comes at once) still fetches from A; so does the master
 	start_master 0 --client_ttl 60
 	start_node A
 	start_node B
@@ -558,12 +558,13 @@ silent-peers)
 	ctl A put k "$dir/v"
 	until_ok ctl B exists k
 	port=$(ctl B cluster | awk '$1 == "A" { sub(/.*:/, "", $2); print $2 }')
-	python3 - "$port" "$dir/flood" <<'PY' &
+	flood() { # flood PORT FILE N: N silent connections, their count into FILE
+		python3 - "$1" "$2" "$3" <<'PY' &
 import os, resource, socket, sys, time
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
 conns = []
-for _ in range(1500):
+for _ in range(int(sys.argv[3])):
     try:
         conns.append(socket.create_connection(("127.0.0.1", int(sys.argv[1]))))
     except OSError:
@@ -571,12 +572,18 @@ for _ in range(1500):
 open(sys.argv[2], "w").write("%d\n" % len(conns))
 time.sleep(30)
 PY
-	flood=$!
-	until_ok test -s "$dir/flood"
-	ctl B get k "$dir/got" || { kill "$flood"; fail "B could not fetch from A under the flood"; }
-	cmp -s "$dir/got" "$dir/v" || { kill "$flood"; fail "wrong bytes"; }
-	[ "$(stat_of A peer_handshake_timeouts)" -ge 1000 ] || { kill "$flood"; fail "not counted"; }
-	kill "$flood"
+		pids="$pids $!"
+		until_ok test -s "$2"
+	}
+	flood "$port" "$dir/flood-a" 1500
+	ctl B get k "$dir/got" || fail "B could not fetch from A under the flood"
+	cmp -s "$dir/got" "$dir/v" || fail "wrong bytes"
+	[ "$(stat_of A peer_handshake_timeouts)" -ge 1000 ] || fail "not counted"
+	# the same on the master's port (4096 connections at most): a new
+	# node still joins
+	flood "$master_port" "$dir/flood-m" 4500
+	start_node C
+	until_ok member C C up # the master's answer to its Join
 	;;
 corrupt-in-flight)
 	start_master 0

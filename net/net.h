@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #define NET_HOST_MAX 256
 
@@ -24,6 +25,19 @@ int net_addr_parse(const char *s, uint16_t default_port, struct net_addr *ret);
 void net_addr_format(const struct net_addr *a, char *buf, size_t len);
 /* True when a is a loopback address (127.0.0.0/8, ::1, "localhost"). */
 bool net_addr_is_loopback(const struct net_addr *a);
+
+/* An address resolved (the first getaddrinfo() gives). */
+struct net_sockaddr {
+	struct sockaddr_storage ss;
+	socklen_t len;
+};
+
+/* a's address: with numeric_only, only from a numeric host (never a name
+ * lookup: -EAGAIN for a name), else by getaddrinfo(), which may wait for
+ * DNS for seconds: never on a loop thread. */
+int net_resolve(const struct net_addr *a, bool numeric_only, struct net_sockaddr *ret);
+/* net_connect_start() to an address resolved already. */
+int net_connect_sa(const struct net_sockaddr *sa, int *ret_fd);
 
 /* A non-blocking listening socket (SO_REUSEADDR, close-on-exec). */
 int net_listen(const struct net_addr *a, int *ret_fd);

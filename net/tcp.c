@@ -143,29 +143,53 @@ int net_local_port(int fd, uint16_t *ret)
 	return 0;
 }
 
-int net_connect_start(const struct net_addr *a, int *ret_fd)
+int net_resolve(const struct net_addr *a, bool numeric_only, struct net_sockaddr *ret)
 {
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = numeric_only ? AI_NUMERICHOST : 0 };
 	struct addrinfo *ai;
-	int r, fd;
+	char port[8];
+	int r;
 
-	r = resolve(a, false, &ai);
-	if (r < 0)
-		return r;
-	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		r = -errno;
+	snprintf(port, sizeof(port), "%u", a->port);
+	r = getaddrinfo(a->host[0] ? a->host : NULL, port, &hints, &ai);
+	if (r == EAI_NONAME && numeric_only)
+		return -EAGAIN;
+	if (r == EAI_SYSTEM)
+		return -errno;
+	if (r != 0)
+		return -EHOSTUNREACH;
+	if (ai->ai_addrlen > sizeof(ret->ss)) {
 		freeaddrinfo(ai);
-		return r;
+		return -EAFNOSUPPORT;
 	}
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+	memcpy(&ret->ss, ai->ai_addr, ai->ai_addrlen);
+	ret->len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+int net_connect_sa(const struct net_sockaddr *sa, int *ret_fd)
+{
+	int fd = socket(sa->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), r;
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *) &sa->ss, sa->len) < 0 && errno != EINPROGRESS) {
 		r = -errno;
-		freeaddrinfo(ai);
 		close(fd);
 		return r;
 	}
-	freeaddrinfo(ai);
 	*ret_fd = fd;
 	return 0;
+}
+
+int net_connect_start(const struct net_addr *a, int *ret_fd)
+{
+	struct net_sockaddr sa;
+	int r = net_resolve(a, false, &sa);
+
+	return r < 0 ? r : net_connect_sa(&sa, ret_fd);
 }
 
 int net_connect_result(int fd)

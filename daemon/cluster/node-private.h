@@ -38,10 +38,17 @@ struct upd_hdr {
 	uint64_t len;
 } __attribute__((packed));
 
+struct resolve_req;
+
 struct link {
 	struct node *n;
 	unsigned index;
 	struct net_addr addr;
+	/* a master given by name: resolved on a thread of its own (DNS may
+	 * keep getaddrinfo() for seconds), the last answer kept */
+	struct resolve_req *rq;
+	struct net_sockaddr sa;
+	bool have_sa;
 	char name[NET_HOST_MAX + 8];
 	enum link_state state;
 	struct pconn pc;

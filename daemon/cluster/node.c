@@ -13,6 +13,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -262,12 +263,93 @@ static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 	loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
 }
 
+/* A name lookup under way on a thread of its own, which frees it when the
+ * link has let go of it too (a lookup can outlive the node). */
+struct resolve_req {
+	struct net_addr addr;
+	struct net_sockaddr sa;
+	int res;
+	int refs;  /* atomic: the thread's and the link's */
+	bool done; /* atomic */
+};
+
+static void resolve_put(struct resolve_req *q)
+{
+	if (__atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(q);
+}
+
+static void *resolve_main(void *arg)
+{
+	struct resolve_req *q = arg;
+
+	loop_helper_thread("resolve", true);
+	q->res = net_resolve(&q->addr, false, &q->sa);
+	__atomic_store_n(&q->done, true, __ATOMIC_RELEASE);
+	resolve_put(q);
+	return NULL;
+}
+
+/* Ask for k's master's address anew, unless a lookup is under way. */
+static void resolve_start(struct link *k)
+{
+	struct resolve_req *q;
+	pthread_attr_t at;
+	pthread_t t;
+
+	if (k->rq)
+		return;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return;
+	q->addr = k->addr;
+	q->refs = 2;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &at, resolve_main, q) != 0) {
+		free(q);
+		q = NULL;
+	}
+	pthread_attr_destroy(&at);
+	k->rq = q;
+}
+
+/* k's master's address into *sa: a numeric one as it is; a name's from
+ * the last lookup (a new one starts each time, for the next connect), or
+ * -EINPROGRESS while the first is under way, or its error. */
+static int link_address(struct link *k, struct net_sockaddr *sa)
+{
+	int r = net_resolve(&k->addr, true, sa);
+
+	if (r != -EAGAIN)
+		return r;
+	if (k->rq && __atomic_load_n(&k->rq->done, __ATOMIC_ACQUIRE)) {
+		r = k->rq->res;
+		if (r == 0) {
+			k->sa = k->rq->sa;
+			k->have_sa = true;
+		}
+		resolve_put(k->rq);
+		k->rq = NULL;
+		if (r < 0 && !k->have_sa)
+			return r;
+	}
+	resolve_start(k); /* the answer after this one */
+	if (!k->have_sa)
+		return -EINPROGRESS;
+	*sa = k->sa;
+	return 0;
+}
+
 static void link_connect(struct link *k)
 {
-	int fd, r = net_connect_start(&k->addr, &fd);
+	struct net_sockaddr sa;
+	int fd, r = link_address(k, &sa);
 
+	if (r == 0)
+		r = net_connect_sa(&sa, &fd);
 	if (r < 0) {
-		link_down(k, strerror(-r));
+		link_down(k, r == -EINPROGRESS ? "looking its name up" : strerror(-r));
 		return;
 	}
 	pconn_init(&k->pc, fd, LINK_MAX_OUT);
@@ -992,6 +1074,8 @@ void node_teardown(struct node *n)
 		free(k->q);
 		if (k->members)
 			kvc__peer__members__free_unpacked(k->members, NULL);
+		if (k->rq)
+			resolve_put(k->rq); /* a lookup still under way frees it */
 	}
 	loop_source_free(n->listen_src);
 	loop_source_free(n->poller);

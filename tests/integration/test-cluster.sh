@@ -669,6 +669,41 @@ two-hosts | rdma-two-hosts)
 	[ "$got" = 1 ] || fail "a miss after the holder died exited $got"
 	until_ok not_member B A
 	;;
+master-by-name)
+	# --master by host name: looked up off the loop.  In a namespace whose
+	# DNS server never answers (each lookup waits 2 s), the node's local
+	# clients are answered at once meanwhile; and a name that resolves
+	# (localhost) joins
+	start_master 0
+	start_node A --master "localhost:$master_port"
+	until_ok member A A up
+	ns=kvct-dns-$$
+	command -v ip >/dev/null && ip netns add "$ns" 2>/dev/null || {
+		echo "cannot make network namespaces here (root and iproute2 needed)"; exit 77; }
+	trap 'ip netns del "$ns" 2>/dev/null; ip link del "kvdb$$" 2>/dev/null; rm -rf "/etc/netns/$ns"; cleanup' EXIT
+	ip -n "$ns" link set lo up
+	ip link add "kvda$$" type veth peer name "kvdb$$"
+	ip link set "kvda$$" netns "$ns"
+	ip -n "$ns" addr add 10.234.0.1/24 dev "kvda$$"
+	ip -n "$ns" link set "kvda$$" up
+	ip link set "kvdb$$" up # nobody answers 10.234.0.2 behind it
+	mkdir -p "/etc/netns/$ns"
+	printf 'nameserver 10.234.0.2\noptions timeout:1 attempts:2\n' >"/etc/netns/$ns/resolv.conf"
+	ip netns exec "$ns" "$KVCACHED" --socket "$dir/S.sock" --dram-size 16MB --hugepages off \
+		--master "kvcache-master.invalid:50051" --listen 127.0.0.1:0 --node-id S \
+		2>"$dir/S.log" &
+	pids="$pids $!"
+	until_ok ctl S status
+	printf 'v' >"$dir/one"
+	for i in 1 2 3 4 5 6 7 8 9 10; do
+		timeout 1 "$KVCACHECTL" -s "$dir/S.sock" put "k$i" "$dir/one" ||
+			fail "put $i waited for a name lookup"
+		timeout 1 "$KVCACHECTL" -s "$dir/S.sock" get "k$i" - >/dev/null ||
+			fail "get $i waited for a name lookup"
+		sleep 0.3
+	done
+	grep -q "master kvcache-master.invalid:50051" "$dir/S.log" || fail "no word of the master"
+	;;
 secret)
 	# with --cluster-secret-file every connection proves the secret: the
 	# right one joins and fetches, a wrong one and none are refused

@@ -125,13 +125,20 @@ def _tensor_from(buf: Any, length: int) -> Any:
     tdtype = getattr(torch, _TENSOR_DTYPES[dtype], None)
     if tdtype is None:
         return None  # a dtype this torch does not have
+    # checked here rather than left to torch to refuse: its C++ exceptions
+    # are best not relied on (they abort under a preloaded sanitizer)
+    size = torch.empty((), dtype=tdtype).element_size()
+    numel = 1
+    for d in shape[:ndim]:
+        if d < 0:
+            return None
+        numel *= d
+    if (length - _TENSOR_META.size) != numel * size:
+        return None
     raw = torch.frombuffer(buf, dtype=torch.uint8, count=length - _TENSOR_META.size,
                            offset=_TENSOR_META.size)
-    try:
-        t = raw.view(tdtype)
-        return t.reshape(shape[:ndim]) if ndim else t.reshape(())
-    except RuntimeError:
-        return None
+    t = raw.view(tdtype)
+    return t.reshape(shape[:ndim]) if ndim else t.reshape(())
 
 
 def _tp_key(key: str, rank: int) -> str:
@@ -688,10 +695,9 @@ class MooncakeDistributedStore:
         out = [0] * len(keys)
         ks, ts, owner = [], [], []
         for i, (k, t) in enumerate(zip(keys, tensors)):
-            try:
-                chunks = t.chunk(tp_size, split_dim)
-            except (AttributeError, RuntimeError, IndexError, TypeError):
-                chunks = ()
+            dim = getattr(t, "dim", None)
+            ok = callable(dim) and tp_size > 0 and -dim() <= split_dim < dim()
+            chunks = t.chunk(tp_size, split_dim) if ok else ()
             if len(chunks) != tp_size:
                 out[i] = INVALID_PARAMS
                 continue

@@ -276,31 +276,41 @@ def test_lookup_waits_for_a_store_in_flight(daemon):
     b.shutdown()
 
 
+def prefill_then_decode_lookup(prefill_sock, decode_sock):
+    """PD as vLLM's proxy runs it: the prefill engine answers its request
+    (request_finished; the store is only queued), the decode engine looks
+    the prompt up at once, and its lookup is still waiting when the
+    prefill's next step stores the blocks; then it finds all four.  The
+    two engines, to go on with."""
+    import threading
+    import time
+
+    a = vh.Engine(vh.config(prefill_sock))
+    a.add_request("p", prompt(95), 1)
+    while "p" not in a.finished:
+        a.step()
+    assert a.stat("save_blocks") == 0
+    b = vh.Engine(vh.config(decode_sock))
+    req = vh.Request("d", prompt(95), 2, vh.block_hasher(16))
+    answer = []
+    t = threading.Thread(target=lambda: answer.append(
+        b.connector.get_num_new_matched_tokens(req, 0)))
+    t.start()
+    time.sleep(0.3)
+    assert not answer
+    a.run()  # the next step stores the blocks
+    t.join(10)
+    assert answer == [(64, True)]
+    return a, b
+
+
 def test_decode_lookup_before_the_prefill_stores(daemon):
     """PD through the pool, as vLLM's proxy runs it: the prefill answers
     (request_finished), the proxy sends the prompt to the decode at once,
     and the decode's lookup comes before the prefill's workers have even
     begun storing.  The prefill's connector announced the blocks when the
     request finished: the lookup waits for them and finds all four."""
-    import threading
-    import time
-
-    a = vh.Engine(vh.config(daemon))
-    a.add_request("p", prompt(95), 1)
-    while "p" not in a.finished:
-        a.step()  # the prefill answers; its store is only queued
-    assert a.stat("save_blocks") == 0
-    b = vh.Engine(vh.config(daemon))
-    req = vh.Request("d", prompt(95), 2, vh.block_hasher(16))
-    answer = []
-    t = threading.Thread(target=lambda: answer.append(
-        b.connector.get_num_new_matched_tokens(req, 0)))
-    t.start()
-    time.sleep(0.2)
-    assert not answer
-    a.run()  # the next step stores the blocks
-    t.join(10)
-    assert answer == [(64, True)]
+    a, b = prefill_then_decode_lookup(daemon, daemon)
     assert a.stat("save_blocks") == 4
     a.shutdown()
     b.shutdown()
@@ -354,25 +364,7 @@ def test_decode_on_another_node_waits_for_the_prefill(two_nodes):
     stored anything; A told the directory of the announced blocks, so B's
     lookup waits for them (instead of a miss and a recompute), and the
     decode's load fetches them from A, byte for byte."""
-    import threading
-    import time
-
-    a = vh.Engine(vh.config(two_nodes[0]))
-    a.add_request("p", prompt(95), 1)
-    while "p" not in a.finished:
-        a.step()
-    assert a.stat("save_blocks") == 0
-    b = vh.Engine(vh.config(two_nodes[1]))
-    req = vh.Request("d", prompt(95), 2, vh.block_hasher(16))
-    answer = []
-    t = threading.Thread(target=lambda: answer.append(
-        b.connector.get_num_new_matched_tokens(req, 0)))
-    t.start()
-    time.sleep(0.3)
-    assert not answer
-    a.run()
-    t.join(10)
-    assert answer == [(64, True)]
+    a, b = prefill_then_decode_lookup(*two_nodes)
     b.run_one("d2", prompt(95), 2)  # every byte of its KV as computed
     assert b.stat("load_blocks") == 4
     a.shutdown()

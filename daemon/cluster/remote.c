@@ -101,6 +101,13 @@ struct xfer {
 		unsigned busy;
 	} pbusy[PEER_BUSY_MAX];
 	unsigned per_peer;
+	/* when each holder last answered a fetch (under lock; the oldest
+	 * entry goes for a new holder): a fetch queued behind one that keeps
+	 * sending is not out of time (fetch_deadline()) */
+	struct {
+		char addr[PEER_MAX_ID + 1];
+		uint64_t ms;
+	} moved[PEER_BUSY_MAX];
 	int bell;
 	struct loop_source *bell_src;
 	bool corrupt; /* tests: flip the first byte of what is served */
@@ -121,6 +128,7 @@ struct rfetch {
 	struct peer_stat *probe; /* a sick holder this fetch may ask (the one probe) */
 	uint8_t *dst;
 	bool via_rdma;           /* the bytes came by RDMA */
+	bool expired;            /* out of time before it was asked for */
 	bool summed;             /* sum: the checksum they were checked against */
 	uint64_t sum;
 	struct xjob job;
@@ -356,6 +364,56 @@ static int recv_full(int fd, void *buf, size_t len, uint64_t deadline)
  */
 #define CHUNK (256u << 10)
 
+/*
+ * How long a value's bytes may take once they move: silence, not size,
+ * ends a transfer.  Each chunk must move within --remote-timeout-ms of the
+ * one before (idle_ms), and the whole within the deadline the transfer
+ * began under plus a millisecond per KB (cap: 1 MB/s on average), so a 64
+ * MiB value crosses a slow, lossy link (14 MB/s) whole, and a stalled one
+ * ends a timeout after its last byte.  What comes before the bytes (the
+ * connection, the request, the answer's frame) is bounded by the deadline
+ * itself.
+ */
+struct pace {
+	uint64_t idle_ms;
+	uint64_t cap; /* mono_ms() */
+};
+
+static struct pace pace_of(uint64_t idle_ms, uint64_t deadline, uint64_t len)
+{
+	uint64_t now = mono_ms();
+
+	return (struct pace) { .idle_ms = idle_ms,
+			       .cap = (deadline > now ? deadline : now) + len / 1000 };
+}
+
+/* The deadline of the next chunk. */
+static uint64_t pace_next(const struct pace *p)
+{
+	uint64_t d = mono_ms() + p->idle_ms;
+
+	return d < p->cap ? d : p->cap;
+}
+
+/* One-sided transfers show no progress until they end: they go in steps
+ * of this, each bounded like a chunk. */
+#define RDMA_STEP (8u << 20)
+
+/* An RDMA read (get) or write of len bytes in steps, paced: 0 or -errno. */
+static int rdma_paced(struct node *n, bool get, const char *peer, uint32_t rid, uint64_t roff,
+		      uint32_t lid, uint64_t loff, uint64_t len, const struct pace *pace)
+{
+	int r = 0;
+
+	for (uint64_t off = 0; r == 0 && off < len; off += RDMA_STEP) {
+		uint64_t k = len - off < RDMA_STEP ? len - off : RDMA_STEP;
+
+		r = get ? rdma_get(n->rdma, peer, rid, roff + off, lid, loff + off, k, pace_next(pace))
+			: rdma_put(n->rdma, peer, rid, roff + off, lid, loff + off, k, pace_next(pace));
+	}
+	return r;
+}
+
 /* The checksum of len bytes at p, in one pass (the RDMA paths, which
  * cannot hash as the kernel copies). */
 static int sum_of(const uint8_t *p, uint64_t len, uint64_t *ret_sum)
@@ -370,7 +428,7 @@ static int sum_of(const uint8_t *p, uint64_t len, uint64_t *ret_sum)
 	return 0;
 }
 
-static int recv_checked(int fd, uint8_t *dst, uint64_t len, uint64_t deadline,
+static int recv_checked(int fd, uint8_t *dst, uint64_t len, const struct pace *pace,
 			uint64_t *ret_sum)
 {
 	struct csum *h = csum_new();
@@ -381,12 +439,12 @@ static int recv_checked(int fd, uint8_t *dst, uint64_t len, uint64_t deadline,
 	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
 		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
 
-		r = recv_full(fd, dst + off, n, deadline);
+		r = recv_full(fd, dst + off, n, pace_next(pace));
 		if (r == 0)
 			csum_update(h, dst + off, n);
 	}
 	if (r == 0)
-		r = recv_full(fd, tail, sizeof(tail), deadline);
+		r = recv_full(fd, tail, sizeof(tail), pace_next(pace));
 	if (r == 0) {
 		memcpy(&want, tail, sizeof(want));
 		if (csum_digest(h) != le64toh(want))
@@ -400,7 +458,7 @@ static int recv_checked(int fd, uint8_t *dst, uint64_t len, uint64_t deadline,
 
 /* known: the checksum of src, taken before (nothing to hash); else the
  * one computed goes to *ret_sum. */
-static int send_checked(int fd, const uint8_t *src, uint64_t len, uint64_t deadline,
+static int send_checked(int fd, const uint8_t *src, uint64_t len, const struct pace *pace,
 			bool corrupt, const uint64_t *known, uint64_t *ret_sum)
 {
 	struct csum *h = known ? NULL : csum_new();
@@ -414,11 +472,11 @@ static int send_checked(int fd, const uint8_t *src, uint64_t len, uint64_t deadl
 			/* tests: the first byte arrives flipped */
 			uint8_t first = src[0] ^ 0xff;
 
-			r = send_full(fd, &first, 1, deadline);
+			r = send_full(fd, &first, 1, pace_next(pace));
 			if (r == 0 && n > 1)
-				r = send_full(fd, src + 1, n - 1, deadline);
+				r = send_full(fd, src + 1, n - 1, pace_next(pace));
 		} else
-			r = send_full(fd, src + off, n, deadline);
+			r = send_full(fd, src + off, n, pace_next(pace));
 		/* after the send: the kernel's copy brought the chunk into
 		 * cache, where hashing it costs a fifth of reading it cold
 		 * (values that were put long ago are in no cache) */
@@ -430,7 +488,7 @@ static int send_checked(int fd, const uint8_t *src, uint64_t len, uint64_t deadl
 		if (!known)
 			*ret_sum = sum;
 		sum = htole64(sum);
-		r = send_full(fd, &sum, sizeof(sum), deadline);
+		r = send_full(fd, &sum, sizeof(sum), pace_next(pace));
 	}
 	csum_free(h);
 	return r;
@@ -650,7 +708,8 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	struct object *o = rf->o;
 	Kvc__Peer__FetchDone done = KVC__PEER__FETCH_DONE__INIT;
 	uint64_t loff = (uint64_t) (rf->dst - (uint8_t *) n->st->tiers[0].seg.base);
-	int r = rdma_get(n->rdma, address, resp->region, resp->offset, 0, loff, o->len, deadline);
+	struct pace pace = pace_of(n->timeout_ms, deadline, o->len);
+	int r = rdma_paced(n, true, address, resp->region, resp->offset, 0, loff, o->len, &pace);
 
 	if (r == 0)
 		r = sum_of(rf->dst, o->len, &rf->sum);
@@ -659,7 +718,7 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	done.error = r;
 	/* a read that succeeded stands even if this does not go out: the
 	 * holder lets the view go when the connection drops */
-	send_msg(fd, PEER_FETCH_DONE, &done.base, deadline);
+	send_msg(fd, PEER_FETCH_DONE, &done.base, mono_ms() + n->timeout_ms);
 	if (r == -ECONNRESET || r == -ETIMEDOUT || r == -EINVAL) {
 		/* the endpoint is gone or the place was wrong: the next
 		 * connection shakes hands afresh; this one is not kept */
@@ -723,8 +782,11 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 		}
 	} else if (resp->rdma)
 		r = fetch_rdma(rf, fd, resp, address, deadline);
-	else
-		r = recv_checked(fd, rf->dst, o->len, deadline, &rf->sum);
+	else {
+		struct pace pace = pace_of(rf->n->timeout_ms, deadline, o->len);
+
+		r = recv_checked(fd, rf->dst, o->len, &pace, &rf->sum);
+	}
 	if (r == 0)
 		rf->summed = true;
 	protobuf_c_message_free_unpacked(m, NULL);
@@ -752,11 +814,9 @@ static void fetch_result(struct xjob *j)
 		j->res = -ENOENT;
 }
 
-/* rf from its holders in turn, from the one at first on. */
-static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t timeout_ms, unsigned first)
+/* rf from its holders in turn, from the one at first on, by deadline. */
+static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t deadline, unsigned first)
 {
-	uint64_t deadline = mono_ms() + timeout_ms;
-
 	j->res = -ENOENT;
 	for (unsigned i = first; i < rf->n_addr; i++) {
 		rf->tried = i;
@@ -782,7 +842,61 @@ static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t timeout_ms, un
  */
 #define PIPE_MAX 16
 
-static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t timeout_ms)
+/* When the holder at address last answered a fetch here (0: not lately).
+ * Under x->lock. */
+static uint64_t *moved_at(struct xfer *x, const char *address)
+{
+	unsigned oldest = 0;
+
+	for (unsigned i = 0; i < PEER_BUSY_MAX; i++) {
+		if (!strcmp(x->moved[i].addr, address))
+			return &x->moved[i].ms;
+		if (x->moved[i].ms < x->moved[oldest].ms)
+			oldest = i;
+	}
+	snprintf(x->moved[oldest].addr, sizeof(x->moved[oldest].addr), "%s", address);
+	x->moved[oldest].ms = 0;
+	return &x->moved[oldest].ms;
+}
+
+/* The holder at address answered: now. */
+static uint64_t note_moved(struct xfer *x, const char *address)
+{
+	uint64_t now = mono_ms();
+
+	pthread_mutex_lock(&x->lock);
+	*moved_at(x, address) = now;
+	pthread_mutex_unlock(&x->lock);
+	return now;
+}
+
+/*
+ * A fetch on its data thread is out of time at its request's deadline
+ * (--remote-timeout-ms from when it was asked for, however long it
+ * waited for a thread), unless its holder answered since: a fetch queued
+ * behind others to a holder that keeps sending has --remote-timeout-ms
+ * from the last answer.  So a batch of any size from a silent holder ends
+ * at its deadline, not one wave of the data threads after another, and a
+ * large batch from a holder that is sending is not cut.
+ */
+static uint64_t fetch_deadline(const struct rfetch *rf, uint64_t moved)
+{
+	uint64_t d = moved + rf->n->timeout_ms;
+
+	return moved && d > rf->deadline ? d : rf->deadline;
+}
+
+/* A fetch out of time before it was asked for: it ends without a word to
+ * its holder (which is not thereby sick: it may be the one ahead that is). */
+static void fetch_expire(struct xfer *x, struct xjob *j)
+{
+	((struct rfetch *) j->owner)->expired = true;
+	j->res = -ETIMEDOUT;
+	handoff_push_wake(&x->done, j, next, x->bell);
+}
+
+/* moved: when the holder last answered (0: not lately). */
+static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t moved)
 {
 	struct xfer *x = n->xfer;
 	char address[PEER_MAX_ID + 1]; /* a copy: each job goes back, and is freed, as it ends */
@@ -793,7 +907,18 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 	bool rd = false, kept;
 	int fd, r = 0;
 
+	uint64_t timeout_ms = n->timeout_ms, now = mono_ms();
+	unsigned live = 0;
+
 	memcpy(address, ((struct rfetch *) jobs[0]->owner)->addr[0], sizeof(address));
+	for (unsigned i = 0; i < k; i++)
+		if (fetch_deadline(jobs[i]->owner, moved) <= now)
+			fetch_expire(x, jobs[i]);
+		else
+			jobs[live++] = jobs[i];
+	k = live;
+	if (!k)
+		return;
 	fd = idle_take(x, address, &rd);
 	for (unsigned i = 0; i < k && r == 0; i++) {
 		Kvc__Peer__Fetch q = fetch_msg(jobs[i]->owner, false);
@@ -818,9 +943,9 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 	kept = fd >= 0;
 	for (int attempt = 0; r == 0 && attempt < 2; attempt++) {
 		if (fd < 0)
-			r = open_conn(n, address, mono_ms() + timeout_ms, &fd, &rd);
+			r = open_conn(n, address, fetch_deadline(jobs[0]->owner, moved), &fd, &rd);
 		if (r == 0)
-			r = send_full(fd, frames, len, mono_ms() + timeout_ms);
+			r = send_full(fd, frames, len, fetch_deadline(jobs[0]->owner, moved));
 		if (r == 0 || !kept || (r != -ECONNRESET && r != -EPIPE))
 			break;
 		close(fd); /* a kept connection that went stale: once more */
@@ -835,8 +960,11 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 			struct rfetch *rf = j->owner;
 
 			rf->tried = 0;
-			r = fetch_answer(rf, fd, done + 1, false, address, mono_ms() + timeout_ms);
+			r = fetch_answer(rf, fd, done + 1, false, address,
+					 fetch_deadline(rf, moved));
 			j->res = r;
+			if (r == 0 || r == -ENOENT || r == -EIO)
+				moved = note_moved(x, address);
 			if (r == -ENOENT || r == -EIO) {
 				again[n_again++] = j; /* its other holders, if any */
 				r = 0;
@@ -867,13 +995,13 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 		struct rfetch *rf = again[i]->owner;
 
 		if (rf->n_addr > 1)
-			run_fetch(rf, again[i], timeout_ms, 1);
+			run_fetch(rf, again[i], mono_ms() + timeout_ms, 1);
 		else
 			fetch_result(again[i]); /* -ENOENT or -EIO, as the holder said */
 		handoff_push_wake(&x->done, again[i], next, x->bell);
 	}
 	for (; done < k; done++) { /* the connection broke: each on its own */
-		run_fetch(jobs[done]->owner, jobs[done], timeout_ms, 0);
+		run_fetch(jobs[done]->owner, jobs[done], mono_ms() + timeout_ms, 0);
 		handoff_push_wake(&x->done, jobs[done], next, x->bell);
 	}
 }
@@ -971,9 +1099,12 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 				r = -EIO; /* the asker got nothing: not served */
 			protobuf_c_message_free_unpacked(m, NULL);
 		}
-	} else if (r == 0)
-		r = send_checked(ps->pc.fd, ps->bytes, ps->len, deadline, corrupt,
+	} else if (r == 0) {
+		struct pace pace = pace_of(timeout_ms, deadline, ps->len);
+
+		r = send_checked(ps->pc.fd, ps->bytes, ps->len, &pace, corrupt,
 				 ps->known ? &ps->known_sum : NULL, &ps->digest);
+	}
 	if (r == 0 && !ps->known)
 		ps->digested = true;
 	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
@@ -986,11 +1117,12 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, uint64_t deadline,
 		     bool corrupt)
 {
+	struct pace pace = pace_of(p->n->timeout_ms, deadline, p->len);
 	uint64_t sum;
 	int r;
 
-	r = rdma_put(p->n->rdma, p->addr, rep->region, rep->offset, p->segment, p->offset, p->len,
-		     deadline);
+	r = rdma_paced(p->n, false, p->addr, rep->region, rep->offset, p->segment, p->offset,
+		       p->len, &pace);
 	if (r < 0) {
 		/* the connection cannot say "never mind": it is not kept */
 		rdma_peer_drop(p->n->rdma, p->addr);
@@ -1000,7 +1132,7 @@ static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, u
 		return r;
 	sum = htole64((p->known ? p->known_sum : p->digest) ^ (corrupt ? 1 : 0));
 	p->via_rdma = true;
-	return send_full(fd, &sum, sizeof(sum), deadline);
+	return send_full(fd, &sum, sizeof(sum), mono_ms() + p->n->timeout_ms);
 }
 
 /* The target's PushDone: 0, -EEXIST or -ENOENT (it did not keep the copy;
@@ -1029,9 +1161,12 @@ static int push_eager(struct rpush *p, int fd, uint64_t deadline, bool corrupt)
 	q.len = p->len;
 	q.eager = true;
 	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
-	if (r == 0)
-		r = send_checked(fd, p->bytes, p->len, deadline, corrupt,
+	if (r == 0) {
+		struct pace pace = pace_of(p->n->timeout_ms, deadline, p->len);
+
+		r = send_checked(fd, p->bytes, p->len, &pace, corrupt,
 				 p->known ? &p->known_sum : NULL, &p->digest);
+	}
 	if (r == 0 && !p->known)
 		p->digested = true;
 	return r;
@@ -1050,7 +1185,7 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	if (p->eager && !rdma) {
 		/* the bytes at once; the answer says whether they were kept */
 		r = push_eager(p, fd, deadline, corrupt);
-		return r < 0 ? r : push_done(fd, buf, sizeof(buf), deadline);
+		return r < 0 ? r : push_done(fd, buf, sizeof(buf), mono_ms() + p->n->timeout_ms);
 	}
 	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
 	q.len = p->len;
@@ -1070,13 +1205,16 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 		r = -EPROTO;
 	else if (rep->rdma)
 		r = push_rdma(p, fd, rep, deadline, corrupt);
-	else
-		r = send_checked(fd, p->bytes, p->len, deadline, corrupt, p->known ? &p->known_sum : NULL,
-				 &p->digest);
+	else {
+		struct pace pace = pace_of(p->n->timeout_ms, deadline, p->len);
+
+		r = send_checked(fd, p->bytes, p->len, &pace, corrupt,
+				 p->known ? &p->known_sum : NULL, &p->digest);
+	}
 	if (r == 0 && !p->known)
 		p->digested = true;
 	protobuf_c_message_free_unpacked(m, NULL);
-	return r < 0 ? r : push_done(fd, buf, sizeof(buf), deadline);
+	return r < 0 ? r : push_done(fd, buf, sizeof(buf), mono_ms() + p->n->timeout_ms);
 }
 
 static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool corrupt)
@@ -1177,7 +1315,7 @@ static int take_in(struct pserve *ps, uint8_t *to, size_t n, uint64_t deadline)
 
 /* An eager push's len bytes and checksum: into dst, checked, or (dst
  * NULL: refused) read past. */
-static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, uint64_t deadline,
+static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, const struct pace *pace,
 		      uint64_t *ret_sum)
 {
 	struct csum *h = dst ? csum_new() : NULL;
@@ -1189,12 +1327,12 @@ static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, uint64_t de
 		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
 		uint8_t *to = dst ? dst + off : scratch;
 
-		r = take_in(ps, to, n, deadline);
+		r = take_in(ps, to, n, pace_next(pace));
 		if (r == 0 && h)
 			csum_update(h, to, n);
 	}
 	if (r == 0)
-		r = take_in(ps, tail, sizeof(tail), deadline);
+		r = take_in(ps, tail, sizeof(tail), pace_next(pace));
 	if (r == 0 && h) {
 		memcpy(&want, tail, sizeof(want));
 		if (csum_digest(h) != le64toh(want))
@@ -1211,6 +1349,7 @@ static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, uint64_t de
 static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 {
 	uint64_t deadline = mono_ms() + timeout_ms;
+	struct pace pace = pace_of(timeout_ms, deadline, ps->len);
 	struct object *o = ps->push_o;
 	int r = set_blocking(ps->pc.fd, true);
 
@@ -1219,12 +1358,12 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 		r = send_queued(ps, deadline);
 	if (r == 0 && ps->eager) {
 		r = recv_eager(ps, o ? (uint8_t *) o->tier->seg.base + o->block->offset : NULL,
-			       ps->len, deadline, &ps->digest);
+			       ps->len, &pace, &ps->digest);
 	} else if (r == 0 && ps->want_rdma) {
 		/* the pusher wrote the bytes: its checksum says it is done */
 		uint64_t want;
 
-		r = recv_full(ps->pc.fd, &want, sizeof(want), deadline);
+		r = recv_full(ps->pc.fd, &want, sizeof(want), pace.cap);
 		if (r == 0)
 			r = sum_of((uint8_t *) o->tier->seg.base + o->block->offset, o->len,
 				   &ps->digest);
@@ -1232,7 +1371,7 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 			r = -EBADMSG;
 	} else if (r == 0)
 		r = recv_checked(ps->pc.fd, (uint8_t *) o->tier->seg.base + o->block->offset, o->len,
-				 deadline, &ps->digest);
+				 &pace, &ps->digest);
 	if (r == 0 && o)
 		ps->digested = true;
 	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
@@ -1374,6 +1513,7 @@ static void *data_main(void *arg)
 		bool stopping = __atomic_load_n(&x->stop, __ATOMIC_ACQUIRE);
 		struct xjob *in, *j, *run[PIPE_MAX];
 		unsigned k = 1, *busy = NULL;
+		uint64_t moved = 0;
 		bool more, head = false, any;
 
 		pthread_mutex_lock(&x->lock);
@@ -1394,6 +1534,8 @@ static void *data_main(void *arg)
 			run[0] = j;
 		if (busy)
 			(*busy)++;
+		if (j && j->kind == J_FETCH)
+			moved = *moved_at(x, ((struct rfetch *) j->owner)->addr[0]);
 		more = x->q[qi].head != NULL;
 		any = more;
 		pthread_mutex_unlock(&x->lock);
@@ -1408,13 +1550,19 @@ static void *data_main(void *arg)
 		if (more) /* the next job for another thread of this queue */
 			handoff_bell_ring(&x->q[qi].wake);
 		if (j->kind == J_FETCH && k > 1)
-			run_fetches(n, run, k, n->timeout_ms); /* each handed back as it ended */
+			run_fetches(n, run, k, moved); /* each handed back as it ended */
+		else if (j->kind == J_FETCH && fetch_deadline(j->owner, moved) <= mono_ms())
+			fetch_expire(x, j);
 		else if (j->kind == J_PUSH && k > 1)
 			run_pushes(n, run, k, n->timeout_ms, x->corrupt);
 		else {
-			if (j->kind == J_FETCH)
-				run_fetch(j->owner, j, n->timeout_ms, 0);
-			else if (j->kind == J_SEND)
+			if (j->kind == J_FETCH) {
+				struct rfetch *rf = j->owner;
+
+				run_fetch(rf, j, fetch_deadline(rf, moved), 0);
+				if (j->res == 0 || j->res == -ENOENT)
+					note_moved(x, rf->addr[rf->tried]);
+			} else if (j->kind == J_SEND)
 				run_send(j->owner, j, n->timeout_ms, x->corrupt);
 			else if (j->kind == J_PUSH)
 				run_push(j->owner, j, n->timeout_ms, x->corrupt);
@@ -1497,7 +1645,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 
 	rf_unlink(n, rf);
 	rf_unprobe(rf);
-	if (rf->n_addr && rf->transferring) {
+	if (rf->n_addr && rf->transferring && !rf->expired) {
 		struct peer_stat *ps = node_peer_stat(n, rf->addr[rf->tried]);
 
 		if (ps && res == 0) {
@@ -1593,7 +1741,6 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 		if (node_lookup(node_owner(n, o->key, o->key_len), o->key, o->key_len, &rf->seq) < 0)
 			return -ENOENT;
 	}
-	rf->deadline = loop_now_ms(n->loop) + n->timeout_ms;
 	rf->prev = NULL;
 	rf->next = n->rfetches;
 	if (rf->next)
@@ -1668,9 +1815,10 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	f->far = true;
 	rf->n = n;
 	rf->o = o;
+	/* from the request: lookup, a place, a thread and the answer all count */
+	rf->deadline = loop_now_ms(n->loop) + n->timeout_ms;
 	if (n->n_rfetches >= MAX_RFETCHES || n->backlog) {
 		/* in the order asked, each bounded like a lookup */
-		rf->deadline = loop_now_ms(n->loop) + n->timeout_ms;
 		if (n->backlog_tail)
 			n->backlog_tail->next = rf;
 		else
@@ -2516,8 +2664,10 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		if (o && o->len <= LOOP_RECV_MAX && ioctl(ps->pc.fd, FIONREAD, &ready) == 0 &&
 		    ps->pc.in_len - ps->pc.in_off + (size_t) ready >= o->len + 8) {
 			/* small, and all here: taken in at once, by the loop */
+			struct pace now = { .idle_ms = 1000, .cap = mono_ms() + 1000 };
+
 			r = recv_eager(ps, (uint8_t *) t->seg.base + o->block->offset, o->len,
-				       mono_ms() + 1000, &ps->digest);
+				       &now, &ps->digest);
 			ps->digested = r == 0;
 			return push_finish(ps, r);
 		}

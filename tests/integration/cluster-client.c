@@ -22,9 +22,16 @@
  * whose put through A is in progress (reserved, or announced) wait for it:
  * found once it commits, missed once it is aborted or when B's
  * --lookup-wait-ms passes first (put_in_flight()).
+ *
+ * cluster-client B_SOCKET B_SOCKET get-many-stalled: with the holder of
+ * put-many's keys stopped, 1024 of them asked for from B at once (four
+ * clients, 256 each, asynchronously): none is read, and every one ends;
+ * prints how long the last took (the test holds it to B's
+ * --remote-timeout-ms).
  */
 #include <errno.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +140,63 @@ static int put_batched(struct kvc_client *a)
  * must come (the whole value, 1 byte), none may be a miss.  With exists,
  * asynchronous exists instead: more than B asks the directory at a time;
  * every key must be found. */
+/* Milliseconds on the monotonic clock. */
+static long long mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int get_many_stalled(const char *b_sock)
+{
+	static char names[1024][32];
+	struct kvc_client *c[4];
+	struct kvc_buffer buf[4];
+	struct kvc_completion done[256];
+	long long t0, last = 0;
+	int read = 0, ended = 0;
+
+	for (int k = 0; k < 4; k++) {
+		CHECK_EQ(kvc_connect(b_sock, &c[k]), 0);
+		CHECK_EQ(kvc_buffer_alloc(c[k], 4096, &buf[k]), 0);
+	}
+	t0 = mono_ms();
+	for (int k = 0; k < 4; k++) {
+		struct kvc_op ops[256];
+
+		for (int i = 0; i < 256; i++) {
+			snprintf(names[k * 256 + i], sizeof(names[0]), "many/%d", k * 256 + i);
+			ops[i] = (struct kvc_op) { .opcode = KVC_OP_GET_INTO, .key = names[k * 256 + i],
+						   .buf = &buf[k], .offset = (uint64_t) i, .len = 1,
+						   .user_data = (uint64_t) (k * 256 + i) };
+		}
+		CHECK_EQ(kvc_submit(c[k], ops, 256), 256);
+	}
+	for (int k = 0; k < 4; k++)
+		for (int left = 256; left > 0;) {
+			int r = kvc_wait(c[k], done, 1, 256, 60000);
+
+			CHECK(r > 0);
+			for (int j = 0; j < r; j++) {
+				read += done[j].res == 1;
+				ended++;
+			}
+			left -= r;
+			if (mono_ms() - t0 > last)
+				last = mono_ms() - t0;
+		}
+	for (int k = 0; k < 4; k++) {
+		CHECK_EQ(kvc_buffer_free(c[k], &buf[k]), 0);
+		kvc_disconnect(c[k]);
+	}
+	printf("%d of 1024 ended, %d read, the last after %lld ms\n", ended, read, last);
+	CHECK_EQ(ended, 1024);
+	CHECK_EQ(read, 0);
+	return 0;
+}
+
 static int get_many_async(const char *b_sock, bool exists)
 {
 	static char names[MANY][32];
@@ -480,6 +544,7 @@ int main(int argc, char **argv)
 			: strcmp(argv[3], "put-batched") == 0 ? put_batched(a)
 			: strcmp(argv[3], "get-many-async") == 0 ? get_many_async(argv[2], false)
 			: strcmp(argv[3], "exists-many-async") == 0 ? get_many_async(argv[2], true)
+			: strcmp(argv[3], "get-many-stalled") == 0 ? get_many_stalled(argv[2])
 			: strcmp(argv[3], "find-many") == 0 ? find_many(b)
 			: strcmp(argv[3], "push-many") == 0 ? push_many(a, b)
 			: strcmp(argv[3], "push-apis") == 0 ? push_apis(a, b, false)

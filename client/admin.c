@@ -534,6 +534,8 @@ int64_t kvc_remove_prefix(struct kvc_client *c, const char *prefix, uint32_t fla
 
 	if (!c || len > KVC_KEY_MAX || (flags & ~KVC_REMOVE_FORCE))
 		return -EINVAL;
+	if (__atomic_load_n(&c->get_flags, __ATOMIC_RELAXED) & KVC_LOCAL_ONLY)
+		flags |= WIRE_REMOVE_LOCAL;
 	q.op = KVC__OP__OP_REMOVE_PREFIX;
 	q.body_case = KVC__REQUEST__BODY_REMOVE;
 	q.remove = &rq;

@@ -109,6 +109,16 @@ static int keys_ok(const ProtobufCBinaryData *keys, size_t n)
 	return 0;
 }
 
+/* A Remove or Drop: keys, or a prefix (no NUL), or all; at a version. */
+static int removal_ok(const ProtobufCBinaryData *keys, size_t n, const ProtobufCBinaryData *prefix,
+		      bool all, uint64_t version)
+{
+	if (prefix->len > PEER_MAX_KEY || (prefix->len && memchr(prefix->data, 0, prefix->len)) ||
+	    (n && (prefix->len || all)) || !version)
+		return -EINVAL;
+	return keys_ok(keys, n);
+}
+
 static int check(uint8_t type, const ProtobufCMessage *m)
 {
 	switch (type) {
@@ -168,6 +178,16 @@ static int check(uint8_t type, const ProtobufCMessage *m)
 	case PEER_LOOKUP:
 		return keys_ok(((const Kvc__Peer__Lookup *) m)->keys,
 			       ((const Kvc__Peer__Lookup *) m)->n_keys);
+	case PEER_REMOVE: {
+		const Kvc__Peer__Remove *x = (const void *) m;
+
+		return removal_ok(x->keys, x->n_keys, &x->prefix, x->all, x->version);
+	}
+	case PEER_DROP: {
+		const Kvc__Peer__Drop *x = (const void *) m;
+
+		return removal_ok(x->keys, x->n_keys, &x->prefix, x->all, x->version);
+	}
 	case PEER_LOOKUP_RESP: {
 		const Kvc__Peer__LookupResp *x = (const void *) m;
 
@@ -236,6 +256,8 @@ static const ProtobufCMessageDescriptor *descriptor(uint8_t type)
 	case PEER_PUSH_DONE: return &kvc__peer__push_reply__descriptor;
 	case PEER_FETCH_DONE: return &kvc__peer__fetch_done__descriptor;
 	case PEER_RDMA_INFO: return &kvc__peer__rdma_info__descriptor;
+	case PEER_REMOVE: return &kvc__peer__remove__descriptor;
+	case PEER_DROP: return &kvc__peer__drop__descriptor;
 	}
 	return NULL;
 }

@@ -17,7 +17,7 @@
 
 #define PEER_MAGIC 0x504bu /* "KP" */
 #define PEER_MAJOR 1
-#define PEER_MINOR 1
+#define PEER_MINOR 2
 #define PEER_HDR_SIZE 16u
 #define PEER_MAX_PAYLOAD (4u << 20)  /* one control frame */
 #define PEER_MAX_KEY 511u
@@ -46,7 +46,9 @@ enum peer_type {
 	PEER_PUSH_DONE = 15, /* PushReply: stored (or not) */
 	PEER_FETCH_DONE = 16, /* FetchDone: an object read by RDMA may go */
 	PEER_RDMA_INFO = 17, /* RdmaInfo: after authentication, with PEER_FEAT_RDMA */
-	PEER_TYPE_MAX = 17,
+	PEER_REMOVE = 18,    /* node to master, no answer (PEER_FEAT_VERSIONS) */
+	PEER_DROP = 19,      /* master to node, no answer (PEER_FEAT_VERSIONS) */
+	PEER_TYPE_MAX = 19,
 };
 
 enum peer_role {
@@ -65,7 +67,8 @@ enum peer_state {
 #define PEER_FEAT_RDMA (1u << 1)  /* one-sided reads of the pool (UCX) */
 #define PEER_FEAT_EAGER_PUSH (1u << 2) /* Push.eager (Join/Member only) */
 #define PEER_FEAT_PENDING (1u << 3) /* Entry.pending, Location.pending (Hello/HelloAck) */
-#define PEER_FEAT_KNOWN (PEER_FEAT_TCP | PEER_FEAT_RDMA | PEER_FEAT_PENDING)
+#define PEER_FEAT_VERSIONS (1u << 4) /* Entry/FetchResp/Push.version, Remove, Drop (Hello/HelloAck) */
+#define PEER_FEAT_KNOWN (PEER_FEAT_TCP | PEER_FEAT_RDMA | PEER_FEAT_PENDING | PEER_FEAT_VERSIONS)
 #define PEER_EAGER_PUSH_MAX (4u << 20)
 #define PEER_MAX_REGIONS 8u
 #define PEER_MAX_RDMA_BLOB 4096u  /* a worker address or a packed rkey */

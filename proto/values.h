@@ -31,7 +31,8 @@ enum wire_key_state {
 
 enum wire_remove_flags {
 	WIRE_REMOVE_FORCE = 1u << 0, /* a lease does not refuse it; a view does */
-	WIRE_REMOVE_KNOWN = WIRE_REMOVE_FORCE,
+	WIRE_REMOVE_LOCAL = 1u << 1, /* this node's copies alone (not the cluster's) */
+	WIRE_REMOVE_KNOWN = WIRE_REMOVE_FORCE | WIRE_REMOVE_LOCAL,
 };
 
 enum wire_evict_flags {

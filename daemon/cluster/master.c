@@ -32,6 +32,8 @@
 #define HANDSHAKE_MS 2000          /* a connection's Hello (and proof) within this */
 #define HANDSHAKE_MAX 128          /* connections yet to prove themselves, at most */
 #define PENDING_MS 10000           /* a holder's "being stored" stands this long */
+#define TOMB_MS 30000              /* a removal refuses older copies this long */
+#define PREFIX_TOMBS 32            /* removals by prefix remembered at once */
 
 struct mconn;
 
@@ -60,6 +62,9 @@ struct dentry {
 	struct dentry *next;
 	uint64_t hash;
 	uint64_t len;
+	uint64_t ver;         /* its last removal's or replacement's version (0: none) */
+	uint64_t tomb_until;  /* removed at ver: older copies are refused until then */
+	struct dentry *tprev, *tnext; /* on the master's list of removals, oldest first */
 	uint64_t pend_until;  /* its pending holders stand until then */
 	uint32_t n;
 	struct ref h[MAX_HOLDERS];
@@ -104,6 +109,15 @@ struct master {
 	struct mconn *hs_head, *hs_tail; /* oldest first */
 	unsigned n_hs;
 	uint64_t hs_timeouts, hs_logged_ms;
+	struct dentry *tomb_head, *tomb_tail;
+	/* removals by prefix (all: an empty one), kept TOMB_MS */
+	struct {
+		uint8_t prefix[PEER_MAX_KEY];
+		uint32_t len;
+		uint64_t ver, until;
+	} ptomb[PREFIX_TOMBS];
+	unsigned ptomb_next;
+	uint64_t removals, drops_sent, stale_refused;
 };
 
 /* ---- directory ---- */
@@ -194,10 +208,14 @@ static struct dentry *dir_add(struct dir *d, const void *key, size_t len)
 	return e;
 }
 
-static void dir_del(struct dir *d, struct dentry *e)
+static void tomb_unlink(struct master *m, struct dentry *e);
+
+static void dir_del(struct master *m, struct dentry *e)
 {
+	struct dir *d = &m->dir;
 	struct dentry **pp = dir_slot(d, e->key, e->key_len, e->hash);
 
+	tomb_unlink(m, e);
 	if (*pp == e) {
 		*pp = e->next;
 		d->n--;
@@ -235,6 +253,155 @@ static bool prune(struct master *m, struct dentry *e)
 			e->h[k++] = e->h[i];
 	e->n = k;
 	return k > 0;
+}
+
+/* ---- removals ---- */
+
+static bool tombed(const struct dentry *e)
+{
+	return e->tprev || e->tnext || e->tomb_until;
+}
+
+static void tomb_unlink(struct master *m, struct dentry *e)
+{
+	if (!e->tomb_until)
+		return;
+	if (e->tprev)
+		e->tprev->tnext = e->tnext;
+	else
+		m->tomb_head = e->tnext;
+	if (e->tnext)
+		e->tnext->tprev = e->tprev;
+	else
+		m->tomb_tail = e->tprev;
+	e->tprev = e->tnext = NULL;
+	e->tomb_until = 0;
+}
+
+/* e was removed at ver: older copies are refused for TOMB_MS (a fetch
+ * under way when the removal came publishes its copy later). */
+static void tomb_set(struct master *m, struct dentry *e, uint64_t ver)
+{
+	tomb_unlink(m, e);
+	e->ver = ver;
+	e->tomb_until = loop_now_ms(m->loop) + TOMB_MS;
+	e->tprev = m->tomb_tail;
+	if (m->tomb_tail)
+		m->tomb_tail->tnext = e;
+	else
+		m->tomb_head = e;
+	m->tomb_tail = e;
+}
+
+/* The version key was removed at by a removal by prefix that stands (0:
+ * none). */
+static uint64_t prefix_tomb(const struct master *m, const void *key, size_t len)
+{
+	uint64_t now = loop_now_ms(m->loop), ver = 0;
+
+	for (unsigned i = 0; i < PREFIX_TOMBS; i++)
+		if (m->ptomb[i].until > now && m->ptomb[i].len <= len &&
+		    !memcmp(m->ptomb[i].prefix, key, m->ptomb[i].len) && m->ptomb[i].ver > ver)
+			ver = m->ptomb[i].ver;
+	return ver;
+}
+
+/* Is a copy of e's key at version ver older than a removal?  (0: unknown,
+ * taken as current unless a removal stands.) */
+static bool removed_since(const struct master *m, const struct dentry *e, uint64_t ver)
+{
+	uint64_t p = prefix_tomb(m, e->key, e->key_len);
+
+	if (p && (!ver || ver <= p))
+		return true;
+	if (e->tomb_until > loop_now_ms(m->loop))
+		return !ver || ver <= e->ver;
+	return false;
+}
+
+/* Tell the node on c to drop its copies of key older than ver. */
+static void send_drop(struct mconn *c, const void *key, size_t len, uint64_t ver)
+{
+	Kvc__Peer__Drop d = KVC__PEER__DROP__INIT;
+	ProtobufCBinaryData k = { .len = len, .data = (uint8_t *) key };
+
+	if (!c || !(c->features & PEER_FEAT_VERSIONS))
+		return;
+	d.keys = &k;
+	d.n_keys = 1;
+	d.version = ver;
+	if (pconn_send(&c->pc, PEER_DROP, 0, &d.base) == 0)
+		c->m->drops_sent++;
+}
+
+/* Every holder of e but the one in slot `keep` (-1: none) drops its copy
+ * older than ver and leaves e; holders still storing it stay. */
+static void drop_holders(struct master *m, struct dentry *e, uint64_t ver, int keep)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < e->n; i++) {
+		struct ref r = e->h[i];
+
+		if ((r.gen & REF_PENDING) || (int) r.slot == keep) {
+			e->h[k++] = r;
+			continue;
+		}
+		if (ref_live(m, r) && m->nodes[r.slot].conn)
+			send_drop(m->nodes[r.slot].conn, e->key, e->key_len, ver);
+	}
+	e->n = k;
+}
+
+/* Removals whose time is up: an entry with no holder left goes. */
+static void tombs_expire(struct master *m, uint64_t now)
+{
+	while (m->tomb_head && m->tomb_head->tomb_until <= now) {
+		struct dentry *e = m->tomb_head;
+
+		tomb_unlink(m, e);
+		if (!prune(m, e))
+			dir_del(m, e);
+	}
+}
+
+static void on_remove(struct mconn *c, const Kvc__Peer__Remove *x)
+{
+	struct master *m = c->m;
+
+	m->removals++;
+	for (size_t i = 0; i < x->n_keys; i++) {
+		struct dentry *e = dir_add(&m->dir, x->keys[i].data, x->keys[i].len);
+
+		if (!e)
+			return;
+		if (e->ver > x->version && e->n)
+			continue; /* a newer copy is published: the removal is older */
+		drop_holders(m, e, x->version, -1);
+		tomb_set(m, e, x->version);
+	}
+	if (x->n_keys)
+		return;
+	{
+		unsigned t = m->ptomb_next++ % PREFIX_TOMBS;
+		size_t len = x->all ? 0 : x->prefix.len;
+		Kvc__Peer__Drop d = KVC__PEER__DROP__INIT;
+
+		if (len)
+			memcpy(m->ptomb[t].prefix, x->prefix.data, len);
+		m->ptomb[t].len = (uint32_t) len;
+		m->ptomb[t].ver = x->version;
+		m->ptomb[t].until = loop_now_ms(m->loop) + TOMB_MS;
+		d.prefix = (ProtobufCBinaryData) { .len = len, .data = x->prefix.data };
+		d.all = x->all;
+		d.version = x->version;
+		/* every node walks its own objects; the entries go as they
+		 * withdraw, and lookups meanwhile skip those removed */
+		for (struct mconn *o = m->conns; o; o = o->next)
+			if (o != c && o->node >= 0 && (o->features & PEER_FEAT_VERSIONS) &&
+			    pconn_send(&o->pc, PEER_DROP, 0, &d.base) == 0)
+				m->drops_sent++;
+	}
 }
 
 /* ---- nodes ---- */
@@ -293,6 +460,9 @@ void master_export(const struct master *m, master_export_fn fn, void *u)
 	fn(u, "drops", NULL, true, m->drops);
 	fn(u, "refused_connections", NULL, true, m->refused);
 	fn(u, "handshake_timeouts", NULL, true, m->hs_timeouts);
+	fn(u, "removals", NULL, true, m->removals);
+	fn(u, "drops_sent", NULL, true, m->drops_sent);
+	fn(u, "stale_copies_refused", NULL, true, m->stale_refused);
 }
 
 static void conn_close(struct mconn *c, const char *why);
@@ -306,6 +476,7 @@ static void ttl_check(struct loop_source *s, void *u)
 		m->hs_timeouts++;
 		conn_close(m->hs_head, NULL);
 	}
+	tombs_expire(m, now);
 	for (int i = 0; i < MAX_NODES; i++)
 		if (m->nodes[i].used &&
 		    now - m->nodes[i].last_ms > (uint64_t) m->cfg.client_ttl_s * 1000)
@@ -488,6 +659,24 @@ static void on_publish(struct mconn *c, const Kvc__Peer__Publish *p)
 
 		if (!e)
 			return;
+		if (!x->pending && (c->features & PEER_FEAT_VERSIONS)) {
+			if (removed_since(m, e, x->version) || (x->version && x->version < e->ver)) {
+				/* a copy older than a removal or than the copies
+				 * published: it goes, and is never listed */
+				m->stale_refused++;
+				send_drop(c, e->key, e->key_len,
+					  e->ver > x->version ? e->ver : x->version + 1);
+				if (!e->n && !tombed(e))
+					dir_del(m, e);
+				continue;
+			}
+			if (x->replaced && x->version > e->ver) {
+				/* the key was replaced: the older copies go */
+				drop_holders(m, e, x->version, c->node);
+				tomb_unlink(m, e);
+				e->ver = x->version;
+			}
+		}
 		if (x->pending) {
 			/* being stored there: lookups wait for it a while (a
 			 * holder it names already keeps the bytes it holds) */
@@ -526,8 +715,8 @@ static void on_withdraw(struct mconn *c, const Kvc__Peer__Withdraw *w)
 				e->h[k] = e->h[--e->n];
 				break;
 			}
-		if (!prune(m, e))
-			dir_del(&m->dir, e);
+		if (!prune(m, e) && !tombed(e))
+			dir_del(m, e);
 	}
 }
 
@@ -554,9 +743,12 @@ static int on_lookup(struct mconn *c, uint32_t seq, const Kvc__Peer__Lookup *q)
 		if (!e)
 			continue;
 		if (!prune(m, e)) {
-			dir_del(&m->dir, e);
+			if (!tombed(e))
+				dir_del(m, e);
 			continue;
 		}
+		if (e->ver && prefix_tomb(m, e->key, e->key_len) >= e->ver)
+			continue; /* removed by prefix: its holders are dropping it */
 		kvc__peer__location__init(l);
 		l->key = q->keys[i];
 		l->len = e->len;
@@ -683,6 +875,9 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 		break;
 	case PEER_WITHDRAW:
 		on_withdraw(c, (const void *) msg);
+		break;
+	case PEER_REMOVE:
+		on_remove(c, (const void *) msg);
 		break;
 	case PEER_LOOKUP:
 		r = on_lookup(c, h->seq, (const void *) msg);

@@ -30,13 +30,23 @@ enum link_state { L_DOWN, L_CONNECTING, L_HELLO, L_JOINING, L_UP };
 
 /* A queued directory update: op, len, key_len, key bytes. */
 /* kinds of directory update */
-enum { UPD_WITHDRAW, UPD_PUBLISH, UPD_PENDING };
+enum { UPD_WITHDRAW, UPD_PUBLISH, UPD_PENDING, UPD_REPLACE };
 
 struct upd_hdr {
 	uint8_t publish; /* UPD_* */
 	uint16_t key_len;
 	uint64_t len;
+	uint64_t ver;
 } __attribute__((packed));
+
+/* A removal by prefix (empty: all) from a master, walked through this
+ * node's objects a slice a turn (node.c drops_some()). */
+#define MAX_DROP_WALKS 8
+struct drop_walk {
+	char prefix[PEER_MAX_KEY];
+	size_t len;
+	uint64_t ver, cursor;
+};
 
 struct resolve_req;
 
@@ -147,10 +157,15 @@ struct node {
 		uint64_t master_drops; /* links to a master that went down */
 		uint64_t directory_overflows; /* updates that found a link's queue full */
 		uint64_t rdma_fallbacks; /* RDMA peers whose handshake or endpoint failed: tcp */
+		uint64_t removals_sent;  /* clients' removals told to the masters */
+		uint64_t removals_unsent; /* ... that found no master to tell */
+		uint64_t copies_dropped; /* copies a master said were older than a removal or put */
 		/* object bytes by transport: fetched or pushed here (in), served
 		 * or pushed from here (out) */
 		uint64_t tcp_bytes_in, tcp_bytes_out, rdma_bytes_in, rdma_bytes_out;
 	} c;
+	struct drop_walk drops[MAX_DROP_WALKS];
+	unsigned n_drops;
 	struct peer_stat peer_stats[MAX_PEER_STATS];
 	unsigned n_peer_stats;
 	char stat_name[PEER_MAX_ID + 32];

@@ -95,6 +95,9 @@ static int send_heartbeat(struct link *k)
 	return pconn_send(&k->pc, PEER_HEARTBEAT, ++k->seq, &hb.base);
 }
 
+static void on_drop(struct node *n, const Kvc__Peer__Drop *d);
+static bool drops_some(struct node *n);
+
 static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *payload)
 {
 	struct node *n = k->n;
@@ -175,6 +178,13 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 		k->heard_ms = loop_now_ms(n->loop);
 		return 0; /* kept */
 	}
+	case PEER_DROP:
+		if (!(k->features & PEER_FEAT_VERSIONS)) {
+			r = -EPROTO;
+			break;
+		}
+		on_drop(n, (const void *) m);
+		break;
 	default:
 		r = -EPROTO;
 	}
@@ -371,9 +381,10 @@ struct link *node_owner(struct node *n, const void *key, size_t len)
 
 /* Queue one update for k; false if it does not fit (the queue is full or
  * cannot grow). */
-static bool enqueue(struct link *k, uint8_t publish, const char *key, size_t key_len, uint64_t len)
+static bool enqueue(struct link *k, uint8_t publish, const char *key, size_t key_len, uint64_t len,
+		    uint64_t ver)
 {
-	struct upd_hdr h = { .publish = publish, .key_len = (uint16_t) key_len, .len = len };
+	struct upd_hdr h = { .publish = publish, .key_len = (uint16_t) key_len, .len = len, .ver = ver };
 	size_t need = k->q_len + sizeof(h) + key_len;
 
 	if (need > k->q_max)
@@ -402,9 +413,10 @@ static bool enqueue(struct link *k, uint8_t publish, const char *key, size_t key
  * of keys) starts the re-publish over, so every object held is published
  * again; a lost withdraw leaves a stale entry, one clean miss, as after
  * a dropped link. */
-static void update(struct link *k, uint8_t publish, const char *key, size_t key_len, uint64_t len)
+static void update(struct link *k, uint8_t publish, const char *key, size_t key_len, uint64_t len,
+		   uint64_t ver)
 {
-	if (k->state != L_UP || enqueue(k, publish, key, key_len, len))
+	if (k->state != L_UP || enqueue(k, publish, key, key_len, len, ver))
 		return;
 	k->n->c.directory_overflows++;
 	if (!k->resync)
@@ -458,6 +470,8 @@ static bool flush_queue(struct link *k)
 				ev[i].key.len = h.key_len;
 				ev[i].len = h.len;
 				ev[i].pending = h.publish == UPD_PENDING;
+				ev[i].version = h.ver;
+				ev[i].replaced = h.publish == UPD_REPLACE;
 				ep[i] = &ev[i];
 			} else {
 				wk[w.n_keys].data = k->q + off + sizeof(h);
@@ -507,7 +521,7 @@ static void resync_one(void *u, struct object *o)
 	if (w->full || !(o->flags & OBJ_COMMITTED) ||
 	    node_owner(w->n, o->key, o->key_len) != &w->n->links[w->link])
 		return;
-	if (!enqueue(&w->n->links[w->link], UPD_PUBLISH, o->key, o->key_len, o->len))
+	if (!enqueue(&w->n->links[w->link], UPD_PUBLISH, o->key, o->key_len, o->len, o->ver))
 		w->full = true;
 }
 
@@ -556,6 +570,8 @@ static bool node_poll(void *u)
 			did = resync_some(n, k) || did;
 		did = flush_queue(k) || did;
 	}
+	if (n->n_drops)
+		did = drops_some(n) || did;
 	return did;
 }
 
@@ -608,7 +624,9 @@ static void be_published(void *be, struct object *o)
 {
 	struct node *n = be;
 
-	update(node_owner(n, o->key, o->key_len), UPD_PUBLISH, o->key, o->key_len, o->len);
+	update(node_owner(n, o->key, o->key_len),
+	       (o->flags & OBJ_REPLACED) ? UPD_REPLACE : UPD_PUBLISH, o->key, o->key_len, o->len,
+	       o->ver);
 	presum_add(n, o);
 }
 
@@ -620,7 +638,7 @@ static void be_pending(void *be, const char *key, size_t len, bool on)
 	struct link *k = node_owner(n, key, len);
 
 	if (k->features & PEER_FEAT_PENDING)
-		update(k, on ? UPD_PENDING : UPD_WITHDRAW, key, len, 0);
+		update(k, on ? UPD_PENDING : UPD_WITHDRAW, key, len, 0, 0);
 }
 
 static void be_forget(void *be, struct object *o)
@@ -628,7 +646,103 @@ static void be_forget(void *be, struct object *o)
 	struct node *n = be;
 
 	presum_forget(n, o);
-	update(node_owner(n, o->key, o->key_len), UPD_WITHDRAW, o->key, o->key_len, 0);
+	update(node_owner(n, o->key, o->key_len), UPD_WITHDRAW, o->key, o->key_len, 0, 0);
+}
+
+/* A client removed key here (prefix: every key starting with it): the
+ * masters tell every node holding a copy to drop it.  A master that is not
+ * reachable now does not hear of it (counted). */
+static void be_removed(void *be, const void *key, size_t len, bool prefix)
+{
+	struct node *n = be;
+	Kvc__Peer__Remove rm = KVC__PEER__REMOVE__INIT;
+	ProtobufCBinaryData k = { .len = len, .data = (uint8_t *) key };
+
+	rm.version = store_version_next(n->st);
+	if (prefix) {
+		rm.prefix = k;
+		rm.all = len == 0;
+	} else {
+		rm.keys = &k;
+		rm.n_keys = 1;
+	}
+	for (unsigned i = 0; i < n->n_links; i++) {
+		struct link *l = &n->links[i];
+
+		if (!prefix && l != node_owner(n, key, len))
+			continue;
+		if (l->state != L_UP || !(l->features & PEER_FEAT_VERSIONS) ||
+		    pconn_send(&l->pc, PEER_REMOVE, ++l->seq, &rm.base) < 0) {
+			n->c.removals_unsent++;
+			continue;
+		}
+		n->c.removals_sent++;
+		loop_set_io_events(l->src, EPOLLIN | (pconn_wants_write(&l->pc) ? EPOLLOUT : 0));
+	}
+}
+
+/* A copy here older than ver goes (views on it keep their bytes). */
+static void drop_older(struct node *n, struct object *o, uint64_t ver)
+{
+	if (!(o->flags & OBJ_COMMITTED) || (o->flags & OBJ_DEAD) || o->ver >= ver)
+		return;
+	object_drop(n->st, o);
+	n->c.copies_dropped++;
+}
+
+static void drop_matching(void *u, struct object *o)
+{
+	struct drop_walk *w = ((struct drop_walk **) u)[0];
+	struct node *n = ((struct node **) u)[1];
+
+	if (o->key_len >= w->len && !memcmp(o->key, w->prefix, w->len))
+		drop_older(n, o, w->ver);
+}
+
+/* A slice of each removal by prefix under way; true if any. */
+static bool drops_some(struct node *n)
+{
+	for (unsigned i = 0; i < n->n_drops;) {
+		struct drop_walk *w = &n->drops[i];
+		void *u[2] = { w, n };
+
+		w->cursor = index_walk_some(&n->st->index, w->cursor, 16384, 256, drop_matching, u);
+		if (w->cursor == UINT64_MAX)
+			n->drops[i] = n->drops[--n->n_drops];
+		else
+			i++;
+	}
+	return n->n_drops > 0;
+}
+
+/* A master's Drop: these keys' copies (or those under a prefix) older than
+ * its version go. */
+static void on_drop(struct node *n, const Kvc__Peer__Drop *d)
+{
+	store_version_seen(n->st, d->version);
+	for (size_t i = 0; i < d->n_keys; i++) {
+		const ProtobufCBinaryData *k = &d->keys[i];
+		struct object *o = index_find(&n->st->index, k->data, k->len,
+					      index_hash(k->data, k->len));
+
+		if (o)
+			drop_older(n, o, d->version);
+	}
+	if (d->n_keys)
+		return;
+	if (n->n_drops == MAX_DROP_WALKS) {
+		/* the oldest walk takes the newer prefix's place too: all */
+		n->drops[0].len = 0;
+		n->drops[0].cursor = 0;
+		if (d->version > n->drops[0].ver)
+			n->drops[0].ver = d->version;
+		return;
+	}
+	n->drops[n->n_drops] = (struct drop_walk) { .len = d->all ? 0 : d->prefix.len,
+						    .ver = d->version };
+	if (n->drops[n->n_drops].len)
+		memcpy(n->drops[n->n_drops].prefix, d->prefix.data, n->drops[n->n_drops].len);
+	n->n_drops++;
 }
 
 static const char *state_name(uint32_t s)
@@ -702,6 +816,9 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	struct node *n = be;
 
 	emit(u, "remote_hits", n->c.remote_hits);
+	emit(u, "removals_sent", n->c.removals_sent);
+	emit(u, "removals_unsent", n->c.removals_unsent);
+	emit(u, "copies_dropped", n->c.copies_dropped);
 	emit(u, "remote_misses", n->c.remote_misses);
 	emit(u, "remote_errors", n->c.remote_errors);
 	emit(u, "remote_corrupt", n->c.remote_corrupt);
@@ -768,6 +885,7 @@ static const struct backend_ops remote_ops = {
 	.forget = be_forget,
 	.published = be_published,
 	.pending = be_pending,
+	.removed = be_removed,
 	.locate = remote_locate,
 	.where = remote_where,
 	.holders = remote_holders,

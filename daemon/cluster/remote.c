@@ -129,6 +129,7 @@ struct rfetch {
 	uint8_t *dst;
 	bool via_rdma;           /* the bytes came by RDMA */
 	bool expired;            /* out of time before it was asked for */
+	uint64_t ver;            /* the version of the bytes, as the holder said */
 	bool summed;             /* sum: the checksum they were checked against */
 	uint64_t sum;
 	struct xjob job;
@@ -156,6 +157,7 @@ struct pserve {
 	size_t head_len, sent;
 	uint64_t sum;
 	struct object *obj;      /* the object served, while its view is held */
+	uint64_t ver;            /* its version */
 	bool known;              /* its checksum was known: known_sum, not hashed */
 	uint64_t known_sum;
 	bool digested;           /* a data thread hashed it (or checked it): digest */
@@ -185,6 +187,7 @@ struct rpush {
 	bool known, digested;  /* as in struct pserve */
 	uint64_t known_sum, digest;
 	bool eager;            /* the target takes the bytes without PushReady */
+	uint64_t ver;          /* the object's version */
 	char key[PEER_MAX_KEY + 1];
 	size_t key_len;
 	char addr[PEER_MAX_ID + 1];
@@ -767,6 +770,7 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 	if (r < 0)
 		return r;
 	resp = (Kvc__Peer__FetchResp *) m;
+	rf->ver = resp->version;
 	if (resp->error)
 		r = resp->error == -ENOENT ? -ENOENT : -EIO;
 	else if (resp->rdma && !rdma)
@@ -1030,6 +1034,7 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 	int r;
 
 	resp.len = ps->len;
+	resp.version = ps->ver;
 	r = set_blocking(ps->pc.fd, true);
 	if (r < 0) {
 		j->res = r;
@@ -1160,6 +1165,7 @@ static int push_eager(struct rpush *p, int fd, uint64_t deadline, bool corrupt)
 	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
 	q.len = p->len;
 	q.eager = true;
+	q.version = p->ver;
 	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
 	if (r == 0) {
 		struct pace pace = pace_of(p->n->timeout_ms, deadline, p->len);
@@ -1190,6 +1196,7 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
 	q.len = p->len;
 	q.rdma = rdma;
+	q.version = p->ver;
 	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
 	if (r == 0)
 		r = recv_frame(fd, PEER_PUSH_READY, buf, sizeof(buf), deadline, &m);
@@ -1663,6 +1670,8 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	if (res == 0) {
 		if (rf->summed)
 			object_keep_sum(o, rf->sum);
+		o->ver = rf->ver;
+		store_version_seen(st, rf->ver);
 		object_publish(st, o);
 		n->c.remote_hits++;
 		count_bytes(n, true, rf->via_rdma, o->len);
@@ -2443,6 +2452,7 @@ static int serve_now(struct pserve *ps)
 	}
 	ps->sum = htole64(ps->digest ^ (ps->n->xfer->corrupt ? 1 : 0));
 	resp.len = ps->len;
+	resp.version = ps->ver;
 	r = peer_frame_pack(PEER_FETCH_RESP, ps->seq, &resp.base, &ps->head, &ps->head_len);
 	if (r < 0)
 		return r;
@@ -2506,6 +2516,7 @@ static int ps_serve(struct pserve *ps)
 	ps->segment = e.segment;
 	ps->offset = e.offset;
 	ps->obj = o; /* the view keeps it */
+	ps->ver = o->ver;
 	ps->known = (o->flags & OBJ_SUMMED) != 0;
 	ps->known_sum = o->sum;
 	ps->digested = false;
@@ -2636,6 +2647,8 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		r = -ENOMEM;
 	else {
 		o->len = x->len;
+		o->ver = x->version;
+		store_version_seen(st, x->version);
 		o->tier = t;
 		r = tier_alloc(st, t, o->len, &o->block);
 		if (r == -EAGAIN)
@@ -3043,6 +3056,7 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	p->segment = e.segment;
 	p->offset = e.offset;
 	p->obj = o; /* the view keeps it */
+	p->ver = o->ver;
 	p->known = (o->flags & OBJ_SUMMED) != 0;
 	p->known_sum = o->sum;
 	if (!p->known)

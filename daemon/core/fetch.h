@@ -80,6 +80,9 @@ struct backend_ops {
 	/* a put of key began here or was announced (on), or ended without
 	 * landing (off): lookups elsewhere may wait for it */
 	void (*pending)(void *be, const char *key, size_t len, bool on);
+	/* a client removed key (prefix: every key starting with it; empty:
+	 * all): every other copy goes too */
+	void (*removed)(void *be, const void *key, size_t len, bool prefix);
 	/* the cluster as this node sees it (kvcachectl cluster); -errno */
 	int (*describe)(void *be, struct cluster_view *ret);
 };

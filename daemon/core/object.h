@@ -81,6 +81,7 @@ enum object_flags {
 	OBJ_SUMMING = 1u << 7,   /* one of its views is that checksum being taken */
 	OBJ_IN_FLIGHT = 1u << 8, /* RESERVED, in st->reserving: lookups may wait for it */
 	OBJ_ANNOUNCED = 1u << 9, /* a placeholder in st->announced: a put to come */
+	OBJ_REPLACED = 1u << 10, /* its put replaced the key: older copies elsewhere go */
 };
 
 /*
@@ -124,6 +125,10 @@ struct object {
 	 * objects never change once committed, so a later send need not hash
 	 * them again (object_keep_sum()) */
 	uint64_t sum;
+	/* the version of its bytes (store_version_next() at its put, or the
+	 * one it came with from another node; 0: unknown, as after recovery
+	 * from disk): the cluster keeps the newest copies of a key */
+	uint64_t ver;
 	struct tier *tier;
 	struct shm_block *block;
 	uint64_t lease_until;             /* ms, monotonic; protects while in the future */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "store.h"
 #include "tier.h"
@@ -329,6 +330,9 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 	}
 	if (old)
 		object_drop(st, old); /* views on it keep their bytes until released */
+	o->ver = store_version_next(st);
+	if (replace)
+		o->flags |= OBJ_REPLACED;
 	holder_put(h, i);
 	store_put_landed(st, o); /* before the index takes o->hnext */
 	object_publish(st, o);
@@ -443,12 +447,39 @@ int store_release(struct holder *h, uint64_t handle, char *msg)
 	return give_back(h, handle, SLOT_VIEW, "view", msg);
 }
 
-int store_remove(struct store *st, const void *key, size_t key_len, bool force, char *msg)
+uint64_t store_version_next(struct store *st)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+	st->version = now > st->version ? now : st->version + 1;
+	return st->version;
+}
+
+void store_version_seen(struct store *st, uint64_t v)
+{
+	if (v > st->version)
+		st->version = v;
+}
+
+static void removed_elsewhere(struct store *st, const void *key, size_t len, bool prefix)
+{
+	if (st->remote.ops && st->remote.ops->removed)
+		st->remote.ops->removed(st->remote.be, key, len, prefix);
+}
+
+int store_remove(struct store *st, const void *key, size_t key_len, bool force, bool local,
+		 char *msg)
 {
 	struct object *o = lookup(st, key, key_len);
 
-	if (!o)
+	if (!o) {
+		if (!local)
+			removed_elsewhere(st, key, key_len, false);
 		return -ENOENT;
+	}
 	if (object_readers(o)) {
 		MSG("object is held by %u view(s)", object_readers(o));
 		return -EBUSY;
@@ -459,6 +490,8 @@ int store_remove(struct store *st, const void *key, size_t key_len, bool force, 
 	}
 	object_drop(st, o);
 	st->stats.removes++;
+	if (!local)
+		removed_elsewhere(st, key, key_len, false);
 	return 0;
 }
 
@@ -568,10 +601,15 @@ static void remove_matching(void *u, struct object *o)
 #define REMOVE_OBJECTS_PER_CALL 256
 
 uint64_t store_remove_prefix(struct store *st, const void *prefix, size_t len, bool force,
-			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped)
+			   bool local, uint64_t cursor, uint64_t *ret_removed,
+			   uint64_t *ret_skipped)
 {
 	struct remove_walk w = { .st = st, .prefix = prefix, .prefix_len = len, .force = force };
-	uint64_t next = index_walk_some(&st->index, cursor, REMOVE_BUCKETS_PER_CALL,
+	uint64_t next;
+
+	if (cursor == 0 && !local) /* the first slice: once a removal */
+		removed_elsewhere(st, prefix, len, true);
+	next = index_walk_some(&st->index, cursor, REMOVE_BUCKETS_PER_CALL,
 					REMOVE_OBJECTS_PER_CALL, remove_matching, &w);
 
 	*ret_removed = w.removed;

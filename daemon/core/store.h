@@ -73,6 +73,7 @@ struct store {
 	struct index announced;
 	struct object *announced_head, *announced_tail;
 	struct fetch *woken;   /* their waiters, to run again (store_wake_puts) */
+	uint64_t version;      /* the last version given (store_version_next) */
 	struct stats stats;
 };
 
@@ -136,6 +137,11 @@ void store_put_landed(struct store *st, struct object *o);
  * cluster's lookups stop waiting for it. */
 void store_put_abandoned(struct store *st, struct object *o);
 int store_commit(struct holder *h, uint64_t handle, char *msg);
+/* A version for bytes put now: a hybrid clock, microseconds of the real
+ * time unless a version seen (store_version_seen()) or given is later, then
+ * one more; never the same twice. */
+uint64_t store_version_next(struct store *st);
+void store_version_seen(struct store *st, uint64_t v);
 /* The key of the reservation handle names (-ESTALE: none), into buf
  * (WIRE_MAX_KEY + 1 bytes). */
 int store_reserved_key(struct holder *h, uint64_t handle, char *buf, size_t *ret_len);
@@ -147,14 +153,18 @@ int store_abort(struct holder *h, uint64_t handle, char *msg);
 int store_acquire(struct holder *h, const void *key, size_t key_len, bool local_only,
 		  struct extent *ret, struct fetch **ret_fetch, char *msg);
 int store_release(struct holder *h, uint64_t handle, char *msg);
-/* force: a lease does not refuse it (a view still does). */
-int store_remove(struct store *st, const void *key, size_t key_len, bool force, char *msg);
+/* force: a lease does not refuse it (a view still does).  In a cluster the
+ * removal goes to every node's copies too (found here or not), unless
+ * local. */
+int store_remove(struct store *st, const void *key, size_t key_len, bool force, bool local,
+		 char *msg);
 /* Remove committed objects whose key starts with prefix, in a bounded
  * slice of the index from cursor; returns the next cursor, UINT64_MAX when
  * the walk is done.  Viewed objects, and leased ones without force, are
  * counted in *ret_skipped. */
 uint64_t store_remove_prefix(struct store *st, const void *prefix, size_t len, bool force,
-			   uint64_t cursor, uint64_t *ret_removed, uint64_t *ret_skipped);
+			   bool local, uint64_t cursor, uint64_t *ret_removed,
+			   uint64_t *ret_skipped);
 int store_pin(struct store *st, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
 	    char *msg);
 int store_unpin(struct store *st, const void *key, size_t key_len, char *msg);

@@ -795,7 +795,8 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	case SHM_OP_REMOVE:
 		if (e->arg & ~(uint64_t) WIRE_REMOVE_KNOWN)
 			return -EINVAL;
-		return store_remove(s->sv->st, key, e->key_len, e->arg & WIRE_REMOVE_FORCE, msg);
+		return store_remove(s->sv->st, key, e->key_len, e->arg & WIRE_REMOVE_FORCE,
+				    e->flags & SHM_SQE_LOCAL_ONLY, msg);
 	case SHM_OP_BATCH_EXISTS:
 		return run_keys(ch, e, false, ret_fetch);
 	case SHM_OP_PREFIX_LOOKUP:

@@ -761,7 +761,7 @@ static int op_remove_prefix(struct session *s, const Kvc__RemoveReq *rq, struct 
 		return -ENOMEM;
 	kvc__remove_resp__init(rr);
 	next = store_remove_prefix(s->sv->st, rq->prefix.data, rq->prefix.len,
-				 rq->flags & WIRE_REMOVE_FORCE, rq->cursor,
+				 rq->flags & WIRE_REMOVE_FORCE, rq->flags & WIRE_REMOVE_LOCAL, rq->cursor,
 				 &rr->removed, &rr->skipped);
 	rr->done = next == UINT64_MAX;
 	rr->cursor = rr->done ? 0 : next;
@@ -880,7 +880,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = op_keys(s, q->keys, true, &rep);
 		break;
 	case KVC__OP__OP_REMOVE:
-		r = store_remove(sv->st, q->key->key.data, q->key->key.len, false, rep.msg);
+		r = store_remove(sv->st, q->key->key.data, q->key->key.len, false, false, rep.msg);
 		break;
 	case KVC__OP__OP_STATUS:
 		r = op_status(s, &rep);

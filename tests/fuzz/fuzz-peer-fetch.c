@@ -132,7 +132,7 @@ static void check(const char *key, uint64_t len)
 			(unsigned long long) o->len);
 		abort();
 	}
-	if (store_remove(&st, key, strlen(key), true, msg) < 0)
+	if (store_remove(&st, key, strlen(key), true, false, msg) < 0)
 		abort();
 }
 

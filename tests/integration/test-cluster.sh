@@ -273,7 +273,7 @@ rdma-mixed)
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' --local-only exists vq2"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' --local-only exists vq1"
 	again() { # again NODE KEY: NODE drops its copy of KEY and fetches it back
-		ctl "$1" rm --force "$2" || fail "rm $2 on $1"
+		ctl "$1" --local-only rm --force "$2" || fail "rm $2 on $1"
 		ctl "$1" get "$2" "$dir/$2.$1" && cmp "$dir/$2" "$dir/$2.$1" || fail "$2 on $1"
 	}
 	ctl B get vs "$dir/vs.b" && cmp "$dir/vs" "$dir/vs.b" || fail "vs on B"
@@ -333,7 +333,7 @@ rdma-failures)
 	ctl A put small "$dir/v"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where big | grep -qx A"
 	ctl B get small "$dir/v.b" && cmp "$dir/v" "$dir/v.b" || fail "warm-up get"
-	ctl B rm --force small >/dev/null
+	ctl B --local-only rm --force small >/dev/null
 	# A stops while B reads 128 MiB of it
 	start=$(date +%s)
 	set +e
@@ -348,11 +348,11 @@ rdma-failures)
 	[ $(($(date +%s) - start)) -le 6 ] || fail "the stopped holder held B longer than the timeout"
 	printf 'x' | ctl B put local - || fail "local put on B"
 	# A woke up: B reads from it again (on a new endpoint if it had to)
-	ctl B rm --force big >/dev/null 2>&1 || true
+	ctl B --local-only rm --force big >/dev/null 2>&1 || true
 	until_ok ctl B get small "$dir/v.b"
 	cmp "$dir/v" "$dir/v.b" || fail "after the stop"
 	# A dies in the middle: B's get ends, B goes on
-	ctl B rm --force small >/dev/null
+	ctl B --local-only rm --force small >/dev/null
 	set +e
 	timeout 20 "$KVCACHECTL" -s "$dir/B.sock" get big - >/dev/null 2>"$dir/err" &
 	getter=$!
@@ -387,7 +387,7 @@ busy-heartbeats)
 	count=0
 	while [ "$(date +%s)" -lt "$end" ]; do
 		ctl B get k "$dir/v.b" || fail "remote get $count"
-		ctl B rm --force k >/dev/null || fail "dropping B's replica"
+		ctl B --local-only rm --force k >/dev/null || fail "dropping B's replica"
 		count=$((count + 1))
 	done
 	cmp "$dir/v" "$dir/v.b" || fail "bytes differ"
@@ -474,7 +474,7 @@ remote-get | remote-get-sleeping)
 	# an object served again is not hashed again: its checksum is known,
 	# and the asker still checks the bytes against it
 	[ "$(stat_of A remote_served_summed)" = 0 ] || { ctl A stats >&2; fail "summed at first"; }
-	ctl B rm --force v1m || fail "rm v1m on B"
+	ctl B --local-only rm --force v1m || fail "rm v1m on B"
 	until_ok ctl B get v1m "$dir/v1m.again"
 	cmp "$dir/v1m" "$dir/v1m.again" || fail "v1m served again differs"
 	[ "$(stat_of A remote_served_summed)" = 1 ] || { ctl A stats >&2; fail "hashed again"; }
@@ -611,6 +611,91 @@ slow-link)
 	kill -CONT "$pid_A"
 	[ "$got" = 1 ] || [ "$got" = 4 ] || fail "a get from the stopped A exited $got"
 	;;
+removal)
+	# A removal reaches every node's copy (one put elsewhere, a replica, or
+	# none here); a key put again after it is found with its new bytes
+	# everywhere; by prefix and all the same; --local-only drops this
+	# node's copy alone.  (B's reads lease what they read on A: --force.)
+	start_master 0
+	start_node A
+	start_node B
+	start_node C
+	has() { ctl "$1" --local-only exists "$2" >/dev/null 2>&1; }
+	gone() { ! has "$1" "$2"; }
+	head -c 100000 /dev/urandom >"$dir/v1"
+	head -c 100000 /dev/urandom >"$dir/v2"
+	ctl A put k "$dir/v1"
+	until_ok ctl B get k "$dir/got"
+	has B k || fail "no replica on B"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/C.sock' where k | sort | tr '\n' ' ' | grep -qx 'A B '"
+	ctl A rm --force k || fail "rm on A" # (B's read leased it on A)
+	until_ok gone B k
+	until_ok sh -c "! '$KVCACHECTL' -s '$dir/C.sock' where k"
+	expect 1 "$KVCACHECTL" -s "$dir/C.sock" get k -
+	ctl A put k "$dir/v2"
+	until_ok ctl C get k "$dir/got"
+	cmp -s "$dir/got" "$dir/v2" || fail "C read old bytes after the put again"
+	ctl B get k "$dir/got" && cmp -s "$dir/got" "$dir/v2" || fail "B read old bytes"
+	[ "$(stat_of B copies_dropped)" -ge 1 ] || { ctl B stats >&2; fail "copies_dropped"; }
+	[ "$(stat_of A removals_sent)" = 1 ] || { ctl A stats >&2; fail "removals_sent"; }
+	# removed on a node that never held it: every copy goes
+	ctl A put only-a "$dir/v1"
+	until_ok ctl B exists only-a
+	expect 1 "$KVCACHECTL" -s "$dir/C.sock" --local-only rm only-a
+	ctl C rm --force only-a >/dev/null 2>&1 || true
+	until_ok gone A only-a
+	# by prefix, from a third node
+	for i in 1 2 3; do ctl A put "p/$i" "$dir/v1"; done
+	ctl A put q/1 "$dir/v1"
+	until_ok ctl B get p/1 "$dir/got"
+	until_ok ctl C get p/3 "$dir/got"
+	ctl C rm --force --prefix p/ >/dev/null || fail "rm --prefix on C"
+	for n in A B C; do for i in 1 2 3; do until_ok gone $n "p/$i"; done; done
+	has A q/1 || fail "rm --prefix p/ took q/1"
+	# all, and a node's own copy alone
+	ctl A put z "$dir/v1"
+	until_ok ctl B get z "$dir/got"
+	ctl B --local-only rm --force z || fail "--local-only rm on B"
+	gone B z || fail "B kept z"
+	sleep 0.3
+	has A z || fail "--local-only rm on B removed A's copy"
+	ctl B rm --force --all >/dev/null || fail "rm --all on B"
+	for key in q/1 z k; do until_ok gone A "$key"; until_ok gone C "$key"; done
+	;;
+removal-during-fetch)
+	# B fetches a value through a slow link while A removes it and puts it
+	# again with new bytes: the copy B ends up with (the old bytes, A's
+	# view kept them for the send) is older than the removal, and the
+	# directory has it dropped; B then reads the new bytes
+	start_master 0 --client_ttl 60
+	start_node A --dram-size 64MB --listen 127.0.0.2:0 --advertise 127.0.0.3
+	start_node B --dram-size 64MB --remote-timeout-ms 5000
+	start_node C
+	has() { ctl "$1" --local-only exists "$2" >/dev/null 2>&1; }
+	gone() { ! has "$1" "$2"; }
+	until_ok member B A up
+	port=$(ctl B cluster | awk '$1 == "A" { sub(/.*:/, "", $2); print $2 }')
+	python3 "$(dirname "$0")/slow-link.py" "127.0.0.3:$port" "127.0.0.2:$port" 4000000 \
+		"$dir/relay" 2>"$dir/relay.log" &
+	pids="$pids $!"
+	until_ok test -s "$dir/relay"
+	head -c 8388608 /dev/urandom >"$dir/v1"
+	head -c 8388608 /dev/urandom >"$dir/v2"
+	ctl A put k "$dir/v1"
+	until_ok ctl B exists k
+	ctl B get k "$dir/old" &
+	getter=$!
+	sleep 0.5 # the bytes are on their way (2 s in all)
+	# removed from C: A drops its copy (the send keeps its bytes), then
+	# puts new ones
+	ctl C rm k >/dev/null 2>&1 || true
+	until_ok gone A k
+	ctl A put k "$dir/v2"
+	wait "$getter" || fail "the get under way"
+	cmp -s "$dir/old" "$dir/v1" || fail "the get under way read neither"
+	until_stat B copies_dropped 1
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' get k '$dir/new' && cmp -s '$dir/new' '$dir/v2'"
+;;
 silent-peers)
 	# 1500 connections to A's peer port that never say Hello: A closes
 	# each after 2 s, and past 128 of them the oldest at once, so B (whose
@@ -831,11 +916,11 @@ push-to)
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' where k | tr '\n' ' ' | grep -qx 'A B '"
 	# both know its checksum now (A hashed it as it pushed, B checked it):
 	# either serves it without hashing again
-	ctl B rm --force k || fail "rm k on B"
+	ctl B --local-only rm --force k || fail "rm k on B"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' where k | tr '\n' ' ' | grep -qx 'A '"
 	ctl B get k "$dir/v.again" && cmp "$dir/v" "$dir/v.again" || fail "fetched back differs"
 	[ "$(stat_of A remote_served_summed)" = 1 ] || { ctl A stats >&2; fail "A hashed again"; }
-	ctl A rm --force k || fail "rm k on A"
+	ctl A --local-only rm --force k || fail "rm k on A"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' where k | tr '\n' ' ' | grep -qx 'B '"
 	ctl A get k "$dir/v.back" && cmp "$dir/v" "$dir/v.back" || fail "fetched from B differs"
 	[ "$(stat_of B remote_served_summed)" = 1 ] || { ctl B stats >&2; fail "B hashed again"; }

@@ -68,11 +68,11 @@ static void test_put_semantics(struct holder *a, struct holder *b)
 	CHECK(present("k"));
 	CHECK_EQ(store_acquire(b, "k", 1, false, &v, &f, msg), 0);
 	CHECK_EQ(v.len, 100);
-	CHECK_EQ(store_remove(&st, "k", 1, true, msg), -EBUSY); /* a view, even forced */
+	CHECK_EQ(store_remove(&st, "k", 1, true, false, msg), -EBUSY); /* a view, even forced */
 	CHECK_EQ(store_release(b, v.handle, msg), 0);
 	CHECK_EQ(store_release(b, v.handle, msg), -ESTALE);
-	CHECK_EQ(store_remove(&st, "k", 1, false, msg), 0);
-	CHECK_EQ(store_remove(&st, "k", 1, false, msg), -ENOENT);
+	CHECK_EQ(store_remove(&st, "k", 1, false, false, msg), 0);
+	CHECK_EQ(store_remove(&st, "k", 1, false, false, msg), -ENOENT);
 	CHECK_EQ(store_reserve(a, &pa, &xa, msg), 0);
 	CHECK_EQ(store_abort(a, xa.handle, msg), 0);
 	CHECK_EQ(st.tiers[0].alloc.used, used);       /* nothing leaked */

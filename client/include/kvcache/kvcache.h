@@ -94,7 +94,9 @@ ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap);
 int kvc_exists(struct kvc_client *c, const char *key);
 
 /* 0, -ENOENT, or -EBUSY while a view or a lease (granted by a hit for
- * --default-kv-lease-ttl ms) holds the object. */
+ * --default-kv-lease-ttl ms) holds the object.  In a cluster every other
+ * node's copy goes too, whether this node held one or not (the answer is
+ * this node's), unless the client is set KVC_LOCAL_ONLY. */
 int kvc_remove(struct kvc_client *c, const char *key);
 
 /* Mooncake's remove(key, force=True): a lease does not refuse it; a view
@@ -401,7 +403,9 @@ enum kvc_get_flags {
 	 * a miss, answered at local speed, with no question to a master and
 	 * no transfer.  Applies to kvc_exists, kvc_batch_exists,
 	 * kvc_prefix_lookup, kvc_get, kvc_acquire, the batch gets and
-	 * kvc_get_into, and to async GET_INTO and EXISTS operations. */
+	 * kvc_get_into, and to async GET_INTO and EXISTS operations; and
+	 * kvc_remove, kvc_remove_force and kvc_remove_prefix remove this
+	 * node's copies alone (without it, a removal reaches every node's). */
 	KVC_LOCAL_ONLY = 1u << 0,
 };
 

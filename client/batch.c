@@ -185,20 +185,104 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 	return stored;
 }
 
-int kvc_batch_get(struct kvc_client *c, size_t n, const char *const *keys,
-		  const struct kvc_iovec *const *iov, const size_t *n_iov, ssize_t *ret_results)
+/* The view of keys[j] copied into its pieces, then let go at once (a
+ * batch larger than dram streams through it); 1 copied, 0 not (the
+ * result says why), or -errno when the client is gone. */
+static int copy_out(struct kvc_client *c, const struct shm_cqe *cqe,
+		    const struct kvc_iovec *iov, size_t n_iov, ssize_t *ret)
+{
+	struct shm_sqe rel = {
+		.opcode = SHM_OP_RELEASE,
+		.flags = SHM_SQE_NO_CQE,
+		.user_data = CHAN_NO_TAG,
+		.arg = cqe->handle,
+	};
+	int loaded = 0;
+	int64_t r;
+	void *p;
+
+	if (client_extent_ptr(c, cqe->segment, cqe->offset, cqe->len, &p) < 0)
+		*ret = -EPROTO;
+	else if ((int64_t) cqe->len > iov_sum(iov, n_iov))
+		*ret = -ENOBUFS;
+	else {
+		scatter(p, cqe->len, iov, n_iov);
+		*ret = (ssize_t) cqe->len;
+		loaded = 1;
+	}
+	r = chan_submit(c, &rel, 1);
+	return r < 0 ? (int) r : loaded;
+}
+
+/* Acquire keys[idx[0..m)] at once, copy each out as it comes and let it
+ * go; those refused for room (-ENOSPC: the views of the others held it)
+ * into again[], *n_again.  How many were copied, or -errno. */
+static int get_some(struct kvc_client *c, const size_t *idx, size_t m, const char *const *keys,
+		    const struct kvc_iovec *const *iov, const size_t *n_iov, ssize_t *ret_results,
+		    size_t *again, size_t *n_again)
 {
 	struct shm_sqe e[BATCH_CHUNK];
 	uint32_t tags[BATCH_CHUNK];
-	size_t idx[BATCH_CHUNK];
+	int loaded = 0;
+	int64_t r;
+
+	if (!m || m > BATCH_CHUNK)
+		return m ? -EINVAL : 0;
+	memset(e, 0, m * sizeof(e[0]));
+	for (size_t i = 0; i < m; i++) {
+		r = chan_tag_get(c, TAG_SYNC, true, &tags[i]);
+		if (r < 0) {
+			for (size_t k = 0; k < i; k++)
+				chan_tag_put(&c->chan, tags[k]);
+			return (int) r;
+		}
+		chan_prep_key(&c->chan, tags[i], &e[i], SHM_OP_ACQUIRE, keys[idx[i]], NULL);
+	}
+	r = chan_submit(c, e, (uint32_t) m);
+	if (r < 0)
+		return (int) r;
+	for (size_t i = 0; i < m; i++) {
+		size_t j = idx[i];
+		struct shm_cqe cqe;
+		int x;
+
+		r = chan_wait(c, tags[i]);
+		if (r == -ECONNRESET && c->broken)
+			return (int) r;
+		cqe = c->chan.tags[tags[i]].cqe;
+		chan_tag_put(&c->chan, tags[i]);
+		if (r < 0) {
+			ret_results[j] = r;
+			if (r == -ENOSPC && again)
+				again[(*n_again)++] = j;
+			continue;
+		}
+		x = copy_out(c, &cqe, iov[j], n_iov[j], &ret_results[j]);
+		if (x < 0)
+			return x;
+		loaded += x;
+	}
+	return loaded;
+}
+
+/*
+ * Each chunk's keys are asked for at once and each view is let go as soon
+ * as it is copied.  A batch larger than dram (of objects on disk, say)
+ * finds no room for its later read-backs while its earlier views are held:
+ * those come back -ENOSPC and are asked for again, one at a time, once
+ * the chunk's views are gone, so a batch of any size streams through.
+ */
+int kvc_batch_get(struct kvc_client *c, size_t n, const char *const *keys,
+		  const struct kvc_iovec *const *iov, const size_t *n_iov, ssize_t *ret_results)
+{
+	size_t idx[BATCH_CHUNK], again[BATCH_CHUNK];
 	int loaded = 0;
 
 	if (!c || (n && (!keys || !iov || !n_iov || !ret_results)))
 		return -EINVAL;
 	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
-		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK, m = 0, nr = 0;
-		struct shm_sqe rel[BATCH_CHUNK];
-		int64_t r;
+		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK, m = 0, n_again = 0;
+		int r;
 
 		for (size_t i = 0; i < k; i++) {
 			size_t j = base + i;
@@ -208,48 +292,18 @@ int kvc_batch_get(struct kvc_client *c, size_t n, const char *const *keys,
 				ret_results[j] = cap < 0 ? cap : -EINVAL;
 				continue;
 			}
-			r = chan_tag_get(c, TAG_SYNC, true, &tags[m]);
-			if (r < 0)
-				return (int) r;
-			chan_prep_key(&c->chan, tags[m], &e[m], SHM_OP_ACQUIRE, keys[j], NULL);
 			idx[m++] = j;
 		}
-		r = chan_submit(c, e, (uint32_t) m);
+		r = get_some(c, idx, m, keys, iov, n_iov, ret_results, again, &n_again);
 		if (r < 0)
-			return (int) r;
-		for (size_t i = 0; i < m; i++) {
-			size_t j = idx[i];
-			struct shm_cqe cqe;
-			void *p;
-
-			r = chan_wait(c, tags[i]);
-			if (r == -ECONNRESET && c->broken)
-				return (int) r;
-			cqe = c->chan.tags[tags[i]].cqe;
-			chan_tag_put(&c->chan, tags[i]);
-			if (r < 0) {
-				ret_results[j] = r;
-				continue;
-			}
-			if (client_extent_ptr(c, cqe.segment, cqe.offset, cqe.len, &p) < 0)
-				ret_results[j] = -EPROTO;
-			else if ((int64_t) cqe.len > iov_sum(iov[j], n_iov[j]))
-				ret_results[j] = -ENOBUFS;
-			else {
-				scatter(p, cqe.len, iov[j], n_iov[j]);
-				ret_results[j] = (ssize_t) cqe.len;
-				loaded++;
-			}
-			rel[nr++] = (struct shm_sqe) {
-				.opcode = SHM_OP_RELEASE,
-				.flags = SHM_SQE_NO_CQE,
-				.user_data = CHAN_NO_TAG,
-				.arg = cqe.handle,
-			};
+			return r;
+		loaded += r;
+		for (size_t i = 0; i < n_again; i++) {
+			r = get_some(c, &again[i], 1, keys, iov, n_iov, ret_results, NULL, NULL);
+			if (r < 0)
+				return r;
+			loaded += r;
 		}
-		r = chan_submit(c, rel, (uint32_t) nr);
-		if (r < 0)
-			return (int) r;
 	}
 	return loaded;
 }
@@ -488,9 +542,21 @@ static int batch_copy(struct kvc_client *c, int opcode, size_t n, const char *co
 int kvc_batch_get_into(struct kvc_client *c, size_t n, const char *const *keys,
 		       const struct kvc_iov *const *iov, const size_t *n_iov, ssize_t *ret_results)
 {
+	int ok;
+
 	_Static_assert(sizeof(ssize_t) == sizeof(int64_t), "ssize_t results");
-	return batch_copy(c, KVC_OP_GET_INTO, n, keys, iov, n_iov, NULL, NULL,
-			  (int64_t *) ret_results);
+	ok = batch_copy(c, KVC_OP_GET_INTO, n, keys, iov, n_iov, NULL, NULL,
+			(int64_t *) ret_results);
+	/* a batch larger than dram: the read-backs that found no room while
+	 * the others were copied go again, one at a time (as kvc_batch_get) */
+	for (size_t j = 0; ok >= 0 && j < n; j++)
+		if (ret_results[j] == -ENOSPC) {
+			int r = batch_copy(c, KVC_OP_GET_INTO, 1, &keys[j], &iov[j], &n_iov[j], NULL,
+					   NULL, (int64_t *) &ret_results[j]);
+
+			ok = r < 0 ? r : ok + r;
+		}
+	return ok;
 }
 
 int kvc_batch_put_from(struct kvc_client *c, size_t n, const char *const *keys,

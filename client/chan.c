@@ -276,7 +276,9 @@ static void tell_cpu(struct chan *ch)
 int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
 {
 	struct chan *ch = &c->chan;
-	bool local_only = __atomic_load_n(&c->get_flags, __ATOMIC_RELAXED) & KVC_LOCAL_ONLY;
+	uint32_t gf = __atomic_load_n(&c->get_flags, __ATOMIC_RELAXED);
+	uint32_t extra = ((gf & KVC_LOCAL_ONLY) ? SHM_SQE_LOCAL_ONLY : 0) |
+			 ((gf & KVC_PEEK) ? SHM_SQE_PEEK : 0);
 	uint32_t done = 0;
 
 	if (c->broken)
@@ -301,8 +303,7 @@ int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
 			struct shm_sqe *d = ring_entry(&ch->sq, ch->sq.pos + i);
 
 			memcpy(d, &e[done + i], sizeof(*e));
-			if (local_only)
-				d->flags |= SHM_SQE_LOCAL_ONLY;
+			d->flags |= extra;
 		}
 		ring_publish(&ch->sq, k);
 		tell_cpu(ch);

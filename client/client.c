@@ -233,7 +233,8 @@ uint32_t kvc_set_get_flags(struct kvc_client *c, uint32_t flags)
 {
 	if (!c)
 		return 0;
-	return __atomic_exchange_n(&c->get_flags, flags & KVC_LOCAL_ONLY, __ATOMIC_RELAXED);
+	return __atomic_exchange_n(&c->get_flags, flags & (KVC_LOCAL_ONLY | KVC_PEEK),
+				   __ATOMIC_RELAXED);
 }
 
 int kvc_segments(struct kvc_client *c, struct kvc_segment *ret, size_t max)

@@ -34,6 +34,7 @@ void config_init(struct config *c)
 	c->high_watermark = 0.95;
 	c->eviction_ratio = 0.05;
 	c->lease_ttl_ms = CONFIG_DEFAULT_LEASE_TTL_MS;
+	c->max_leased_ratio = 0.5;
 	c->promotion_hits = CONFIG_DEFAULT_PROMOTION_HITS;
 	c->disk_size = UINT64_C(10) << 30;
 	c->disk_zstd_level = 3;
@@ -183,6 +184,9 @@ static const struct opt_def opts[] = {
 	  "see above (default 0.05)" },
 	{ "default-kv-lease-ttl", NULL, 0, T_U64, FIELD(lease_ttl_ms), 0, 86400000.0 * 365, false,
 	  false, "MS", "a hit protects an object this long (default 10000)" },
+	{ "max-leased-ratio", NULL, 0, T_RATIO, FIELD(max_leased_ratio), 0, 1, false, false, "R",
+	  "leases protect at most R x a tier's capacity; a new\n"
+	  "one breaks the oldest beyond it (default 0.5)" },
 	{ "promotion-hits", NULL, 0, T_U32, FIELD(promotion_hits), 1, 1000000, false, false, "N",
 	  "dram hits before an object moves to device (default 2)" },
 	{ "disk-dir", NULL, 0, T_STRING, FIELD(disk_dir), 1, 0, false, false, "DIR",

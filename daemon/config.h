@@ -34,6 +34,7 @@ struct config {
 	double high_watermark;         /* eviction_high_watermark_ratio */
 	double eviction_ratio;
 	uint64_t lease_ttl_ms;         /* default_kv_lease_ttl */
+	double max_leased_ratio;       /* leased bytes of a tier, at most */
 	uint32_t promotion_hits;       /* hits in dram before moving to device */
 	char disk_dir[4096];           /* "" = no disk tier */
 	uint64_t disk_size;

@@ -109,6 +109,7 @@ enum shm_sqe_flags {
 	 * push_off/push_len (kvc_put_opts.push_to); the result is then the
 	 * push's (the put stands either way).  With SHM_CHAN_FEAT_PUSH. */
 	SHM_SQE_PUSH = 1u << 3,
+	SHM_SQE_PEEK = 1u << 4, /* lookups: no lease, no use (KVC_PEEK) */
 };
 
 #define SHM_MSG_MAX 256u /* bytes at msg_off, NUL-terminated */

@@ -33,7 +33,7 @@ enum {
 static const char *arg_socket;
 static bool arg_json;
 static const char *arg_push_to;
-static bool arg_local_only;
+static bool arg_local_only, arg_peek;
 static char socket_path[108];
 
 static void usage(FILE *f)
@@ -77,6 +77,7 @@ static void usage(FILE *f)
 		"      --local-only    lookups and gets answer from this node alone (in a\n"
 		"                      cluster: a key held only elsewhere is not found);\n"
 		"                      rm removes this node's copies alone\n"
+		"      --peek          exists only looks: no lease, no use (for scans)\n"
 		"  -h, --help          this help\n"
 		"  -V, --version       print the version\n"
 		"\n"
@@ -647,6 +648,7 @@ int main(int argc, char **argv)
 		{ "prefix", required_argument, NULL, 'P' },
 		{ "iterations", required_argument, NULL, 'n' },
 		{ "local-only", no_argument, NULL, 'o' },
+		{ "peek", no_argument, NULL, 'K' },
 		{ 0 },
 	};
 	const char *prefix = NULL;
@@ -726,6 +728,9 @@ int main(int argc, char **argv)
 			break;
 		case 'o':
 			arg_local_only = true;
+			break;
+		case 'K':
+			arg_peek = true;
 			break;
 		case 'n': {
 			char *end;
@@ -810,8 +815,8 @@ int main(int argc, char **argv)
 	r = connect_daemon(&c);
 	if (r != EXIT_OK)
 		return r;
-	if (arg_local_only)
-		kvc_set_get_flags(c, KVC_LOCAL_ONLY);
+	if (arg_local_only || arg_peek)
+		kvc_set_get_flags(c, (arg_local_only ? KVC_LOCAL_ONLY : 0) | (arg_peek ? KVC_PEEK : 0));
 
 	if (strcmp(cmd, "status") == 0)
 		r = cmd_status(c);

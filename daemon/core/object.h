@@ -51,6 +51,7 @@ enum obj_list {
 struct olist {
 	struct object *head, *tail;
 	uint64_t n;
+	uint64_t bytes; /* the objects' lengths */
 	/* the last object an expired lease put among older ones (tier.c:
 	 * expire_leases()); NULL once it leaves the list */
 	struct object *aged;

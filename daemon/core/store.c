@@ -524,13 +524,15 @@ int store_unpin(struct store *st, const void *key, size_t key_len, char *msg)
 	return 0;
 }
 
-bool store_exists(struct store *st, const void *key, size_t key_len, bool prefetch)
+bool store_exists(struct store *st, const void *key, size_t key_len, bool prefetch, bool peek)
 {
 	struct object *o = lookup(st, key, key_len);
 
 	st->stats.exists++;
 	if (!o)
 		return false;
+	if (peek)
+		return true;
 	object_hit(st, o, true, false);
 	/* a prefix hit on disk: the engine will want it next */
 	if (prefetch && o->where == OBJ_BELOW) {

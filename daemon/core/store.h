@@ -31,6 +31,7 @@ struct stats {
 	uint64_t evict_examined;   /* objects looked at to choose victims: O(1) each */
 	uint64_t prefetches;       /* fetches a prefetch started or joined */
 	uint64_t lookup_waits;     /* lookups that waited for a put in flight */
+	uint64_t leases_broken;    /* leases that yielded to a request or to --max-leased-ratio */
 };
 
 struct disk;
@@ -168,8 +169,9 @@ uint64_t store_remove_prefix(struct store *st, const void *prefix, size_t len, b
 int store_pin(struct store *st, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
 	    char *msg);
 int store_unpin(struct store *st, const void *key, size_t key_len, char *msg);
-/* Present or not; a hit counts as a use for LRU and grants a lease. */
-bool store_exists(struct store *st, const void *key, size_t key_len, bool prefetch);
+/* Present or not; a hit counts as a use for LRU and grants a lease, unless
+ * peek (it only looks). */
+bool store_exists(struct store *st, const void *key, size_t key_len, bool prefetch, bool peek);
 /* Start bringing key into dram (from the disk tier or another node) and
  * return at once: 1 if a fetch was started or joined, 0 if it is in memory
  * already or held nowhere known. */

@@ -15,10 +15,17 @@
  *   2. then soft-pinned ones, likewise (OL_SOFT);
  *   3. as a last resort, an ancestor whose descendants are all protected
  *      (OL_ANC).
- * Never an object with a view, a live lease or a hard pin; but a leased,
+ * Never an object with a view or a hard pin.  A lease protects an object
+ * a hit made recently, and yields when it would cost a request: a leased,
  * unviewed object whose bytes are safe on disk may leave memory for the
- * disk tier, since a lease promises the pool, not dram.  Every victim is
- * the tail of a list, so the search is O(1) whatever is protected.
+ * disk tier (a lease promises the pool, not dram); when a put, a read-back
+ * or a fetch finds nothing else to evict, the oldest lease is broken
+ * (leases_broken) rather than the request failing; and leased bytes stay
+ * under --max-leased-ratio of the tier (a new lease breaks the oldest
+ * beyond it), so the rest is there for puts, which are readable right
+ * after they return.  A read in progress is protected by its
+ * view, never by a lease.  Every victim is the tail of a list, so the
+ * search is O(1) whatever is protected.
  *
  * With a disk tier, memory never drops an object that has not reached disk
  * while the disk can take it: a put that would have to waits for the spill
@@ -71,6 +78,7 @@ static void ol_link_before(struct olist *l, struct object *o, struct object *at)
 	else
 		l->tail = o;
 	l->n++;
+	l->bytes += o->len;
 }
 
 static void ol_link(struct olist *l, struct object *o, bool at_tail)
@@ -92,6 +100,7 @@ static void ol_unlink(struct olist *l, struct object *o)
 		l->tail = o->lru_prev;
 	o->lru_prev = o->lru_next = NULL;
 	l->n--;
+	l->bytes -= o->len;
 }
 
 static bool soft_pinned(const struct store *st, const struct object *o)
@@ -512,6 +521,8 @@ void object_drop(struct store *st, struct object *o)
 		object_free(st, o);
 }
 
+static struct object *break_lease(struct store *st, struct tier *t);
+
 /* Promotion candidates wait here; bounded, so dropping one stays cheap. */
 #define PROMOTE_QUEUE_MAX 1024
 
@@ -521,6 +532,17 @@ void object_hit(struct store *st, struct object *o, bool lease, bool counts)
 		o->lease_until = now_ms(st) + st->cfg->lease_ttl_ms;
 	/* most recently used: the head of its list */
 	object_place(st, o, false);
+	if (lease && o->tier && o->where == OBJ_MEMORY) {
+		/* leased bytes stay under --max-leased-ratio: the oldest go
+		 * (a few a hit, so a lowered bound is reached over a few) */
+		struct tier *t = o->tier;
+		uint64_t most = (uint64_t) (st->cfg->max_leased_ratio * (double) t->alloc.size);
+
+		for (unsigned k = 0; k < 4 && t->lists[OL_LEASED].bytes > most &&
+				     t->lists[OL_LEASED].tail != o;
+		     k++)
+			break_lease(st, t);
+	}
 	if (!counts)
 		return;
 	/* looked for fastest first: a miss in every tier above this one */
@@ -765,6 +787,20 @@ static struct object *leased_clean(struct store *st, struct tier *t)
 	return NULL;
 }
 
+/* The oldest lease in t, broken: its object goes back among the others,
+ * as used when the lease began (NULL: no lease). */
+static struct object *break_lease(struct store *st, struct tier *t)
+{
+	struct object *o = t->lists[OL_LEASED].tail;
+
+	if (!o)
+		return NULL;
+	o->lease_until = 0;
+	object_place_used(st, o, o->used_ms);
+	st->stats.leases_broken++;
+	return o;
+}
+
 /* Evict from t until `bytes` are freed (or everything evictable with all),
  * at most max objects.  0, or -EAGAIN (see evict_one()). */
 int tier_evict_some(struct store *st, struct tier *t, uint64_t bytes, bool all, unsigned max,
@@ -774,8 +810,13 @@ int tier_evict_some(struct store *st, struct tier *t, uint64_t bytes, bool all, 
 		struct object *o = victim(st, t, why);
 		int64_t r;
 
-		if (!o && why == EVICT_CAPACITY)
+		if (!o && why == EVICT_CAPACITY) {
+			/* nothing else: a lease yields rather than the request,
+			 * one whose bytes are on disk first */
 			o = leased_clean(st, t);
+			if (!o)
+				o = break_lease(st, t);
+		}
 		if (!o)
 			return 0;
 		r = evict_one(st, t, o, why);

@@ -430,7 +430,8 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 			r = arena_key(ch, refs[j].off, refs[j].len, key);
 			if (r < 0)
 				goto out;
-			hit = store_exists(ch->s->sv->st, key, refs[j].len, prefix);
+			hit = store_exists(ch->s->sv->st, key, refs[j].len, prefix,
+					   e->flags & SHM_SQE_PEEK);
 			if (!hit && !ch->settle && !ch->put_waited &&
 			    store_put_in_flight(ch->s->sv->st, key, refs[j].len, &ch->s->h,
 					ret_fetch) == 0) {
@@ -749,7 +750,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 		size_t len = e->key_len;
 		const char *kp = key;
 
-		if (store_exists(s->sv->st, key, e->key_len, false))
+		if (store_exists(s->sv->st, key, e->key_len, false, e->flags & SHM_SQE_PEEK))
 			return 1;
 		if (!ch->settle && !ch->put_waited &&
 		    store_put_in_flight(s->sv->st, key, e->key_len, &s->h, ret_fetch) == 0)

@@ -305,7 +305,7 @@ static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struc
 		rep->free1 = present;
 	}
 	for (size_t i = 0; i < kq->n_keys; i++) {
-		if (store_exists(s->sv->st, kq->keys[i].data, kq->keys[i].len, prefix)) {
+		if (store_exists(s->sv->st, kq->keys[i].data, kq->keys[i].len, prefix, false)) {
 			count++;
 			if (present)
 				present[i] = 1;
@@ -538,6 +538,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		{ "evict_examined", x->evict_examined },
 		{ "prefetches", x->prefetches },
 		{ "lookup_waits", x->lookup_waits },
+		{ "leases_broken", x->leases_broken },
 		{ "prefaulted_bytes", store_prefaulted(sv->st) },
 		{ "spill_waits", sv->stats.spill_waits },
 		{ "copies_offloaded", sv->stats.copies_offloaded },

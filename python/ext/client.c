@@ -1650,7 +1650,8 @@ static PyMethodDef client_methods[] = {
 	{ "wait", (PyCFunction) (void (*)(void)) client_wait, METH_VARARGS | METH_KEYWORDS,
 	  "wait(min=1, max=64, timeout_ms=-1) -> [(user_data, result)]." },
 	{ "set_get_flags", (PyCFunction) client_set_get_flags, METH_O,
-	  "set_get_flags(LOCAL_ONLY or 0) -> the previous flags: where lookups and gets look." },
+	  "set_get_flags(LOCAL_ONLY | PEEK, or 0) -> the previous flags: where lookups and gets\n"
+	  "look (LOCAL_ONLY), and whether lookups only look, granting no lease (PEEK)." },
 	{ "fileno", (PyCFunction) client_fileno, METH_NOARGS,
 	  "A file descriptor readable while completions wait to be reaped (poll/wait), for "
 	  "select, epoll or asyncio's add_reader." },
@@ -1767,7 +1768,7 @@ PyMODINIT_FUNC PyInit__kvcache(void)
 		{ "OP_GET_INTO", KVC_OP_GET_INTO },   { "OP_PUT_FROM", KVC_OP_PUT_FROM },
 		{ "OP_EXISTS", KVC_OP_EXISTS },       { "OP_REMOVE", KVC_OP_REMOVE },
 		{ "KEY_MAX", KVC_KEY_MAX },           { "ASYNC_MAX", ASYNC_SLOTS },
-		{ "LOCAL_ONLY", KVC_LOCAL_ONLY },
+		{ "LOCAL_ONLY", KVC_LOCAL_ONLY },     { "PEEK", KVC_PEEK },
 	};
 	static bool atfork;
 	PyTypeObject *types[] = { &Client_Type, &View_Type, &Reservation_Type, &Buffer_Type };

@@ -18,6 +18,7 @@ from ._kvcache import (  # noqa: F401
     OP_EXISTS,
     OP_GET_INTO,
     OP_PUT_FROM,
+    PEEK,
     OP_REMOVE,
     TIER_DEFAULT,
     TIER_DEVICE,
@@ -37,5 +38,5 @@ from .keys import KeySpec  # noqa: F401
 __all__ = [
     "Client", "View", "Reservation", "Buffer", "KeySpec", "strerror", "parse_size",
     "socket_path", "TIER_DEFAULT", "TIER_DEVICE", "TIER_DRAM", "TIER_DISK", "OP_GET_INTO",
-    "OP_PUT_FROM", "OP_EXISTS", "OP_REMOVE", "KEY_MAX", "VALUE_MAX", "ASYNC_MAX", "LOCAL_ONLY",
+    "OP_PUT_FROM", "OP_EXISTS", "OP_REMOVE", "KEY_MAX", "VALUE_MAX", "ASYNC_MAX", "LOCAL_ONLY", "PEEK",
 ]

@@ -139,6 +139,21 @@ static void test_pressure(void)
 
 /* ---- leases, views and pins under pressure ---- */
 
+static uint64_t counter(struct kvc_client *c, const char *name)
+{
+	struct kvc_counter *v;
+	uint64_t x = UINT64_MAX;
+	size_t n;
+
+	CHECK_EQ(kvc_stats_get(c, &v, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(v[i].name, name))
+			x = v[i].value;
+	kvc_stats_free(v);
+	CHECK(x != UINT64_MAX);
+	return x;
+}
+
 static void fill_pool(struct kvc_client *c, const char *prefix, int count, size_t size)
 {
 	uint8_t *buf = calloc(1, size);
@@ -204,7 +219,8 @@ static void test_protection(void)
 	CHECK(present(c, "pinned-later", NULL));
 
 	/* a put that cannot be made room for fails with -ENOSPC only when
-	 * everything left is protected */
+	 * everything left is protected: a lease yields first, a view never */
+	CHECK_EQ(counter(c, "leases_broken"), 0);
 	CHECK_EQ(kvc_unpin(c, "pinned-later"), 0);
 	{
 		struct kvc_buf b;
@@ -212,13 +228,15 @@ static void test_protection(void)
 
 		CHECK_EQ(r, -ENOSPC);
 		CHECK(!present(c, "pinned-later", NULL)); /* it was evicted trying */
+		CHECK(!present(c, "leased", NULL)); /* the lease yielded */
+		CHECK_EQ(counter(c, "leases_broken"), 1);
+		CHECK(present(c, "viewed", NULL));
 	}
 
 	/* leases expire and then protect nothing */
 	usleep(1600 * 1000);
 	CHECK_EQ(kvc_release(c, &v), 0);
 	CHECK_EQ(kvc_evict(c, KVC_TIER_DEFAULT, 0, KVC_EVICT_ALL, &freed, &objs), 0);
-	CHECK(!present(c, "leased", NULL));
 	CHECK(!present(c, "viewed", NULL)); /* its lease from acquire expired too */
 	CHECK(present(c, "hard", NULL));
 	CHECK_EQ(kvc_unpin(c, "hard"), 0);
@@ -544,10 +562,71 @@ static void test_device_tier(void)
 	test_daemon_stop(&td);
 }
 
+/* Leases do not starve the pool: leased bytes stay under
+ * --max-leased-ratio, so puts after a scan that leased everything are all
+ * readable (the objects whose leases yielded go, not the fresh puts). */
+static void test_lease_yield(void)
+{
+	struct test_daemon td;
+	struct kvc_client *c;
+	static uint8_t val[1 << 20];
+	char key[64];
+	int kept = 0;
+
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	/* a look with KVC_PEEK leases nothing: a removal is not refused */
+	CHECK_EQ(kvc_put(c, "peeked", val, sizeof(val), NULL), 0);
+	CHECK_EQ(kvc_set_get_flags(c, KVC_PEEK), 0);
+	CHECK_EQ(kvc_exists(c, "peeked"), 1);
+	{
+		const char *k = "peeked";
+		uint8_t there = 0;
+
+		CHECK_EQ(kvc_batch_exists(c, &k, 1, &there), 1);
+		CHECK_EQ(there, 1);
+		CHECK_EQ(kvc_prefix_lookup(c, &k, 1), 1);
+	}
+	CHECK_EQ(kvc_set_get_flags(c, 0), KVC_PEEK);
+	CHECK_EQ(kvc_remove(c, "peeked"), 0);
+	CHECK_EQ(kvc_put(c, "looked", val, sizeof(val), NULL), 0);
+	CHECK_EQ(kvc_exists(c, "looked"), 1);
+	CHECK_EQ(kvc_remove(c, "looked"), -EBUSY); /* without it, leased */
+	CHECK_EQ(kvc_remove_force(c, "looked"), 0);
+	fill_pool(c, "old", 50, sizeof(val));
+	for (int i = 0; i < 50; i++) {
+		snprintf(key, sizeof(key), "old/%d", i);
+		CHECK_EQ(kvc_exists(c, key), 1); /* a router's look: a lease each */
+	}
+	/* 50 MiB leased would be over half of 64 MiB: the oldest yielded */
+	CHECK(counter(c, "leases_broken") >= 18);
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "new/%d", i);
+		test_fill(val, sizeof(val), i);
+		CHECK_EQ(kvc_put(c, key, val, sizeof(val), NULL), 0);
+	}
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "new/%d", i);
+		kept += present(c, key, NULL);
+	}
+	CHECK_EQ(kept, 16);
+	for (int i = 0; i < 16; i += 5) {
+		ssize_t n;
+
+		snprintf(key, sizeof(key), "new/%d", i);
+		n = kvc_get(c, key, val, sizeof(val));
+		CHECK_EQ(n, (ssize_t) sizeof(val));
+		CHECK(test_verify(val, sizeof(val), i));
+	}
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+}
+
 int main(void)
 {
 	test_pressure();
 	test_protection();
+	test_lease_yield();
 	test_lease_order();
 	test_prefix_chains();
 	test_device_tier();

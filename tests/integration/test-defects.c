@@ -660,6 +660,70 @@ static void test_disk_reads_under_leases(void)
 }
 
 /*
+ * One batch larger than dram, of objects only on disk: every one read
+ * whole, by the library's copies and into a registered buffer (the batch's
+ * own earlier hits, leased, must not keep the later ones out).
+ */
+static void test_batch_larger_than_dram(void)
+{
+	enum { N = 150, LEN = 1 << 20 };
+	struct test_daemon td;
+	struct kvc_client *c;
+	struct kvc_buffer rb;
+	uint8_t *buf = malloc((size_t) N * LEN);
+	char disk[64], names[N][32];
+	const char *keys[N];
+	struct kvc_iovec iov[N];
+	const struct kvc_iovec *iovs[N];
+	struct kvc_iov riov[N];
+	const struct kvc_iov *riovs[N];
+	size_t n_iov[N];
+	ssize_t res[N];
+
+	CHECK(buf);
+	snprintf(disk, sizeof(disk), "/var/tmp/kvc-batch-XXXXXX");
+	CHECK(mkdtemp(disk));
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	put_numbered(c, N, buf, LEN);
+	CHECK_EQ(kvc_flush(c, 30000), 0);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+
+	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
+	test_wait_recovered(td.socket);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	for (int i = 0; i < N; i++) {
+		disk_key(names[i], sizeof(names[i]), i);
+		keys[i] = names[i];
+		iov[i] = (struct kvc_iovec) { buf + (size_t) i * LEN, LEN };
+		iovs[i] = &iov[i];
+		n_iov[i] = 1;
+	}
+	memset(buf, 0, (size_t) N * LEN);
+	CHECK_EQ(kvc_batch_get(c, N, keys, iovs, n_iov, res), N);
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ(res[i], LEN);
+		CHECK(test_verify(buf + (size_t) i * LEN, LEN, (uint64_t) i));
+	}
+	CHECK_EQ(kvc_buffer_alloc(c, (size_t) N * LEN, &rb), 0);
+	for (int i = 0; i < N; i++) {
+		riov[i] = (struct kvc_iov) { &rb, (uint64_t) i * LEN, LEN };
+		riovs[i] = &riov[i];
+	}
+	CHECK_EQ(kvc_batch_get_into(c, N, keys, riovs, n_iov, res), N);
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ(res[i], LEN);
+		CHECK(test_verify((uint8_t *) rb.data + (size_t) i * LEN, LEN, (uint64_t) i));
+	}
+	kvc_buffer_free(c, &rb);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+	rm_rf(disk);
+	free(buf);
+}
+
+/*
  * Everything else in dram is leased: a fresh object must not be dropped by
  * the background evictor right after its put returned 0.
  */
@@ -818,6 +882,7 @@ static const struct {
 	{ "daemon-wide-limits", test_daemon_wide_limits },
 	{ "put-burst-over-disk", test_put_burst_over_disk },
 	{ "disk-reads-under-leases", test_disk_reads_under_leases },
+	{ "batch-larger-than-dram", test_batch_larger_than_dram },
 	{ "fresh-object-kept", test_fresh_object_kept },
 	{ "victim-search-bounded", test_victim_search_bounded },
 	{ "serve-while-recovering", test_serve_while_recovering },

@@ -106,6 +106,12 @@ expect 2 ctl exists --force keep
 expect 0 ctl rm --prefix job/a/
 grep -q "removed 3 objects" "$dir/out" || fail "rm --prefix removed the wrong count"
 expect 1 ctl exists job/a/2
+# --peek (a look that leases nothing; leases are off here: see
+# test-capacity) answers as exists does
+printf 'p' | ctl put peeked - || fail "put peeked"
+expect 0 ctl --peek exists peeked
+expect 1 ctl --peek exists nothing-here
+expect 0 ctl rm peeked
 expect 0 ctl exists job/b/2
 expect 0 ctl rm --force job/b/1
 expect 0 ctl --json rm --all

@@ -43,6 +43,17 @@ def test_put_get_exists_remove(client):
     assert client.exists(b"k1") is True  # bytes keys are keys too
 
 
+def test_peek_looks_without_leasing(client):
+    assert client.put("peek1", b"v") == 0
+    assert client.set_get_flags(kvcache.PEEK) == 0
+    assert client.exists("peek1") is True
+    assert client.set_get_flags(0) == kvcache.PEEK
+    assert client.remove("peek1") == 0  # nothing leased it
+    assert client.put("peek2", b"v") == 0
+    assert client.exists("peek2") is True
+    assert client.remove("peek2") == -errno.EBUSY  # a plain look leases
+
+
 def test_bad_keys(client):
     for bad in ["", "x" * 512, "a\0b"]:
         with pytest.raises(ValueError):

@@ -407,6 +407,11 @@ enum kvc_get_flags {
 	 * kvc_remove, kvc_remove_force and kvc_remove_prefix remove this
 	 * node's copies alone (without it, a removal reaches every node's). */
 	KVC_LOCAL_ONLY = 1u << 0,
+	/* kvc_exists, kvc_batch_exists, kvc_prefix_lookup and async EXISTS
+	 * only look: a hit grants no lease and counts as no use (a router
+	 * or a scan that looks at every cached block keeps nothing in the
+	 * pool that way) */
+	KVC_PEEK = 1u << 1,
 };
 
 /* Set the flags of every lookup and get this client makes from now on

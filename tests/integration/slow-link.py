@@ -2,13 +2,16 @@
 # SPDX-License-Identifier: MIT
 """A slow link for the cluster tests: a TCP relay on loopback.
 
-    slow-link.py LISTEN_HOST:PORT TARGET_HOST:PORT RATE READY_FILE
+    slow-link.py LISTEN_HOST:PORT TARGET_HOST:PORT RATE READY_FILE [CUT_FILE]
 
 Every connection to LISTEN is relayed to TARGET.  What TARGET sends back
 passes at RATE bytes a second in all (one budget shared by every
 connection, like one link), in 16 KiB steps; what the clients send passes
-at once.  Writes "ready" to READY_FILE once listening.  Runs until killed.
+at once.  While CUT_FILE exists nothing passes either way (a partition:
+what was sent waits, as TCP's retransmissions would, until it heals).
+Writes "ready" to READY_FILE once listening.  Runs until killed.
 """
+import os
 import socket
 import sys
 import threading
@@ -34,12 +37,17 @@ class Budget:
             time.sleep(start - now)
 
 
+CUT = None
+
+
 def pump(src, dst, budget):
     try:
         while True:
             data = src.recv(STEP)
             if not data:
                 break
+            while CUT and os.path.exists(CUT):
+                time.sleep(0.02)
             if budget:
                 budget.take(len(data))
             dst.sendall(data)
@@ -53,6 +61,9 @@ def pump(src, dst, budget):
 
 
 def main():
+    global CUT
+    if len(sys.argv) > 5:
+        CUT = sys.argv[5]
     lhost, lport = sys.argv[1].rsplit(":", 1)
     thost, tport = sys.argv[2].rsplit(":", 1)
     budget = Budget(float(sys.argv[3]))

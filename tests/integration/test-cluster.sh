@@ -611,6 +611,35 @@ slow-link)
 	kill -CONT "$pid_A"
 	[ "$got" = 1 ] || [ "$got" = 4 ] || fail "a get from the stopped A exited $got"
 	;;
+partition)
+	# B and A cannot reach each other (a relay that passes nothing), while
+	# both still talk to the master, which goes on listing A as a holder:
+	# B's get ends within its --remote-timeout-ms, and B's own clients
+	# never notice; once the partition heals, B fetches from A again
+	start_master 0 --client_ttl 60
+	start_node A --listen 127.0.0.2:0 --advertise 127.0.0.3
+	start_node B --remote-timeout-ms 1000
+	until_ok member B A up
+	port=$(ctl B cluster | awk '$1 == "A" { sub(/.*:/, "", $2); print $2 }')
+	python3 "$(dirname "$0")/slow-link.py" "127.0.0.3:$port" "127.0.0.2:$port" 100000000 \
+		"$dir/relay" "$dir/cut" 2>"$dir/relay.log" &
+	pids="$pids $!"
+	until_ok test -s "$dir/relay"
+	head -c 200000 /dev/urandom >"$dir/v"
+	for k in k1 k2 k3; do ctl A put "$k" "$dir/v"; done
+	until_ok ctl B exists k3
+	ctl B get k1 "$dir/got" && cmp -s "$dir/got" "$dir/v" || fail "k1 before the partition"
+	touch "$dir/cut"
+	start=$(date +%s)
+	set +e; timeout 20 "$KVCACHECTL" -s "$dir/B.sock" get k2 - >/dev/null 2>"$dir/err"; got=$?; set -e
+	[ "$got" = 4 ] || [ "$got" = 1 ] || fail "a get across the partition exited $got"
+	[ $(($(date +%s) - start)) -le 4 ] || fail "the partition held B past its timeout"
+	printf 'x' | ctl B put local - || fail "local put on B"
+	ctl B get local - >/dev/null || fail "local get on B"
+	member B A up || fail "A is still up at the master"
+	rm -f "$dir/cut"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' get k3 '$dir/got' && cmp -s '$dir/got' '$dir/v'"
+	;;
 removal)
 	# A removal reaches every node's copy (one put elsewhere, a replica, or
 	# none here); a key put again after it is found with its new bytes

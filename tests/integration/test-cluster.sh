@@ -728,7 +728,8 @@ removal-during-fetch)
 silent-peers)
 	# 1500 connections to A's peer port that never say Hello: A closes
 	# each after 2 s, and past 128 of them the oldest at once, so B (whose
-	# Hello comes at once) still fetches from A; so does the master
+	# Hello comes at once) still fetches from A; so does the master; and
+	# Hellos that come a byte at a time are closed the same
 	start_master 0 --client_ttl 60
 	start_node A
 	start_node B
@@ -762,6 +763,26 @@ PY
 	n=$(cat "$dir/flood-a")
 	[ "$n" -ge 500 ] || fail "only $n connections made"
 	[ "$(stat_of A peer_handshake_timeouts)" -ge $((n - 128)) ] || fail "not counted"
+	# slowloris: 50 Hellos, a byte every 0.3 s: A closes each 2 s after it
+	# connected, however much of it has come
+	python3 - "$port" "$dir/drip" <<'PY' || fail "slow Hellos kept open: $(cat "$dir/drip")"
+import socket, struct, sys, time
+hello = struct.pack("<HBBIII", 0x504B, 1, 1, 64, 1, 0) + b"\x08\x01" * 32
+conns = [socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) for _ in range(50)]
+alive, t0, i = set(range(50)), time.monotonic(), 0
+while alive and time.monotonic() - t0 < 8:
+    for k in list(alive):
+        try:
+            conns[k].send(hello[i:i + 1])
+        except OSError:
+            alive.discard(k)
+    i = min(i + 1, len(hello) - 1)
+    time.sleep(0.3)
+open(sys.argv[2], "w").write("%d left open after %.1f s\n" % (len(alive), time.monotonic() - t0))
+sys.exit(1 if alive else 0)
+PY
+	ctl B --local-only rm --force k >/dev/null
+	ctl B get k "$dir/got" && cmp -s "$dir/got" "$dir/v" || fail "B after the slow Hellos"
 	# the same on the master's port (4096 connections at most): a new
 	# node still joins
 	flood "$master_port" "$dir/flood-m" 4500

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "blocking.h"
 #include "checksum.h"
 #include "handoff.h"
 #include "node-private.h"
@@ -193,210 +194,11 @@ struct rpush {
 	char addr[PEER_MAX_ID + 1];
 	struct xjob job;
 };
+/* ---- bounded blocking I/O: net/blocking.h ---- */
 
-/* ---- bounded blocking I/O for the data threads ---- */
-
-/* Wait for fd to be ready until deadline: 0, -ETIMEDOUT or -errno. */
-static int wait_fd(int fd, short ev, uint64_t deadline)
-{
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = ev };
-		uint64_t now = mono_ms();
-		int r;
-
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		r = poll(&p, 1, (int) (deadline - now));
-		if (r > 0)
-			return 0;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-	}
-}
-
-/* The socket blocks in the calls below (the kernel fills a whole
- * destination per call: fewer wake-ups than polling), each call bounded by
- * what is left until the deadline. */
-static int set_blocking(int fd, bool on)
-{
-	int fl = fcntl(fd, F_GETFL);
-
-	if (fl < 0)
-		return -errno;
-	fl = on ? fl & ~O_NONBLOCK : fl | O_NONBLOCK;
-	return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
-}
-
-static int bound(int fd, int opt, uint64_t deadline)
-{
-	uint64_t now = mono_ms(), left;
-	struct timeval tv;
-
-	if (now >= deadline)
-		return -ETIMEDOUT;
-	left = deadline - now;
-	tv.tv_sec = (time_t) (left / 1000);
-	tv.tv_usec = (suseconds_t) (left % 1000) * 1000;
-	return setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv)) < 0 ? -errno : 0;
-}
-
-static int send_full(int fd, const void *buf, size_t len, uint64_t deadline)
-{
-	const uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n;
-		int r = bound(fd, SO_SNDTIMEO, deadline);
-
-		if (r < 0)
-			return r;
-		n = send(fd, p, len, MSG_NOSIGNAL);
-		if (n > 0) {
-			p += n;
-			len -= (size_t) n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return -ETIMEDOUT;
-		return n < 0 ? (errno == EPIPE ? -ECONNRESET : -errno) : -ECONNRESET;
-	}
-	return 0;
-}
-
-/*
- * A data thread waiting for bytes it asked for (an answer, the rest of a
- * value) polls its socket first, yielding its CPU between polls, until
- * poll_window_us pass without a byte; only then does it sleep in the
- * kernel.  A receiver asleep in recv() is woken for every few dozen KiB
- * that arrive, and the kernel tends to run the woken thread on the CPU
- * that took the bytes in: where both ends share a host, the sender's own.
- * The two then take turns on one CPU while the other idles.  On the
- * two-CPU bench host a sleeping receiver fetched 1 MiB values one at a
- * time at 1.05-1.12 GB/s (a median of 790-840 us each), a polling one at
- * 1.98-2.36 GB/s (310-360 us): see docs/cluster.rst.  Yielding keeps the
- * CPU for anything else that wants it (the loop, a local client, the
- * sender), so polling costs only time the CPU would have idled.  Per
- * thread: the data threads set it from --poll-us (data_main()); any other
- * caller sleeps at once.
- */
+/* A data thread polls for bytes it waits for this many times --poll-us
+ * before it sleeps (blk_set_poll_window(); why: net/blocking.c). */
 #define POLL_WINDOW_X 10 /* --poll-us 100: 1 ms */
-static __thread uint64_t poll_window_us;
-
-/* A peer that sends a byte now and then keeps a poller busy: one call
- * polls at most this long in all (a 256 KiB chunk that takes longer came
- * at under 13 MB/s), then sleeps between arrivals. */
-#define POLL_MAX_US 20000
-
-/* Poll for up to len bytes into p until poll_window_us pass without any,
- * POLL_MAX_US pass in all or deadline (ms) comes: the bytes taken, or
- * -errno (-EAGAIN: none came). */
-static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint64_t deadline)
-{
-	uint64_t start = mono_us(), last = start;
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = recv(fd, p + got, len - got, MSG_DONTWAIT);
-		uint64_t now;
-
-		if (n > 0) {
-			got += (size_t) n;
-			last = mono_us();
-			continue;
-		}
-		if (n == 0)
-			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return -errno;
-		now = mono_us();
-		if (now - last >= poll_window_us || now - start >= POLL_MAX_US ||
-		    now / 1000 >= deadline)
-			break;
-		sched_yield();
-	}
-	return got ? (ssize_t) got : -EAGAIN;
-}
-
-static int recv_full(int fd, void *buf, size_t len, uint64_t deadline)
-{
-	uint8_t *p = buf;
-
-	if (poll_window_us && len) {
-		ssize_t n = recv_polled(fd, p, len, deadline);
-
-		if (n < 0 && n != -EAGAIN)
-			return (int) n;
-		if (n > 0) {
-			p += n;
-			len -= (size_t) n;
-		}
-	}
-	while (len) {
-		ssize_t n;
-		int r = bound(fd, SO_RCVTIMEO, deadline);
-
-		if (r < 0)
-			return r;
-		n = recv(fd, p, len, MSG_WAITALL);
-		if (n > 0) {
-			p += n;
-			len -= (size_t) n;
-			continue;
-		}
-		if (n == 0)
-			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return -ETIMEDOUT;
-		return -errno;
-	}
-	return 0;
-}
-
-/*
- * The bytes travel in chunks with the checksum after them (8 bytes,
- * little-endian): each side hashes a chunk right after its copy into or
- * out of the kernel, while it is still in cache, instead of a separate
- * pass over the whole value (a cold pass cost the sender as much as the
- * send itself: 57 us against 35 us a 256 KiB chunk).
- */
-#define CHUNK (256u << 10)
-
-/*
- * How long a value's bytes may take once they move: silence, not size,
- * ends a transfer.  Each chunk must move within --remote-timeout-ms of the
- * one before (idle_ms), and the whole within the deadline the transfer
- * began under plus a millisecond per KB (cap: 1 MB/s on average), so a 64
- * MiB value crosses a slow, lossy link (14 MB/s) whole, and a stalled one
- * ends a timeout after its last byte.  What comes before the bytes (the
- * connection, the request, the answer's frame) is bounded by the deadline
- * itself.
- */
-struct pace {
-	uint64_t idle_ms;
-	uint64_t cap; /* mono_ms() */
-};
-
-static struct pace pace_of(uint64_t idle_ms, uint64_t deadline, uint64_t len)
-{
-	uint64_t now = mono_ms();
-
-	return (struct pace) { .idle_ms = idle_ms,
-			       .cap = (deadline > now ? deadline : now) + len / 1000 };
-}
-
-/* The deadline of the next chunk. */
-static uint64_t pace_next(const struct pace *p)
-{
-	uint64_t d = mono_ms() + p->idle_ms;
-
-	return d < p->cap ? d : p->cap;
-}
 
 /* One-sided transfers show no progress until they end: they go in steps
  * of this, each bounded like a chunk. */
@@ -404,96 +206,16 @@ static uint64_t pace_next(const struct pace *p)
 
 /* An RDMA read (get) or write of len bytes in steps, paced: 0 or -errno. */
 static int rdma_paced(struct node *n, bool get, const char *peer, uint32_t rid, uint64_t roff,
-		      uint32_t lid, uint64_t loff, uint64_t len, const struct pace *pace)
+		      uint32_t lid, uint64_t loff, uint64_t len, const struct blk_pace *pace)
 {
 	int r = 0;
 
 	for (uint64_t off = 0; r == 0 && off < len; off += RDMA_STEP) {
 		uint64_t k = len - off < RDMA_STEP ? len - off : RDMA_STEP;
 
-		r = get ? rdma_get(n->rdma, peer, rid, roff + off, lid, loff + off, k, pace_next(pace))
-			: rdma_put(n->rdma, peer, rid, roff + off, lid, loff + off, k, pace_next(pace));
+		r = get ? rdma_get(n->rdma, peer, rid, roff + off, lid, loff + off, k, blk_pace_next(pace))
+			: rdma_put(n->rdma, peer, rid, roff + off, lid, loff + off, k, blk_pace_next(pace));
 	}
-	return r;
-}
-
-/* The checksum of len bytes at p, in one pass (the RDMA paths, which
- * cannot hash as the kernel copies). */
-static int sum_of(const uint8_t *p, uint64_t len, uint64_t *ret_sum)
-{
-	struct csum *h = csum_new();
-
-	if (!h)
-		return -ENOMEM;
-	csum_update(h, p, len);
-	*ret_sum = csum_digest(h);
-	csum_free(h);
-	return 0;
-}
-
-static int recv_checked(int fd, uint8_t *dst, uint64_t len, const struct pace *pace,
-			uint64_t *ret_sum)
-{
-	struct csum *h = csum_new();
-	uint64_t want;
-	uint8_t tail[8];
-	int r = h ? 0 : -ENOMEM;
-
-	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
-		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
-
-		r = recv_full(fd, dst + off, n, pace_next(pace));
-		if (r == 0)
-			csum_update(h, dst + off, n);
-	}
-	if (r == 0)
-		r = recv_full(fd, tail, sizeof(tail), pace_next(pace));
-	if (r == 0) {
-		memcpy(&want, tail, sizeof(want));
-		if (csum_digest(h) != le64toh(want))
-			r = -EBADMSG;
-		else
-			*ret_sum = le64toh(want);
-	}
-	csum_free(h);
-	return r;
-}
-
-/* known: the checksum of src, taken before (nothing to hash); else the
- * one computed goes to *ret_sum. */
-static int send_checked(int fd, const uint8_t *src, uint64_t len, const struct pace *pace,
-			bool corrupt, const uint64_t *known, uint64_t *ret_sum)
-{
-	struct csum *h = known ? NULL : csum_new();
-	uint64_t sum;
-	int r = h || known ? 0 : -ENOMEM;
-
-	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
-		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
-
-		if (corrupt && off == 0) {
-			/* tests: the first byte arrives flipped */
-			uint8_t first = src[0] ^ 0xff;
-
-			r = send_full(fd, &first, 1, pace_next(pace));
-			if (r == 0 && n > 1)
-				r = send_full(fd, src + 1, n - 1, pace_next(pace));
-		} else
-			r = send_full(fd, src + off, n, pace_next(pace));
-		/* after the send: the kernel's copy brought the chunk into
-		 * cache, where hashing it costs a fifth of reading it cold
-		 * (values that were put long ago are in no cache) */
-		if (h)
-			csum_update(h, src + off, n);
-	}
-	if (r == 0) {
-		sum = known ? *known : csum_digest(h);
-		if (!known)
-			*ret_sum = sum;
-		sum = htole64(sum);
-		r = send_full(fd, &sum, sizeof(sum), pace_next(pace));
-	}
-	csum_free(h);
 	return r;
 }
 
@@ -545,12 +267,12 @@ static int open_conn(struct node *n, const char *address, uint64_t deadline, int
 	r = net_connect_start(&a, &fd);
 	if (r < 0)
 		return r;
-	r = wait_fd(fd, POLLOUT, deadline);
+	r = blk_wait(fd, POLLOUT, deadline);
 	if (r == 0)
 		r = net_connect_result(fd);
 	if (r == 0) {
 		net_tune(fd, 1);
-		r = set_blocking(fd, true);
+		r = blk_set_blocking(fd, true);
 	}
 	if (r == 0 && (n->secret.len || n->rdma))
 		r = handshake(n, fd, deadline, address, rdma);
@@ -597,14 +319,14 @@ static int recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t d
 {
 	uint8_t hdr[PEER_HDR_SIZE];
 	struct peer_hdr h;
-	int r = recv_full(fd, hdr, sizeof(hdr), deadline);
+	int r = blk_recv(fd, hdr, sizeof(hdr), deadline);
 
 	if (r == 0)
 		r = peer_hdr_decode(hdr, cap, &h);
 	if (r == 0 && h.type != type)
 		r = -EPROTO;
 	if (r == 0)
-		r = recv_full(fd, buf, h.len, deadline);
+		r = blk_recv(fd, buf, h.len, deadline);
 	if (r == 0)
 		r = peer_msg_decode(h.type, buf, h.len, ret);
 	return r;
@@ -618,7 +340,7 @@ static int send_msg(int fd, uint8_t type, const ProtobufCMessage *m, uint64_t de
 
 	if (r < 0)
 		return r;
-	r = send_full(fd, frame, len, deadline);
+	r = blk_send(fd, frame, len, deadline);
 	free(frame);
 	return r;
 }
@@ -711,11 +433,11 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	struct object *o = rf->o;
 	Kvc__Peer__FetchDone done = KVC__PEER__FETCH_DONE__INIT;
 	uint64_t loff = (uint64_t) (rf->dst - (uint8_t *) n->st->tiers[0].seg.base);
-	struct pace pace = pace_of(n->timeout_ms, deadline, o->len);
+	struct blk_pace pace = blk_pace(n->timeout_ms, deadline, o->len);
 	int r = rdma_paced(n, true, address, resp->region, resp->offset, 0, loff, o->len, &pace);
 
 	if (r == 0)
-		r = sum_of(rf->dst, o->len, &rf->sum);
+		r = blk_sum(rf->dst, o->len, &rf->sum);
 	if (r == 0 && rf->sum != resp->checksum)
 		r = -EBADMSG;
 	done.error = r;
@@ -756,7 +478,7 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 	ProtobufCMessage *m;
 	struct peer_hdr h;
 	uint8_t hdr[PEER_HDR_SIZE], small[256];
-	int r = recv_full(fd, hdr, sizeof(hdr), deadline);
+	int r = blk_recv(fd, hdr, sizeof(hdr), deadline);
 
 	if (r < 0)
 		return r;
@@ -764,7 +486,7 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 	if (r == 0 && (h.type != PEER_FETCH_RESP || h.seq != seq))
 		r = -EPROTO;
 	if (r == 0)
-		r = recv_full(fd, small, h.len, deadline);
+		r = blk_recv(fd, small, h.len, deadline);
 	if (r == 0)
 		r = peer_msg_decode(h.type, small, h.len, &m);
 	if (r < 0)
@@ -787,9 +509,9 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 	} else if (resp->rdma)
 		r = fetch_rdma(rf, fd, resp, address, deadline);
 	else {
-		struct pace pace = pace_of(rf->n->timeout_ms, deadline, o->len);
+		struct blk_pace pace = blk_pace(rf->n->timeout_ms, deadline, o->len);
 
-		r = recv_checked(fd, rf->dst, o->len, &pace, &rf->sum);
+		r = blk_recv_checked(fd, rf->dst, o->len, &pace, &rf->sum);
 	}
 	if (r == 0)
 		rf->summed = true;
@@ -949,7 +671,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 		if (fd < 0)
 			r = open_conn(n, address, fetch_deadline(jobs[0]->owner, moved), &fd, &rd);
 		if (r == 0)
-			r = send_full(fd, frames, len, fetch_deadline(jobs[0]->owner, moved));
+			r = blk_send(fd, frames, len, fetch_deadline(jobs[0]->owner, moved));
 		if (r == 0 || !kept || (r != -ECONNRESET && r != -EPIPE))
 			break;
 		close(fd); /* a kept connection that went stale: once more */
@@ -1018,7 +740,7 @@ static int send_queued(struct pserve *ps, uint64_t deadline)
 
 	if (!pconn_wants_write(&ps->pc))
 		return 0;
-	r = send_full(ps->pc.fd, ps->pc.out + ps->pc.out_off, ps->pc.out_len - ps->pc.out_off,
+	r = blk_send(ps->pc.fd, ps->pc.out + ps->pc.out_off, ps->pc.out_len - ps->pc.out_off,
 		      deadline);
 	if (r == 0)
 		ps->pc.out_len = ps->pc.out_off = 0;
@@ -1035,7 +757,7 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 
 	resp.len = ps->len;
 	resp.version = ps->ver;
-	r = set_blocking(ps->pc.fd, true);
+	r = blk_set_blocking(ps->pc.fd, true);
 	if (r < 0) {
 		j->res = r;
 		return;
@@ -1044,7 +766,7 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 	 * ahead) go first: the asker reads them in order */
 	r = send_queued(ps, deadline);
 	if (r < 0) {
-		set_blocking(ps->pc.fd, false);
+		blk_set_blocking(ps->pc.fd, false);
 		j->res = r;
 		return;
 	}
@@ -1062,13 +784,13 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 				skip -= part[i].len;
 				continue;
 			}
-			r = send_full(ps->pc.fd, (const uint8_t *) part[i].p + skip,
+			r = blk_send(ps->pc.fd, (const uint8_t *) part[i].p + skip,
 				      part[i].len - skip, deadline);
 			skip = 0;
 		}
 		free(ps->head);
 		ps->head = NULL;
-		if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
+		if (blk_set_blocking(ps->pc.fd, false) < 0 && r == 0)
 			r = -EIO;
 		j->res = r;
 		return;
@@ -1077,9 +799,9 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 		/* the asker reads it: say where, with its checksum (kept, or
 		 * hashed now), and hold it until the asker is done */
 		if (!ps->known) {
-			r = sum_of(ps->bytes, ps->len, &ps->digest);
+			r = blk_sum(ps->bytes, ps->len, &ps->digest);
 			if (r < 0) {
-				set_blocking(ps->pc.fd, false);
+				blk_set_blocking(ps->pc.fd, false);
 				j->res = r;
 				return;
 			}
@@ -1091,7 +813,7 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 	}
 	r = peer_frame_pack(PEER_FETCH_RESP, ps->seq, &resp.base, &frame, &flen);
 	if (r == 0) {
-		r = send_full(ps->pc.fd, frame, flen, deadline);
+		r = blk_send(ps->pc.fd, frame, flen, deadline);
 		free(frame);
 	}
 	if (r == 0 && ps->want_rdma) {
@@ -1105,14 +827,14 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 			protobuf_c_message_free_unpacked(m, NULL);
 		}
 	} else if (r == 0) {
-		struct pace pace = pace_of(timeout_ms, deadline, ps->len);
+		struct blk_pace pace = blk_pace(timeout_ms, deadline, ps->len);
 
-		r = send_checked(ps->pc.fd, ps->bytes, ps->len, &pace, corrupt,
+		r = blk_send_checked(ps->pc.fd, ps->bytes, ps->len, &pace, corrupt,
 				 ps->known ? &ps->known_sum : NULL, &ps->digest);
 	}
 	if (r == 0 && !ps->known)
 		ps->digested = true;
-	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
+	if (blk_set_blocking(ps->pc.fd, false) < 0 && r == 0)
 		r = -EIO; /* the loop reads it again: it must not block */
 	j->res = r;
 }
@@ -1122,7 +844,7 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, uint64_t deadline,
 		     bool corrupt)
 {
-	struct pace pace = pace_of(p->n->timeout_ms, deadline, p->len);
+	struct blk_pace pace = blk_pace(p->n->timeout_ms, deadline, p->len);
 	uint64_t sum;
 	int r;
 
@@ -1133,11 +855,11 @@ static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, u
 		rdma_peer_drop(p->n->rdma, p->addr);
 		return r == -EINVAL ? -EPROTO : r;
 	}
-	if (!p->known && (r = sum_of(p->bytes, p->len, &p->digest)) < 0)
+	if (!p->known && (r = blk_sum(p->bytes, p->len, &p->digest)) < 0)
 		return r;
 	sum = htole64((p->known ? p->known_sum : p->digest) ^ (corrupt ? 1 : 0));
 	p->via_rdma = true;
-	return send_full(fd, &sum, sizeof(sum), mono_ms() + p->n->timeout_ms);
+	return blk_send(fd, &sum, sizeof(sum), mono_ms() + p->n->timeout_ms);
 }
 
 /* The target's PushDone: 0, -EEXIST or -ENOENT (it did not keep the copy;
@@ -1168,9 +890,9 @@ static int push_eager(struct rpush *p, int fd, uint64_t deadline, bool corrupt)
 	q.version = p->ver;
 	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
 	if (r == 0) {
-		struct pace pace = pace_of(p->n->timeout_ms, deadline, p->len);
+		struct blk_pace pace = blk_pace(p->n->timeout_ms, deadline, p->len);
 
-		r = send_checked(fd, p->bytes, p->len, &pace, corrupt,
+		r = blk_send_checked(fd, p->bytes, p->len, &pace, corrupt,
 				 p->known ? &p->known_sum : NULL, &p->digest);
 	}
 	if (r == 0 && !p->known)
@@ -1213,9 +935,9 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	else if (rep->rdma)
 		r = push_rdma(p, fd, rep, deadline, corrupt);
 	else {
-		struct pace pace = pace_of(p->n->timeout_ms, deadline, p->len);
+		struct blk_pace pace = blk_pace(p->n->timeout_ms, deadline, p->len);
 
-		r = send_checked(fd, p->bytes, p->len, &pace, corrupt,
+		r = blk_send_checked(fd, p->bytes, p->len, &pace, corrupt,
 				 p->known ? &p->known_sum : NULL, &p->digest);
 	}
 	if (r == 0 && !p->known)
@@ -1317,29 +1039,29 @@ static int take_in(struct pserve *ps, uint8_t *to, size_t n, uint64_t deadline)
 
 	memcpy(to, ps->pc.in + ps->pc.in_off, k);
 	ps->pc.in_off += k;
-	return k == n ? 0 : recv_full(ps->pc.fd, to + k, n - k, deadline);
+	return k == n ? 0 : blk_recv(ps->pc.fd, to + k, n - k, deadline);
 }
 
 /* An eager push's len bytes and checksum: into dst, checked, or (dst
  * NULL: refused) read past. */
-static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, const struct pace *pace,
+static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, const struct blk_pace *pace,
 		      uint64_t *ret_sum)
 {
 	struct csum *h = dst ? csum_new() : NULL;
-	uint8_t *scratch = dst ? NULL : malloc(CHUNK), tail[8];
+	uint8_t *scratch = dst ? NULL : malloc(BLK_CHUNK), tail[8];
 	uint64_t want;
 	int r = h || scratch ? 0 : -ENOMEM;
 
-	for (uint64_t off = 0; r == 0 && off < len; off += CHUNK) {
-		size_t n = len - off < CHUNK ? (size_t) (len - off) : CHUNK;
+	for (uint64_t off = 0; r == 0 && off < len; off += BLK_CHUNK) {
+		size_t n = len - off < BLK_CHUNK ? (size_t) (len - off) : BLK_CHUNK;
 		uint8_t *to = dst ? dst + off : scratch;
 
-		r = take_in(ps, to, n, pace_next(pace));
+		r = take_in(ps, to, n, blk_pace_next(pace));
 		if (r == 0 && h)
 			csum_update(h, to, n);
 	}
 	if (r == 0)
-		r = take_in(ps, tail, sizeof(tail), pace_next(pace));
+		r = take_in(ps, tail, sizeof(tail), blk_pace_next(pace));
 	if (r == 0 && h) {
 		memcpy(&want, tail, sizeof(want));
 		if (csum_digest(h) != le64toh(want))
@@ -1356,9 +1078,9 @@ static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, const struc
 static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 {
 	uint64_t deadline = mono_ms() + timeout_ms;
-	struct pace pace = pace_of(timeout_ms, deadline, ps->len);
+	struct blk_pace pace = blk_pace(timeout_ms, deadline, ps->len);
 	struct object *o = ps->push_o;
-	int r = set_blocking(ps->pc.fd, true);
+	int r = blk_set_blocking(ps->pc.fd, true);
 
 	/* PushReady may still sit in the connection's buffer */
 	if (r == 0)
@@ -1370,18 +1092,18 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 		/* the pusher wrote the bytes: its checksum says it is done */
 		uint64_t want;
 
-		r = recv_full(ps->pc.fd, &want, sizeof(want), pace.cap);
+		r = blk_recv(ps->pc.fd, &want, sizeof(want), pace.cap);
 		if (r == 0)
-			r = sum_of((uint8_t *) o->tier->seg.base + o->block->offset, o->len,
+			r = blk_sum((uint8_t *) o->tier->seg.base + o->block->offset, o->len,
 				   &ps->digest);
 		if (r == 0 && ps->digest != le64toh(want))
 			r = -EBADMSG;
 	} else if (r == 0)
-		r = recv_checked(ps->pc.fd, (uint8_t *) o->tier->seg.base + o->block->offset, o->len,
+		r = blk_recv_checked(ps->pc.fd, (uint8_t *) o->tier->seg.base + o->block->offset, o->len,
 				 &pace, &ps->digest);
 	if (r == 0 && o)
 		ps->digested = true;
-	if (set_blocking(ps->pc.fd, false) < 0 && r == 0)
+	if (blk_set_blocking(ps->pc.fd, false) < 0 && r == 0)
 		r = -EIO;
 	j->res = r;
 }
@@ -1513,7 +1235,7 @@ static void *data_main(void *arg)
 	unsigned qi = ta->q;
 
 	loop_helper_thread(qi ? "serve" : "fetch", false);
-	poll_window_us = POLL_WINDOW_X * (uint64_t) n->cfg->poll_us;
+	blk_set_poll_window(POLL_WINDOW_X * (uint64_t) n->cfg->poll_us);
 	for (;;) {
 		uint32_t seq = handoff_bell_seq(&x->q[qi].wake);
 		/* read before the queue: a job queued before the stop is run */
@@ -2445,7 +2167,7 @@ static int serve_now(struct pserve *ps)
 	if (ps->known) {
 		ps->digest = ps->known_sum;
 	} else {
-		r = sum_of(ps->bytes, ps->len, &ps->digest);
+		r = blk_sum(ps->bytes, ps->len, &ps->digest);
 		if (r < 0)
 			return r;
 		ps->digested = true;
@@ -2677,7 +2399,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		if (o && o->len <= LOOP_RECV_MAX && ioctl(ps->pc.fd, FIONREAD, &ready) == 0 &&
 		    ps->pc.in_len - ps->pc.in_off + (size_t) ready >= o->len + 8) {
 			/* small, and all here: taken in at once, by the loop */
-			struct pace now = { .idle_ms = 1000, .cap = mono_ms() + 1000 };
+			struct blk_pace now = { .idle_ms = 1000, .cap = mono_ms() + 1000 };
 
 			r = recv_eager(ps, (uint8_t *) t->seg.base + o->block->offset, o->len,
 				       &now, &ps->digest);

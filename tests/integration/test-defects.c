@@ -552,6 +552,28 @@ static void put_numbered(struct kvc_client *c, int n, uint8_t *buf, size_t len)
 	}
 }
 
+/* A daemon of 64 MiB dram over a disk tier in a new directory (its name
+ * into disk), restarted after n numbered objects of len bytes were put and
+ * flushed: every one is on disk only.  A client of it. */
+static struct kvc_client *on_disk_only(struct test_daemon *td, char *disk, size_t cap, int n,
+				       uint8_t *buf, size_t len)
+{
+	struct kvc_client *c;
+
+	snprintf(disk, cap, "/var/tmp/kvc-spilled-XXXXXX");
+	CHECK(mkdtemp(disk));
+	test_daemon_start(td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
+	CHECK_EQ(kvc_connect(td->socket, &c), 0);
+	put_numbered(c, n, buf, len);
+	CHECK_EQ(kvc_flush(c, 30000), 0);
+	kvc_disconnect(c);
+	test_daemon_stop(td);
+	test_daemon_start(td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
+	test_wait_recovered(td->socket);
+	CHECK_EQ(kvc_connect(td->socket, &c), 0);
+	return c;
+}
+
 /*
  * A burst of puts into a small dram over a disk tier: a put must not push
  * out an object that has not reached disk faster than the disk takes it.
@@ -604,20 +626,9 @@ static void test_disk_reads_under_leases(void)
 	uint8_t *buf = malloc(LEN);
 	char disk[64], key[32];
 
-	snprintf(disk, sizeof(disk), "/var/tmp/kvc-leases-XXXXXX");
-	CHECK(mkdtemp(disk));
-	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
-	CHECK_EQ(kvc_connect(td.socket, &c), 0);
-	put_numbered(c, N, buf, LEN);
-	CHECK_EQ(kvc_flush(c, 30000), 0);
-	kvc_disconnect(c);
-	test_daemon_stop(&td);
-
-	/* restart: everything is on disk only; each read leases its object
-	 * for the default 10 s, far longer than this test */
-	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
-	test_wait_recovered(td.socket);
-	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	/* each read leases its object for the default 10 s, far longer than
+	 * this test */
+	c = on_disk_only(&td, disk, sizeof(disk), N, buf, LEN);
 	CHECK_EQ(kvc_buffer_alloc(c, LEN, &rb), 0);
 	for (int i = 0; i < N; i++) {
 		struct kvc_view v;
@@ -681,18 +692,7 @@ static void test_batch_larger_than_dram(void)
 	ssize_t res[N];
 
 	CHECK(buf);
-	snprintf(disk, sizeof(disk), "/var/tmp/kvc-batch-XXXXXX");
-	CHECK(mkdtemp(disk));
-	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
-	CHECK_EQ(kvc_connect(td.socket, &c), 0);
-	put_numbered(c, N, buf, LEN);
-	CHECK_EQ(kvc_flush(c, 30000), 0);
-	kvc_disconnect(c);
-	test_daemon_stop(&td);
-
-	test_daemon_start(&td, "--dram-size", "64MB", "--hugepages", "off", "--disk-dir", disk, NULL);
-	test_wait_recovered(td.socket);
-	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	c = on_disk_only(&td, disk, sizeof(disk), N, buf, LEN);
 	for (int i = 0; i < N; i++) {
 		disk_key(names[i], sizeof(names[i]), i);
 		keys[i] = names[i];

@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Bounded blocking socket I/O, for threads that may wait (never a loop):
+ * every call ends by an absolute deadline in ms of CLOCK_MONOTONIC
+ * (blk_now_ms()), and a value's bytes travel in checksummed chunks.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "blocking.h"
+#include "checksum.h"
+
+uint64_t blk_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+uint64_t blk_now_ms(void)
+{
+	return blk_now_us() / 1000;
+}
+
+/* Wait for fd to be ready until deadline: 0, -ETIMEDOUT or -errno. */
+int blk_wait(int fd, short ev, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = ev };
+		uint64_t now = blk_now_ms();
+		int r;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, (int) (deadline - now));
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/* The socket blocks in the calls below (the kernel fills a whole
+ * destination per call: fewer wake-ups than polling), each call bounded by
+ * what is left until the deadline. */
+int blk_set_blocking(int fd, bool on)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0)
+		return -errno;
+	fl = on ? fl & ~O_NONBLOCK : fl | O_NONBLOCK;
+	return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
+}
+
+static int bound(int fd, int opt, uint64_t deadline)
+{
+	uint64_t now = blk_now_ms(), left;
+	struct timeval tv;
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	left = deadline - now;
+	tv.tv_sec = (time_t) (left / 1000);
+	tv.tv_usec = (suseconds_t) (left % 1000) * 1000;
+	return setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv)) < 0 ? -errno : 0;
+}
+
+int blk_send(int fd, const void *buf, size_t len, uint64_t deadline)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n;
+		int r = bound(fd, SO_SNDTIMEO, deadline);
+
+		if (r < 0)
+			return r;
+		n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n > 0) {
+			p += n;
+			len -= (size_t) n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -ETIMEDOUT;
+		return n < 0 ? (errno == EPIPE ? -ECONNRESET : -errno) : -ECONNRESET;
+	}
+	return 0;
+}
+
+/*
+ * A data thread waiting for bytes it asked for (an answer, the rest of a
+ * value) polls its socket first, yielding its CPU between polls, until
+ * poll_window_us pass without a byte; only then does it sleep in the
+ * kernel.  A receiver asleep in recv() is woken for every few dozen KiB
+ * that arrive, and the kernel tends to run the woken thread on the CPU
+ * that took the bytes in: where both ends share a host, the sender's own.
+ * The two then take turns on one CPU while the other idles.  On the
+ * two-CPU bench host a sleeping receiver fetched 1 MiB values one at a
+ * time at 1.05-1.12 GB/s (a median of 790-840 us each), a polling one at
+ * 1.98-2.36 GB/s (310-360 us): see docs/cluster.rst.  Yielding keeps the
+ * CPU for anything else that wants it (the loop, a local client, the
+ * sender), so polling costs only time the CPU would have idled.  Per
+ * thread (blk_set_poll_window(): the cluster's data threads set it from
+ * --poll-us); a thread that sets nothing sleeps at once.
+ */
+static __thread uint64_t poll_window_us;
+
+void blk_set_poll_window(uint64_t us)
+{
+	poll_window_us = us;
+}
+
+/* A peer that sends a byte now and then keeps a poller busy: one call
+ * polls at most this long in all (a 256 KiB chunk that takes longer came
+ * at under 13 MB/s), then sleeps between arrivals. */
+#define POLL_MAX_US 20000
+
+/* Poll for up to len bytes into p until poll_window_us pass without any,
+ * POLL_MAX_US pass in all or deadline (ms) comes: the bytes taken, or
+ * -errno (-EAGAIN: none came). */
+static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint64_t deadline)
+{
+	uint64_t start = blk_now_us(), last = start;
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = recv(fd, p + got, len - got, MSG_DONTWAIT);
+		uint64_t now;
+
+		if (n > 0) {
+			got += (size_t) n;
+			last = blk_now_us();
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		now = blk_now_us();
+		if (now - last >= poll_window_us || now - start >= POLL_MAX_US ||
+		    now / 1000 >= deadline)
+			break;
+		sched_yield();
+	}
+	return got ? (ssize_t) got : -EAGAIN;
+}
+
+int blk_recv(int fd, void *buf, size_t len, uint64_t deadline)
+{
+	uint8_t *p = buf;
+
+	if (poll_window_us && len) {
+		ssize_t n = recv_polled(fd, p, len, deadline);
+
+		if (n < 0 && n != -EAGAIN)
+			return (int) n;
+		if (n > 0) {
+			p += n;
+			len -= (size_t) n;
+		}
+	}
+	while (len) {
+		ssize_t n;
+		int r = bound(fd, SO_RCVTIMEO, deadline);
+
+		if (r < 0)
+			return r;
+		n = recv(fd, p, len, MSG_WAITALL);
+		if (n > 0) {
+			p += n;
+			len -= (size_t) n;
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -ETIMEDOUT;
+		return -errno;
+	}
+	return 0;
+}
+
+struct blk_pace blk_pace(uint64_t idle_ms, uint64_t deadline, uint64_t len)
+{
+	uint64_t now = blk_now_ms();
+
+	return (struct blk_pace) { .idle_ms = idle_ms,
+				   .cap = (deadline > now ? deadline : now) + len / 1000 };
+}
+
+/* The deadline of the next chunk. */
+uint64_t blk_pace_next(const struct blk_pace *p)
+{
+	uint64_t d = blk_now_ms() + p->idle_ms;
+
+	return d < p->cap ? d : p->cap;
+}
+
+/* The checksum of len bytes at p, in one pass (the RDMA paths, which
+ * cannot hash as the kernel copies). */
+int blk_sum(const uint8_t *p, uint64_t len, uint64_t *ret_sum)
+{
+	struct csum *h = csum_new();
+
+	if (!h)
+		return -ENOMEM;
+	csum_update(h, p, len);
+	*ret_sum = csum_digest(h);
+	csum_free(h);
+	return 0;
+}
+
+int blk_recv_checked(int fd, uint8_t *dst, uint64_t len, const struct blk_pace *pace,
+			uint64_t *ret_sum)
+{
+	struct csum *h = csum_new();
+	uint64_t want;
+	uint8_t tail[8];
+	int r = h ? 0 : -ENOMEM;
+
+	for (uint64_t off = 0; r == 0 && off < len; off += BLK_CHUNK) {
+		size_t n = len - off < BLK_CHUNK ? (size_t) (len - off) : BLK_CHUNK;
+
+		r = blk_recv(fd, dst + off, n, blk_pace_next(pace));
+		if (r == 0)
+			csum_update(h, dst + off, n);
+	}
+	if (r == 0)
+		r = blk_recv(fd, tail, sizeof(tail), blk_pace_next(pace));
+	if (r == 0) {
+		memcpy(&want, tail, sizeof(want));
+		if (csum_digest(h) != le64toh(want))
+			r = -EBADMSG;
+		else
+			*ret_sum = le64toh(want);
+	}
+	csum_free(h);
+	return r;
+}
+
+/* known: the checksum of src, taken before (nothing to hash); else the
+ * one computed goes to *ret_sum. */
+int blk_send_checked(int fd, const uint8_t *src, uint64_t len, const struct blk_pace *pace,
+			bool corrupt, const uint64_t *known, uint64_t *ret_sum)
+{
+	struct csum *h = known ? NULL : csum_new();
+	uint64_t sum;
+	int r = h || known ? 0 : -ENOMEM;
+
+	for (uint64_t off = 0; r == 0 && off < len; off += BLK_CHUNK) {
+		size_t n = len - off < BLK_CHUNK ? (size_t) (len - off) : BLK_CHUNK;
+
+		if (corrupt && off == 0) {
+			/* tests: the first byte arrives flipped */
+			uint8_t first = src[0] ^ 0xff;
+
+			r = blk_send(fd, &first, 1, blk_pace_next(pace));
+			if (r == 0 && n > 1)
+				r = blk_send(fd, src + 1, n - 1, blk_pace_next(pace));
+		} else
+			r = blk_send(fd, src + off, n, blk_pace_next(pace));
+		/* after the send: the kernel's copy brought the chunk into
+		 * cache, where hashing it costs a fifth of reading it cold
+		 * (values that were put long ago are in no cache) */
+		if (h)
+			csum_update(h, src + off, n);
+	}
+	if (r == 0) {
+		sum = known ? *known : csum_digest(h);
+		if (!known)
+			*ret_sum = sum;
+		sum = htole64(sum);
+		r = blk_send(fd, &sum, sizeof(sum), blk_pace_next(pace));
+	}
+	csum_free(h);
+	return r;
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Bounded blocking socket I/O, for threads that may wait (never a loop):
+ * every call ends by an absolute deadline in ms of CLOCK_MONOTONIC
+ * (blk_now_ms(), the clock the daemon's loop reads too).  Each returns 0
+ * (or a count), -ETIMEDOUT at the deadline, -ECONNRESET when the peer is
+ * gone, or another -errno.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t blk_now_ms(void);
+uint64_t blk_now_us(void);
+
+/* fd ready for ev (POLLIN, POLLOUT) by deadline. */
+int blk_wait(int fd, short ev, uint64_t deadline);
+int blk_set_blocking(int fd, bool on);
+/* All of len, or an error: each system call bounded by what is left. */
+int blk_send(int fd, const void *buf, size_t len, uint64_t deadline);
+int blk_recv(int fd, void *buf, size_t len, uint64_t deadline);
+/* This thread's receives poll for up to us without a byte before they
+ * sleep (0: sleep at once).  Why: blocking.c. */
+void blk_set_poll_window(uint64_t us);
+
+/*
+ * A value's bytes travel in chunks of BLK_CHUNK with the checksum after
+ * them (XXH3-64, 8 bytes, little-endian): each side hashes a chunk right
+ * after its copy into or out of the kernel, while it is still in cache,
+ * instead of a separate pass over the whole value (a cold pass cost the
+ * sender as much as the send itself: 57 us against 35 us a 256 KiB chunk).
+ */
+#define BLK_CHUNK (256u << 10)
+
+/*
+ * How long a value's bytes may take once they move: silence, not size,
+ * ends a transfer.  Each chunk must move within idle_ms of the one before,
+ * and the whole by cap: the deadline the transfer began under plus a
+ * millisecond per KB (1 MB/s on average), so a 64 MiB value crosses a
+ * slow, lossy link (14 MB/s) whole, and a stalled one ends idle_ms after
+ * its last byte.  What comes before the bytes (the connection, the
+ * request, the answer's frame) is bounded by the deadline itself.
+ */
+struct blk_pace {
+	uint64_t idle_ms;
+	uint64_t cap; /* blk_now_ms() */
+};
+
+struct blk_pace blk_pace(uint64_t idle_ms, uint64_t deadline, uint64_t len);
+/* The deadline of the next chunk. */
+uint64_t blk_pace_next(const struct blk_pace *p);
+
+/* The checksum of len bytes at p, in one pass (for RDMA, whose bytes no
+ * copy of this process touches). */
+int blk_sum(const uint8_t *p, uint64_t len, uint64_t *ret_sum);
+/* len bytes and their checksum into dst, checked (-EBADMSG when they do
+ * not match); the checksum into *ret_sum. */
+int blk_recv_checked(int fd, uint8_t *dst, uint64_t len, const struct blk_pace *pace,
+		     uint64_t *ret_sum);
+/* len bytes of src and their checksum: known, taken before (nothing to
+ * hash), or computed into *ret_sum; corrupt (tests) flips the first byte. */
+int blk_send_checked(int fd, const uint8_t *src, uint64_t len, const struct blk_pace *pace,
+		     bool corrupt, const uint64_t *known, uint64_t *ret_sum);

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the directory said lately about keys this node does not hold
+ * (dircache.c): exists and prefix lookups are answered from it, asking a
+ * master once per request for what it does not know; a fetch that follows
+ * one takes the holders' addresses from it.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "peer.pb-c.h"
+#include "peer-wire.h"
+
+struct node;
+
+#define DC_PENDING_MS 20 /* "being stored elsewhere": asked again this often */
+
+int dircache_init(struct node *n);
+/* Every question out and every answer kept goes (no waiter is left). */
+void dircache_done(struct node *n);
+/* A fresh answer naming holders: their addresses appended to addr (at most
+ * max in all; *n_addr counts them) and the value's length; false when
+ * there is none. */
+bool dc_addresses(struct node *n, const char *key, size_t len, uint64_t h,
+		  char (*addr)[PEER_MAX_ID + 1], unsigned max, unsigned *n_addr, uint64_t *ret_len);
+/* The answer about key: present elsewhere (held by ids, at addrs: either
+ * may be NULL) with the value's length, or not. */
+void dc_put(struct node *n, const char *key, size_t len, bool present, const char *ids,
+	    const char *addrs, uint64_t vlen);
+/* A master's answer: true if it answered a question of this file's. */
+bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp);
+/* Questions out of time: what they did not learn is absent. */
+void queries_expire(struct node *n, uint64_t now);

@@ -50,14 +50,38 @@
 #define PEER_SCAN_MAX 512    /* jobs a fetch thread looks past for another peer's */
 #define SERVE_MAX_FRAME (16u << 10) /* a frame an asker sends */
 
-enum job_kind { J_FETCH, J_SEND, J_PUSH, J_RECV };
+struct node;
+struct xjob;
+
+/*
+ * What a data thread's job is, and who hears of its end: a fetch, a send
+ * to an asker, a push, a pushed object received.  The data threads know
+ * nothing else of them.
+ */
+struct xjob_ops {
+	unsigned queue; /* 0: this node's fetches and pushes out; 1: serving */
+	/* the peer it works for (its threads are limited per peer), or NULL */
+	const char *(*peer)(const struct xjob *j);
+	/* may next, queued right behind first, run with it (one connection,
+	 * asked ahead)?  NULL: never */
+	bool (*joins)(const struct node *n, const struct xjob *first, const struct xjob *next);
+	/* data thread: run jobs[0..k), handing each back as it ends */
+	void (*run)(struct node *n, struct xjob **jobs, unsigned k);
+	/* loop: it ended, with res */
+	void (*done)(struct node *n, struct xjob *j);
+	/* teardown: never run, or its end never heard (NULL: nothing to do) */
+	void (*drop)(struct xjob *j);
+};
 
 struct xjob {
 	struct xjob *next;
-	enum job_kind kind;
+	const struct xjob_ops *ops;
 	int res;
-	void *owner;         /* struct rfetch or struct pserve */
+	void *owner;         /* struct rfetch, rpush or pserve */
 };
+
+/* (defined with the completions, below) */
+static const struct xjob_ops fetch_ops, send_ops, push_ops, recv_ops;
 
 /* Data connections kept open between fetches (a fresh TCP connection
  * starts slow and with small buffers): by holder address. */
@@ -1127,57 +1151,27 @@ static unsigned take_share(struct node *n, unsigned qi, struct xjob **jobs, unsi
 	return k;
 }
 
-/* Data thread: j (a fetch, taken from queue qi) and the fetches right
- * behind it from the same holder, its share of them (the queue's other
- * threads take the rest), into jobs; how many.  Under x->lock. */
-static unsigned take_run(struct node *n, unsigned qi, struct xjob *j, struct xjob **jobs)
+/* Data thread: j (taken from queue qi) and the jobs right behind it that
+ * may run with it, its share of them (the queue's other threads take the
+ * rest), into jobs; how many.  Under x->lock. */
+static unsigned take_batch(struct node *n, unsigned qi, struct xjob *j, struct xjob **jobs)
 {
 	struct xfer *x = n->xfer;
-	const char *address = ((struct rfetch *) j->owner)->addr[0];
 	unsigned same = 0;
 
 	jobs[0] = j;
-	if (n->rdma)
-		return 1; /* one-sided reads: one by one */
-	for (struct xjob *q = x->q[qi].head; q && q->kind == J_FETCH && same < 4 * PIPE_MAX;
-	     q = q->next) {
-		if (strcmp(((struct rfetch *) q->owner)->addr[0], address) != 0)
-			break;
-		same++;
-	}
-	return take_share(n, qi, jobs, same);
-}
-
-/* Data thread: j (an eager push) and the eager pushes right behind it to
- * the same node, its share of them, into jobs; how many.  Under x->lock. */
-static unsigned take_push_run(struct node *n, unsigned qi, struct xjob *j, struct xjob **jobs)
-{
-	struct xfer *x = n->xfer;
-	const struct rpush *p = j->owner;
-	unsigned same = 0;
-
-	jobs[0] = j;
-	if (n->rdma || !p->eager)
+	if (!j->ops->joins)
 		return 1;
-	for (struct xjob *q = x->q[qi].head; q && q->kind == J_PUSH && same < 4 * PIPE_MAX;
-	     q = q->next) {
-		const struct rpush *o = q->owner;
-
-		if (!o->eager || strcmp(o->addr, p->addr) != 0)
-			break;
+	for (struct xjob *q = x->q[qi].head;
+	     q && q->ops == j->ops && j->ops->joins(n, j, q) && same < 4 * PIPE_MAX; q = q->next)
 		same++;
-	}
-	return take_share(n, qi, jobs, same);
+	return same ? take_share(n, qi, jobs, same) : 1;
 }
 
 /* The peer a job of queue 0 works for (NULL: none). */
 static const char *job_peer(const struct xjob *j)
 {
-	if (j->kind == J_FETCH)
-		return ((const struct rfetch *) j->owner)->addr[0];
-	if (j->kind == J_PUSH)
-		return ((const struct rpush *) j->owner)->addr;
-	return NULL;
+	return j->ops->peer ? j->ops->peer(j) : NULL;
 }
 
 /* The count of threads at work for peer (NULL: no peer, or the table is
@@ -1243,7 +1237,6 @@ static void *data_main(void *arg)
 		bool stopping = __atomic_load_n(&x->stop, __ATOMIC_ACQUIRE);
 		struct xjob *in, *j, *run[PIPE_MAX];
 		unsigned k = 1, *busy = NULL;
-		uint64_t moved = 0;
 		bool more, head = false, any;
 
 		pthread_mutex_lock(&x->lock);
@@ -1255,17 +1248,12 @@ static void *data_main(void *arg)
 			x->q[qi].tail = &in->next;
 		}
 		j = take_next(x, qi, &busy, &head);
-		if (j && head) {
-			if (j->kind == J_FETCH)
-				k = take_run(n, qi, j, run);
-			else if (j->kind == J_PUSH)
-				k = take_push_run(n, qi, j, run);
-		} else if (j)
+		if (j && head)
+			k = take_batch(n, qi, j, run);
+		else if (j)
 			run[0] = j;
 		if (busy)
 			(*busy)++;
-		if (j && j->kind == J_FETCH)
-			moved = *moved_at(x, ((struct rfetch *) j->owner)->addr[0]);
 		more = x->q[qi].head != NULL;
 		any = more;
 		pthread_mutex_unlock(&x->lock);
@@ -1279,27 +1267,7 @@ static void *data_main(void *arg)
 		}
 		if (more) /* the next job for another thread of this queue */
 			handoff_bell_ring(&x->q[qi].wake);
-		if (j->kind == J_FETCH && k > 1)
-			run_fetches(n, run, k, moved); /* each handed back as it ended */
-		else if (j->kind == J_FETCH && fetch_deadline(j->owner, moved) <= mono_ms())
-			fetch_expire(x, j);
-		else if (j->kind == J_PUSH && k > 1)
-			run_pushes(n, run, k, n->timeout_ms, x->corrupt);
-		else {
-			if (j->kind == J_FETCH) {
-				struct rfetch *rf = j->owner;
-
-				run_fetch(rf, j, fetch_deadline(rf, moved), 0);
-				if (j->res == 0 || j->res == -ENOENT)
-					note_moved(x, rf->addr[rf->tried]);
-			} else if (j->kind == J_SEND)
-				run_send(j->owner, j, n->timeout_ms, x->corrupt);
-			else if (j->kind == J_PUSH)
-				run_push(j->owner, j, n->timeout_ms, x->corrupt);
-			else
-				run_recv(j->owner, j, n->timeout_ms);
-			handoff_push_wake(&x->done, j, next, x->bell);
-		}
+		j->ops->run(n, run, k); /* each handed back as it ends */
 		if (busy) {
 			/* its peer may take a thread again: the jobs left wait
 			 * for one */
@@ -1318,7 +1286,7 @@ static void *data_main(void *arg)
 static void queue(struct node *n, struct xjob *j)
 {
 	struct xfer *x = n->xfer;
-	unsigned qi = j->kind == J_FETCH || j->kind == J_PUSH ? 0 : 1;
+	unsigned qi = j->ops->queue;
 
 	if (handoff_push(&x->q[qi].incoming, j, next))
 		handoff_bell_ring(&x->q[qi].wake);
@@ -1479,7 +1447,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 	n->n_rfetches++;
 	loop_timer_arm_by(n->timer, rf->deadline);
 	if (rf->transferring) {
-		rf->job = (struct xjob) { .kind = J_FETCH, .owner = rf };
+		rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
 		queue(n, &rf->job);
 	}
 	return 0;
@@ -1618,7 +1586,7 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 	}
 	rf->dst = (uint8_t *) t->seg.base + o->block->offset;
 	rf->transferring = true;
-	rf->job = (struct xjob) { .kind = J_FETCH, .owner = rf };
+	rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
 	queue(n, &rf->job);
 }
 
@@ -1789,7 +1757,7 @@ static int serve_now(struct pserve *ps)
 		return 0;
 	}
 	loop_set_io_events(ps->src, 0); /* the data thread owns the socket now */
-	ps->job = (struct xjob) { .kind = J_SEND, .owner = ps };
+	ps->job = (struct xjob) { .ops = &send_ops, .owner = ps };
 	queue(ps->n, &ps->job);
 	return 1;
 }
@@ -1839,7 +1807,7 @@ static int ps_serve(struct pserve *ps)
 	if (!ps->want_rdma && e.len <= LOOP_SEND_MAX && !pconn_wants_write(&ps->pc))
 		return serve_now(ps);
 	loop_set_io_events(ps->src, 0); /* the data thread owns the socket now */
-	ps->job = (struct xjob) { .kind = J_SEND, .owner = ps };
+	ps->job = (struct xjob) { .ops = &send_ops, .owner = ps };
 	queue(n, &ps->job);
 	return 1;
 }
@@ -1999,7 +1967,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 			return push_finish(ps, r);
 		}
 		loop_set_io_events(ps->src, 0);
-		ps->job = (struct xjob) { .kind = J_RECV, .owner = ps };
+		ps->job = (struct xjob) { .ops = &recv_ops, .owner = ps };
 		queue(ps->n, &ps->job);
 		return 1;
 	}
@@ -2020,7 +1988,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 	ps->push_o = o;
 	ps->busy = true;
 	loop_set_io_events(ps->src, 0);
-	ps->job = (struct xjob) { .kind = J_RECV, .owner = ps };
+	ps->job = (struct xjob) { .ops = &recv_ops, .owner = ps };
 	queue(ps->n, &ps->job);
 	return 1;
 }
@@ -2260,6 +2228,162 @@ void remote_fetch_all(struct node *n, const char *const *keys, const uint64_t *l
 				    index_hash(keys[i], strlen(keys[i]))) != NULL;
 }
 
+/* ---- the jobs: run on a data thread, ended on the loop ---- */
+
+static void hand_back(struct node *n, struct xjob *j)
+{
+	handoff_push_wake(&n->xfer->done, j, next, n->xfer->bell);
+}
+
+static const char *fetch_peer(const struct xjob *j)
+{
+	return ((const struct rfetch *) j->owner)->addr[0];
+}
+
+/* fetches from the same holder, asked for ahead on one connection (with
+ * RDMA, one-sided reads go one by one) */
+static bool fetch_joins(const struct node *n, const struct xjob *first, const struct xjob *next)
+{
+	return !n->rdma && !strcmp(fetch_peer(first), fetch_peer(next));
+}
+
+static void fetch_run(struct node *n, struct xjob **jobs, unsigned k)
+{
+	struct xfer *x = n->xfer;
+	struct rfetch *rf = jobs[0]->owner;
+	uint64_t moved;
+
+	pthread_mutex_lock(&x->lock);
+	moved = *moved_at(x, rf->addr[0]);
+	pthread_mutex_unlock(&x->lock);
+	if (k > 1) {
+		run_fetches(n, jobs, k, moved);
+		return;
+	}
+	if (fetch_deadline(rf, moved) <= mono_ms()) {
+		fetch_expire(x, jobs[0]);
+		return;
+	}
+	run_fetch(rf, jobs[0], fetch_deadline(rf, moved), 0);
+	if (jobs[0]->res == 0 || jobs[0]->res == -ENOENT)
+		note_moved(x, rf->addr[rf->tried]);
+	hand_back(n, jobs[0]);
+}
+
+static void fetch_ended(struct node *n, struct xjob *j)
+{
+	rf_finish(n, j->owner, j->res);
+}
+
+static const struct xjob_ops fetch_ops = {
+	.queue = 0, .peer = fetch_peer, .joins = fetch_joins, .run = fetch_run,
+	.done = fetch_ended,
+};
+
+static void send_run(struct node *n, struct xjob **jobs, unsigned k)
+{
+	(void) k;
+	run_send(jobs[0]->owner, jobs[0], n->timeout_ms, n->xfer->corrupt);
+	hand_back(n, jobs[0]);
+}
+
+static void send_ended(struct node *n, struct xjob *j)
+{
+	struct pserve *ps = j->owner;
+	char msg[STORE_MSG_MAX];
+
+	if (j->res < 0) {
+		ps->busy = false;
+		store_release(&ps->h, ps->handle, msg);
+		n->c.serve_errors++;
+		ps_free(ps);
+		return;
+	}
+	served(ps);
+	ps_process(ps);
+}
+
+static const struct xjob_ops send_ops = { .queue = 1, .run = send_run, .done = send_ended };
+
+static void recv_run(struct node *n, struct xjob **jobs, unsigned k)
+{
+	(void) k;
+	run_recv(jobs[0]->owner, jobs[0], n->timeout_ms);
+	hand_back(n, jobs[0]);
+}
+
+static void recv_ended(struct node *n, struct xjob *j)
+{
+	struct pserve *ps = j->owner;
+
+	(void) n;
+	if (push_finish(ps, j->res) < 0) {
+		ps_free(ps);
+		return;
+	}
+	ps_process(ps);
+}
+
+static const struct xjob_ops recv_ops = { .queue = 1, .run = recv_run, .done = recv_ended };
+
+static const char *push_peer(const struct xjob *j)
+{
+	return ((const struct rpush *) j->owner)->addr;
+}
+
+/* eager pushes to the same node, one after another on one connection */
+static bool push_joins(const struct node *n, const struct xjob *first, const struct xjob *next)
+{
+	const struct rpush *a = first->owner, *b = next->owner;
+
+	return !n->rdma && a->eager && b->eager && !strcmp(a->addr, b->addr);
+}
+
+static void push_run(struct node *n, struct xjob **jobs, unsigned k)
+{
+	if (k > 1) {
+		run_pushes(n, jobs, k, n->timeout_ms, n->xfer->corrupt);
+		return;
+	}
+	run_push(jobs[0]->owner, jobs[0], n->timeout_ms, n->xfer->corrupt);
+	hand_back(n, jobs[0]);
+}
+
+static void push_ended(struct node *n, struct xjob *j)
+{
+	struct rpush *p = j->owner;
+	struct peer_stat *pst = node_peer_stat(n, p->addr);
+	char msg[STORE_MSG_MAX];
+
+	if (p->digested)
+		object_keep_sum(p->obj, p->digest);
+	store_release(&n->h, p->handle, msg);
+	if (pst && j->res == 0) {
+		pst->pushes++;
+		pst->push_bytes += p->len;
+	} else if (pst && j->res != -EEXIST) {
+		pst->push_errors++;
+	}
+	if (j->res == 0) {
+		n->c.pushes++;
+		count_bytes(n, false, p->via_rdma, p->len);
+	} else if (j->res != -EEXIST) {
+		n->c.push_errors++;
+		log_warn("push of %s to %s failed: %s", p->key, p->addr, strerror(-j->res));
+	}
+	free(p);
+}
+
+static void push_drop(struct xjob *j)
+{
+	free(j->owner); /* its view goes with the holder */
+}
+
+static const struct xjob_ops push_ops = {
+	.queue = 0, .peer = push_peer, .joins = push_joins, .run = push_run,
+	.done = push_ended, .drop = push_drop,
+};
+
 /* ---- completions ---- */
 
 static bool xfer_poll(void *u)
@@ -2274,54 +2398,7 @@ static bool xfer_poll(void *u)
 		struct xjob *j = list;
 
 		list = j->next;
-		if (j->kind == J_FETCH) {
-			rf_finish(n, j->owner, j->res);
-		} else if (j->kind == J_PUSH) {
-			struct rpush *p = j->owner;
-			char msg[STORE_MSG_MAX];
-
-			if (p->digested)
-				object_keep_sum(p->obj, p->digest);
-			store_release(&n->h, p->handle, msg);
-			struct peer_stat *pst = node_peer_stat(n, p->addr);
-
-			if (pst && j->res == 0) {
-				pst->pushes++;
-				pst->push_bytes += p->len;
-			} else if (pst && j->res != -EEXIST) {
-				pst->push_errors++;
-			}
-			if (j->res == 0) {
-				n->c.pushes++;
-				count_bytes(n, false, p->via_rdma, p->len);
-			} else if (j->res != -EEXIST) {
-				n->c.push_errors++;
-				log_warn("push of %s to %s failed: %s", p->key, p->addr,
-					 strerror(-j->res));
-			}
-			free(p);
-		} else if (j->kind == J_RECV) {
-			struct pserve *ps = j->owner;
-
-			if (push_finish(ps, j->res) < 0) {
-				ps_free(ps);
-				continue;
-			}
-			ps_process(ps);
-		} else {
-			struct pserve *ps = j->owner;
-			char msg[STORE_MSG_MAX];
-
-			if (j->res < 0) {
-				ps->busy = false;
-				store_release(&ps->h, ps->handle, msg);
-				n->c.serve_errors++;
-				ps_free(ps);
-				continue;
-			}
-			served(ps);
-			ps_process(ps);
-		}
+		j->ops->done(n, j);
 	}
 	return true;
 }
@@ -2380,7 +2457,7 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	p->eager = (features & PEER_FEAT_EAGER_PUSH) && e.len <= PEER_EAGER_PUSH_MAX &&
 		   !n->xfer->no_eager;
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
-	p->job = (struct xjob) { .kind = J_PUSH, .owner = p };
+	p->job = (struct xjob) { .ops = &push_ops, .owner = p };
 	queue(n, &p->job);
 	return 0;
 }
@@ -2464,16 +2541,16 @@ void remote_teardown(struct node *n)
 			struct xjob *j = x->q[i].head;
 
 			x->q[i].head = j->next;
-			if (j->kind == J_PUSH)
-				free(j->owner); /* its view goes with the holder */
+			if (j->ops->drop)
+				j->ops->drop(j); /* a push's view goes with the holder */
 		}
 	}
 	while (x->done) {
 		struct xjob *j = x->done;
 
 		x->done = j->next;
-		if (j->kind == J_PUSH)
-			free(j->owner);
+		if (j->ops->drop)
+			j->ops->drop(j);
 	}
 	{
 		uint64_t res, views;

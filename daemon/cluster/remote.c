@@ -36,6 +36,7 @@
 #include "handoff.h"
 #include "node-private.h"
 #include "tier.h"
+#include "xfer.h"
 
 #define LOG_TOPIC "remote"
 
@@ -45,101 +46,11 @@
 #define HANDSHAKE_MS 2000  /* a peer's Hello (and proof) arrives within this */
 #define HANDSHAKE_MAX 128  /* connections yet to prove themselves, at most */
 #define MAX_HOLDERS_TRIED 4
-#define MAX_STREAMS 16       /* --data-streams */
-#define PEER_BUSY_MAX 64     /* peers with fetch threads at work, tracked */
 #define PEER_SCAN_MAX 512    /* jobs a fetch thread looks past for another peer's */
 #define SERVE_MAX_FRAME (16u << 10) /* a frame an asker sends */
 
-struct node;
-struct xjob;
-
-/*
- * What a data thread's job is, and who hears of its end: a fetch, a send
- * to an asker, a push, a pushed object received.  The data threads know
- * nothing else of them.
- */
-struct xjob_ops {
-	unsigned queue; /* 0: this node's fetches and pushes out; 1: serving */
-	/* the peer it works for (its threads are limited per peer), or NULL */
-	const char *(*peer)(const struct xjob *j);
-	/* may next, queued right behind first, run with it (one connection,
-	 * asked ahead)?  NULL: never */
-	bool (*joins)(const struct node *n, const struct xjob *first, const struct xjob *next);
-	/* data thread: run jobs[0..k), handing each back as it ends */
-	void (*run)(struct node *n, struct xjob **jobs, unsigned k);
-	/* loop: it ended, with res */
-	void (*done)(struct node *n, struct xjob *j);
-	/* teardown: never run, or its end never heard (NULL: nothing to do) */
-	void (*drop)(struct xjob *j);
-};
-
-struct xjob {
-	struct xjob *next;
-	const struct xjob_ops *ops;
-	int res;
-	void *owner;         /* struct rfetch, rpush or pserve */
-};
-
 /* (defined with the completions, below) */
-static const struct xjob_ops fetch_ops, send_ops, push_ops, recv_ops;
-
-/* Data connections kept open between fetches (a fresh TCP connection
- * starts slow and with small buffers): by holder address. */
-#define IDLE_MAX 16
-
-struct idle_conn {
-	int fd;
-	bool rdma; /* the handshake agreed on one-sided reads */
-	char addr[PEER_MAX_ID + 1];
-};
-
-struct xfer {
-	struct idle_conn idle[IDLE_MAX];
-	unsigned n_idle;
-	/* data threads only (the loop never takes it): the idle connections
-	 * and the queues' jobs in order */
-	pthread_mutex_t lock;
-	/* two queues, each with its own threads, so that a slow peer being
-	 * served never holds up this node's own fetches, nor the reverse:
-	 * [0] fetches and pushes out, [1] serving (sends, pushed receives).
-	 * The loop pushes jobs onto `incoming` and rings `wake` (handoff.h):
-	 * it shares no lock or condition variable with the threads, so it
-	 * never waits on one (it was seen asleep in pthread_cond_signal()). */
-	struct {
-		struct xjob *incoming;
-		struct xjob *head, **tail;
-		struct handoff_bell wake;
-	} q[2];
-	struct xjob *done;      /* lock-free (handoff.h): the loop never waits */
-	bool stop;              /* atomic */
-	pthread_t th[2 * MAX_STREAMS + 1];
-	unsigned n_th;
-	struct thread_arg {
-		struct node *n;
-		unsigned q;
-	} args[2 * MAX_STREAMS + 1];
-	/* threads of queue 0 at work for each peer (under lock; a slot whose
-	 * count is 0 is free): at most per_peer at once, so the queue's one
-	 * thread more is always there for the others (a holder that stopped
-	 * answering held every thread until its deadline) */
-	struct {
-		char addr[PEER_MAX_ID + 1];
-		unsigned busy;
-	} pbusy[PEER_BUSY_MAX];
-	unsigned per_peer;
-	/* when each holder last answered a fetch (under lock; the oldest
-	 * entry goes for a new holder): a fetch queued behind one that keeps
-	 * sending is not out of time (fetch_deadline()) */
-	struct {
-		char addr[PEER_MAX_ID + 1];
-		uint64_t ms;
-	} moved[PEER_BUSY_MAX];
-	int bell;
-	struct loop_source *bell_src;
-	bool corrupt; /* tests: flip the first byte of what is served */
-	bool no_eager; /* tests: KVCACHE_TEST_NO_EAGER_PUSH=1, pushes wait for PushReady */
-	char bogus_rdma; /* tests: 'r' damaged rkeys, 'a' a damaged worker address */
-};
+static const struct xjob_ops fetch_ops, send_ops, recv_ops;
 
 struct rfetch {
 	struct rfetch *next, *prev; /* in n->rfetches, or next in n->backlog */
@@ -201,24 +112,6 @@ struct pserve {
 	struct xjob job;
 };
 
-/* This node copying one of its objects to another (push_to). */
-struct rpush {
-	struct node *n;
-	uint64_t handle, len;
-	const uint8_t *bytes;
-	uint32_t segment;      /* where bytes is, for an RDMA write */
-	uint64_t offset;
-	bool via_rdma;         /* it was written by RDMA */
-	struct object *obj;    /* the object, while the push's view holds it */
-	bool known, digested;  /* as in struct pserve */
-	uint64_t known_sum, digest;
-	bool eager;            /* the target takes the bytes without PushReady */
-	uint64_t ver;          /* the object's version */
-	char key[PEER_MAX_KEY + 1];
-	size_t key_len;
-	char addr[PEER_MAX_ID + 1];
-	struct xjob job;
-};
 /* ---- bounded blocking I/O: net/blocking.h ---- */
 
 /* A data thread polls for bytes it waits for this many times --poll-us
@@ -230,7 +123,7 @@ struct rpush {
 #define RDMA_STEP (8u << 20)
 
 /* An RDMA read (get) or write of len bytes in steps, paced: 0 or -errno. */
-static int rdma_paced(struct node *n, bool get, const char *peer, uint32_t rid, uint64_t roff,
+int xfer_rdma(struct node *n, bool get, const char *peer, uint32_t rid, uint64_t roff,
 		      uint32_t lid, uint64_t loff, uint64_t len, const struct blk_pace *pace)
 {
 	int r = 0;
@@ -244,7 +137,7 @@ static int rdma_paced(struct node *n, bool get, const char *peer, uint32_t rid, 
 	return r;
 }
 
-static int idle_take(struct xfer *x, const char *address, bool *rdma)
+int xfer_idle_take(struct xfer *x, const char *address, bool *rdma)
 {
 	int fd = -1;
 
@@ -260,7 +153,7 @@ static int idle_take(struct xfer *x, const char *address, bool *rdma)
 	return fd;
 }
 
-static void idle_put(struct xfer *x, const char *address, int fd, bool rdma)
+void xfer_idle_put(struct xfer *x, const char *address, int fd, bool rdma)
 {
 	pthread_mutex_lock(&x->lock);
 	if (x->n_idle == IDLE_MAX) {
@@ -280,7 +173,7 @@ static int handshake(struct node *n, int fd, uint64_t deadline, const char *addr
 
 /* A new data connection to the holder at address, shaken hands with
  * when there is a secret or RDMA here: 0 with *ret_fd, or -errno. */
-static int open_conn(struct node *n, const char *address, uint64_t deadline, int *ret_fd,
+int xfer_open_conn(struct node *n, const char *address, uint64_t deadline, int *ret_fd,
 		     bool *rdma)
 {
 	struct net_addr a;
@@ -315,31 +208,31 @@ static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 {
 	struct xfer *x = rf->n->xfer;
 	bool rd = false;
-	int fd = idle_take(x, address, &rd), r;
+	int fd = xfer_idle_take(x, address, &rd), r;
 
 	if (fd >= 0) {
 		r = fetch_on(rf, fd, rd, address, deadline);
 		if (r == 0 || r == -ENOENT) {
-			idle_put(x, address, fd, rd);
+			xfer_idle_put(x, address, fd, rd);
 			return r;
 		}
 		close(fd);
 		if (r != -ECONNRESET && r != -EPIPE)
 			return r;
 	}
-	r = open_conn(rf->n, address, deadline, &fd, &rd);
+	r = xfer_open_conn(rf->n, address, deadline, &fd, &rd);
 	if (r < 0)
 		return r;
 	r = fetch_on(rf, fd, rd, address, deadline);
 	if (r == 0 || r == -ENOENT)
-		idle_put(x, address, fd, rd);
+		xfer_idle_put(x, address, fd, rd);
 	else
 		close(fd);
 	return r;
 }
 
 /* One frame of at most cap payload bytes, of the type expected. */
-static int recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t deadline,
+int xfer_recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t deadline,
 		      ProtobufCMessage **ret)
 {
 	uint8_t hdr[PEER_HDR_SIZE];
@@ -357,7 +250,7 @@ static int recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t d
 	return r;
 }
 
-static int send_msg(int fd, uint8_t type, const ProtobufCMessage *m, uint64_t deadline)
+int xfer_send_msg(int fd, uint8_t type, const ProtobufCMessage *m, uint64_t deadline)
 {
 	uint8_t *frame;
 	size_t len;
@@ -379,7 +272,7 @@ static int rdma_learn(struct node *n, int fd, uint64_t deadline, const char *add
 	Kvc__Peer__RdmaInfo *ri;
 	ProtobufCMessage *m;
 	uint8_t *buf = malloc(64u << 10);
-	int r = buf ? recv_frame(fd, PEER_RDMA_INFO, buf, 64u << 10, deadline, &m) : -ENOMEM;
+	int r = buf ? xfer_recv_frame(fd, PEER_RDMA_INFO, buf, 64u << 10, deadline, &m) : -ENOMEM;
 
 	free(buf);
 	if (r < 0)
@@ -424,9 +317,9 @@ static int handshake(struct node *n, int fd, uint64_t deadline, const char *addr
 	hello.role = PEER_ROLE_NODE;
 	if (secret)
 		hello.nonce = (ProtobufCBinaryData) { .len = sizeof(nonce), .data = nonce };
-	r = send_msg(fd, PEER_HELLO, &hello.base, deadline);
+	r = xfer_send_msg(fd, PEER_HELLO, &hello.base, deadline);
 	if (r == 0)
-		r = recv_frame(fd, PEER_HELLO_ACK, buf, sizeof(buf), deadline, &m);
+		r = xfer_recv_frame(fd, PEER_HELLO_ACK, buf, sizeof(buf), deadline, &m);
 	if (r < 0)
 		return r;
 	ack = (Kvc__Peer__HelloAck *) m;
@@ -442,7 +335,7 @@ static int handshake(struct node *n, int fd, uint64_t deadline, const char *addr
 	protobuf_c_message_free_unpacked(m, NULL);
 	if (secret) {
 		au.proof = (ProtobufCBinaryData) { .len = sizeof(proof), .data = proof };
-		r = send_msg(fd, PEER_AUTH, &au.base, deadline);
+		r = xfer_send_msg(fd, PEER_AUTH, &au.base, deadline);
 	}
 	if (r == 0 && both_rdma)
 		r = rdma_learn(n, fd, deadline, address, rdma);
@@ -459,7 +352,7 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	Kvc__Peer__FetchDone done = KVC__PEER__FETCH_DONE__INIT;
 	uint64_t loff = (uint64_t) (rf->dst - (uint8_t *) n->st->tiers[0].seg.base);
 	struct blk_pace pace = blk_pace(n->timeout_ms, deadline, o->len);
-	int r = rdma_paced(n, true, address, resp->region, resp->offset, 0, loff, o->len, &pace);
+	int r = xfer_rdma(n, true, address, resp->region, resp->offset, 0, loff, o->len, &pace);
 
 	if (r == 0)
 		r = blk_sum(rf->dst, o->len, &rf->sum);
@@ -468,7 +361,7 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	done.error = r;
 	/* a read that succeeded stands even if this does not go out: the
 	 * holder lets the view go when the connection drops */
-	send_msg(fd, PEER_FETCH_DONE, &done.base, mono_ms() + n->timeout_ms);
+	xfer_send_msg(fd, PEER_FETCH_DONE, &done.base, mono_ms() + n->timeout_ms);
 	if (r == -ECONNRESET || r == -ETIMEDOUT || r == -EINVAL) {
 		/* the endpoint is gone or the place was wrong: the next
 		 * connection shakes hands afresh; this one is not kept */
@@ -528,7 +421,7 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 			Kvc__Peer__FetchDone done = KVC__PEER__FETCH_DONE__INIT;
 
 			done.error = -ESTALE;
-			if (send_msg(fd, PEER_FETCH_DONE, &done.base, deadline) < 0)
+			if (xfer_send_msg(fd, PEER_FETCH_DONE, &done.base, deadline) < 0)
 				r = -ECONNRESET;
 		}
 	} else if (resp->rdma)
@@ -550,7 +443,7 @@ static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
 		    uint64_t deadline)
 {
 	Kvc__Peer__Fetch q = fetch_msg(rf, rdma);
-	int r = send_msg(fd, PEER_FETCH, &q.base, deadline);
+	int r = xfer_send_msg(fd, PEER_FETCH, &q.base, deadline);
 
 	if (r == 0)
 		r = fetch_answer(rf, fd, 1, rdma, address, deadline);
@@ -670,7 +563,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 	k = live;
 	if (!k)
 		return;
-	fd = idle_take(x, address, &rd);
+	fd = xfer_idle_take(x, address, &rd);
 	for (unsigned i = 0; i < k && r == 0; i++) {
 		Kvc__Peer__Fetch q = fetch_msg(jobs[i]->owner, false);
 		uint8_t *f, *grown;
@@ -694,7 +587,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 	kept = fd >= 0;
 	for (int attempt = 0; r == 0 && attempt < 2; attempt++) {
 		if (fd < 0)
-			r = open_conn(n, address, fetch_deadline(jobs[0]->owner, moved), &fd, &rd);
+			r = xfer_open_conn(n, address, fetch_deadline(jobs[0]->owner, moved), &fd, &rd);
 		if (r == 0)
 			r = blk_send(fd, frames, len, fetch_deadline(jobs[0]->owner, moved));
 		if (r == 0 || !kept || (r != -ECONNRESET && r != -EPIPE))
@@ -728,7 +621,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 		}
 	}
 	if (fd >= 0 && r == 0)
-		idle_put(x, address, fd, rd);
+		xfer_idle_put(x, address, fd, rd);
 	else if (fd >= 0)
 		close(fd);
 	if (done < k && (r == -ETIMEDOUT || r == -EBADMSG)) {
@@ -845,7 +738,7 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 		ProtobufCMessage *m;
 		uint8_t buf[64];
 
-		r = recv_frame(ps->pc.fd, PEER_FETCH_DONE, buf, sizeof(buf), deadline, &m);
+		r = xfer_recv_frame(ps->pc.fd, PEER_FETCH_DONE, buf, sizeof(buf), deadline, &m);
 		if (r == 0) {
 			if (((Kvc__Peer__FetchDone *) m)->error)
 				r = -EIO; /* the asker got nothing: not served */
@@ -862,199 +755,6 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 	if (blk_set_blocking(ps->pc.fd, false) < 0 && r == 0)
 		r = -EIO; /* the loop reads it again: it must not block */
 	j->res = r;
-}
-
-/* With RDMA: write the object where the target said, then its checksum
- * on the connection. */
-static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, uint64_t deadline,
-		     bool corrupt)
-{
-	struct blk_pace pace = blk_pace(p->n->timeout_ms, deadline, p->len);
-	uint64_t sum;
-	int r;
-
-	r = rdma_paced(p->n, false, p->addr, rep->region, rep->offset, p->segment, p->offset,
-		       p->len, &pace);
-	if (r < 0) {
-		/* the connection cannot say "never mind": it is not kept */
-		rdma_peer_drop(p->n->rdma, p->addr);
-		return r == -EINVAL ? -EPROTO : r;
-	}
-	if (!p->known && (r = blk_sum(p->bytes, p->len, &p->digest)) < 0)
-		return r;
-	sum = htole64((p->known ? p->known_sum : p->digest) ^ (corrupt ? 1 : 0));
-	p->via_rdma = true;
-	return blk_send(fd, &sum, sizeof(sum), mono_ms() + p->n->timeout_ms);
-}
-
-/* The target's PushDone: 0, -EEXIST or -ENOENT (it did not keep the copy;
- * the connection is fine), or another error. */
-static int push_done(int fd, uint8_t *buf, size_t cap, uint64_t deadline)
-{
-	ProtobufCMessage *m;
-	int r = recv_frame(fd, PEER_PUSH_DONE, buf, cap, deadline, &m);
-
-	if (r < 0)
-		return r == -ENOENT ? -EPROTO : r;
-	r = ((Kvc__Peer__PushReply *) m)->error;
-	protobuf_c_message_free_unpacked(m, NULL);
-	if (r == -EEXIST || r == -ENOSPC || r == -E2BIG || r == -ENOMEM)
-		return r == -EEXIST ? -EEXIST : -ENOENT; /* refused, cleanly */
-	return r == -ENOENT ? -EIO : r;
-}
-
-/* An eager push's frame, bytes and checksum (PushDone comes later). */
-static int push_eager(struct rpush *p, int fd, uint64_t deadline, bool corrupt)
-{
-	Kvc__Peer__Push q = KVC__PEER__PUSH__INIT;
-	int r;
-
-	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
-	q.len = p->len;
-	q.eager = true;
-	q.version = p->ver;
-	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
-	if (r == 0) {
-		struct blk_pace pace = blk_pace(p->n->timeout_ms, deadline, p->len);
-
-		r = blk_send_checked(fd, p->bytes, p->len, &pace, corrupt,
-				 p->known ? &p->known_sum : NULL, &p->digest);
-	}
-	if (r == 0 && !p->known)
-		p->digested = true;
-	return r;
-}
-
-/* On a data thread: offer the object, and send it if the target wants it
- * (with eager, send it at once). */
-static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool corrupt)
-{
-	Kvc__Peer__Push q = KVC__PEER__PUSH__INIT;
-	Kvc__Peer__PushReply *rep;
-	ProtobufCMessage *m;
-	uint8_t buf[256];
-	int r;
-
-	if (p->eager && !rdma) {
-		/* the bytes at once; the answer says whether they were kept */
-		r = push_eager(p, fd, deadline, corrupt);
-		return r < 0 ? r : push_done(fd, buf, sizeof(buf), mono_ms() + p->n->timeout_ms);
-	}
-	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
-	q.len = p->len;
-	q.rdma = rdma;
-	q.version = p->ver;
-	r = send_msg(fd, PEER_PUSH, &q.base, deadline);
-	if (r == 0)
-		r = recv_frame(fd, PEER_PUSH_READY, buf, sizeof(buf), deadline, &m);
-	if (r < 0)
-		return r;
-	rep = (Kvc__Peer__PushReply *) m;
-	r = rep->error;
-	if (r < 0) {
-		protobuf_c_message_free_unpacked(m, NULL);
-		return r == -EEXIST ? -EEXIST : -ENOENT; /* the connection is fine */
-	}
-	if (rep->rdma && !rdma)
-		r = -EPROTO;
-	else if (rep->rdma)
-		r = push_rdma(p, fd, rep, deadline, corrupt);
-	else {
-		struct blk_pace pace = blk_pace(p->n->timeout_ms, deadline, p->len);
-
-		r = blk_send_checked(fd, p->bytes, p->len, &pace, corrupt,
-				 p->known ? &p->known_sum : NULL, &p->digest);
-	}
-	if (r == 0 && !p->known)
-		p->digested = true;
-	protobuf_c_message_free_unpacked(m, NULL);
-	return r < 0 ? r : push_done(fd, buf, sizeof(buf), mono_ms() + p->n->timeout_ms);
-}
-
-static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool corrupt)
-{
-	struct xfer *x = p->n->xfer;
-	uint64_t deadline = mono_ms() + timeout_ms;
-	bool rd = false;
-	int fd = idle_take(x, p->addr, &rd), r;
-
-	if (fd >= 0) {
-		r = push_on(p, fd, rd, deadline, corrupt);
-		if (r == 0 || r == -EEXIST || r == -ENOENT) {
-			idle_put(x, p->addr, fd, rd);
-			j->res = r;
-			return;
-		}
-		close(fd);
-	}
-	r = open_conn(p->n, p->addr, deadline, &fd, &rd);
-	if (r == 0) {
-		r = push_on(p, fd, rd, deadline, corrupt);
-		if (r == 0 || r == -EEXIST || r == -ENOENT)
-			idle_put(x, p->addr, fd, rd);
-		else
-			close(fd);
-	}
-	j->res = r == -ECONNREFUSED ? -ECONNRESET : r;
-}
-
-/*
- * Eager pushes to the same node, one after another on one connection
- * without waiting for each PushDone: the target takes them in order, and
- * the link does not stand idle while it stores each (on loopback a 1 MiB
- * push waited 400-1300 us for its PushDone after its last byte).  When the
- * connection breaks, the pushes not yet answered go again on their own (a
- * copy the target kept meanwhile is then -EEXIST, not an error).
- */
-static void run_pushes(struct node *n, struct xjob **jobs, unsigned k, uint64_t timeout_ms,
-		       bool corrupt)
-{
-	struct xfer *x = n->xfer;
-	char address[PEER_MAX_ID + 1]; /* a copy: each job goes back, and is freed, as it ends */
-	uint8_t buf[256];
-	unsigned sent = 0, done = 0;
-	bool rd = false;
-	int fd, r = 0;
-
-	memcpy(address, ((struct rpush *) jobs[0]->owner)->addr, sizeof(address));
-	fd = idle_take(x, address, &rd);
-	if (fd < 0)
-		r = open_conn(n, address, mono_ms() + timeout_ms, &fd, &rd);
-	if (r == 0 && rd)
-		r = -EPROTO; /* (never: a node with RDMA pushes one by one) */
-	for (; r == 0 && sent < k; sent++)
-		r = push_eager(jobs[sent]->owner, fd, mono_ms() + timeout_ms, corrupt);
-	if (r == 0)
-		__atomic_fetch_add(&n->c.pushes_ahead, k - 1, __ATOMIC_RELAXED);
-	for (; r == 0 && done < k; done++) {
-		r = push_done(fd, buf, sizeof(buf), mono_ms() + timeout_ms);
-		if (r == 0 || r == -EEXIST || r == -ENOENT) {
-			jobs[done]->res = r; /* kept, or refused cleanly */
-			r = 0;
-		} else if (r == -EBADMSG || r == -EIO) {
-			jobs[done]->res = r; /* damaged, or failed there: the stream is in step */
-			r = 0;
-		} else {
-			break;
-		}
-		handoff_push_wake(&x->done, jobs[done], next, x->bell);
-	}
-	if (fd >= 0 && r == 0)
-		idle_put(x, address, fd, rd);
-	else if (fd >= 0)
-		close(fd);
-	for (; r == -ETIMEDOUT && done < k; done++) {
-		/* the target is not answering: the ones behind end too */
-		jobs[done]->res = -ETIMEDOUT;
-		handoff_push_wake(&x->done, jobs[done], next, x->bell);
-	}
-	for (; done < k; done++) { /* the connection broke: each on its own */
-		struct rpush *p = jobs[done]->owner;
-
-		p->digested = false;
-		run_push(p, jobs[done], timeout_ms, corrupt);
-		handoff_push_wake(&x->done, jobs[done], next, x->bell);
-	}
 }
 
 /* n bytes of an eager push: first what the loop read past its frame. */
@@ -1283,7 +983,7 @@ static void *data_main(void *arg)
 }
 
 /* Loop: never waits. */
-static void queue(struct node *n, struct xjob *j)
+void xfer_queue(struct node *n, struct xjob *j)
 {
 	struct xfer *x = n->xfer;
 	unsigned qi = j->ops->queue;
@@ -1293,7 +993,7 @@ static void queue(struct node *n, struct xjob *j)
 }
 
 /* An object's bytes moved in or out, and by which transport. */
-static void count_bytes(struct node *n, bool in, bool rdma, uint64_t len)
+void xfer_count_bytes(struct node *n, bool in, bool rdma, uint64_t len)
 {
 	if (in) {
 		n->c.remote_bytes_in += len;
@@ -1365,7 +1065,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 		store_version_seen(st, rf->ver);
 		object_publish(st, o);
 		n->c.remote_hits++;
-		count_bytes(n, true, rf->via_rdma, o->len);
+		xfer_count_bytes(n, true, rf->via_rdma, o->len);
 		fetch_done(st, o, 0);
 	} else {
 		if (res < 0) {
@@ -1448,7 +1148,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 	loop_timer_arm_by(n->timer, rf->deadline);
 	if (rf->transferring) {
 		rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
-		queue(n, &rf->job);
+		xfer_queue(n, &rf->job);
 	}
 	return 0;
 }
@@ -1587,7 +1287,7 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 	rf->dst = (uint8_t *) t->seg.base + o->block->offset;
 	rf->transferring = true;
 	rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
-	queue(n, &rf->job);
+	xfer_queue(n, &rf->job);
 }
 
 static void ps_free(struct pserve *ps);
@@ -1710,7 +1410,7 @@ static void served(struct pserve *ps)
 	ps->busy = false;
 	store_release(&ps->h, ps->handle, msg);
 	n->c.served++;
-	count_bytes(n, false, ps->want_rdma, ps->len);
+	xfer_count_bytes(n, false, ps->want_rdma, ps->len);
 }
 
 /* A small hit, on the loop: [FetchResp, bytes, checksum] in one
@@ -1758,7 +1458,7 @@ static int serve_now(struct pserve *ps)
 	}
 	loop_set_io_events(ps->src, 0); /* the data thread owns the socket now */
 	ps->job = (struct xjob) { .ops = &send_ops, .owner = ps };
-	queue(ps->n, &ps->job);
+	xfer_queue(ps->n, &ps->job);
 	return 1;
 }
 
@@ -1808,7 +1508,7 @@ static int ps_serve(struct pserve *ps)
 		return serve_now(ps);
 	loop_set_io_events(ps->src, 0); /* the data thread owns the socket now */
 	ps->job = (struct xjob) { .ops = &send_ops, .owner = ps };
-	queue(n, &ps->job);
+	xfer_queue(n, &ps->job);
 	return 1;
 }
 
@@ -1968,7 +1668,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		}
 		loop_set_io_events(ps->src, 0);
 		ps->job = (struct xjob) { .ops = &recv_ops, .owner = ps };
-		queue(ps->n, &ps->job);
+		xfer_queue(ps->n, &ps->job);
 		return 1;
 	}
 	if (ps->want_rdma) {
@@ -1989,7 +1689,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 	ps->busy = true;
 	loop_set_io_events(ps->src, 0);
 	ps->job = (struct xjob) { .ops = &recv_ops, .owner = ps };
-	queue(ps->n, &ps->job);
+	xfer_queue(ps->n, &ps->job);
 	return 1;
 }
 
@@ -2021,7 +1721,7 @@ static int push_finish(struct pserve *ps, int res)
 				object_keep_sum(o, ps->digest);
 			object_publish(n->st, o);
 			n->c.pushes_received++;
-			count_bytes(n, true, ps->want_rdma, o->len);
+			xfer_count_bytes(n, true, ps->want_rdma, o->len);
 		} else {
 			if (res == -EBADMSG) {
 				n->c.remote_corrupt++;
@@ -2230,7 +1930,7 @@ void remote_fetch_all(struct node *n, const char *const *keys, const uint64_t *l
 
 /* ---- the jobs: run on a data thread, ended on the loop ---- */
 
-static void hand_back(struct node *n, struct xjob *j)
+void xfer_hand_back(struct node *n, struct xjob *j)
 {
 	handoff_push_wake(&n->xfer->done, j, next, n->xfer->bell);
 }
@@ -2267,7 +1967,7 @@ static void fetch_run(struct node *n, struct xjob **jobs, unsigned k)
 	run_fetch(rf, jobs[0], fetch_deadline(rf, moved), 0);
 	if (jobs[0]->res == 0 || jobs[0]->res == -ENOENT)
 		note_moved(x, rf->addr[rf->tried]);
-	hand_back(n, jobs[0]);
+	xfer_hand_back(n, jobs[0]);
 }
 
 static void fetch_ended(struct node *n, struct xjob *j)
@@ -2284,7 +1984,7 @@ static void send_run(struct node *n, struct xjob **jobs, unsigned k)
 {
 	(void) k;
 	run_send(jobs[0]->owner, jobs[0], n->timeout_ms, n->xfer->corrupt);
-	hand_back(n, jobs[0]);
+	xfer_hand_back(n, jobs[0]);
 }
 
 static void send_ended(struct node *n, struct xjob *j)
@@ -2309,7 +2009,7 @@ static void recv_run(struct node *n, struct xjob **jobs, unsigned k)
 {
 	(void) k;
 	run_recv(jobs[0]->owner, jobs[0], n->timeout_ms);
-	hand_back(n, jobs[0]);
+	xfer_hand_back(n, jobs[0]);
 }
 
 static void recv_ended(struct node *n, struct xjob *j)
@@ -2325,64 +2025,6 @@ static void recv_ended(struct node *n, struct xjob *j)
 }
 
 static const struct xjob_ops recv_ops = { .queue = 1, .run = recv_run, .done = recv_ended };
-
-static const char *push_peer(const struct xjob *j)
-{
-	return ((const struct rpush *) j->owner)->addr;
-}
-
-/* eager pushes to the same node, one after another on one connection */
-static bool push_joins(const struct node *n, const struct xjob *first, const struct xjob *next)
-{
-	const struct rpush *a = first->owner, *b = next->owner;
-
-	return !n->rdma && a->eager && b->eager && !strcmp(a->addr, b->addr);
-}
-
-static void push_run(struct node *n, struct xjob **jobs, unsigned k)
-{
-	if (k > 1) {
-		run_pushes(n, jobs, k, n->timeout_ms, n->xfer->corrupt);
-		return;
-	}
-	run_push(jobs[0]->owner, jobs[0], n->timeout_ms, n->xfer->corrupt);
-	hand_back(n, jobs[0]);
-}
-
-static void push_ended(struct node *n, struct xjob *j)
-{
-	struct rpush *p = j->owner;
-	struct peer_stat *pst = node_peer_stat(n, p->addr);
-	char msg[STORE_MSG_MAX];
-
-	if (p->digested)
-		object_keep_sum(p->obj, p->digest);
-	store_release(&n->h, p->handle, msg);
-	if (pst && j->res == 0) {
-		pst->pushes++;
-		pst->push_bytes += p->len;
-	} else if (pst && j->res != -EEXIST) {
-		pst->push_errors++;
-	}
-	if (j->res == 0) {
-		n->c.pushes++;
-		count_bytes(n, false, p->via_rdma, p->len);
-	} else if (j->res != -EEXIST) {
-		n->c.push_errors++;
-		log_warn("push of %s to %s failed: %s", p->key, p->addr, strerror(-j->res));
-	}
-	free(p);
-}
-
-static void push_drop(struct xjob *j)
-{
-	free(j->owner); /* its view goes with the holder */
-}
-
-static const struct xjob_ops push_ops = {
-	.queue = 0, .peer = push_peer, .joins = push_joins, .run = push_run,
-	.done = push_ended, .drop = push_drop,
-};
 
 /* ---- completions ---- */
 
@@ -2403,64 +2045,6 @@ static bool xfer_poll(void *u)
 	return true;
 }
 
-int remote_push(void *be, const char *key, size_t len, const char *target)
-{
-	struct node *n = be;
-	const char *addr = NULL;
-	char msg[STORE_MSG_MAX];
-	struct extent e;
-	struct fetch *f = NULL;
-	struct object *o;
-	struct rpush *p;
-	uint64_t features = 0;
-	int r;
-
-	if (!strcmp(target, n->id))
-		return -EINVAL;
-	for (unsigned i = 0; i < n->n_links && !addr; i++) {
-		const Kvc__Peer__Members *ms = n->links[i].members;
-
-		for (size_t k = 0; ms && k < ms->n_members && !addr; k++)
-			if (!strcmp(ms->members[k]->node_id, target) &&
-			    ms->members[k]->state != PEER_STATE_DOWN) {
-				addr = ms->members[k]->address;
-				features = ms->members[k]->features;
-			}
-	}
-	if (!addr)
-		return -EHOSTUNREACH;
-	o = index_find(&n->st->index, key, len, index_hash(key, len));
-	if (!o)
-		return -ENOENT;
-	r = store_acquire(&n->h, key, len, true, &e, &f, msg);
-	if (r < 0)
-		return r == -EINPROGRESS ? -EAGAIN : r; /* on disk only: not pushed */
-	p = calloc(1, sizeof(*p));
-	if (!p) {
-		store_release(&n->h, e.handle, msg);
-		return -ENOMEM;
-	}
-	p->n = n;
-	p->handle = e.handle;
-	p->len = e.len;
-	p->bytes = (const uint8_t *) n->st->tiers[e.segment].seg.base + e.offset;
-	p->segment = e.segment;
-	p->offset = e.offset;
-	p->obj = o; /* the view keeps it */
-	p->ver = o->ver;
-	p->known = (o->flags & OBJ_SUMMED) != 0;
-	p->known_sum = o->sum;
-	if (!p->known)
-		presum_forget(n, o); /* the push hashes it as it sends: once is enough */
-	memcpy(p->key, key, len);
-	p->key_len = len;
-	p->eager = (features & PEER_FEAT_EAGER_PUSH) && e.len <= PEER_EAGER_PUSH_MAX &&
-		   !n->xfer->no_eager;
-	snprintf(p->addr, sizeof(p->addr), "%s", addr);
-	p->job = (struct xjob) { .ops = &push_ops, .owner = p };
-	queue(n, &p->job);
-	return 0;
-}
 
 static const struct holder_ops push_holder_ops = { 0 };
 

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cluster's data threads and their connections (remote.c): jobs that
+ * move bytes with blocking calls (net/blocking.h), off the loop, each
+ * ended back on the loop.  What a job is, its ops say (struct xjob_ops):
+ * fetches (remote.c), sends and received pushes (remote.c), pushes
+ * (push.c).
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "handoff.h"
+#include "peer.pb-c.h"
+#include "peer-wire.h"
+
+struct node;
+struct xjob;
+struct loop_source;
+
+#define MAX_STREAMS 16       /* --data-streams */
+#define PEER_BUSY_MAX 64     /* peers with fetch threads at work, tracked */
+
+/*
+ * What a data thread's job is, and who hears of its end: a fetch, a send
+ * to an asker, a push, a pushed object received.  The data threads know
+ * nothing else of them.
+ */
+struct xjob_ops {
+	unsigned queue; /* 0: this node's fetches and pushes out; 1: serving */
+	/* the peer it works for (its threads are limited per peer), or NULL */
+	const char *(*peer)(const struct xjob *j);
+	/* may next, queued right behind first, run with it (one connection,
+	 * asked ahead)?  NULL: never */
+	bool (*joins)(const struct node *n, const struct xjob *first, const struct xjob *next);
+	/* data thread: run jobs[0..k), handing each back as it ends */
+	void (*run)(struct node *n, struct xjob **jobs, unsigned k);
+	/* loop: it ended, with res */
+	void (*done)(struct node *n, struct xjob *j);
+	/* teardown: never run, or its end never heard (NULL: nothing to do) */
+	void (*drop)(struct xjob *j);
+};
+
+struct xjob {
+	struct xjob *next;
+	const struct xjob_ops *ops;
+	int res;
+	void *owner;         /* struct rfetch, rpush or pserve */
+};
+
+/* Data connections kept open between fetches (a fresh TCP connection
+ * starts slow and with small buffers): by holder address. */
+#define IDLE_MAX 16
+
+struct idle_conn {
+	int fd;
+	bool rdma; /* the handshake agreed on one-sided reads */
+	char addr[PEER_MAX_ID + 1];
+};
+
+struct xfer {
+	struct idle_conn idle[IDLE_MAX];
+	unsigned n_idle;
+	/* data threads only (the loop never takes it): the idle connections
+	 * and the queues' jobs in order */
+	pthread_mutex_t lock;
+	/* two queues, each with its own threads, so that a slow peer being
+	 * served never holds up this node's own fetches, nor the reverse:
+	 * [0] fetches and pushes out, [1] serving (sends, pushed receives).
+	 * The loop pushes jobs onto `incoming` and rings `wake` (handoff.h):
+	 * it shares no lock or condition variable with the threads, so it
+	 * never waits on one (it was seen asleep in pthread_cond_signal()). */
+	struct {
+		struct xjob *incoming;
+		struct xjob *head, **tail;
+		struct handoff_bell wake;
+	} q[2];
+	struct xjob *done;      /* lock-free (handoff.h): the loop never waits */
+	bool stop;              /* atomic */
+	pthread_t th[2 * MAX_STREAMS + 1];
+	unsigned n_th;
+	struct thread_arg {
+		struct node *n;
+		unsigned q;
+	} args[2 * MAX_STREAMS + 1];
+	/* threads of queue 0 at work for each peer (under lock; a slot whose
+	 * count is 0 is free): at most per_peer at once, so the queue's one
+	 * thread more is always there for the others (a holder that stopped
+	 * answering held every thread until its deadline) */
+	struct {
+		char addr[PEER_MAX_ID + 1];
+		unsigned busy;
+	} pbusy[PEER_BUSY_MAX];
+	unsigned per_peer;
+	/* when each holder last answered a fetch (under lock; the oldest
+	 * entry goes for a new holder): a fetch queued behind one that keeps
+	 * sending is not out of time (fetch_deadline()) */
+	struct {
+		char addr[PEER_MAX_ID + 1];
+		uint64_t ms;
+	} moved[PEER_BUSY_MAX];
+	int bell;
+	struct loop_source *bell_src;
+	bool corrupt; /* tests: flip the first byte of what is served */
+	bool no_eager; /* tests: KVCACHE_TEST_NO_EAGER_PUSH=1, pushes wait for PushReady */
+	char bogus_rdma; /* tests: 'r' damaged rkeys, 'a' a damaged worker address */
+};
+
+/* Loop: a job for the data threads of its queue (never waits). */
+void xfer_queue(struct node *n, struct xjob *j);
+/* Data thread: j ended (j->res): its ops' done runs on the loop. */
+void xfer_hand_back(struct node *n, struct xjob *j);
+/* A data connection to address kept from before, or -1 (*rdma: whether
+ * its handshake agreed on one-sided transfers). */
+int xfer_idle_take(struct xfer *x, const char *address, bool *rdma);
+/* fd to address is fine: kept for the next job (or closed, if the pool is
+ * full). */
+void xfer_idle_put(struct xfer *x, const char *address, int fd, bool rdma);
+/* A new data connection to the node at address, shaken hands with when
+ * there is a secret or RDMA here: 0 with *ret_fd, or -errno. */
+int xfer_open_conn(struct node *n, const char *address, uint64_t deadline, int *ret_fd,
+		   bool *rdma);
+/* One frame of message m; one frame of at most cap payload bytes, of the
+ * type expected, decoded into *ret. */
+int xfer_send_msg(int fd, uint8_t type, const ProtobufCMessage *m, uint64_t deadline);
+int xfer_recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t deadline,
+		    ProtobufCMessage **ret);
+/* An RDMA read (get) or write of len bytes in steps, paced. */
+struct blk_pace;
+int xfer_rdma(struct node *n, bool get, const char *peer, uint32_t rid, uint64_t roff,
+	      uint32_t lid, uint64_t loff, uint64_t len, const struct blk_pace *pace);
+/* Loop: an object's bytes moved in or out, and by which transport. */
+void xfer_count_bytes(struct node *n, bool in, bool rdma, uint64_t len);

@@ -131,5 +131,8 @@ int xfer_recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t dea
 struct blk_pace;
 int xfer_rdma(struct node *n, bool get, const char *peer, uint32_t rid, uint64_t roff,
 	      uint32_t lid, uint64_t loff, uint64_t len, const struct blk_pace *pace);
+/* Loop: run the ends of the jobs the data threads handed back; false if
+ * there were none (the loop's poller; fuzzers call it too). */
+bool xfer_poll(void *u);
 /* Loop: an object's bytes moved in or out, and by which transport. */
 void xfer_count_bytes(struct node *n, bool in, bool rdma, uint64_t len);

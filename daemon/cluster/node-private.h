@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* What node.c (membership, directory) and remote.c (fetching from and
- * serving other nodes) share. */
+/* What node.c (membership, directory) and the files moving objects between
+ * nodes (rfetch.c fetching, serve.c serving, push.c pushing, xfer.c their
+ * data threads, dircache.c the directory's answers) share. */
 #pragma once
 
 #include <pthread.h>
@@ -114,7 +115,7 @@ struct node {
 	struct peer_secret secret;     /* len 0: none */
 	struct rdma *rdma;             /* one-sided transfers with RDMA peers, or NULL */
 	char transport[96];            /* what Join says: "tcp", "rdma/<device>" */
-	/* remote.c: fetches in flight (placeholders by key for single
+	/* rfetch.c: fetches in flight (placeholders by key for single
 	 * flight), serving connections, the data threads */
 	struct index pending;
 	struct dcache *dcache;
@@ -191,7 +192,9 @@ void presum_add(struct node *n, struct object *o);
 void presum_forget(struct node *n, struct object *o);
 void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64_t v), void *u);
 
-/* remote.c */
+/* the remote backend: rfetch.c (setup, locate, located, expire, fetch_all),
+ * dircache.c (holders, where), serve.c (accept, feed, hs_deadline), push.c
+ * (push) */
 int remote_setup(struct node *n);
 void remote_teardown(struct node *n);
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret);

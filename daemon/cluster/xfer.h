@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The cluster's data threads and their connections (remote.c): jobs that
+ * The cluster's data threads and their connections (xfer.c): jobs that
  * move bytes with blocking calls (net/blocking.h), off the loop, each
  * ended back on the loop.  What a job is, its ops say (struct xjob_ops):
- * fetches (remote.c), sends and received pushes (remote.c), pushes
+ * fetches (rfetch.c), sends and received pushes (serve.c), pushes
  * (push.c).
  */
 #pragma once
@@ -21,6 +21,7 @@ struct xjob;
 struct loop_source;
 
 #define MAX_STREAMS 16       /* --data-streams */
+#define PIPE_MAX 16          /* jobs run together on one connection, at most */
 #define PEER_BUSY_MAX 64     /* peers with fetch threads at work, tracked */
 
 /*
@@ -134,5 +135,14 @@ int xfer_rdma(struct node *n, bool get, const char *peer, uint32_t rid, uint64_t
 /* Loop: run the ends of the jobs the data threads handed back; false if
  * there were none (the loop's poller; fuzzers call it too). */
 bool xfer_poll(void *u);
+/* Data thread: when the holder at address last answered a fetch here (0:
+ * not lately); that it answered now (returns now). */
+uint64_t xfer_moved(struct xfer *x, const char *address);
+uint64_t xfer_note_moved(struct xfer *x, const char *address);
+/* The data threads and their queues (n->xfer); all of it goes, the jobs
+ * not run or not collected dropped (xfer_teardown, after which no job's
+ * done runs). */
+int xfer_setup(struct node *n);
+void xfer_teardown(struct node *n);
 /* Loop: an object's bytes moved in or out, and by which transport. */
 void xfer_count_bytes(struct node *n, bool in, bool rdma, uint64_t len);

@@ -13,7 +13,7 @@ where() {
 	kvcache.pb-c.h | peer.pb-c.h) echo proto; return ;;
 	kvcache/kvcache.h) echo public; return ;;
 	esac
-	for d in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/metrics \
+	for d in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/master daemon/metrics \
 		daemon net proto \
 		shmem client \
 		client/include tools tools/bench tests/common; do
@@ -30,6 +30,7 @@ allowed() {
 	daemon/local) echo "daemon/base daemon/core daemon/local daemon shmem proto build" ;;
 	daemon/disk) echo "daemon/base daemon/core daemon/disk daemon shmem proto build" ;;
 	daemon/cluster) echo "daemon/base daemon/core daemon/cluster daemon/metrics daemon net proto shmem build" ;;
+	daemon/master) echo "daemon/base daemon/master daemon/metrics net proto build" ;;
 	daemon/metrics) echo "daemon/metrics build" ;;
 	daemon) echo "daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/metrics daemon net shmem proto build" ;;
 	net) echo "net proto build" ;;
@@ -42,7 +43,7 @@ allowed() {
 }
 
 bad=0
-for dir in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/metrics daemon \
+for dir in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/master daemon/metrics daemon \
 	net proto shmem \
 	client tools tools/bench; do
 	ok=$(allowed "$dir")

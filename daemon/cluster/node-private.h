@@ -109,6 +109,9 @@ struct node {
 	struct loop_source *listen_src, *timer, *poller;
 	struct link links[MAX_MASTERS];
 	unsigned n_links;
+	/* what the links hand on: a master's answer to a lookup, a Drop */
+	void (*lookup_answered)(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);
+	void (*dropped)(struct node *n, const Kvc__Peer__Drop *d);
 	uint32_t ttl_s;
 	uint64_t timeout_ms;           /* --remote-timeout-ms */
 	unsigned streams;              /* --data-streams: transfers at once, each way */

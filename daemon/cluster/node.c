@@ -1,15 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The node's side of the cluster.
- *
- * One link per master, every socket non-blocking on the loop.  A link
- * connects, says Hello, joins, and then heartbeats every third of the
- * master's client_ttl; each answer carries the member list kvcachectl
- * cluster shows.  Commits and removals become directory updates queued on
- * the link of the master that owns the key (key hash modulo masters) and
- * sent in batches each turn, so a put never waits for the network.  A link
- * that (re)joins re-publishes everything this node holds, walking the index
- * a bounded slice per turn: the directory is soft state.
+ * The node's side of the cluster: the store's remote backend (commits,
+ * removals and pending puts become directory updates on the links,
+ * link.c; a master's Drops walk this node's objects), the turn and the
+ * timer that drive the links, the fetches and the serving connections,
+ * and the set-up that wires the parts together (choosing the transport,
+ * the peer port).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,6 +25,7 @@
 #include "net.h"
 #include "node.h"
 #include "node-private.h"
+#include "link.h"
 #include "peer-conn.h"
 #include "tier.h"
 
@@ -36,517 +33,8 @@
 
 static const struct backend_ops remote_ops;
 
-/* ---- links ---- */
-
-static void link_down(struct link *k, const char *why)
-{
-	if (k->state == L_UP)
-		k->n->c.master_drops++;
-	if (k->state == L_UP || !k->warned)
-		log_warn("master %s: %s; retrying every %d ms", k->name, why, RETRY_MS);
-	k->warned = true;
-	loop_source_free(k->src);
-	k->src = NULL;
-	pconn_done(&k->pc);
-	k->state = L_DOWN;
-	k->retry_at = loop_now_ms(k->n->loop) + RETRY_MS;
-	k->q_len = 0; /* what it missed comes with the next re-publish */
-	k->resync = false;
-	k->more = false;
-	loop_timer_arm_by(k->n->timer, k->retry_at);
-}
-
-static void fill_load(struct node *n, Kvc__Peer__NodeLoad *l)
-{
-	struct store *st = n->st;
-
-	kvc__peer__node_load__init(l);
-	for (unsigned i = 0; i < st->n_tiers; i++) {
-		l->capacity += tier_capacity(&st->tiers[i]);
-		l->used += tier_used(&st->tiers[i]);
-	}
-	l->objects = st->index.n_objects;
-}
-
-static int send_join(struct link *k)
-{
-	struct node *n = k->n;
-	Kvc__Peer__Join j = KVC__PEER__JOIN__INIT;
-	Kvc__Peer__NodeLoad l;
-
-	fill_load(n, &l);
-	j.node_id = n->id;
-	j.address = n->address;
-	j.generation = n->generation;
-	j.load = &l;
-	j.transport = n->transport;
-	j.features = PEER_FEAT_TCP | PEER_FEAT_EAGER_PUSH | (n->rdma ? PEER_FEAT_RDMA : 0);
-	k->state = L_JOINING;
-	return pconn_send(&k->pc, PEER_JOIN, ++k->seq, &j.base);
-}
-
-static int send_heartbeat(struct link *k)
-{
-	Kvc__Peer__Heartbeat hb = KVC__PEER__HEARTBEAT__INIT;
-	Kvc__Peer__NodeLoad l;
-
-	fill_load(k->n, &l);
-	hb.load = &l;
-	return pconn_send(&k->pc, PEER_HEARTBEAT, ++k->seq, &hb.base);
-}
-
 static void on_drop(struct node *n, const Kvc__Peer__Drop *d);
 static bool drops_some(struct node *n);
-
-static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *payload)
-{
-	struct node *n = k->n;
-	ProtobufCMessage *m;
-	int r;
-
-	if (h->type == PEER_LOOKUP_RESP) {
-		/* up to 4096 answers of half a dozen pieces each: one arena
-		 * (malloc and free were a third of the loop's time for them) */
-		r = peer_msg_decode_in(&n->answers, h->type, payload, h->len, &m);
-		if (r == 0)
-			remote_located(n, h->seq, (const void *) m);
-		peer_arena_reset(&n->answers);
-		return r;
-	}
-	r = peer_msg_decode(h->type, payload, h->len, &m);
-	if (r < 0)
-		return r;
-	switch (h->type) {
-	case PEER_HELLO_ACK: {
-		const Kvc__Peer__HelloAck *a = (const void *) m;
-
-		if (k->state != L_HELLO) {
-			r = -EPROTO;
-			break;
-		}
-		if (a->error) {
-			log_error("master %s refused this node: %s", k->name, a->error_msg);
-			r = a->error;
-			break;
-		}
-		k->features = a->features;
-		if (n->secret.len) {
-			Kvc__Peer__Auth au = KVC__PEER__AUTH__INIT;
-			uint8_t proof[PEER_PROOF_SIZE];
-
-			if (!peer_proof_ok(&n->secret, k->nonce, sizeof(k->nonce), a->proof.data,
-					   a->proof.len) ||
-			    a->nonce.len != PEER_NONCE_SIZE) {
-				log_error("master %s does not know the cluster secret", k->name);
-				r = -EACCES;
-				break;
-			}
-			peer_proof(&n->secret, a->nonce.data, a->nonce.len, proof);
-			au.proof = (ProtobufCBinaryData) { .len = sizeof(proof), .data = proof };
-			r = pconn_send(&k->pc, PEER_AUTH, ++k->seq, &au.base);
-			if (r < 0)
-				break;
-		}
-		r = send_join(k);
-		break;
-	}
-	case PEER_MEMBERS: {
-		Kvc__Peer__Members *ms = (void *) m;
-
-		if (k->state != L_JOINING && k->state != L_UP) {
-			r = -EPROTO;
-			break;
-		}
-		if (ms->error) {
-			log_error("master %s: %s", k->name, ms->error_msg);
-			r = ms->error;
-			break;
-		}
-		if (k->state == L_JOINING) {
-			log_notice("joined the cluster at master %s as %s (%zu members)", k->name,
-				   n->id, ms->n_members);
-			k->state = L_UP;
-			k->warned = false;
-			k->resync = true; /* the directory is soft state: tell it all */
-			k->cursor = 0;
-		}
-		if (ms->defaults && ms->defaults->client_ttl_s)
-			n->ttl_s = ms->defaults->client_ttl_s;
-		if (k->members)
-			kvc__peer__members__free_unpacked(k->members, NULL);
-		k->members = ms;
-		k->heard_ms = loop_now_ms(n->loop);
-		return 0; /* kept */
-	}
-	case PEER_DROP:
-		if (!(k->features & PEER_FEAT_VERSIONS)) {
-			r = -EPROTO;
-			break;
-		}
-		on_drop(n, (const void *) m);
-		break;
-	default:
-		r = -EPROTO;
-	}
-	protobuf_c_message_free_unpacked(m, NULL);
-	return r;
-}
-
-/* The frames read from k's master: all of them, except that a turn takes
- * one lookup's answer (hundreds of keys, each into the directory cache,
- * and the requests that waited run again): what a turn leaves, k->more,
- * node_poll() takes next turn (with all, before the link goes down: every
- * frame).  A batch exists of 4096 keys is about nine answers, which
- * arriving together kept the loop 3.1-3.5 ms in one turn.  0, or -errno
- * (the link is beyond repair). */
-static int link_frames(struct link *k, bool all)
-{
-	struct peer_hdr h;
-	const uint8_t *payload;
-
-	k->more = false;
-	while (k->src) {
-		int x = pconn_next(&k->pc, &h, &payload);
-
-		if (x <= 0)
-			return x;
-		x = on_frame(k, &h, payload);
-		if (x < 0)
-			return x;
-		if (h.type == PEER_LOOKUP_RESP && !all) {
-			k->more = true;
-			return 0;
-		}
-	}
-	return 0;
-}
-
-static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
-{
-	struct link *k = u;
-	int r = 0, x;
-
-	(void) s;
-	(void) fd;
-	if (k->state == L_CONNECTING) {
-		Kvc__Peer__Hello hello = KVC__PEER__HELLO__INIT;
-
-		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
-			return;
-		r = net_connect_result(k->pc.fd);
-		if (r < 0) {
-			link_down(k, strerror(-r));
-			return;
-		}
-		net_tune(k->pc.fd, 1);
-		hello.major = PEER_MAJOR;
-		hello.minor = PEER_MINOR;
-		hello.features = PEER_FEAT_KNOWN;
-		hello.node_id = k->n->id;
-		hello.role = PEER_ROLE_NODE;
-		if (k->n->secret.len) {
-			peer_nonce(k->nonce);
-			hello.nonce = (ProtobufCBinaryData) { .len = sizeof(k->nonce),
-							      .data = k->nonce };
-		}
-		k->state = L_HELLO;
-		r = pconn_send(&k->pc, PEER_HELLO, ++k->seq, &hello.base);
-		if (r < 0) {
-			link_down(k, strerror(-r));
-			return;
-		}
-		events &= ~(uint32_t) EPOLLOUT;
-	}
-	if (events & EPOLLOUT)
-		r = pconn_flush(&k->pc);
-	if (r == 0 && (events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
-		r = pconn_read(&k->pc);
-	/* what came before an end of stream is read too, all of it (a
-	 * refusal says why; answers are answers) */
-	x = link_frames(k, r < 0);
-	if (x < 0)
-		r = x;
-	if (r < 0) {
-		link_down(k, r == -ECONNRESET ? "connection closed" : strerror(-r));
-		return;
-	}
-	loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
-}
-
-/* A name lookup under way on a thread of its own, which frees it when the
- * link has let go of it too (a lookup can outlive the node). */
-struct resolve_req {
-	struct net_addr addr;
-	struct net_sockaddr sa;
-	int res;
-	int refs;  /* atomic: the thread's and the link's */
-	bool done; /* atomic */
-};
-
-static void resolve_put(struct resolve_req *q)
-{
-	if (__atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL) == 0)
-		free(q);
-}
-
-static void *resolve_main(void *arg)
-{
-	struct resolve_req *q = arg;
-
-	loop_helper_thread("resolve", true);
-	q->res = net_resolve(&q->addr, false, &q->sa);
-	__atomic_store_n(&q->done, true, __ATOMIC_RELEASE);
-	resolve_put(q);
-	return NULL;
-}
-
-/* Ask for k's master's address anew, unless a lookup is under way. */
-static void resolve_start(struct link *k)
-{
-	struct resolve_req *q;
-	pthread_attr_t at;
-	pthread_t t;
-
-	if (k->rq)
-		return;
-	q = calloc(1, sizeof(*q));
-	if (!q)
-		return;
-	q->addr = k->addr;
-	q->refs = 2;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &at, resolve_main, q) != 0) {
-		free(q);
-		q = NULL;
-	}
-	pthread_attr_destroy(&at);
-	k->rq = q;
-}
-
-/* k's master's address into *sa: a numeric one as it is; a name's from
- * the last lookup (a new one starts each time, for the next connect), or
- * -EINPROGRESS while the first is under way, or its error. */
-static int link_address(struct link *k, struct net_sockaddr *sa)
-{
-	int r = net_resolve(&k->addr, true, sa);
-
-	if (r != -EAGAIN)
-		return r;
-	if (k->rq && __atomic_load_n(&k->rq->done, __ATOMIC_ACQUIRE)) {
-		r = k->rq->res;
-		if (r == 0) {
-			k->sa = k->rq->sa;
-			k->have_sa = true;
-		}
-		resolve_put(k->rq);
-		k->rq = NULL;
-		if (r < 0 && !k->have_sa)
-			return r;
-	}
-	resolve_start(k); /* the answer after this one */
-	if (!k->have_sa)
-		return -EINPROGRESS;
-	*sa = k->sa;
-	return 0;
-}
-
-static void link_connect(struct link *k)
-{
-	struct net_sockaddr sa;
-	int fd, r = link_address(k, &sa);
-
-	if (r == 0)
-		r = net_connect_sa(&sa, &fd);
-	if (r < 0) {
-		link_down(k, r == -EINPROGRESS ? "looking its name up" : strerror(-r));
-		return;
-	}
-	pconn_init(&k->pc, fd, LINK_MAX_OUT);
-	r = loop_add_io(k->n->loop, fd, EPOLLIN | EPOLLOUT, link_event, k, &k->src);
-	if (r < 0) {
-		pconn_done(&k->pc);
-		link_down(k, strerror(-r));
-		return;
-	}
-	k->state = L_CONNECTING;
-}
-
-/* ---- directory updates ---- */
-
-struct link *node_owner(struct node *n, const void *key, size_t len)
-{
-	return &n->links[n->n_links == 1 ? 0 : index_hash(key, len) % n->n_links];
-}
-
-/* Queue one update for k; false if it does not fit (the queue is full or
- * cannot grow). */
-static bool enqueue(struct link *k, uint8_t publish, const char *key, size_t key_len, uint64_t len,
-		    uint64_t ver)
-{
-	struct upd_hdr h = { .publish = publish, .key_len = (uint16_t) key_len, .len = len, .ver = ver };
-	size_t need = k->q_len + sizeof(h) + key_len;
-
-	if (need > k->q_max)
-		return false;
-	if (need > k->q_cap) {
-		size_t cap = k->q_cap ? k->q_cap : 65536;
-		uint8_t *p;
-
-		while (cap < need)
-			cap *= 2;
-		p = realloc(k->q, cap);
-		if (!p)
-			return false;
-		k->q = p;
-		k->q_cap = cap;
-	}
-	memcpy(k->q + k->q_len, &h, sizeof(h));
-	memcpy(k->q + k->q_len + sizeof(h), key, key_len);
-	k->q_len = need;
-	return true;
-}
-
-/* A commit or removal for k's master.  While the link is down nothing is
- * queued: the re-publish after the next join covers it.  An update the
- * queue cannot take (the master is slower than the commits, for 256 MiB
- * of keys) starts the re-publish over, so every object held is published
- * again; a lost withdraw leaves a stale entry, one clean miss, as after
- * a dropped link. */
-static void update(struct link *k, uint8_t publish, const char *key, size_t key_len, uint64_t len,
-		   uint64_t ver)
-{
-	if (k->state != L_UP || enqueue(k, publish, key, key_len, len, ver))
-		return;
-	k->n->c.directory_overflows++;
-	if (!k->resync)
-		log_warn("master %s: %zu bytes of directory updates not sent yet; publishing everything again",
-			 k->name, k->q_len);
-	k->resync = true;
-	k->cursor = 0;
-}
-
-_Static_assert(FLUSH_ENTRIES <= PEER_MAX_BATCH, "a turn's updates fit one frame's arrays");
-
-/* Send what is queued on k, one frame per kind and batch, at most
- * FLUSH_ENTRIES updates a turn (packing 16,384 took the loop 7.7 ms in a
- * re-publish of a million objects); true if any. */
-static bool flush_queue(struct link *k)
-{
-	Kvc__Peer__Entry *ev;
-	Kvc__Peer__Entry **ep;
-	ProtobufCBinaryData *wk;
-	size_t off = 0, budget = FLUSH_ENTRIES; /* entries per turn */
-	bool did = false;
-
-	if (!k->q_len || k->state != L_UP)
-		return false;
-	ev = calloc(FLUSH_ENTRIES, sizeof(*ev));
-	ep = calloc(FLUSH_ENTRIES, sizeof(*ep));
-	wk = calloc(FLUSH_ENTRIES, sizeof(*wk));
-	if (!ev || !ep || !wk)
-		goto out;
-	while (off < k->q_len && budget) {
-		Kvc__Peer__Publish p = KVC__PEER__PUBLISH__INIT;
-		Kvc__Peer__Withdraw w = KVC__PEER__WITHDRAW__INIT;
-		struct upd_hdr h;
-		bool publish;
-		size_t bytes = 0;
-		int r;
-
-		memcpy(&h, k->q + off, sizeof(h));
-		publish = h.publish != UPD_WITHDRAW;
-		/* a run of the same kind, in order */
-		while (off < k->q_len && bytes < BATCH_BYTES && budget &&
-		       (publish ? p.n_entries : w.n_keys) < PEER_MAX_BATCH) {
-			memcpy(&h, k->q + off, sizeof(h));
-			if ((h.publish != UPD_WITHDRAW) != publish)
-				break;
-			if (publish) {
-				size_t i = p.n_entries++;
-
-				kvc__peer__entry__init(&ev[i]);
-				ev[i].key.data = k->q + off + sizeof(h);
-				ev[i].key.len = h.key_len;
-				ev[i].len = h.len;
-				ev[i].pending = h.publish == UPD_PENDING;
-				ev[i].version = h.ver;
-				ev[i].replaced = h.publish == UPD_REPLACE;
-				ep[i] = &ev[i];
-			} else {
-				wk[w.n_keys].data = k->q + off + sizeof(h);
-				wk[w.n_keys++].len = h.key_len;
-			}
-			bytes += h.key_len + 16;
-			off += sizeof(h) + h.key_len;
-			budget--;
-		}
-		if (publish) {
-			p.entries = ep;
-			r = pconn_send(&k->pc, PEER_PUBLISH, ++k->seq, &p.base);
-		} else {
-			w.keys = wk;
-			r = pconn_send(&k->pc, PEER_WITHDRAW, ++k->seq, &w.base);
-		}
-		if (r < 0) {
-			free(ev);
-			free(ep);
-			free(wk);
-			link_down(k, strerror(-r));
-			return true;
-		}
-		did = true;
-	}
-	memmove(k->q, k->q + off, k->q_len - off);
-	k->q_len -= off;
-	if (k->src)
-		loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
-out:
-	free(ev);
-	free(ep);
-	free(wk);
-	return did;
-}
-
-struct resync_walk {
-	struct node *n;
-	unsigned link;
-	bool full;
-};
-
-static void resync_one(void *u, struct object *o)
-{
-	struct resync_walk *w = u;
-
-	if (w->full || !(o->flags & OBJ_COMMITTED) ||
-	    node_owner(w->n, o->key, o->key_len) != &w->n->links[w->link])
-		return;
-	if (!enqueue(&w->n->links[w->link], UPD_PUBLISH, o->key, o->key_len, o->len, o->ver))
-		w->full = true;
-}
-
-/* A slice of k's re-publish, as many objects as surely fit its queue; a
- * slice that did not fit after all (a long chain) is walked again. */
-static bool resync_some(struct node *n, struct link *k)
-{
-	struct resync_walk w = { n, k->index, false };
-	size_t most = sizeof(struct upd_hdr) + PEER_MAX_KEY;
-	size_t fit = k->q_len < k->q_max / 2 ? (k->q_max - k->q_len) / most : 0;
-	uint64_t from = k->cursor, to;
-
-	if (!fit)
-		return false;
-	to = index_walk_some(&n->st->index, from, RESYNC_BUCKETS,
-			     fit < RESYNC_OBJECTS ? fit : RESYNC_OBJECTS, resync_one, &w);
-	if (w.full)
-		return true; /* again from `from` once the queue has drained */
-	k->cursor = to;
-	if (to == UINT64_MAX) {
-		k->resync = false;
-		log_info("published every object to master %s", k->name);
-	}
-	return true;
-}
 
 /* Each turn: a slice of every re-publish, then what is queued. */
 static bool node_poll(void *u)
@@ -567,8 +55,8 @@ static bool node_poll(void *u)
 			}
 		}
 		if (k->resync && k->state == L_UP)
-			did = resync_some(n, k) || did;
-		did = flush_queue(k) || did;
+			did = link_resync_some(n, k) || did;
+		did = link_flush(k) || did;
 	}
 	if (n->n_drops)
 		did = drops_some(n) || did;
@@ -589,7 +77,7 @@ static void node_timer(struct loop_source *s, void *u)
 		if (k->state == L_DOWN && now >= k->retry_at)
 			link_connect(k);
 		else if (k->state == L_UP && now >= k->hb_at) {
-			int r = send_heartbeat(k);
+			int r = link_heartbeat(k);
 
 			if (r < 0) {
 				link_down(k, strerror(-r));
@@ -624,9 +112,9 @@ static void be_published(void *be, struct object *o)
 {
 	struct node *n = be;
 
-	update(node_owner(n, o->key, o->key_len),
-	       (o->flags & OBJ_REPLACED) ? UPD_REPLACE : UPD_PUBLISH, o->key, o->key_len, o->len,
-	       o->ver);
+	link_update(node_owner(n, o->key, o->key_len),
+		    (o->flags & OBJ_REPLACED) ? UPD_REPLACE : UPD_PUBLISH, o->key, o->key_len, o->len,
+		    o->ver);
 	presum_add(n, o);
 }
 
@@ -638,7 +126,7 @@ static void be_pending(void *be, const char *key, size_t len, bool on)
 	struct link *k = node_owner(n, key, len);
 
 	if (k->features & PEER_FEAT_PENDING)
-		update(k, on ? UPD_PENDING : UPD_WITHDRAW, key, len, 0, 0);
+		link_update(k, on ? UPD_PENDING : UPD_WITHDRAW, key, len, 0, 0);
 }
 
 static void be_forget(void *be, struct object *o)
@@ -646,7 +134,7 @@ static void be_forget(void *be, struct object *o)
 	struct node *n = be;
 
 	presum_forget(n, o);
-	update(node_owner(n, o->key, o->key_len), UPD_WITHDRAW, o->key, o->key_len, 0, 0);
+	link_update(node_owner(n, o->key, o->key_len), UPD_WITHDRAW, o->key, o->key_len, 0, 0);
 }
 
 /* A client removed key here (prefix: every key starting with it): the
@@ -909,30 +397,6 @@ static void on_peer(struct loop_source *s, int fd, uint32_t events, void *u)
 	}
 }
 
-int node_lookup(struct link *k, const void *key, size_t len, uint32_t *ret_seq)
-{
-	ProtobufCBinaryData b = { .len = len, .data = (uint8_t *) key };
-
-	return node_lookup_many(k, &b, 1, ret_seq);
-}
-
-int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32_t *ret_seq)
-{
-	Kvc__Peer__Lookup q = KVC__PEER__LOOKUP__INIT;
-	int r;
-
-	if (k->state != L_UP)
-		return -ENOTCONN;
-	q.n_keys = n;
-	q.keys = keys;
-	r = pconn_send(&k->pc, PEER_LOOKUP, ++k->seq, &q.base);
-	if (r < 0)
-		return r;
-	*ret_seq = k->seq;
-	loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
-	return 0;
-}
-
 /*
  * --protocol: tcp; rdma (an active verbs device, or a clear error); auto
  * (rdma where a device is active, else tcp).  Either way each pair of
@@ -956,15 +420,6 @@ static void ifname_of(const char *host, char *out, size_t cap)
 			break;
 		}
 	freeifaddrs(ifs);
-}
-
-/* QUEUE_MAX; tests make it small to see the queue overflow */
-static size_t queue_max(void)
-{
-	const char *t = getenv("KVCACHE_TEST_DIRECTORY_QUEUE");
-	unsigned long v = t ? strtoul(t, NULL, 10) : 0;
-
-	return v >= 1024 && v < QUEUE_MAX ? v : QUEUE_MAX;
 }
 
 static int pick_transport(struct node *n, const struct config *cfg, const char *host, char *err,
@@ -1080,6 +535,8 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	if (!n)
 		return -ENOMEM;
 	n->st = st;
+	n->lookup_answered = remote_located;
+	n->dropped = on_drop;
 	peer_arena_init(&n->answers);
 	n->cfg = cfg;
 	n->loop = st->loop;
@@ -1115,7 +572,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 		k->n = n;
 		k->index = n->n_links++;
 		k->pc.fd = -1;
-		k->q_max = queue_max();
+		k->q_max = link_queue_max();
 		net_addr_format(&k->addr, k->name, sizeof(k->name));
 	}
 	if (!n->n_links) {
@@ -1183,18 +640,8 @@ void node_teardown(struct node *n)
 	remote_teardown(n);
 	if (n->st->remote.be == n)
 		n->st->remote = (struct backend) { 0 };
-	for (unsigned i = 0; i < n->n_links; i++) {
-		struct link *k = &n->links[i];
-
-		loop_source_free(k->src);
-		if (k->pc.fd >= 0)
-			pconn_done(&k->pc);
-		free(k->q);
-		if (k->members)
-			kvc__peer__members__free_unpacked(k->members, NULL);
-		if (k->rq)
-			resolve_put(k->rq); /* a lookup still under way frees it */
-	}
+	for (unsigned i = 0; i < n->n_links; i++)
+		link_done(&n->links[i]);
 	loop_source_free(n->listen_src);
 	loop_source_free(n->poller);
 	loop_source_free(n->timer);

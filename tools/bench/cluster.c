@@ -409,6 +409,7 @@ static double remote_again(const char *sb, const char *prefix, uint64_t size, ui
 
 	check(kvc_connect(sb, &b), "connect B");
 	snprintf(p, sizeof(p), "%s/", prefix);
+	kvc_set_get_flags(b, KVC_LOCAL_ONLY); /* B's copies alone, not A's */
 	if (kvc_remove_prefix(b, p, KVC_REMOVE_FORCE, NULL) < 0)
 		die(0, "%s", "dropping B's replicas");
 	kvc_disconnect(b);
@@ -678,7 +679,9 @@ static void *churn_remote(void *arg)
 					kvc_strerror(e), kvc_last_error_msg());
 			}
 		}
+		kvc_set_get_flags(c, KVC_LOCAL_ONLY); /* B's replicas alone */
 		kvc_remove_prefix(c, "busy/", KVC_REMOVE_FORCE, NULL);
+		kvc_set_get_flags(c, 0);
 	}
 	kvc_disconnect(c);
 	return NULL;

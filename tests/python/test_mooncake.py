@@ -2,6 +2,7 @@
 """kvcache.compat.mooncake against Mooncake's documented return codes."""
 import errno
 import importlib
+import json
 import os
 import sys
 
@@ -11,6 +12,7 @@ np = pytest.importorskip("numpy")
 
 from kvcache.compat import mooncake as mc  # noqa: E402
 from kvcache.compat.mooncake import MooncakeDistributedStore, ReplicateConfig  # noqa: E402
+from kvcache.compat.mooncake_config import MooncakeConfig  # noqa: E402
 
 
 @pytest.fixture
@@ -214,10 +216,59 @@ def test_shim_import(daemon):
         assert isinstance(store_mod.ReplicateConfig(), ReplicateConfig)
         s.remove("shim", force=True)
         s.close()
+        config_mod = importlib.import_module("mooncake.mooncake_config")
+        assert config_mod.MooncakeConfig is MooncakeConfig
     finally:
         sys.path.remove(shim)
-        for m in ["mooncake.store", "mooncake"]:
+        for m in ["mooncake.store", "mooncake.mooncake_config", "mooncake"]:
             sys.modules.pop(m, None)
+
+
+def test_mooncake_config(tmp_path, monkeypatch):
+    path = tmp_path / "mooncake.json"
+    path.write_text(json.dumps({
+        "local_hostname": "node1", "metadata_server": "P2PHANDSHAKE",
+        "master_server_address": "m:50051", "global_segment_size": "4gb",
+        "local_buffer_size": "512 MB", "protocol": "rdma", "device_name": "mlx5_0",
+        "enable_ssd_offload": "yes", "ssd_offload_path": "/nvme/x", "tenant_id": 7}))
+    c = MooncakeConfig.from_file(str(path))
+    assert (c.local_hostname, c.metadata_server, c.master_server_address) == \
+        ("node1", "P2PHANDSHAKE", "m:50051")
+    assert c.global_segment_size == 4 << 30 and c.local_buffer_size == 512 << 20
+    assert (c.protocol, c.device_name) == ("rdma", "mlx5_0")
+    assert c.enable_ssd_offload is True and c.ssd_offload_path == "/nvme/x"
+    assert c.tenant_id == "7"
+    # the defaults, and a field that must be there
+    path.write_text(json.dumps({"local_hostname": "h", "metadata_server": "P2PHANDSHAKE",
+                                "master_server_address": "m:1"}))
+    c = MooncakeConfig.from_file(str(path))
+    assert c.global_segment_size == 3355443200 and c.local_buffer_size == 1 << 30
+    assert (c.protocol, c.device_name, c.tenant_id) == ("tcp", "", "default")
+    assert c.enable_ssd_offload is False
+    path.write_text(json.dumps({"local_hostname": "h", "metadata_server": "x"}))
+    with pytest.raises(ValueError, match="master_server_address"):
+        MooncakeConfig.from_file(str(path))
+    path.write_text(json.dumps({"local_hostname": "h", "metadata_server": "x",
+                                "master_server_address": "m:1", "enable_ssd_offload": "maybe"}))
+    with pytest.raises(ValueError):
+        MooncakeConfig.from_file(str(path))
+    # from the environment: the file it names, else the MOONCAKE_* variables
+    for v in ("MOONCAKE_CONFIG_PATH", "MOONCAKE_MASTER", "MOONCAKE_PROTOCOL",
+              "MOONCAKE_GLOBAL_SEGMENT_SIZE", "MOONCAKE_TENANT_ID"):
+        monkeypatch.delenv(v, raising=False)
+    with pytest.raises(ValueError, match="MOONCAKE_MASTER"):
+        MooncakeConfig.load_from_env()
+    monkeypatch.setenv("MOONCAKE_MASTER", "10.0.0.1:50051")
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "1.5g")
+    monkeypatch.setenv("MOONCAKE_TENANT_ID", "team-a")
+    c = MooncakeConfig.load_from_env()
+    assert c.master_server_address == "10.0.0.1:50051"
+    assert c.global_segment_size == 3 << 29 and c.metadata_server == "P2PHANDSHAKE"
+    assert (c.local_hostname, c.protocol, c.tenant_id) == ("localhost", "tcp", "team-a")
+    path.write_text(json.dumps({"local_hostname": "f", "metadata_server": "P2PHANDSHAKE",
+                                "master_server_address": "file:1"}))
+    monkeypatch.setenv("MOONCAKE_CONFIG_PATH", str(path))
+    assert MooncakeConfig.load_from_env().master_server_address == "file:1"
 
 
 def test_tenants_are_key_namespaces(daemon):

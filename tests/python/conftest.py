@@ -74,3 +74,41 @@ def client(daemon):
     gc.collect()
     c.remove_prefix(None, force=True)
     c.close()
+
+
+@pytest.fixture
+def two_nodes():
+    """A master and two kvcached nodes of its cluster, on loopback."""
+    import re
+
+    binary = os.environ.get("KVCACHE_MASTER")
+    if not binary:
+        pytest.skip("KVCACHE_MASTER is not set (run through meson test)")
+    d = tempfile.mkdtemp(prefix="kvc-py-master-")
+    log = open(os.path.join(d, "master.log"), "w+")
+    master = subprocess.Popen([binary, "--port", "0", "--log-level", "info"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    port = None
+    for _ in range(400):
+        m = re.search(r"listening on [^ ]*:(\d+) ", open(log.name).read())
+        if m:
+            port = int(m.group(1))
+            break
+        time.sleep(0.025)
+    assert port, open(log.name).read()
+    nodes = [start_daemon("--master", "127.0.0.1:%d" % port, "--listen", "127.0.0.1:0",
+                          "--node-id", name) for name in ("A", "B")]
+    import kvcache
+    for _ in range(400):  # both joined: each sees the other
+        seen = [kvcache.Client(n[2]).cluster() for n in nodes]
+        if all(len(c["nodes"]) == 2 for c in seen):
+            break
+        time.sleep(0.025)
+    else:
+        raise AssertionError("the nodes did not join: %s" % seen)
+    yield [n[2] for n in nodes]
+    for proc, nd, _, nlog in nodes:
+        stop_daemon(proc, nd, nlog)
+    master.terminate()
+    master.wait(timeout=30)
+    log.close()

@@ -400,3 +400,73 @@ def test_tensors_as_mooncake_stores_them(store):
     assert store.batch_pub_tensor_with_tp(["q"], [w], cfg, tp_size=2) == [0]
     assert torch.equal(store.get_tensor_with_tp("q", 0, 2), w[:2])
     assert store.unregister_buffer(dst.ctypes.data) == 0
+
+
+def test_replica_descriptors(store):
+    assert store.put("r1", b"x" * 5000) == 0
+    reps = store.get_replica_desc("r1")
+    assert len(reps) == 1 and reps[0].is_memory_replica() and not reps[0].is_disk_replica()
+    assert reps[0].status == mc.ReplicaStatus.COMPLETE
+    bd = reps[0].get_memory_descriptor().buffer_descriptor
+    assert bd.size_ == 5000 and bd.transport_endpoint_
+    with pytest.raises(RuntimeError):
+        reps[0].get_disk_descriptor()
+    assert store.get_replica_desc("nowhere") == []
+    reps = store.batch_get_replica_desc(["r1", "nowhere"])
+    assert set(reps) == {"r1", "nowhere"} and reps["nowhere"] == []
+    assert len(reps["r1"]) == 1
+    # what kvcache has no use for answers Mooncake's "not in this mode"
+    assert store.create_copy_task("r1", ["other"]) == (None, -1011)
+    assert store.create_move_task("r1", "a", "b") == (None, -1011)
+    assert store.query_task(None) == (None, -1011)
+    assert store.mount_segment(0, 1 << 20) == -1011
+    assert store.unmount_segment(0, 1 << 20) == -1011
+    assert store.allocate_and_mount_segment(1 << 20) == -1011
+    assert store.unmount_and_free_segment(0, 1 << 20) == -1011
+    assert store.unmount_local_disk_segment() == -1011
+    assert store.batch_replica_clear(["r1"]) == []
+
+
+def test_replica_descriptors_on_disk(tmp_path):
+    from conftest import start_daemon, stop_daemon
+    proc, d, sock, log = start_daemon("--disk-dir", str(tmp_path))
+    try:
+        s = MooncakeDistributedStore()
+        assert s.setup({"ipc_socket_path": sock}) == 0
+        assert s.put("r1", b"x" * 5000) == 0
+        import kvcache
+        c = kvcache.Client(sock)
+        assert c.flush() == 0  # a copy on the disk tier too
+        c.close()
+        reps = s.get_replica_desc("r1")
+        kinds = sorted((r.is_memory_replica(), r.is_disk_replica()) for r in reps)
+        assert kinds == [(False, True), (True, False)]
+        disk = [r for r in reps if r.is_disk_replica()][0].get_disk_descriptor()
+        assert disk.object_size == 5000
+        s.remove("r1", force=True)
+        s.close()
+    finally:
+        stop_daemon(proc, d, log)
+
+
+def test_replica_descriptors_of_another_node(two_nodes):
+    import time
+    a, b = (MooncakeDistributedStore() for _ in range(2))
+    assert a.setup({"ipc_socket_path": two_nodes[0]}) == 0
+    assert b.setup({"ipc_socket_path": two_nodes[1]}) == 0
+    assert a.put("far", b"y" * 3000) == 0
+    for _ in range(400):  # the directory hears of commits in batches
+        reps = b.get_replica_desc("far")
+        if reps:
+            break
+        time.sleep(0.025)
+    assert len(reps) == 1 and reps[0].is_memory_replica()
+    bd = reps[0].get_memory_descriptor().buffer_descriptor
+    assert bd.transport_endpoint_ == "A"
+    assert b.get("far") == b"y" * 3000  # now B holds a copy too
+    ends = sorted(r.get_memory_descriptor().buffer_descriptor.transport_endpoint_
+                  for r in b.get_replica_desc("far"))
+    assert ends == ["A", "B"]
+    a.close()
+    b.close()
+

@@ -57,6 +57,7 @@ OBJECT_NOT_FOUND = -704
 OBJECT_ALREADY_EXISTS = -705
 OBJECT_HAS_LEASE = -706
 INTERNAL_ERROR = -1
+UNAVAILABLE_IN_CURRENT_MODE = -1011  # Mooncake's "not in this mode": not supported here
 
 _CODES = {
     errno.ENOENT: OBJECT_NOT_FOUND,
@@ -209,6 +210,63 @@ def _config_ok(config: Optional[ReplicateConfig]) -> bool:
 # all).  A forked child connects afresh.
 _lock = threading.Lock()
 _shared: Dict[Any, List[Any]] = {}
+
+
+class ReplicaStatus(enum.IntEnum):
+    UNDEFINED = 0
+    INITIALIZED = 1
+    PROCESSING = 2
+    COMPLETE = 3
+    REMOVED = 4
+    FAILED = 5
+
+
+class BufferDescriptor:
+    """Where a memory copy is: its size, and the node that serves it
+    (kvcache does not hand out addresses in another process)."""
+
+    def __init__(self, size: int = 0, endpoint: str = ""):
+        self.size_ = size
+        self.buffer_address_ = 0
+        self.transport_endpoint_ = endpoint
+
+
+class MemoryDescriptor:
+    def __init__(self, buffer_descriptor: BufferDescriptor):
+        self.buffer_descriptor = buffer_descriptor
+
+
+class DiskDescriptor:
+    def __init__(self, file_path: str = "", object_size: int = 0):
+        self.file_path = file_path
+        self.object_size = object_size
+
+
+class ReplicaDescriptor:
+    """One copy of a key, as Mooncake's ``get_replica_desc`` describes it:
+    in memory (of this node or another) or on this node's disk tier."""
+
+    def __init__(self, memory: Optional[MemoryDescriptor] = None,
+                 disk: Optional[DiskDescriptor] = None):
+        self.status = ReplicaStatus.COMPLETE
+        self._memory = memory
+        self._disk = disk
+
+    def is_memory_replica(self) -> bool:
+        return self._memory is not None
+
+    def is_disk_replica(self) -> bool:
+        return self._disk is not None
+
+    def get_memory_descriptor(self) -> MemoryDescriptor:
+        if self._memory is None:
+            raise RuntimeError("not a memory replica")
+        return self._memory
+
+    def get_disk_descriptor(self) -> DiskDescriptor:
+        if self._disk is None:
+            raise RuntimeError("not a disk replica")
+        return self._disk
 
 
 def _acquire_client(sock: Optional[str]) -> "_kvcache.Client":
@@ -761,6 +819,67 @@ class MooncakeDistributedStore:
                                       tp_rank: int = 0, tp_size: int = 1) -> List[Any]:
         keys = list(base_keys) if tp_size <= 1 else [_tp_key(k, tp_rank) for k in base_keys]
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
+
+    # ---- replicas, tasks and segments ----
+    def get_replica_desc(self, key: str) -> List[ReplicaDescriptor]:
+        """The copies of key: this node's (in memory, and on its disk tier
+        when there is a copy there), then one memory copy for each other
+        node holding it.  Empty when it is held nowhere (or on error)."""
+        c = self._c()
+        k = self._k(key)
+        out: List[ReplicaDescriptor] = []
+        try:
+            me = str(c.cluster().get("self") or self.get_hostname())
+        except (OSError, ValueError, AttributeError):
+            me = self.get_hostname()
+        try:
+            here = [i for i in c.list(k, 64) if i["key"] == k and i["state"] == "committed"]
+            others = [n for n in c.where(k) if n not in (me, "(this node)")]
+        except (OSError, ValueError):
+            return out
+        size = here[0]["size"] if here else 0
+        if here and here[0]["tier"] != _kvcache.TIER_DISK:
+            out.append(ReplicaDescriptor(memory=MemoryDescriptor(BufferDescriptor(size, me))))
+        if here and (here[0]["on_disk"] or here[0]["tier"] == _kvcache.TIER_DISK):
+            out.append(ReplicaDescriptor(disk=DiskDescriptor("", size)))
+        for node in others:
+            out.append(ReplicaDescriptor(memory=MemoryDescriptor(BufferDescriptor(size, node))))
+        return out
+
+    def batch_get_replica_desc(self, keys: Sequence[str]) -> Dict[str, List[ReplicaDescriptor]]:
+        return {key: self.get_replica_desc(key) for key in keys}
+
+    def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> List[str]:
+        """Mooncake drops the copies on a segment; kvcache keeps one copy
+        set per key: nothing is cleared (the keys cleared: none)."""
+        return []
+
+    def create_copy_task(self, key: str, targets: Sequence[str]):
+        """(task id, code): kvcache copies with push_to; tasks are not
+        supported (UNAVAILABLE_IN_CURRENT_MODE)."""
+        return (None, UNAVAILABLE_IN_CURRENT_MODE)
+
+    def create_move_task(self, key: str, source: str, target: str):
+        return (None, UNAVAILABLE_IN_CURRENT_MODE)
+
+    def query_task(self, task_id):
+        return (None, UNAVAILABLE_IN_CURRENT_MODE)
+
+    def mount_segment(self, buffer: int, size: int, protocol: str = "") -> int:
+        """Memory comes from kvcached's tiers, not from the client's buffers."""
+        return UNAVAILABLE_IN_CURRENT_MODE
+
+    def unmount_segment(self, buffer: int, size: int) -> int:
+        return UNAVAILABLE_IN_CURRENT_MODE
+
+    def allocate_and_mount_segment(self, size: int, protocol: str = "") -> int:
+        return UNAVAILABLE_IN_CURRENT_MODE
+
+    def unmount_and_free_segment(self, buffer: int, size: int) -> int:
+        return UNAVAILABLE_IN_CURRENT_MODE
+
+    def unmount_local_disk_segment(self) -> int:
+        return UNAVAILABLE_IN_CURRENT_MODE
 
     # ---- presence and removal ----
     def is_exist(self, key: str) -> int:

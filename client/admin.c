@@ -210,8 +210,8 @@ void kvc_stats_free(struct kvc_counter *v)
 	array_free(v);
 }
 
-int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,
-	     struct kvc_key_info **ret, size_t *ret_n, uint64_t *ret_total)
+static int list(struct kvc_client *c, const char *prefix, bool exact, size_t limit,
+		struct kvc_key_info **ret, size_t *ret_n, uint64_t *ret_total)
 {
 	Kvc__Request q = KVC__REQUEST__INIT;
 	Kvc__ListReq lq = KVC__LIST_REQ__INIT;
@@ -225,6 +225,7 @@ int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,
 	if (prefix)
 		lq.prefix = (ProtobufCBinaryData) { .len = strlen(prefix), .data = (uint8_t *) prefix };
 	lq.limit = (uint32_t) limit;
+	lq.exact = exact;
 	q.op = KVC__OP__OP_LIST;
 	q.body_case = KVC__REQUEST__BODY_LIST;
 	q.list = &lq;
@@ -268,6 +269,20 @@ int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,
 		*ret_total = l->total;
 	*ret = v;
 	return 0;
+}
+
+int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,
+	     struct kvc_key_info **ret, size_t *ret_n, uint64_t *ret_total)
+{
+	return list(c, prefix, false, limit, ret, ret_n, ret_total);
+}
+
+int kvc_list_key(struct kvc_client *c, const char *key, struct kvc_key_info **ret,
+		 size_t *ret_n)
+{
+	if (!key || !*key)
+		return -EINVAL;
+	return list(c, key, true, 1, ret, ret_n, NULL);
 }
 
 void kvc_list_free(struct kvc_key_info *v)

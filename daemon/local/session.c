@@ -671,12 +671,15 @@ struct list_acc {
 	Kvc__KeyInfo **ptrs;
 	uint32_t limit;
 	const ProtobufCBinaryData *prefix;
+	bool exact;
 };
 
 static void list_add(struct list_acc *a, const struct object *o, uint32_t state)
 {
 	if (a->prefix->len &&
 	    (o->key_len < a->prefix->len || memcmp(o->key, a->prefix->data, a->prefix->len) != 0))
+		return;
+	if (a->exact && o->key_len != a->prefix->len)
 		return;
 	a->l->total++;
 	if (a->l->n_keys < a->limit) {
@@ -700,7 +703,7 @@ static void list_committed(void *u, struct object *o)
 static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 {
 	struct server *sv = s->sv;
-	struct list_acc a = { .prefix = &lq->prefix };
+	struct list_acc a = { .prefix = &lq->prefix, .exact = lq->exact };
 
 	a.limit = lq->limit ? lq->limit : LIST_DEFAULT;
 	if (a.limit > LIST_MAX)
@@ -716,7 +719,16 @@ static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 	}
 	kvc__list_resp__init(a.l);
 	a.l->keys = a.ptrs;
-	index_walk(&sv->st->index, list_committed, &a);
+	if (lq->exact) {
+		/* one key: found, not walked for */
+		struct object *o = index_find(&sv->st->index, lq->prefix.data, lq->prefix.len,
+					      index_hash(lq->prefix.data, lq->prefix.len));
+
+		if (o && (o->flags & OBJ_COMMITTED))
+			list_committed(&a, o);
+	} else {
+		index_walk(&sv->st->index, list_committed, &a);
+	}
 	for (struct session *x = sv->sessions; x; x = x->next)
 		for (uint32_t i = 0; i < x->h.n_slots; i++)
 			if (x->h.slots[i].kind == SLOT_RESERVE)

@@ -1408,18 +1408,26 @@ fail:
 
 static PyObject *client_list(ClientObject *self, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = { "prefix", "limit", NULL };
+	static char *kwlist[] = { "prefix", "limit", "exact", NULL };
 	const char *prefix = NULL;
 	unsigned long long limit = 0;
 	struct kvc_key_info *v;
 	uint64_t total;
 	PyObject *list;
+	int exact = 0;
 	size_t n;
 	int r;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|zK:list", kwlist, &prefix, &limit))
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|zK$p:list", kwlist, &prefix, &limit, &exact))
 		return NULL;
-	CALL(self, r, kvc_list(self->c, prefix, (size_t) limit, &v, &n, &total));
+	if (exact && !prefix) {
+		PyErr_SetString(PyExc_ValueError, "list(exact=True) needs the key");
+		return NULL;
+	}
+	if (exact)
+		CALL(self, r, kvc_list_key(self->c, prefix, &v, &n));
+	else
+		CALL(self, r, kvc_list(self->c, prefix, (size_t) limit, &v, &n, &total));
 	if (r < 0)
 		return raise_kvc(r);
 	list = PyList_New(0);
@@ -1658,7 +1666,8 @@ static PyMethodDef client_methods[] = {
 	{ "status", (PyCFunction) client_status, METH_NOARGS, "The daemon's status as a dict." },
 	{ "stats", (PyCFunction) client_stats, METH_NOARGS, "Counters by name." },
 	{ "list", (PyCFunction) (void (*)(void)) client_list, METH_VARARGS | METH_KEYWORDS,
-	  "list(prefix=None, limit=0) -> [dict]." },
+	  "list(prefix=None, limit=0, *, exact=False) -> [dict]: keys starting with prefix, or\n"
+	  "with exact, the key prefix names alone (found, not walked for)." },
 	{ "pin", (PyCFunction) (void (*)(void)) client_pin, METH_VARARGS | METH_KEYWORDS,
 	  "pin(key, *, hard=False, ttl_ms=0) -> 0 or -errno." },
 	{ "unpin", (PyCFunction) client_unpin, METH_O, "unpin(key) -> 0 or -errno." },

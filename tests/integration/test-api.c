@@ -191,6 +191,19 @@ static void test_batch(struct kvc_client *c)
 			CHECK_EQ(v[i].tier, KVC_TIER_DRAM);
 		}
 		kvc_list_free(v);
+		/* one key by name: that key alone, not those it begins */
+		CHECK_EQ(kvc_list_key(c, keys[6], &v, &n), 0);
+		CHECK_EQ(n, 1);
+		CHECK(strcmp(v[0].key, keys[6]) == 0);
+		CHECK_EQ(v[0].state, KVC_STATE_COMMITTED);
+		kvc_list_free(v);
+		CHECK_EQ(kvc_list_key(c, "model@tp_rank:0@00", &v, &n), 0);
+		CHECK_EQ(n, 0);
+		kvc_list_free(v);
+		CHECK_EQ(kvc_list_key(c, keys[50], &v, &n), 0); /* not stored */
+		CHECK_EQ(n, 0);
+		kvc_list_free(v);
+		CHECK_EQ(kvc_list_key(c, "", &v, &n), -EINVAL);
 	}
 	for (int i = 0; i < 40; i++)
 		CHECK_EQ(kvc_remove(c, keys[i]), 0);

@@ -43,6 +43,16 @@ def test_put_get_exists_remove(client):
     assert client.exists(b"k1") is True  # bytes keys are keys too
 
 
+def test_list_one_key(client):
+    assert client.put("lk", b"abc") == 0 and client.put("lk2", b"d") == 0
+    got = client.list("lk", exact=True)
+    assert [(i["key"], i["size"]) for i in got] == [("lk", 3)]
+    assert client.list("nope", exact=True) == []
+    assert sorted(i["key"] for i in client.list("lk")) == ["lk", "lk2"]
+    with pytest.raises(ValueError):
+        client.list(exact=True)
+
+
 def test_peek_looks_without_leasing(client):
     assert client.put("peek1", b"v") == 0
     assert client.set_get_flags(kvcache.PEEK) == 0

@@ -367,6 +367,11 @@ struct kvc_key_info {
  * them; *ret_total says how many matched in all. */
 int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,
 	     struct kvc_key_info **ret, size_t *ret_n, uint64_t *ret_total);
+/* The one key named, as kvc_list() describes it: *ret_n is 1 (held here)
+ * or 0.  The daemon finds it in its index, without walking the keys (a
+ * prefix listing walks them all). */
+int kvc_list_key(struct kvc_client *c, const char *key, struct kvc_key_info **ret,
+		 size_t *ret_n);
 void kvc_list_free(struct kvc_key_info *v);
 
 enum kvc_pin_flags {

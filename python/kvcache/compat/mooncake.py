@@ -833,7 +833,7 @@ class MooncakeDistributedStore:
         except (OSError, ValueError, AttributeError):
             me = self.get_hostname()
         try:
-            here = [i for i in c.list(k, 64) if i["key"] == k and i["state"] == "committed"]
+            here = [i for i in c.list(k, exact=True) if i["state"] == "committed"]
             others = [n for n in c.where(k) if n not in (me, "(this node)")]
         except (OSError, ValueError):
             return out

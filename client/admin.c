@@ -169,7 +169,8 @@ static void array_free(void *items)
 	if (!items)
 		return;
 	p = (struct array_priv *) ((char *) items - offsetof(struct array_priv, items));
-	kvc__response__free_unpacked(p->resp, NULL);
+	if (p->resp)
+		kvc__response__free_unpacked(p->resp, NULL);
 	free(p);
 }
 
@@ -210,65 +211,138 @@ void kvc_stats_free(struct kvc_counter *v)
 	array_free(v);
 }
 
+/* Keys as they arrive, copied: key texts back to back (offsets, as the
+ * buffer moves), then the final array. */
+struct list_acc {
+	struct kvc_key_info *items;
+	size_t *key_at;
+	size_t n, cap;
+	char *text;
+	size_t text_len, text_cap;
+};
+
+static int acc_add(struct list_acc *a, const Kvc__KeyInfo *k)
+{
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 64;
+		struct kvc_key_info *it = realloc(a->items, cap * sizeof(*it));
+		size_t *at;
+
+		if (!it)
+			return -ENOMEM;
+		a->items = it;
+		at = realloc(a->key_at, cap * sizeof(*at));
+		if (!at)
+			return -ENOMEM;
+		a->key_at = at;
+		a->cap = cap;
+	}
+	if (a->text_len + k->key.len + 1 > a->text_cap) {
+		size_t cap = a->text_cap ? a->text_cap : 4096;
+		char *t;
+
+		while (cap < a->text_len + k->key.len + 1)
+			cap *= 2;
+		t = realloc(a->text, cap);
+		if (!t)
+			return -ENOMEM;
+		a->text = t;
+		a->text_cap = cap;
+	}
+	memcpy(a->text + a->text_len, k->key.data, k->key.len);
+	a->text[a->text_len + k->key.len] = '\0';
+	a->key_at[a->n] = a->text_len;
+	a->text_len += k->key.len + 1;
+	a->items[a->n++] = (struct kvc_key_info) {
+		.size = k->size,
+		.state = (int) k->state,
+		.tier = (int) k->tier,
+		.on_disk = k->on_disk,
+	};
+	return 0;
+}
+
+static void acc_free(struct list_acc *a)
+{
+	free(a->items);
+	free(a->key_at);
+	free(a->text);
+}
+
+/*
+ * A listing a slice of the daemon's index at a time (ListReq.slices): each
+ * answer is a bounded walk, so a large index never holds the daemon's loop;
+ * the keys wanted are kept from the answers as they come, and the rest of
+ * the walk only counts (count_only).  A daemon that does not slice answers
+ * everything at once (more is never set).
+ */
 static int list(struct kvc_client *c, const char *prefix, bool exact, size_t limit,
 		struct kvc_key_info **ret, size_t *ret_n, uint64_t *ret_total)
 {
 	Kvc__Request q = KVC__REQUEST__INIT;
 	Kvc__ListReq lq = KVC__LIST_REQ__INIT;
-	Kvc__Response *resp;
+	struct list_acc a = { 0 };
+	size_t want = limit ? limit : 1000;
 	struct kvc_key_info *v;
-	Kvc__ListResp *l;
+	uint64_t total = 0;
+	bool more;
 	int r;
 
 	if (!c || !ret || !ret_n || (prefix && strlen(prefix) > KVC_KEY_MAX) || limit > UINT32_MAX)
 		return -EINVAL;
+	if (want > 4096)
+		want = 4096; /* the daemon's most a listing */
 	if (prefix)
 		lq.prefix = (ProtobufCBinaryData) { .len = strlen(prefix), .data = (uint8_t *) prefix };
 	lq.limit = (uint32_t) limit;
 	lq.exact = exact;
+	lq.slices = !exact;
 	q.op = KVC__OP__OP_LIST;
 	q.body_case = KVC__REQUEST__BODY_LIST;
 	q.list = &lq;
-	r = client_rpc(c, &q, &resp);
-	if (r < 0)
-		return r;
-	if (resp->body_case != KVC__RESPONSE__BODY_LIST) {
-		kvc__response__free_unpacked(resp, NULL);
-		return -EPROTO;
-	}
-	l = resp->list;
-	/* Keys arrive as bytes; give each a NUL.  Room for all of them is
-	 * allocated after the array itself. */
-	{
-		size_t text = 0;
-		char *t;
+	do {
+		Kvc__Response *resp;
+		Kvc__ListResp *l;
 
-		for (size_t i = 0; i < l->n_keys; i++)
-			text += l->keys[i]->key.len + 1;
-		v = array_new(resp, l->n_keys + (text + sizeof(*v) - 1) / sizeof(*v), sizeof(*v));
-		if (!v) {
+		lq.count_only = a.n >= want;
+		r = client_rpc(c, &q, &resp);
+		if (r < 0)
+			goto fail;
+		if (resp->body_case != KVC__RESPONSE__BODY_LIST) {
 			kvc__response__free_unpacked(resp, NULL);
-			return -ENOMEM;
+			r = -EPROTO;
+			goto fail;
 		}
-		t = (char *) (v + l->n_keys);
-		for (size_t i = 0; i < l->n_keys; i++) {
-			memcpy(t, l->keys[i]->key.data, l->keys[i]->key.len);
-			t[l->keys[i]->key.len] = '\0';
-			v[i] = (struct kvc_key_info) {
-				.key = t,
-				.size = l->keys[i]->size,
-				.state = (int) l->keys[i]->state,
-				.tier = (int) l->keys[i]->tier,
-				.on_disk = l->keys[i]->on_disk,
-			};
-			t += l->keys[i]->key.len + 1;
-		}
+		l = resp->list;
+		total += l->total;
+		for (size_t i = 0; i < l->n_keys && a.n < want && r == 0; i++)
+			r = acc_add(&a, l->keys[i]);
+		more = l->more;
+		lq.cursor = l->cursor;
+		kvc__response__free_unpacked(resp, NULL);
+		if (r < 0)
+			goto fail;
+	} while (more);
+	v = array_new(NULL, a.n + (a.text_len + sizeof(*v) - 1) / sizeof(*v), sizeof(*v));
+	if (!v) {
+		r = -ENOMEM;
+		goto fail;
 	}
-	*ret_n = l->n_keys;
+	if (a.text_len)
+		memcpy(v + a.n, a.text, a.text_len);
+	for (size_t i = 0; i < a.n; i++) {
+		v[i] = a.items[i];
+		v[i].key = (char *) (v + a.n) + a.key_at[i];
+	}
+	*ret_n = a.n;
 	if (ret_total)
-		*ret_total = l->total;
+		*ret_total = total;
 	*ret = v;
+	acc_free(&a);
 	return 0;
+fail:
+	acc_free(&a);
+	return r;
 }
 
 int kvc_list(struct kvc_client *c, const char *prefix, size_t limit,

@@ -475,6 +475,38 @@ static void test_completion_fd(void)
 	CHECK(fcntl(fd, F_GETFD) < 0 && errno == EBADF); /* closed with the client */
 }
 
+/* A listing larger than one slice of the index the daemon walks per
+ * request: the keys wanted, and the total over every slice. */
+static void test_list_slices(struct kvc_client *c)
+{
+	enum { MANY = 10000, OTHER = 100 };
+	struct kvc_key_info *v;
+	uint64_t total;
+	size_t n;
+	char key[32];
+
+	for (int i = 0; i < MANY + OTHER; i++) {
+		snprintf(key, sizeof(key), i < MANY ? "many/%d" : "other/%d", i);
+		CHECK_EQ(kvc_put(c, key, "v", 1, NULL), 0);
+	}
+	CHECK_EQ(kvc_list(c, "many/", 0, &v, &n, &total), 0);
+	CHECK_EQ(n, 1000);
+	CHECK_EQ(total, MANY);
+	for (size_t i = 0; i < n; i++)
+		CHECK(strncmp(v[i].key, "many/", 5) == 0 && v[i].size == 1);
+	kvc_list_free(v);
+	CHECK_EQ(kvc_list(c, "other/", 4096, &v, &n, &total), 0);
+	CHECK_EQ(n, OTHER);
+	CHECK_EQ(total, OTHER);
+	kvc_list_free(v);
+	CHECK_EQ(kvc_list(c, NULL, 100000, &v, &n, &total), 0);
+	CHECK_EQ(n, 4096); /* the most one listing answers */
+	CHECK(total >= MANY + OTHER);
+	kvc_list_free(v);
+	CHECK_EQ(kvc_remove_prefix(c, "many/", KVC_REMOVE_FORCE, NULL), MANY);
+	CHECK_EQ(kvc_remove_prefix(c, "other/", KVC_REMOVE_FORCE, NULL), OTHER);
+}
+
 int main(void)
 {
 	struct kvc_client *c;
@@ -488,6 +520,7 @@ int main(void)
 	test_reserve_commit(c);
 	test_replace_while_viewed(c);
 	test_batch(c);
+	test_list_slices(c);
 	test_concurrent_same_key(c);
 	test_many_threads_one_client(c);
 	test_status(c);

@@ -470,3 +470,40 @@ def test_replica_descriptors_of_another_node(two_nodes):
     a.close()
     b.close()
 
+
+
+def test_async_store(daemon):
+    import asyncio
+    from kvcache.compat.async_store import MooncakeDistributedStoreAsync
+
+    s = MooncakeDistributedStoreAsync()
+    assert s.setup({"ipc_socket_path": daemon}) == 0
+
+    async def run():
+        assert await s.async_put("as1", b"one") == 0
+        got = await asyncio.gather(*(s.async_put("as%d" % i, b"v%d" % i) for i in range(2, 10)))
+        assert got == [0] * 8
+        vals = await asyncio.gather(*(s.async_get("as%d" % i) for i in range(2, 10)))
+        assert vals == [b"v%d" % i for i in range(2, 10)]
+        assert await s.async_is_exist("as1") == 1
+        assert await s.async_remove("as1", force=True) == 0
+        assert await s.async_get("as1") in (b"", None)
+
+    asyncio.run(run())
+    with pytest.raises(AttributeError):
+        s.async_no_such_method
+    with pytest.raises(AttributeError):
+        s.no_such_method
+    for i in range(2, 10):
+        s.remove("as%d" % i, force=True)
+    s.close()
+    shim = os.environ.get("KVCACHE_SHIM_DIR")
+    if shim:
+        sys.path.insert(0, shim)
+        try:
+            mod = importlib.import_module("mooncake.async_store")
+            assert mod.MooncakeDistributedStoreAsync is MooncakeDistributedStoreAsync
+        finally:
+            sys.path.remove(shim)
+            for m in ["mooncake.async_store", "mooncake.store", "mooncake"]:
+                sys.modules.pop(m, None)

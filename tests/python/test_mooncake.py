@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """kvcache.compat.mooncake against Mooncake's documented return codes."""
+import ctypes
 import errno
 import importlib
 import json
@@ -82,7 +83,10 @@ def test_put_get_exist_remove(store):
     assert store.get_batch(["b1", "b2", "nope"]) == [b"x", b"yy", b""]
     assert store.batch_remove(["b1", "nope"], force=True) == [0, -704]
     v = store.get_buffer("b2")
-    assert bytes(v) == b"yy" and len(v) == 2 and v.size == 2
+    assert isinstance(v, mc.BufferHandle)
+    assert bytes(v) == b"yy" and len(v) == 2 and v.size() == 2 and v.ptr() != 0
+    assert bytes(memoryview(v)) == b"yy" and np.frombuffer(v, dtype=np.uint8).tolist() == [121, 121]
+    assert ctypes.string_at(v.ptr(), v.size()) == b"yy"
     v.release()
     assert store.get_buffer("nope") is None
     assert [x is None for x in store.batch_get_buffer(["b2", "nope"])] == [False, True]

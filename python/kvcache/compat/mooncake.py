@@ -39,8 +39,10 @@ others are refused with -600, never dereferenced.
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import errno
+import functools
 import os
 import re
 import socket as _socket
@@ -210,6 +212,45 @@ def _config_ok(config: Optional[ReplicateConfig]) -> bool:
 # all).  A forked child connects afresh.
 _lock = threading.Lock()
 _shared: Dict[Any, List[Any]] = {}
+
+
+class BufferHandle:
+    """An object's bytes in place, as Mooncake's ``get_buffer`` hands them
+    out: ``ptr()`` and ``size()``, the buffer protocol (``memoryview``,
+    ``numpy.frombuffer``), and ``len()``.  The object stays pinned while the
+    handle lives; ``release()`` (or ``with``) lets it go at once."""
+
+    __slots__ = ()
+
+    def ptr(self) -> int:
+        return ctypes.addressof(self)
+
+    def size(self) -> int:
+        return ctypes.sizeof(self)
+
+    def release(self) -> None:
+        view = self.__dict__.pop("_view", None)
+        if view is not None:
+            view.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+@functools.lru_cache(maxsize=256)
+def _handle_type(size: int):
+    """A BufferHandle of size bytes: a ctypes array over the view's bytes
+    (one type per size, kept for the sizes used lately)."""
+    return type("BufferHandle", (BufferHandle, ctypes.c_ubyte * size), {})
+
+
+def _handle(view) -> BufferHandle:
+    h = _handle_type(view.size).from_address(view.ptr)
+    h._view = view  # the view pins the object while the handle lives
+    return h
 
 
 class ReplicaStatus(enum.IntEnum):
@@ -501,23 +542,28 @@ class MooncakeDistributedStore:
     def get_batch(self, keys: Sequence[str]) -> List[bytes]:
         return [self.get(k) for k in keys]
 
-    def get_buffer(self, key: str) -> Optional[_kvcache.View]:
-        """A read-only View (buffer protocol, ``.ptr``, ``.size``,
-        ``len()``) pinning the object until it is released or collected."""
+    def get_buffer(self, key: str) -> Optional[BufferHandle]:
+        """A BufferHandle (``ptr()``, ``size()``, the buffer protocol) of
+        the object's bytes in place, pinning it until the handle is
+        released or collected; None when it is not stored."""
         try:
-            return self._c().acquire(self._k(key))
+            view = self._c().acquire(self._k(key))
         except OSError:
             return None
+        return None if view is None else _handle(view)
 
-    def batch_get_buffer(self, keys: Sequence[str]) -> List[Optional[_kvcache.View]]:
+    def batch_get_buffer(self, keys: Sequence[str]) -> List[Optional[BufferHandle]]:
         return [self.get_buffer(k) for k in keys]
 
     def get_size(self, key: str) -> int:
-        v = self.get_buffer(key)
-        if v is None:
+        try:
+            view = self._c().acquire(self._k(key))
+        except OSError:
             return OBJECT_NOT_FOUND
-        with v:
-            return v.size
+        if view is None:
+            return OBJECT_NOT_FOUND
+        with view:
+            return view.size
 
     # ---- registered memory ----
     def register_buffer(self, buffer_ptr: int, size: int) -> int:

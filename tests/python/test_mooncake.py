@@ -511,3 +511,27 @@ def test_async_store(daemon):
             sys.path.remove(shim)
             for m in ["mooncake.async_store", "mooncake.store", "mooncake"]:
                 sys.modules.pop(m, None)
+
+
+def test_get_into_ranges(store):
+    assert store.put("gr1", bytes(range(100))) == 0
+    assert store.put("gr2", b"abcdefgh") == 0
+    a = np.zeros(64, dtype=np.uint8)
+    b = np.zeros(16, dtype=np.uint8)
+    res = store.get_into_ranges(
+        [a.ctypes.data, b.ctypes.data],
+        [["gr1", "gr2"], ["gr2", "missing"]],
+        [[[0, 10], [20]], [[0], [4, 8]]],
+        [[[5, 90], [2]], [[6], [0, 1]]],
+        [[[4, 10], [3]], [[2], [1, 1]]])
+    assert res == [[[4, 10], [3]], [[2], [-704, -704]]]
+    assert a[0:4].tolist() == [5, 6, 7, 8]
+    assert a[10:20].tolist() == list(range(90, 100))
+    assert bytes(a[20:23]) == b"cde"
+    assert bytes(b[0:2]) == b"gh"
+    assert b[4:10].tolist() == [0] * 6
+    # a range past the object's end is refused, the others copied
+    res = store.get_into_ranges([b.ctypes.data], [["gr2"]], [[[0, 8]]], [[[6, 0]]], [[[3, 2]]])
+    assert res == [[[-600, 2]]] and bytes(b[8:10]) == b"ab"
+    with pytest.raises(ValueError):
+        store.get_into_ranges([a.ctypes.data], [["gr1"], ["gr2"]], [[[0]]], [[[0]]], [[[1]]])

@@ -630,6 +630,50 @@ class MooncakeDistributedStore:
         return self.batch_get_into_multi_buffers(keys, [[p] for p in buffer_ptrs],
                                                  [[s] for s in sizes])
 
+    def get_into_ranges(self, buffer_ptrs: Sequence[int], all_keys: Sequence[Sequence[str]],
+                        all_dst_offsets: Sequence[Sequence[Sequence[int]]],
+                        all_src_offsets: Sequence[Sequence[Sequence[int]]],
+                        all_sizes: Sequence[Sequence[Sequence[int]]]) -> List[List[List[int]]]:
+        """Pieces of objects into buffers: for buffer i, key j and range k,
+        ``all_sizes[i][j][k]`` bytes from offset ``all_src_offsets[i][j][k]``
+        of the object to ``buffer_ptrs[i] + all_dst_offsets[i][j][k]``.
+        ``results[i][j][k]``: the bytes copied, or Mooncake's code (a key
+        not stored: OBJECT_NOT_FOUND; a range past the object's end:
+        INVALID_PARAMS).  Each object is read in place, copied from its
+        mapping, and let go."""
+        if not (len(buffer_ptrs) == len(all_keys) == len(all_dst_offsets) ==
+                len(all_src_offsets) == len(all_sizes)):
+            raise ValueError("get_into_ranges: the lists differ in length")
+        c = self._c()
+        out: List[List[List[int]]] = []
+        for ptr, keys, dsts, srcs, sizes in zip(buffer_ptrs, all_keys, all_dst_offsets,
+                                                all_src_offsets, all_sizes):
+            if not (len(keys) == len(dsts) == len(srcs) == len(sizes)):
+                raise ValueError("get_into_ranges: a buffer's lists differ in length")
+            per_key: List[List[int]] = []
+            for key, dst, src, size in zip(keys, dsts, srcs, sizes):
+                if not (len(dst) == len(src) == len(size)):
+                    raise ValueError("get_into_ranges: a key's ranges differ in length")
+                try:
+                    view = c.acquire(self._k(key))
+                except OSError as e:
+                    per_key.append([mooncake_code(-(e.errno or errno.EIO))] * len(size))
+                    continue
+                if view is None:
+                    per_key.append([OBJECT_NOT_FOUND] * len(size))
+                    continue
+                with view:
+                    res = []
+                    for d, o, n in zip(dst, src, size):
+                        if d < 0 or o < 0 or n < 0 or o + n > view.size:
+                            res.append(INVALID_PARAMS)
+                            continue
+                        ctypes.memmove(ptr + d, view.ptr + o, n)
+                        res.append(n)
+                    per_key.append(res)
+            out.append(per_key)
+        return out
+
     def batch_put_from_multi_buffers(self, keys: Sequence[str],
                                      all_buffer_ptrs: Sequence[Sequence[int]],
                                      all_sizes: Sequence[Sequence[int]],

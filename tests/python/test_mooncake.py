@@ -535,3 +535,29 @@ def test_get_into_ranges(store):
     assert res == [[[-600, 2]]] and bytes(b[8:10]) == b"ab"
     with pytest.raises(ValueError):
         store.get_into_ranges([a.ctypes.data], [["gr1"], ["gr2"]], [[[0]]], [[[0]]], [[[1]]])
+
+
+def test_upsert_tensor_and_put_with_metadata(store):
+    torch = pytest.importorskip("torch")
+    t1 = torch.arange(6, dtype=torch.float32)
+    t2 = torch.arange(8, dtype=torch.int64).reshape(2, 4)
+    assert store.put_tensor("ut", t1) == 0
+    assert store.put_tensor("ut", t2) == 0  # a put keeps what is there
+    assert store.upsert_tensor("ut", t2) == 0  # an upsert replaces it
+    assert torch.equal(store.get_tensor("ut"), t2)
+    # (the get leased it: a replacement waits for the lease, as a removal)
+    assert store.upsert_tensor("ut", t1) == -706
+    assert store.put_tensor("ut2", t1) == 0
+    assert store.batch_upsert_tensor(["ut2", "ut3"], [t2, t1]) == [0, 0]
+    assert torch.equal(store.get_tensor("ut2"), t2) and torch.equal(store.get_tensor("ut3"), t1)
+    assert store.batch_upsert_tensor(["ut"], []) == [-600]
+    assert store.upsert_tensor("ut4", "not a tensor") == -600
+    # a header and data in two buffers, stored as one object
+    meta = np.frombuffer(b"HEAD", dtype=np.uint8).copy()
+    data = np.arange(16, dtype=np.uint8)
+    assert store.put_from_with_metadata("pm", data.ctypes.data, meta.ctypes.data, 16, 4) == 0
+    assert store.get("pm") == b"HEAD" + bytes(range(16))
+    assert store.put_from_with_metadata("pm", data.ctypes.data, meta.ctypes.data, 16, 4) == 0
+    assert store.put_from_with_metadata("pm0", data.ctypes.data, 0, 16, 0) == 0
+    assert store.get("pm0") == bytes(range(16))
+    assert store.put_from_with_metadata("pm1", 0, meta.ctypes.data, 16, 4) == -600

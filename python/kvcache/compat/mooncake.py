@@ -600,6 +600,24 @@ class MooncakeDistributedStore:
                     config: Optional[ReplicateConfig] = None) -> int:
         return self._put_from(key, buffer_ptr, size, config, True)
 
+    def put_from_with_metadata(self, key: str, buffer_ptr: int, metadata_buffer_ptr: int,
+                               size: int, metadata_size: int,
+                               config: Optional[ReplicateConfig] = None) -> int:
+        """One object: metadata_size bytes at metadata_buffer_ptr, then size
+        bytes at buffer_ptr (as Mooncake stores a header before its data)."""
+        if self._client is None or min(buffer_ptr, metadata_buffer_ptr, size,
+                                       metadata_size) < 0 or not buffer_ptr or \
+                (metadata_size and not metadata_buffer_ptr):
+            return INVALID_PARAMS
+        parts = [(ctypes.c_ubyte * size).from_address(buffer_ptr)]
+        sizes = [size]
+        if metadata_size:
+            parts.insert(0, (ctypes.c_ubyte * metadata_size).from_address(metadata_buffer_ptr))
+            sizes.insert(0, metadata_size)
+        res = self._c().batch_put_from_multi_buffers([self._k(key)], [parts], [sizes],
+                                                     **_put_opts(config))
+        return _put_code(res[0])
+
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Bytes read, or <0 (-704 miss, -600 when size is smaller than the
         object or the memory is not registered)."""
@@ -769,7 +787,7 @@ class MooncakeDistributedStore:
 
     # ---- tensors (Mooncake's serialization: TensorMetadata, then the bytes) ----
     def _put_tensors(self, keys: Sequence[str], tensors: Sequence[Any],
-                     config: Optional[ReplicateConfig]) -> List[int]:
+                     config: Optional[ReplicateConfig], replace: bool = False) -> List[int]:
         out, ks, bufs, sizes, at = [], [], [], [], []
         for k, t in zip(keys, tensors):
             parts = _tensor_parts(t)
@@ -782,10 +800,22 @@ class MooncakeDistributedStore:
             bufs.append([parts[0], parts[1]])
             sizes.append([len(parts[0]), parts[1].nbytes])
         if ks:
-            res = self._c().batch_put_from_multi_buffers(ks, bufs, sizes, **_put_opts(config))
+            res = self._c().batch_put_from_multi_buffers(ks, bufs, sizes,
+                                                         **_put_opts(config, replace))
             for i, r in zip(at, res):
-                out[i] = _put_code(r)
+                out[i] = mooncake_code(r) if replace else _put_code(r)
         return out
+
+    def upsert_tensor(self, key: str, tensor: Any) -> int:
+        """As put_tensor, replacing what key holds (copies elsewhere go)."""
+        if self._client is None:
+            return INVALID_PARAMS
+        return self._put_tensors([key], [tensor], None, replace=True)[0]
+
+    def batch_upsert_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any]) -> List[int]:
+        if self._client is None or len(keys) != len(tensors_list) or not keys:
+            return [INVALID_PARAMS] * len(keys)
+        return self._put_tensors(keys, tensors_list, None, replace=True)
 
     def put_tensor(self, key: str, tensor: Any) -> int:
         """0, or a Mooncake error code (-600: not a tensor Mooncake takes)."""

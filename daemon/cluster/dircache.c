@@ -92,7 +92,7 @@ static const char *dc_addrs(const struct dslot *d)
 /* The slot answering about key (h its index_hash()), fresh or not. */
 static struct dslot *dc_slot(struct node *n, const char *key, size_t len, uint64_t h)
 {
-	struct dcache *c = n->dcache;
+	struct dcache *c = n->dc.slots;
 	size_t set = dc_set(h);
 	uint64_t t = dc_tag(h);
 
@@ -146,7 +146,7 @@ void dc_put(struct node *n, const char *key, size_t len, bool present, const cha
 	    const char *addrs, uint64_t vlen)
 {
 	uint64_t h = index_hash(key, len), now = loop_now_ms(n->loop);
-	struct dcache *c = n->dcache;
+	struct dcache *c = n->dc.slots;
 	size_t set = dc_set(h), li = ids ? strlen(ids) + 1 : 0, la = addrs ? strlen(addrs) + 1 : 0;
 	struct dslot *d = dc_slot(n, key, len, h);
 	char *mem;
@@ -207,10 +207,10 @@ static void query_free(struct node *n, struct lquery *q)
 	if (q->prev)
 		q->prev->next = q->next;
 	else
-		n->queries = q->next;
+		n->dc.queries = q->next;
 	if (q->next)
 		q->next->prev = q->prev;
-	n->n_queries--;
+	n->dc.n_queries--;
 	free(q->kbuf);
 	free(q->keys);
 	free(q->lens);
@@ -228,15 +228,15 @@ static void query_finish(struct node *n, struct lquery *q)
 	query_free(n, q);
 	/* places came free: the requests that wait for one ask, oldest first
 	 * (one that finds every answer cached leaves its place to the next) */
-	n->room_turn = true;
-	while (n->n_queries < MAX_QUERIES && fetch_wake_oldest(&n->query_room, FETCH_AGAIN))
+	n->dc.room_turn = true;
+	while (n->dc.n_queries < MAX_QUERIES && fetch_wake_oldest(&n->dc.query_room, FETCH_AGAIN))
 		;
-	n->room_turn = false;
+	n->dc.room_turn = false;
 }
 
 void queries_expire(struct node *n, uint64_t now)
 {
-	for (struct lquery *q = n->queries, *next; q; q = next) {
+	for (struct lquery *q = n->dc.queries, *next; q; q = next) {
 		next = q->next;
 		if (now >= q->deadline)
 			query_finish(n, q);
@@ -260,7 +260,7 @@ static bool join(char *buf, size_t cap, size_t *used, const char *s)
 
 bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp)
 {
-	for (struct lquery *q = n->queries; q; q = q->next)
+	for (struct lquery *q = n->dc.queries; q; q = q->next)
 		for (unsigned i = 0; i < q->n_parts; i++) {
 			struct lpart *pt = &q->parts[i];
 
@@ -316,20 +316,20 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 	if (pending && (!unknown || settle)) {
 		/* another node is storing some: ask again shortly (the
 		 * directory cache's answer is old by then) */
-		if (!n->pend_poll.waiters) {
-			n->pend_poll_at = loop_now_ms(n->loop) + DC_PENDING_MS;
-			loop_timer_arm_by(n->timer, n->pend_poll_at);
+		if (!n->dc.pend_poll.waiters) {
+			n->dc.pend_poll_at = loop_now_ms(n->loop) + DC_PENDING_MS;
+			loop_timer_arm_by(n->timer, n->dc.pend_poll_at);
 		}
 		n->c.pending_waits++;
-		*ret = &n->pend_poll;
+		*ret = &n->dc.pend_poll;
 		return -EINPROGRESS;
 	}
 	if (!unknown || settle)
 		return 0;
 	/* too many questions out: wait for a place, after those waiting */
-	if (n->n_queries >= MAX_QUERIES || (n->query_room.waiters && !n->room_turn)) {
+	if (n->dc.n_queries >= MAX_QUERIES || (n->dc.query_room.waiters && !n->dc.room_turn)) {
 		n->c.lookup_waited++;
-		*ret = &n->query_room;
+		*ret = &n->dc.query_room;
 		return -EINPROGRESS;
 	}
 	q = calloc(1, sizeof(*q));
@@ -371,11 +371,11 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 		goto fail;
 	q->left = q->n_parts;
 	q->deadline = loop_now_ms(n->loop) + n->timeout_ms;
-	q->next = n->queries;
+	q->next = n->dc.queries;
 	if (q->next)
 		q->next->prev = q;
-	n->queries = q;
-	n->n_queries++;
+	n->dc.queries = q;
+	n->dc.n_queries++;
 	loop_timer_arm_by(n->timer, q->deadline);
 	*ret = &q->f;
 	return -EINPROGRESS;
@@ -415,17 +415,17 @@ int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap,
 
 int dircache_init(struct node *n)
 {
-	n->dcache = calloc(1, sizeof(*n->dcache));
-	return n->dcache ? 0 : -ENOMEM;
+	n->dc.slots = calloc(1, sizeof(*n->dc.slots));
+	return n->dc.slots ? 0 : -ENOMEM;
 }
 
 void dircache_done(struct node *n)
 {
-	while (n->queries)
-		query_free(n, n->queries); /* no waiter is left */
-	if (n->dcache)
+	while (n->dc.queries)
+		query_free(n, n->dc.queries); /* no waiter is left */
+	if (n->dc.slots)
 		for (size_t i = 0; i < DC_SLOTS; i++)
-			free(n->dcache->s[i].mem);
-	free(n->dcache);
-	n->dcache = NULL;
+			free(n->dc.slots->s[i].mem);
+	free(n->dc.slots);
+	n->dc.slots = NULL;
 }

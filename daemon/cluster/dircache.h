@@ -11,10 +11,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fetch.h"
 #include "peer.pb-c.h"
 #include "peer-wire.h"
 
 struct node;
+struct dcache;
+struct lquery;
+
+/* The node's answers and questions (its dc; only dircache.c touches it,
+ * but for pend_poll, which rfetch.c's timer runs). */
+struct dircache {
+	struct dcache *slots;     /* the answers */
+	struct lquery *queries;   /* questions out */
+	unsigned n_queries;
+	struct fetch query_room;  /* requests waiting for a place in queries */
+	bool room_turn;           /* one of them runs again now */
+	struct fetch pend_poll;   /* lookups of keys another node is storing */
+	uint64_t pend_poll_at;    /* when they ask again */
+};
 
 #define DC_PENDING_MS 20 /* "being stored elsewhere": asked again this often */
 

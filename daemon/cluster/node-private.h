@@ -14,6 +14,9 @@
 #include "peer-auth.h"
 #include "peer-conn.h"
 #include "rdma.h"
+#include "dircache.h"
+#include "rfetch.h"
+#include "serve.h"
 #include "store.h"
 
 #define MAX_MASTERS 8
@@ -118,29 +121,13 @@ struct node {
 	struct peer_secret secret;     /* len 0: none */
 	struct rdma *rdma;             /* one-sided transfers with RDMA peers, or NULL */
 	char transport[96];            /* what Join says: "tcp", "rdma/<device>" */
-	/* rfetch.c: fetches in flight (placeholders by key for single
-	 * flight), serving connections, the data threads */
-	struct index pending;
-	struct dcache *dcache;
-	struct lquery *queries;
-	unsigned n_queries;
-	struct peer_arena answers; /* a lookup's answer, decoded (node.c on_frame) */
-	struct fetch query_room;  /* requests waiting for a place in queries */
-	bool room_turn;           /* one of them runs again now */
-	struct fetch pend_poll;   /* lookups of keys another node is storing */
-	uint64_t pend_poll_at;    /* when they ask again */
-	struct rfetch *rfetches;
-	unsigned n_rfetches;
-	struct rfetch *backlog, *backlog_tail; /* waiting for a place in rfetches */
-	unsigned n_backlog;
-	struct pserve *serving;
-	unsigned n_serving;
-	/* serving connections whose peer has not proved itself yet, oldest
-	 * first (each has HANDSHAKE_MS; a new one past HANDSHAKE_MAX pushes
-	 * the oldest out) */
-	struct pserve *hs_head, *hs_tail;
-	unsigned n_hs;
-	uint64_t hs_logged_ms;
+	struct peer_arena answers; /* a lookup's answer, decoded (link.c on_frame) */
+	/* each file's own state: rfetch.c the fetches, dircache.c the
+	 * directory's answers, serve.c the serving connections, xfer.c the
+	 * data threads */
+	struct rfetcher fetches;
+	struct dircache dc;
+	struct peer_server srv;
 	struct xfer *xfer;
 	struct presum *presum;         /* checksums taken ahead (presum.c) */
 	struct holder h;               /* views of objects being pushed */
@@ -203,7 +190,7 @@ void remote_teardown(struct node *n);
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret);
 int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap, bool settle,
 		   struct fetch **ret);
-/* When the oldest connection yet to prove itself is closed (n->hs_head). */
+/* When the oldest connection yet to prove itself is closed (n->srv.hs_head). */
 uint64_t remote_hs_deadline(const struct node *n);
 int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n,
 		 uint8_t *present, bool settle, struct fetch **ret);

@@ -97,11 +97,11 @@ static void node_timer(struct loop_source *s, void *u)
 			next = k->hb_at;
 	}
 	remote_expire(n, now);
-	if ((n->n_rfetches || n->n_backlog || n->n_queries) && now + 50 < next)
+	if ((n->fetches.n_rfetches || n->fetches.n_backlog || n->dc.n_queries) && now + 50 < next)
 		next = now + 50;
-	if (n->pend_poll.waiters && n->pend_poll_at < next)
-		next = n->pend_poll_at;
-	if (n->hs_head && remote_hs_deadline(n) < next)
+	if (n->dc.pend_poll.waiters && n->dc.pend_poll_at < next)
+		next = n->dc.pend_poll_at;
+	if (n->srv.hs_head && remote_hs_deadline(n) < next)
 		next = remote_hs_deadline(n);
 	loop_timer_arm(s, next > now ? next : now + 1);
 }
@@ -315,15 +315,15 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_served", n->c.served);
 	emit(u, "remote_serve_errors", n->c.serve_errors);
 	emit(u, "remote_served_summed", n->c.served_summed);
-	emit(u, "remote_fetching", n->n_rfetches);
-	emit(u, "remote_fetch_waiting", n->n_backlog);
+	emit(u, "remote_fetching", n->fetches.n_rfetches);
+	emit(u, "remote_fetch_waiting", n->fetches.n_backlog);
 	emit(u, "remote_fetch_waited", n->c.fetch_waited);
 	emit(u, "remote_fetched_ahead", __atomic_load_n(&n->c.fetch_ahead, __ATOMIC_RELAXED));
 	emit(u, "remote_lookup_waited", n->c.lookup_waited);
 	emit(u, "remote_lookup_waits", n->c.pending_waits);
 	emit(u, "remote_sick_skips", n->c.sick_skips);
 	emit(u, "peer_handshake_timeouts", n->c.hs_timeouts);
-	emit(u, "remote_peer_connections", n->n_serving);
+	emit(u, "remote_peer_connections", n->srv.n_serving);
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);
 	emit(u, "pushes_received", n->c.pushes_received);

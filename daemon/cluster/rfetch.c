@@ -49,7 +49,7 @@
 static const struct xjob_ops fetch_ops;
 
 struct rfetch {
-	struct rfetch *next, *prev; /* in n->rfetches, or next in n->backlog */
+	struct rfetch *next, *prev; /* in n->fetches.rfetches, or next in n->fetches.backlog */
 	struct node *n;
 	struct object *o;        /* placeholder: not in the index; o->fetch set */
 	uint32_t seq;
@@ -386,11 +386,11 @@ static void rf_unlink(struct node *n, struct rfetch *rf)
 	if (rf->prev)
 		rf->prev->next = rf->next;
 	else
-		n->rfetches = rf->next;
+		n->fetches.rfetches = rf->next;
 	if (rf->next)
 		rf->next->prev = rf->prev;
-	n->n_rfetches--;
-	index_unlink(&n->pending, rf->o);
+	n->fetches.n_rfetches--;
+	index_unlink(&n->fetches.pending, rf->o);
 }
 
 /* A holder that let a fetch time out is passed over this long (the
@@ -515,11 +515,11 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 			return -ENOENT;
 	}
 	rf->prev = NULL;
-	rf->next = n->rfetches;
+	rf->next = n->fetches.rfetches;
 	if (rf->next)
 		rf->next->prev = rf;
-	n->rfetches = rf;
-	n->n_rfetches++;
+	n->fetches.rfetches = rf;
+	n->fetches.n_rfetches++;
 	loop_timer_arm_by(n->timer, rf->deadline);
 	if (rf->transferring) {
 		rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
@@ -532,7 +532,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 static void backlog_drop(struct node *n, struct rfetch *rf, int res)
 {
 	rf_unprobe(rf);
-	index_unlink(&n->pending, rf->o);
+	index_unlink(&n->fetches.pending, rf->o);
 	if (res == -ENOENT)
 		n->c.remote_misses++;
 	else
@@ -544,12 +544,12 @@ static void backlog_drop(struct node *n, struct rfetch *rf, int res)
 
 static struct rfetch *backlog_pop(struct node *n)
 {
-	struct rfetch *rf = n->backlog;
+	struct rfetch *rf = n->fetches.backlog;
 
-	n->backlog = rf->next;
-	if (!n->backlog)
-		n->backlog_tail = NULL;
-	n->n_backlog--;
+	n->fetches.backlog = rf->next;
+	if (!n->fetches.backlog)
+		n->fetches.backlog_tail = NULL;
+	n->fetches.n_backlog--;
 	rf->next = NULL;
 	return rf;
 }
@@ -557,7 +557,7 @@ static struct rfetch *backlog_pop(struct node *n)
 /* Places among the fetches in flight went free: the oldest waiting begin. */
 static void backlog_pump(struct node *n)
 {
-	while (n->backlog && n->n_rfetches < MAX_RFETCHES) {
+	while (n->fetches.backlog && n->fetches.n_rfetches < MAX_RFETCHES) {
 		struct rfetch *rf = backlog_pop(n);
 
 		if (rf_begin(n, rf) < 0)
@@ -569,7 +569,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 {
 	struct node *n = be;
 	uint64_t h = index_hash(key, len);
-	struct object *o = index_find(&n->pending, key, len, h);
+	struct object *o = index_find(&n->fetches.pending, key, len, h);
 	struct rfetch *rf;
 	struct fetch *f;
 
@@ -577,7 +577,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 		*ret = o->fetch;
 		return 0;
 	}
-	if ((n->n_rfetches >= MAX_RFETCHES || n->backlog) && n->n_backlog >= MAX_BACKLOG)
+	if ((n->fetches.n_rfetches >= MAX_RFETCHES || n->fetches.backlog) && n->fetches.n_backlog >= MAX_BACKLOG)
 		return -ENOENT;
 	o = object_new(key, len);
 	f = calloc(1, sizeof(*f));
@@ -590,21 +590,21 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	rf->o = o;
 	/* from the request: lookup, a place, a thread and the answer all count */
 	rf->deadline = loop_now_ms(n->loop) + n->timeout_ms;
-	if (n->n_rfetches >= MAX_RFETCHES || n->backlog) {
+	if (n->fetches.n_rfetches >= MAX_RFETCHES || n->fetches.backlog) {
 		/* in the order asked, each bounded like a lookup */
-		if (n->backlog_tail)
-			n->backlog_tail->next = rf;
+		if (n->fetches.backlog_tail)
+			n->fetches.backlog_tail->next = rf;
 		else
-			n->backlog = rf;
-		n->backlog_tail = rf;
-		n->n_backlog++;
+			n->fetches.backlog = rf;
+		n->fetches.backlog_tail = rf;
+		n->fetches.n_backlog++;
 		n->c.fetch_waited++;
 		loop_timer_arm_by(n->timer, rf->deadline);
 	} else if (rf_begin(n, rf) < 0) {
 		goto fail;
 	}
 	o->fetch = f;
-	index_insert(&n->pending, o);
+	index_insert(&n->fetches.pending, o);
 	*ret = f;
 	return 0;
 fail:
@@ -628,7 +628,7 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 
 	if (query_answered(n, seq, resp))
 		return;
-	for (rf = n->rfetches; rf; rf = rf->next)
+	for (rf = n->fetches.rfetches; rf; rf = rf->next)
 		if (!rf->transferring && rf->seq == seq)
 			break;
 	if (!rf)
@@ -669,28 +669,28 @@ void remote_expire(struct node *n, uint64_t now)
 {
 	queries_expire(n, now);
 	serve_expire(n, now);
-	if (n->pend_poll.waiters && now >= n->pend_poll_at) {
+	if (n->dc.pend_poll.waiters && now >= n->dc.pend_poll_at) {
 		/* those waiting now ask again (one that waits again is
 		 * newer than they, and waits for the next turn) */
 		unsigned k = 0;
 
-		for (struct waiter *w = n->pend_poll.waiters; w; w = w->next)
+		for (struct waiter *w = n->dc.pend_poll.waiters; w; w = w->next)
 			k++;
-		while (k-- && fetch_wake_oldest(&n->pend_poll, FETCH_AGAIN))
+		while (k-- && fetch_wake_oldest(&n->dc.pend_poll, FETCH_AGAIN))
 			;
-		if (n->pend_poll.waiters) {
-			n->pend_poll_at = now + DC_PENDING_MS;
-			loop_timer_arm_by(n->timer, n->pend_poll_at);
+		if (n->dc.pend_poll.waiters) {
+			n->dc.pend_poll_at = now + DC_PENDING_MS;
+			loop_timer_arm_by(n->timer, n->dc.pend_poll_at);
 		}
 	}
 	/* only lookups: a transfer ends by its own deadline on its thread */
-	for (struct rfetch *rf = n->rfetches, *next; rf; rf = next) {
+	for (struct rfetch *rf = n->fetches.rfetches, *next; rf; rf = next) {
 		next = rf->next;
 		if (!rf->transferring && now >= rf->deadline)
 			rf_finish(n, rf, -ENOENT);
 	}
 	/* waited a whole --remote-timeout-ms without a place: the oldest first */
-	while (n->backlog && now >= n->backlog->deadline)
+	while (n->fetches.backlog && now >= n->fetches.backlog->deadline)
 		backlog_drop(n, backlog_pop(n), -ETIMEDOUT);
 }
 
@@ -712,7 +712,7 @@ void remote_fetch_all(struct node *n, const char *const *keys, const uint64_t *l
 		remote_locate(n, keys[i], strlen(keys[i]), &f);
 	}
 	pthread_mutex_unlock(&n->xfer->lock);
-	while (n->n_rfetches || n->n_backlog) {
+	while (n->fetches.n_rfetches || n->fetches.n_backlog) {
 		tick(u);
 		if (!xfer_poll(n))
 			usleep(50);
@@ -773,14 +773,14 @@ int remote_setup(struct node *n)
 {
 	int r;
 
-	n->pend_poll.far = true;
+	n->dc.pend_poll.far = true;
 	r = xfer_setup(n);
 	if (r < 0)
 		return r;
 	if (dircache_init(n) < 0)
 		return -ENOMEM;
 	holder_init(&n->h, n->st, &push_holder_ops);
-	return index_init(&n->pending);
+	return index_init(&n->fetches.pending);
 }
 
 void remote_teardown(struct node *n)
@@ -794,21 +794,21 @@ void remote_teardown(struct node *n)
 		holder_done(&n->h, &res, &views);
 	}
 	serve_close_all(n);
-	while (n->rfetches || n->backlog) {
-		struct rfetch *rf = n->rfetches;
+	while (n->fetches.rfetches || n->fetches.backlog) {
+		struct rfetch *rf = n->fetches.rfetches;
 
 		if (rf) {
 			rf_unlink(n, rf);
 		} else {
 			rf = backlog_pop(n);
-			index_unlink(&n->pending, rf->o);
+			index_unlink(&n->fetches.pending, rf->o);
 		}
 		free(rf->o->fetch); /* no waiter is left: sessions went first */
 		rf->o->fetch = NULL;
 		object_free(n->st, rf->o);
 		free(rf);
 	}
-	if (n->pending.buckets)
-		index_done(&n->pending);
+	if (n->fetches.pending.buckets)
+		index_done(&n->fetches.pending);
 	dircache_done(n);
 }

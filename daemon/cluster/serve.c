@@ -268,17 +268,17 @@ static void hs_done(struct pserve *ps)
 	if (ps->hs_prev)
 		ps->hs_prev->hs_next = ps->hs_next;
 	else
-		n->hs_head = ps->hs_next;
+		n->srv.hs_head = ps->hs_next;
 	if (ps->hs_next)
 		ps->hs_next->hs_prev = ps->hs_prev;
 	else
-		n->hs_tail = ps->hs_prev;
-	n->n_hs--;
+		n->srv.hs_tail = ps->hs_prev;
+	n->srv.n_hs--;
 }
 
 uint64_t remote_hs_deadline(const struct node *n)
 {
-	return n->hs_head ? n->hs_head->hs_deadline : UINT64_MAX;
+	return n->srv.hs_head ? n->srv.hs_head->hs_deadline : UINT64_MAX;
 }
 
 static void ps_free(struct pserve *ps)
@@ -296,10 +296,10 @@ static void ps_free(struct pserve *ps)
 	if (ps->prev)
 		ps->prev->next = ps->next;
 	else
-		n->serving = ps->next;
+		n->srv.serving = ps->next;
 	if (ps->next)
 		ps->next->prev = ps->prev;
-	n->n_serving--;
+	n->srv.n_serving--;
 	free(ps);
 }
 
@@ -756,18 +756,18 @@ void remote_accept(struct node *n, int fd)
 	static const struct holder_ops ops = { 0 };
 	struct pserve *ps;
 
-	if (n->n_hs >= HANDSHAKE_MAX) {
+	if (n->srv.n_hs >= HANDSHAKE_MAX) {
 		/* a flood of connections that say nothing: the oldest goes,
 		 * so a real peer, whose Hello comes at once, still gets in */
 		n->c.hs_timeouts++;
-		if (loop_now_ms(n->loop) >= n->hs_logged_ms + 10000) {
-			n->hs_logged_ms = loop_now_ms(n->loop);
+		if (loop_now_ms(n->loop) >= n->srv.hs_logged_ms + 10000) {
+			n->srv.hs_logged_ms = loop_now_ms(n->loop);
 			log_warn("%u peer connections have not said Hello: closing the oldest of them "
-				 "(stat peer_handshake_timeouts)", n->n_hs);
+				 "(stat peer_handshake_timeouts)", n->srv.n_hs);
 		}
-		ps_free(n->hs_head);
+		ps_free(n->srv.hs_head);
 	}
-	if (n->n_serving >= MAX_SERVING || !(ps = calloc(1, sizeof(*ps)))) {
+	if (n->srv.n_serving >= MAX_SERVING || !(ps = calloc(1, sizeof(*ps)))) {
 		close(fd);
 		return;
 	}
@@ -783,20 +783,20 @@ void remote_accept(struct node *n, int fd)
 		free(ps);
 		return;
 	}
-	ps->next = n->serving;
+	ps->next = n->srv.serving;
 	if (ps->next)
 		ps->next->prev = ps;
-	n->serving = ps;
-	n->n_serving++;
+	n->srv.serving = ps;
+	n->srv.n_serving++;
 	ps->hs_wait = true;
 	ps->hs_deadline = loop_now_ms(n->loop) + HANDSHAKE_MS;
-	ps->hs_prev = n->hs_tail;
-	if (n->hs_tail)
-		n->hs_tail->hs_next = ps;
+	ps->hs_prev = n->srv.hs_tail;
+	if (n->srv.hs_tail)
+		n->srv.hs_tail->hs_next = ps;
 	else
-		n->hs_head = ps;
-	n->hs_tail = ps;
-	n->n_hs++;
+		n->srv.hs_head = ps;
+	n->srv.hs_tail = ps;
+	n->srv.n_hs++;
 	loop_timer_arm_by(n->timer, ps->hs_deadline);
 }
 
@@ -855,14 +855,14 @@ void remote_feed(struct node *n, int fd)
 	struct pserve *ps;
 
 	remote_accept(n, fd);
-	ps = n->serving;
+	ps = n->srv.serving;
 	if (!ps || ps->pc.fd != fd)
 		return; /* refused: already closed */
 	ps_event(ps->src, fd, EPOLLIN, ps);
 	for (;;) {
 		struct pserve *x;
 
-		for (x = n->serving; x && x != ps; x = x->next)
+		for (x = n->srv.serving; x && x != ps; x = x->next)
 			;
 		if (!x)
 			return; /* it closed itself */
@@ -878,14 +878,14 @@ void remote_feed(struct node *n, int fd)
 /* Connections that did not prove themselves in time, oldest first. */
 void serve_expire(struct node *n, uint64_t now)
 {
-	while (n->hs_head && now >= n->hs_head->hs_deadline) {
+	while (n->srv.hs_head && now >= n->srv.hs_head->hs_deadline) {
 		n->c.hs_timeouts++;
-		ps_free(n->hs_head);
+		ps_free(n->srv.hs_head);
 	}
 }
 
 void serve_close_all(struct node *n)
 {
-	while (n->serving)
-		ps_free(n->serving);
+	while (n->srv.serving)
+		ps_free(n->srv.serving);
 }

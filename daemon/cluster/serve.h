@@ -9,6 +9,20 @@
 #include <stdint.h>
 
 struct node;
+struct pserve;
+
+/* The connections of other nodes to this one's peer port (the node's
+ * srv; only serve.c touches it). */
+struct peer_server {
+	struct pserve *serving;
+	unsigned n_serving;
+	/* connections whose peer has not proved itself yet, oldest first
+	 * (each has HANDSHAKE_MS; a new one past HANDSHAKE_MAX pushes the
+	 * oldest out) */
+	struct pserve *hs_head, *hs_tail;
+	unsigned n_hs;
+	uint64_t hs_logged_ms;
+};
 
 /* Connections that have not said Hello (and proved the secret) in time
  * are closed. */

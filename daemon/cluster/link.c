@@ -585,3 +585,25 @@ void link_done(struct link *k)
 	if (k->rq)
 		resolve_put(k->rq); /* a lookup still under way frees it */
 }
+
+void link_feed(struct link *k, int fd)
+{
+	int r;
+
+	if (k->src || k->state != L_DOWN)
+		link_down(k, "a fed connection takes its place");
+	pconn_init(&k->pc, fd, LINK_MAX_OUT);
+	k->state = L_HELLO; /* as if Hello had gone out */
+	if (loop_add_io(k->n->loop, fd, EPOLLIN, link_event, k, &k->src) < 0) {
+		pconn_done(&k->pc);
+		k->state = L_DOWN;
+		return;
+	}
+	pconn_read(&k->pc); /* to the end: what came before it counts */
+	r = link_frames(k, true);
+	if (r == 0 && k->src)
+		link_down(k, "the fed connection ended");
+	else if (k->src)
+		link_down(k, "the fed connection broke a rule");
+}
+

@@ -29,5 +29,9 @@ bool link_flush(struct link *k);
 bool link_resync_some(struct node *n, struct link *k);
 /* How many bytes of updates a link queues at most. */
 size_t link_queue_max(void);
+/* Fuzzing: fd (taken) as k's connection to its master, its Hello sent:
+ * every frame that can be read from it handled, then the link down as if
+ * the master had gone. */
+void link_feed(struct link *k, int fd);
 /* Its socket, queue and what it keeps go (teardown). */
 void link_done(struct link *k);

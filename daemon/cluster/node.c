@@ -286,6 +286,13 @@ void node_feed(struct node *n, int fd)
 	remote_feed(n, fd);
 }
 
+void node_feed_link(struct node *n, int fd)
+{
+	link_feed(&n->links[0], fd);
+	while (drops_some(n)) /* what a Drop by prefix started, to its end */
+		;
+}
+
 struct peer_stat *node_peer_stat(struct node *n, const char *addr)
 {
 	for (unsigned i = 0; i < n->n_peer_stats; i++)

@@ -24,6 +24,10 @@ void node_teardown(struct node *n);
 /* Fuzzing: serve fd (taken) as a peer's data connection: what can be read
  * from it now, to the end, then hang it up as if the peer had gone. */
 void node_feed(struct node *n, int fd);
+/* Fuzzing: fd (taken) as the node's link to its first master, what a
+ * master sends after the node's Hello: every frame handled (a Drop's walk
+ * to its end), then the link down as if the master had gone. */
+void node_feed_link(struct node *n, int fd);
 /* Fuzzing: fetch keys[i] (lens[i] bytes) from the node serving at address
  * (the directory skipped), all asked for at once, calling tick(u) while
  * they run; got[i]: that key arrived whole and is held here now. */

@@ -13,11 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz-node.h"
 #include "holder.h"
-#include "log.h"
-#include "node.h"
-#include "store.h"
-#include "tier.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -31,22 +28,9 @@ static const char *const keys[] = { "k", "pre/a", "pre/b", "other" };
 static void setup(void)
 {
 	static const struct holder_ops ops = { 0 };
-	char err[256];
 
-	config_init(&cfg);
-	cfg.dram_size = 4 << 20;
-	cfg.hugepages = SHM_HUGEPAGES_OFF;
-	cfg.prefault = SHM_HUGEPAGES_OFF;
-	snprintf(cfg.master_server_address, sizeof(cfg.master_server_address), "127.0.0.1:1");
-	snprintf(cfg.listen, sizeof(cfg.listen), "127.0.0.1:0");
-	snprintf(cfg.node_id, sizeof(cfg.node_id), "fuzz");
-	log_configure("error");
-	if (loop_new(0, &st.loop) < 0 || index_init(&st.index) < 0 || tier_setup(&st) < 0)
-		abort();
-	if (node_setup(&st, &cfg, &node, err, sizeof(err)) < 0) {
-		fprintf(stderr, "node_setup: %s\n", err);
-		abort();
-	}
+	fuzz_node_config(&cfg);
+	node = fuzz_node_start(&st, &cfg);
 	holder_init(&h, &st, &ops);
 }
 

@@ -22,10 +22,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "log.h"
-#include "node.h"
-#include "store.h"
-#include "tier.h"
+#include "fuzz-node.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -55,24 +52,11 @@ static void setup(void)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t sl = sizeof(sa);
-	char err[256];
 
-	config_init(&cfg);
-	cfg.dram_size = 4 << 20;
-	cfg.hugepages = SHM_HUGEPAGES_OFF;
-	cfg.prefault = SHM_HUGEPAGES_OFF;
+	fuzz_node_config(&cfg);
 	cfg.remote_timeout_ms = 200; /* an answer that never comes ends soon */
 	cfg.data_streams = 1;        /* one thread asks for all four at once */
-	snprintf(cfg.master_server_address, sizeof(cfg.master_server_address), "127.0.0.1:1");
-	snprintf(cfg.listen, sizeof(cfg.listen), "127.0.0.1:0");
-	snprintf(cfg.node_id, sizeof(cfg.node_id), "fuzz");
-	log_configure("error");
-	if (loop_new(0, &st.loop) < 0 || index_init(&st.index) < 0 || tier_setup(&st) < 0)
-		abort();
-	if (node_setup(&st, &cfg, &node, err, sizeof(err)) < 0) {
-		fprintf(stderr, "node_setup: %s\n", err);
-		abort();
-	}
+	node = fuzz_node_start(&st, &cfg);
 	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(lfd, 64) < 0 ||
 	    getsockname(lfd, (struct sockaddr *) &sa, &sl) < 0)

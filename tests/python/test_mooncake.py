@@ -222,9 +222,13 @@ def test_shim_import(daemon):
         s.close()
         config_mod = importlib.import_module("mooncake.mooncake_config")
         assert config_mod.MooncakeConfig is MooncakeConfig
+        from kvcache.compat.async_store import MooncakeDistributedStoreAsync
+        async_mod = importlib.import_module("mooncake.async_store")
+        assert async_mod.MooncakeDistributedStoreAsync is MooncakeDistributedStoreAsync
     finally:
         sys.path.remove(shim)
-        for m in ["mooncake.store", "mooncake.mooncake_config", "mooncake"]:
+        for m in ["mooncake.store", "mooncake.mooncake_config", "mooncake.async_store",
+                  "mooncake"]:
             sys.modules.pop(m, None)
 
 
@@ -501,16 +505,6 @@ def test_async_store(daemon):
     for i in range(2, 10):
         s.remove("as%d" % i, force=True)
     s.close()
-    shim = os.environ.get("KVCACHE_SHIM_DIR")
-    if shim:
-        sys.path.insert(0, shim)
-        try:
-            mod = importlib.import_module("mooncake.async_store")
-            assert mod.MooncakeDistributedStoreAsync is MooncakeDistributedStoreAsync
-        finally:
-            sys.path.remove(shim)
-            for m in ["mooncake.async_store", "mooncake.store", "mooncake"]:
-                sys.modules.pop(m, None)
 
 
 def test_get_into_ranges(store):

@@ -941,17 +941,16 @@ class MooncakeDistributedStore:
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
 
     # ---- replicas, tasks and segments ----
-    def get_replica_desc(self, key: str) -> List[ReplicaDescriptor]:
-        """The copies of key: this node's (in memory, and on its disk tier
-        when there is a copy there), then one memory copy for each other
-        node holding it.  Empty when it is held nowhere (or on error)."""
-        c = self._c()
+    def _self_id(self, c) -> str:
+        """This node's id in the cluster (the name ``where`` gives it)."""
+        try:
+            return str(c.cluster().get("self") or self.get_hostname())
+        except (OSError, ValueError, AttributeError):
+            return self.get_hostname()
+
+    def _replicas(self, c, me: str, key: str) -> List[ReplicaDescriptor]:
         k = self._k(key)
         out: List[ReplicaDescriptor] = []
-        try:
-            me = str(c.cluster().get("self") or self.get_hostname())
-        except (OSError, ValueError, AttributeError):
-            me = self.get_hostname()
         try:
             here = [i for i in c.list(k, exact=True) if i["state"] == "committed"]
             others = [n for n in c.where(k) if n not in (me, "(this node)")]
@@ -966,8 +965,17 @@ class MooncakeDistributedStore:
             out.append(ReplicaDescriptor(memory=MemoryDescriptor(BufferDescriptor(size, node))))
         return out
 
+    def get_replica_desc(self, key: str) -> List[ReplicaDescriptor]:
+        """The copies of key: this node's (in memory, and on its disk tier
+        when there is a copy there), then one memory copy for each other
+        node holding it.  Empty when it is held nowhere (or on error)."""
+        c = self._c()
+        return self._replicas(c, self._self_id(c), key)
+
     def batch_get_replica_desc(self, keys: Sequence[str]) -> Dict[str, List[ReplicaDescriptor]]:
-        return {key: self.get_replica_desc(key) for key in keys}
+        c = self._c()
+        me = self._self_id(c)  # asked once for the batch
+        return {key: self._replicas(c, me, key) for key in keys}
 
     def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> List[str]:
         """Mooncake drops the copies on a segment; kvcache keeps one copy

@@ -4,6 +4,7 @@
  * everything that puts more than one descriptor in flight at a time.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -210,102 +211,160 @@ static int copy_out(struct kvc_client *c, const struct shm_cqe *cqe,
 		*ret = (ssize_t) cqe->len;
 		loaded = 1;
 	}
-	r = chan_submit(c, &rel, 1);
+	r = chan_submit_lazy(c, &rel, 1); /* the batch's end rings for it */
 	return r < 0 ? (int) r : loaded;
 }
 
-/* Acquire keys[idx[0..m)] at once, copy each out as it comes and let it
- * go; those refused for room (-ENOSPC: the views of the others held it)
- * into again[], *n_again.  How many were copied, or -errno. */
-static int get_some(struct kvc_client *c, const size_t *idx, size_t m, const char *const *keys,
-		    const struct kvc_iovec *const *iov, const size_t *n_iov, ssize_t *ret_results,
-		    size_t *again, size_t *n_again)
+/*
+ * A batch's requests in flight on sync tags, up to BATCH_CHUNK at a time:
+ * the oldest is waited for first, and once half of those in flight are
+ * answered the next ones are asked for, so the daemon (and a node it
+ * fetches from) has the next requests before it runs out.  (Asked a chunk
+ * at a time, each chunk's last fetches came in alone and the link stood
+ * idle while the next chunk's were asked for.)  prep() fills the
+ * descriptor of key j on tag t (1), or sets j's result and skips it (0),
+ * or fails the batch (<0); done() takes j's answer (the tag's completion
+ * is still readable) and may fail it.  Descriptors published without a
+ * ring (chan_submit_lazy()) are rung for once, at the end.
+ */
+struct window_ops {
+	int (*prep)(struct kvc_client *c, void *u, size_t j, uint32_t t, struct shm_sqe *e);
+	int (*done)(struct kvc_client *c, void *u, size_t j, uint32_t t, int64_t r);
+};
+
+static int window_run(struct kvc_client *c, size_t n, const struct window_ops *ops, void *u)
 {
 	struct shm_sqe e[BATCH_CHUNK];
 	uint32_t tags[BATCH_CHUNK];
-	int loaded = 0;
-	int64_t r;
+	size_t idx[BATCH_CHUNK], next = 0, head = 0, count = 0;
+	int r = 0;
 
-	if (!m || m > BATCH_CHUNK)
-		return m ? -EINVAL : 0;
-	memset(e, 0, m * sizeof(e[0]));
-	for (size_t i = 0; i < m; i++) {
-		r = chan_tag_get(c, TAG_SYNC, true, &tags[i]);
-		if (r < 0) {
-			for (size_t k = 0; k < i; k++)
-				chan_tag_put(&c->chan, tags[k]);
-			return (int) r;
-		}
-		chan_prep_key(&c->chan, tags[i], &e[i], SHM_OP_ACQUIRE, keys[idx[i]], NULL);
-	}
-	r = chan_submit(c, e, (uint32_t) m);
-	if (r < 0)
-		return (int) r;
-	for (size_t i = 0; i < m; i++) {
-		size_t j = idx[i];
-		struct shm_cqe cqe;
-		int x;
+	while (r >= 0 && (next < n || count)) {
+		if (next < n && count <= BATCH_CHUNK / 2) {
+			uint32_t m = 0;
 
-		r = chan_wait(c, tags[i]);
-		if (r == -ECONNRESET && c->broken)
-			return (int) r;
-		cqe = c->chan.tags[tags[i]].cqe;
-		chan_tag_put(&c->chan, tags[i]);
-		if (r < 0) {
-			ret_results[j] = r;
-			if (r == -ENOSPC && again)
-				again[(*n_again)++] = j;
-			continue;
+			while (next < n && count + m < BATCH_CHUNK) {
+				size_t slot = (head + count + m) % BATCH_CHUNK;
+
+				r = chan_tag_get(c, TAG_SYNC, true, &tags[slot]);
+				if (r < 0)
+					break;
+				r = ops->prep(c, u, next, tags[slot], &e[m]);
+				if (r <= 0) {
+					chan_tag_put(&c->chan, tags[slot]);
+					if (r < 0)
+						break;
+					next++;
+					continue;
+				}
+				idx[slot] = next++;
+				m++;
+			}
+			if (m && chan_submit(c, e, m) < 0)
+				r = -ECONNRESET;
+			count += m;
+			if (r < 0)
+				break;
 		}
-		x = copy_out(c, &cqe, iov[j], n_iov[j], &ret_results[j]);
-		if (x < 0)
-			return x;
-		loaded += x;
+		if (count) {
+			uint32_t t = tags[head];
+			int64_t x = chan_wait(c, t);
+
+			if (x == -ECONNRESET && c->broken)
+				return -ECONNRESET; /* (tags are moot on a broken client) */
+			r = ops->done(c, u, idx[head], t, x);
+			chan_tag_put(&c->chan, t);
+			head = (head + 1) % BATCH_CHUNK;
+			count--;
+		}
 	}
-	return loaded;
+	chan_kick(c);
+	return r < 0 ? r : 0;
 }
 
+struct batch_get {
+	const char *const *keys;
+	const struct kvc_iovec *const *iov;
+	const size_t *n_iov;
+	ssize_t *res;
+	const size_t *map;   /* j is keys[map[j]] (NULL: keys[j]) */
+	size_t *again;       /* refused for room while others' views were held */
+	size_t n_again, cap_again;
+	int loaded;
+};
+
+static int get_prep(struct kvc_client *c, void *u, size_t j, uint32_t t, struct shm_sqe *e)
+{
+	struct batch_get *g = u;
+	size_t k = g->map ? g->map[j] : j;
+	int64_t cap = iov_sum(g->iov[k], g->n_iov[k]);
+
+	if (client_check_key(g->keys[k]) < 0 || cap < 0) {
+		g->res[k] = cap < 0 ? cap : -EINVAL;
+		return 0;
+	}
+	memset(e, 0, sizeof(*e));
+	chan_prep_key(&c->chan, t, e, SHM_OP_ACQUIRE, g->keys[k], NULL);
+	return 1;
+}
+
+static int get_done(struct kvc_client *c, void *u, size_t j, uint32_t t, int64_t r)
+{
+	struct batch_get *g = u;
+	size_t k = g->map ? g->map[j] : j;
+	struct shm_cqe cqe = c->chan.tags[t].cqe;
+	int x;
+
+	if (r < 0) {
+		g->res[k] = r;
+		if (r == -ENOSPC && !g->map) {
+			if (g->n_again == g->cap_again) {
+				size_t cap = g->cap_again ? g->cap_again * 2 : 64;
+				size_t *a = realloc(g->again, cap * sizeof(*a));
+
+				if (!a)
+					return 0; /* stays -ENOSPC */
+				g->again = a;
+				g->cap_again = cap;
+			}
+			g->again[g->n_again++] = k;
+		}
+		return 0;
+	}
+	x = copy_out(c, &cqe, g->iov[k], g->n_iov[k], &g->res[k]);
+	if (x < 0)
+		return x;
+	g->loaded += x;
+	return 0;
+}
+
+static const struct window_ops get_ops = { .prep = get_prep, .done = get_done };
+
 /*
- * Each chunk's keys are asked for at once and each view is let go as soon
- * as it is copied.  A batch larger than dram (of objects on disk, say)
- * finds no room for its later read-backs while its earlier views are held:
- * those come back -ENOSPC and are asked for again, one at a time, once
- * the chunk's views are gone, so a batch of any size streams through.
+ * Each view is let go as soon as it is copied.  A batch larger than dram
+ * (of objects on disk, say) finds no room for some read-backs while the
+ * views in flight are held: those come back -ENOSPC and are asked for
+ * again, one at a time, at the end, so a batch of any size streams through.
  */
 int kvc_batch_get(struct kvc_client *c, size_t n, const char *const *keys,
 		  const struct kvc_iovec *const *iov, const size_t *n_iov, ssize_t *ret_results)
 {
-	size_t idx[BATCH_CHUNK], again[BATCH_CHUNK];
-	int loaded = 0;
+	struct batch_get g = { .keys = keys, .iov = iov, .n_iov = n_iov, .res = ret_results };
+	int r;
 
 	if (!c || (n && (!keys || !iov || !n_iov || !ret_results)))
 		return -EINVAL;
-	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
-		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK, m = 0, n_again = 0;
-		int r;
+	r = window_run(c, n, &get_ops, &g);
+	for (size_t i = 0; r == 0 && i < g.n_again; i++) {
+		struct batch_get one = g;
 
-		for (size_t i = 0; i < k; i++) {
-			size_t j = base + i;
-			int64_t cap = iov_sum(iov[j], n_iov[j]);
-
-			if (client_check_key(keys[j]) < 0 || cap < 0) {
-				ret_results[j] = cap < 0 ? cap : -EINVAL;
-				continue;
-			}
-			idx[m++] = j;
-		}
-		r = get_some(c, idx, m, keys, iov, n_iov, ret_results, again, &n_again);
-		if (r < 0)
-			return r;
-		loaded += r;
-		for (size_t i = 0; i < n_again; i++) {
-			r = get_some(c, &again[i], 1, keys, iov, n_iov, ret_results, NULL, NULL);
-			if (r < 0)
-				return r;
-			loaded += r;
-		}
+		one.map = &g.again[i];
+		one.loaded = 0;
+		r = window_run(c, 1, &get_ops, &one);
+		g.loaded += one.loaded;
 	}
-	return loaded;
+	free(g.again);
+	return r < 0 ? r : g.loaded;
 }
 
 /* ---- registered buffers ---- */
@@ -477,66 +536,70 @@ int kvc_put_from(struct kvc_client *c, const char *key, const struct kvc_buffer 
 }
 
 /* Registered-buffer copies for many keys, on sync tags. */
+struct batch_copy {
+	int opcode;
+	const char *const *keys;
+	const struct kvc_iov *const *iov;
+	const size_t *n_iov;
+	const struct kvc_put_opts *opts;
+	const char *first_parent;
+	int64_t *res;
+	int ok;
+};
+
+static int copy_prep(struct kvc_client *c, void *u, size_t j, uint32_t t, struct shm_sqe *e)
+{
+	struct batch_copy *b = u;
+	struct kvc_put_opts mine;
+	struct kvc_op op = { .opcode = b->opcode, .key = b->keys[j], .iov = b->iov[j],
+			     .n_iov = b->n_iov[j], .opts = b->opts };
+	int r;
+
+	if (b->opts && (b->opts->flags & KVC_PUT_CHAIN)) {
+		mine = *b->opts;
+		mine.parent_key = j ? b->keys[j - 1] : b->first_parent;
+		op.opts = &mine;
+	}
+	if (b->n_iov[j] == 0) {
+		b->res[j] = -EINVAL;
+		return 0;
+	}
+	r = prep_op(c, t, &op, e);
+	if (r < 0) {
+		b->res[j] = r;
+		return 0;
+	}
+	e->flags &= (uint8_t) ~SHM_SQE_WANT_MSG;
+	return 1;
+}
+
+static int copy_done(struct kvc_client *c, void *u, size_t j, uint32_t t, int64_t r)
+{
+	struct batch_copy *b = u;
+
+	(void) c;
+	(void) t;
+	b->res[j] = r;
+	b->ok += r >= 0;
+	return 0;
+}
+
+static const struct window_ops copy_ops = { .prep = copy_prep, .done = copy_done };
+
 /* first_parent: keys[0]'s parent in a KVC_PUT_CHAIN batch (the caller's
  * key before this chunk, or parent_key). */
 static int batch_copy(struct kvc_client *c, int opcode, size_t n, const char *const *keys,
 		      const struct kvc_iov *const *iov, const size_t *n_iov,
 		      const struct kvc_put_opts *opts, const char *first_parent, int64_t *res)
 {
-	struct kvc_put_opts mine;
-
-	struct shm_sqe e[BATCH_CHUNK];
-	uint32_t tags[BATCH_CHUNK];
-	size_t idx[BATCH_CHUNK];
-	int ok = 0;
+	struct batch_copy b = { .opcode = opcode, .keys = keys, .iov = iov, .n_iov = n_iov,
+				.opts = opts, .first_parent = first_parent, .res = res };
+	int r;
 
 	if (!c || (n && (!keys || !iov || !n_iov || !res)))
 		return -EINVAL;
-	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
-		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK, m = 0;
-		int r;
-
-		for (size_t i = 0; i < k; i++) {
-			size_t j = base + i;
-			struct kvc_op op = { .opcode = opcode, .key = keys[j], .iov = iov[j],
-					     .n_iov = n_iov[j], .opts = opts };
-
-			if (opts && (opts->flags & KVC_PUT_CHAIN)) {
-				mine = *opts;
-				mine.parent_key = j ? keys[j - 1] : first_parent;
-				op.opts = &mine;
-			}
-
-			if (n_iov[j] == 0) {
-				res[j] = -EINVAL;
-				continue;
-			}
-			r = chan_tag_get(c, TAG_SYNC, true, &tags[m]);
-			if (r < 0)
-				return r;
-			r = prep_op(c, tags[m], &op, &e[m]);
-			if (r < 0) {
-				chan_tag_put(&c->chan, tags[m]);
-				res[j] = r;
-				continue;
-			}
-			e[m].flags &= (uint8_t) ~SHM_SQE_WANT_MSG;
-			idx[m++] = j;
-		}
-		r = chan_submit(c, e, (uint32_t) m);
-		if (r < 0)
-			return r;
-		for (size_t i = 0; i < m; i++) {
-			int64_t x = chan_wait(c, tags[i]);
-
-			if (x == -ECONNRESET && c->broken)
-				return (int) x;
-			res[idx[i]] = x;
-			ok += x >= 0;
-			chan_tag_put(&c->chan, tags[i]);
-		}
-	}
-	return ok;
+	r = window_run(c, n, &copy_ops, &b);
+	return r < 0 ? r : b.ok;
 }
 
 int kvc_batch_get_into(struct kvc_client *c, size_t n, const char *const *keys,
@@ -563,30 +626,27 @@ int kvc_batch_put_from(struct kvc_client *c, size_t n, const char *const *keys,
 		       const struct kvc_iov *const *iov, const size_t *n_iov,
 		       const struct kvc_put_opts *opts, int *ret_results)
 {
-	int64_t res[BATCH_CHUNK];
 	struct kvc_put_opts plain;
 	const struct kvc_put_opts *here;
 	bool push_after;
-	int ok = 0;
+	int64_t *res;
+	int ok;
 
 	if (!ret_results && n)
 		return -EINVAL;
 	here = opts_here(c, opts, &plain);
 	push_after = here != opts;
-	for (size_t base = 0; base < n; base += BATCH_CHUNK) {
-		size_t k = n - base < BATCH_CHUNK ? n - base : BATCH_CHUNK;
-		int r = batch_copy(c, KVC_OP_PUT_FROM, k, keys + base, iov + base, n_iov + base,
-				   here, base ? keys[base - 1] : opts ? opts->parent_key : NULL, res);
-
-		if (r < 0)
-			return r;
-		for (size_t i = 0; i < k; i++) {
-			ret_results[base + i] = (int) res[i];
-			if (push_after && res[i] == 0)
-				ret_results[base + i] = kvc_push(c, keys[base + i], opts->push_to);
-		}
-		ok += r;
+	res = calloc(n ? n : 1, sizeof(*res));
+	if (!res)
+		return -ENOMEM;
+	ok = batch_copy(c, KVC_OP_PUT_FROM, n, keys, iov, n_iov, here,
+			opts ? opts->parent_key : NULL, res);
+	for (size_t i = 0; ok >= 0 && i < n; i++) {
+		ret_results[i] = (int) res[i];
+		if (push_after && res[i] == 0)
+			ret_results[i] = kvc_push(c, keys[i], opts->push_to);
 	}
+	free(res);
 	return ok;
 }
 

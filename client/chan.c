@@ -273,7 +273,7 @@ static void tell_cpu(struct chan *ch)
 		__atomic_store_n(&ch->sq.r->cpu, v, __ATOMIC_RELAXED);
 }
 
-int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
+static int submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n, bool lazy)
 {
 	struct chan *ch = &c->chan;
 	uint32_t gf = __atomic_load_n(&c->get_flags, __ATOMIC_RELAXED);
@@ -308,6 +308,11 @@ int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
 		ring_publish(&ch->sq, k);
 		tell_cpu(ch);
 		done += k;
+		if (lazy && done == n) {
+			ch->lazy = true;
+			break;
+		}
+		ch->lazy = false; /* this ring wakes it for those too */
 		if (ring_peer_sleeping(ch->sq.r)) {
 			uint64_t one = 1;
 
@@ -320,6 +325,29 @@ int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
 	}
 	pthread_mutex_unlock(&ch->sq_lock);
 	return 0;
+}
+
+int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
+{
+	return submit(c, e, n, false);
+}
+
+int chan_submit_lazy(struct kvc_client *c, const struct shm_sqe *e, uint32_t n)
+{
+	return submit(c, e, n, true);
+}
+
+void chan_kick(struct kvc_client *c)
+{
+	struct chan *ch = &c->chan;
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&ch->sq_lock);
+	if (ch->lazy && ring_peer_sleeping(ch->sq.r) && write(ch->efd, &one, sizeof(one)) < 0 &&
+	    errno != EAGAIN)
+		c->broken = true;
+	ch->lazy = false;
+	pthread_mutex_unlock(&ch->sq_lock);
 }
 
 int64_t chan_wait(struct kvc_client *c, uint32_t t)

@@ -37,6 +37,7 @@ struct chan {
 	pthread_mutex_t cq_lock; /* the reaper */
 	uint32_t waiters;        /* threads asleep on cq.futex, atomic */
 	uint32_t features;       /* the daemon's SHM_CHAN_FEAT_* */
+	bool lazy;               /* published without a ring since (sq_lock) */
 	uint32_t free_tags[CHAN_TAGS];
 	uint32_t n_free;
 	struct tag tags[CHAN_TAGS];
@@ -106,6 +107,11 @@ static inline uint32_t chan_slot_off(uint32_t t)
 #define CHAN_SLOT_USABLE (SHM_CHAN_ARENA_SLOT - SHM_MSG_MAX)
 /* Queue descriptors (user_data already set) and ring the daemon if needed. */
 int chan_submit(struct kvc_client *c, const struct shm_sqe *e, uint32_t n);
+/* Queue descriptors no one waits for (releases) without ringing: a
+ * sleeping daemon reads them at its next turn, which the next
+ * chan_submit() or chan_kick() brings if nothing else does. */
+int chan_submit_lazy(struct kvc_client *c, const struct shm_sqe *e, uint32_t n);
+void chan_kick(struct kvc_client *c);
 /* Wait until tag t is DONE; returns its result (the tag stays taken). */
 int64_t chan_wait(struct kvc_client *c, uint32_t t);
 /* Move whatever completions are ready; true if any. */

@@ -48,6 +48,7 @@ struct parked {
 	struct parked *snext, *sprev;
 	bool space;
 	bool put_wait;               /* a lookup waiting for a put in flight */
+	bool far;                    /* waiting on another node */
 	uint64_t deadline;           /* space: give up with -EAGAIN; put_wait: miss */
 	struct channel *ch;
 	struct shm_sqe e;
@@ -59,6 +60,7 @@ struct channel {
 	bool put_waited;             /* ...that waited for a put: it waits no more */
 	struct loop_source *bell;    /* efd in the loop: wakes it when it sleeps */
 	struct parked *parked;
+	unsigned n_far;              /* of them, waiting on another node */
 	struct shm_cqe *backlog;     /* completions that found the ring full */
 	size_t n_backlog, cap_backlog;
 	struct session *s;
@@ -912,6 +914,8 @@ static void unpark(struct parked *p)
 		ch->parked = p->next;
 	if (p->next)
 		p->next->prev = p->prev;
+	if (p->far)
+		ch->n_far--;
 }
 
 
@@ -949,7 +953,11 @@ static void unparked(struct waiter *w, int res)
 		complete(ch, &p->e, &c, r == -EINPROGRESS ? -EIO : r, msg);
 	free(p);
 	wake_client(ch);
-	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED, ch);
+	/* a client with more requests waiting on another node waits for
+	 * those, not for the loop: no window to spin in (on a two-CPU node
+	 * the spin took the CPU the fetches' threads and the client needed) */
+	if (!ch->n_far)
+		loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED, ch);
 }
 
 /* A request that waits: on the channel's list, or completed with -ENOMEM
@@ -981,6 +989,8 @@ static void park(struct channel *ch, const struct shm_sqe *e, struct fetch *f)
 	if (!p)
 		return;
 	p->w.done = unparked;
+	p->far = f->far;
+	ch->n_far += p->far;
 	fetch_wait(f, &p->w);
 	if (f->o && (f->o->flags & OBJ_IN_FLIGHT)) {
 		/* a lookup waiting for a put: a miss at its deadline (the same
@@ -1133,8 +1143,11 @@ static unsigned poll_channel(struct channel *ch)
 		}
 		done++;
 	}
-	if (done) /* its last request decides */
-		loop_client_turn(ch->s->sv->loop, waits ? LOOP_CLIENT_WAITS : LOOP_CLIENT_ASKED, ch);
+	/* its last request decides; a client with requests waiting on
+	 * another node waits for those (see unparked()) */
+	if (done)
+		loop_client_turn(ch->s->sv->loop,
+				 waits || ch->n_far ? LOOP_CLIENT_WAITS : LOOP_CLIENT_ASKED, ch);
 	if (done && !waits) {
 		/* answered at once, to a client that spins for it: the CPU it
 		 * said it asked from, the loop's own? (loop_client_cpu(); only

@@ -75,6 +75,94 @@ static void test_batch_sg(struct kvc_client *c)
 		CHECK_EQ(kvc_remove(c, keys[i]), 0);
 }
 
+/* Batches longer than the requests kept in flight (128): every key's bytes
+ * and result in its own place, a missing key or a short buffer anywhere
+ * in the stream, and every view let go by the time the batch returns. */
+static void test_long_batches(struct kvc_client *c)
+{
+	enum { N = 700, LEN = 1000 };
+	static uint8_t src[N][LEN], dst[N][LEN];
+	static char names[N][32];
+	static struct kvc_iovec in[N], out[N];
+	static const struct kvc_iovec *inp[N], *outp[N];
+	static size_t n_iov[N];
+	static ssize_t got[N];
+	static int res[N];
+	static const char *keys[N];
+	struct kvc_buffer buf;
+	static struct kvc_iov rio[N];
+	static const struct kvc_iov *riop[N];
+	static ssize_t rres[N];
+	int stored = 0;
+
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "long@%d", i);
+		keys[i] = names[i];
+		test_fill(src[i], LEN, (uint64_t) i + 5000);
+		in[i] = (struct kvc_iovec) { src[i], LEN };
+		out[i] = (struct kvc_iovec) { dst[i], i % 97 == 13 ? LEN - 1 : LEN };
+		inp[i] = &in[i];
+		outp[i] = &out[i];
+		n_iov[i] = 1;
+	}
+	/* every 50th key is never stored */
+	for (int i = 0; i < N; i++)
+		if (i % 50 != 7)
+			stored++;
+	{
+		static const char *skeys[N];
+		static const struct kvc_iovec *sinp[N];
+		static size_t sn[N];
+		int k = 0;
+
+		for (int i = 0; i < N; i++)
+			if (i % 50 != 7) {
+				skeys[k] = keys[i];
+				sinp[k] = inp[i];
+				sn[k++] = 1;
+			}
+		CHECK_EQ(kvc_batch_put(c, (size_t) k, skeys, sinp, sn, NULL, res), stored);
+	}
+	memset(dst, 0, sizeof(dst));
+	{
+		int want = 0;
+
+		for (int i = 0; i < N; i++)
+			want += i % 50 != 7 && i % 97 != 13;
+		CHECK_EQ(kvc_batch_get(c, N, keys, outp, n_iov, got), want);
+	}
+	for (int i = 0; i < N; i++) {
+		if (i % 50 == 7)
+			CHECK_EQ(got[i], -ENOENT);
+		else if (i % 97 == 13)
+			CHECK_EQ(got[i], -ENOBUFS);
+		else {
+			CHECK_EQ(got[i], LEN);
+			CHECK(test_verify(dst[i], LEN, (uint64_t) i + 5000));
+		}
+	}
+	/* into a registered buffer, each key at its own offset */
+	CHECK_EQ(kvc_buffer_alloc(c, (size_t) N * LEN, &buf), 0);
+	memset(buf.data, 0, buf.len);
+	for (int i = 0; i < N; i++) {
+		rio[i] = (struct kvc_iov) { .buf = &buf, .offset = (uint64_t) i * LEN, .len = LEN };
+		riop[i] = &rio[i];
+	}
+	CHECK_EQ(kvc_batch_get_into(c, N, keys, riop, n_iov, rres), stored);
+	for (int i = 0; i < N; i++) {
+		if (i % 50 == 7) {
+			CHECK_EQ(rres[i], -ENOENT);
+			continue;
+		}
+		CHECK_EQ(rres[i], LEN);
+		CHECK(test_verify((uint8_t *) buf.data + (size_t) i * LEN, LEN, (uint64_t) i + 5000));
+	}
+	CHECK_EQ(kvc_buffer_free(c, &buf), 0);
+	/* no view is left: each key can go at once */
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(kvc_remove(c, keys[i]), i % 50 == 7 ? -ENOENT : 0);
+}
+
 static void test_registered(struct kvc_client *c)
 {
 	struct kvc_buffer a, b;
@@ -924,6 +1012,7 @@ int main(int argc, char **argv)
 			  "--default-kv-lease-ttl", "0", NULL);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	test_batch_sg(c);
+	test_long_batches(c);
 	test_registered(c);
 	test_async(c);
 	run_threads(c, 4, 300, 100);

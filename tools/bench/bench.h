@@ -220,6 +220,7 @@ void cluster_up(char *sa, char *sb, double *ret_link, const char *dram);
 extern const char *arg_model;
 extern unsigned arg_prompts, arg_prompt_tokens, arg_tp;
 extern bool arg_layerwise;
+extern bool arg_across_only;
 int run_rdma(void);
 int run_python(void);
 int run_recovery(void);

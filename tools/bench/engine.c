@@ -31,6 +31,7 @@ static const struct model models[] = {
 const char *arg_model = "llama3-8b";
 unsigned arg_prompts = 8, arg_prompt_tokens = 1024, arg_tp = 1;
 bool arg_layerwise;
+bool arg_across_only; /* only the load from the other node */
 
 struct shape {
 	const struct model *m;
@@ -425,6 +426,27 @@ static void report(const char *what, const struct shape *s, double lookup, doubl
 		       100 * gbs / fresh);
 }
 
+/* The store, then the loads on the same node: by copy, into a registered
+ * cache, through the Python adapters. */
+static void same_node(const char *sock, const struct shape *s, double warm, double fresh)
+{
+	double store, lookup, data;
+
+	ranks(engine_store, sock, s, &store, &lookup, &data);
+	printf("%-26s %.1f ms, %.2f GB/s\n", "engine A stores", store * 1e3,
+	       (double) s->rank_bytes * arg_tp / store / 1e9);
+	ranks(engine_load_copy, sock, s, &store, &lookup, &data);
+	report("engine B, same node", s, lookup, data, warm, fresh, 0);
+	ranks(engine_load_registered, sock, s, &store, &lookup, &data);
+	report("engine B, registered cache", s, lookup, data, warm, fresh, 0);
+	ranks(engine_load_python, sock, s, &store, &lookup, &data);
+	if (data > 0)
+		report("engine B, Python adapters", s, lookup, data, warm, fresh, 0);
+	else
+		printf("engine B, Python adapters: did not run (torch, the kvcache module%s)\n",
+		       arg_layerwise ? "; whole blocks only" : "");
+}
+
 int run_engine(void)
 {
 	struct shape s;
@@ -460,19 +482,8 @@ int run_engine(void)
 	wait_prefault(sock);
 	printf("limits in this run: warm memcpy %.2f GB/s, a fresh process copying out of "
 	       "memory another filled %.2f GB/s\n", warm, fresh);
-	ranks(engine_store, sock, &s, &store, &lookup, &data);
-	printf("%-26s %.1f ms, %.2f GB/s\n", "engine A stores", store * 1e3,
-	       (double) s.rank_bytes * arg_tp / store / 1e9);
-	ranks(engine_load_copy, sock, &s, &store, &lookup, &data);
-	report("engine B, same node", &s, lookup, data, warm, fresh, 0);
-	ranks(engine_load_registered, sock, &s, &store, &lookup, &data);
-	report("engine B, registered cache", &s, lookup, data, warm, fresh, 0);
-	ranks(engine_load_python, sock, &s, &store, &lookup, &data);
-	if (data > 0)
-		report("engine B, Python adapters", &s, lookup, data, warm, fresh, 0);
-	else
-		printf("engine B, Python adapters: did not run (torch, the kvcache module%s)\n",
-		       arg_layerwise ? "; whole blocks only" : "");
+	if (!arg_across_only)
+		same_node(sock, &s, warm, fresh);
 	kill(daemon_pid, SIGTERM);
 	waitpid(daemon_pid, NULL, 0);
 	daemon_pid = 0;

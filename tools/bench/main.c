@@ -48,6 +48,7 @@ static void usage(FILE *f)
 		   "       kvcache-bench python [--duration S] [--json]   (the Python module)\n"
 		   "       kvcache-bench engine [--model llama3-8b|llama3-70b|qwen2-7b|mistral-7b]\n"
 		   "                          [--prompts N] [--prompt-tokens N] [--tp N] [--layerwise]\n"
+		   "                          [--across-only]\n"
 		   "                          (fresh engine processes store and load; root: across nodes)\n"
 		   "       kvcache-bench local --objects N [--fill-disk] [--dir DIR] [--duration S]\n"
 		   "       kvcache-bench local --pinned N | --leased [--duration S]\n"
@@ -81,6 +82,7 @@ int main(int argc, char **argv)
 		{ "prompt-tokens", required_argument, NULL, 'T' },
 		{ "tp", required_argument, NULL, 't' },
 		{ "layerwise", no_argument, NULL, 'W' },
+		{ "across-only", no_argument, NULL, 'X' },
 		{ "local-only", no_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -199,6 +201,9 @@ int main(int argc, char **argv)
 		}
 		case 'W':
 			arg_layerwise = true;
+			break;
+		case 'X':
+			arg_across_only = true;
 			break;
 		case 'h':
 			usage(stdout);

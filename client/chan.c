@@ -30,6 +30,7 @@
 #include "client-private.h"
 
 #define SPIN_NS 50000             /* spin this long before sleeping */
+#define SPIN_SHORT_NS 2000        /* ...after a wait that outlasted that */
 #define SLEEP_TIMEOUT_NS 100000000 /* then check the daemon is alive */
 
 static uint64_t now_ns(void)
@@ -190,11 +191,18 @@ static void sleep_on_cq(struct kvc_client *c, bool (*ready)(struct kvc_client *,
 	__atomic_sub_fetch(&ch->waiters, 1, __ATOMIC_SEQ_CST);
 }
 
-/* Spin (reaping), then sleep, until ready(c, arg). */
+/*
+ * Spin (reaping), then sleep, until ready(c, arg).  While any of the
+ * channel's requests wait on another node (the daemon counts them in the
+ * completion ring) the spin is SPIN_SHORT_NS: a client streaming a batch
+ * from another node waited out each answer's whole spin, on a two-CPU node
+ * the CPU the transfers needed.
+ */
 static int wait_until(struct kvc_client *c, bool (*ready)(struct kvc_client *, uint32_t),
 		      uint32_t arg, int64_t timeout_ns)
 {
-	uint64_t start = now_ns(), slept = 0;
+	struct chan *ch = &c->chan;
+	uint64_t start = now_ns(), slept = 0, spin = SPIN_NS;
 
 	for (unsigned spins = 0;; spins++) {
 		uint64_t now;
@@ -203,6 +211,8 @@ static int wait_until(struct kvc_client *c, bool (*ready)(struct kvc_client *, u
 			return 0;
 		if (chan_reap(c) && ready(c, arg))
 			return 0;
+		if (spins == 64 && __atomic_load_n(&ch->cq.r->far, __ATOMIC_RELAXED))
+			spin = SPIN_SHORT_NS;
 		if (spins < 64) {
 			cpu_relax();
 			continue;
@@ -210,7 +220,7 @@ static int wait_until(struct kvc_client *c, bool (*ready)(struct kvc_client *, u
 		now = now_ns();
 		if (timeout_ns >= 0 && now - start >= (uint64_t) timeout_ns)
 			return -ETIMEDOUT;
-		if (now - start < SPIN_NS) {
+		if (now - start < spin) {
 			cpu_relax();
 			continue;
 		}

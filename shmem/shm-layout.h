@@ -78,12 +78,16 @@ struct shm_ring {
 	_Alignas(64) uint32_t need_wakeup;
 	uint32_t futex;             /* bumped and woken by the producer (cq only) */
 	uint32_t cpu;               /* sq only: see above */
-	uint8_t pad2[52];
+	/* cq only: how many of the channel's requests wait on another node,
+	 * as the daemon last counted (the client spins less while any do) */
+	uint32_t far;
+	uint8_t pad2[48];
 };
 _Static_assert(sizeof(struct shm_ring) == 192, "ring size");
 _Static_assert(offsetof(struct shm_ring, tail) == 64, "ring layout");
 _Static_assert(offsetof(struct shm_ring, need_wakeup) == 128, "ring layout");
 _Static_assert(offsetof(struct shm_ring, cpu) == 136, "ring layout");
+_Static_assert(offsetof(struct shm_ring, far) == 140, "ring layout");
 
 enum shm_op {
 	SHM_OP_NOP = 0,

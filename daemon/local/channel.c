@@ -915,7 +915,7 @@ static void unpark(struct parked *p)
 	if (p->next)
 		p->next->prev = p->prev;
 	if (p->far)
-		ch->n_far--;
+		__atomic_store_n(&ch->cq.r->far, --ch->n_far, __ATOMIC_RELAXED);
 }
 
 
@@ -990,7 +990,8 @@ static void park(struct channel *ch, const struct shm_sqe *e, struct fetch *f)
 		return;
 	p->w.done = unparked;
 	p->far = f->far;
-	ch->n_far += p->far;
+	if (p->far)
+		__atomic_store_n(&ch->cq.r->far, ++ch->n_far, __ATOMIC_RELAXED);
 	fetch_wait(f, &p->w);
 	if (f->o && (f->o->flags & OBJ_IN_FLIGHT)) {
 		/* a lookup waiting for a put: a miss at its deadline (the same

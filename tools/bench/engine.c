@@ -426,6 +426,20 @@ static void report(const char *what, const struct shape *s, double lookup, doubl
 		       100 * gbs / fresh);
 }
 
+/* B's copies of what A stored go (A keeps its own): the next load on B
+ * fetches again. */
+static void drop_replicas(const char *sb)
+{
+	struct kvc_client *b;
+
+	check(kvc_connect(sb, &b), "connect B");
+	kvc_set_get_flags(b, KVC_LOCAL_ONLY);
+	if (kvc_remove_prefix(b, "kv1@bench/", KVC_REMOVE_FORCE, NULL) < 0)
+		die(0, "%s", "dropping B's replicas");
+	kvc_disconnect(b);
+	usleep(500000); /* the directory hears of withdrawals in batches */
+}
+
 /* The store, then the loads on the same node: by copy, into a registered
  * cache, through the Python adapters. */
 static void same_node(const char *sock, const struct shape *s, double warm, double fresh)
@@ -498,5 +512,8 @@ int run_engine(void)
 	ranks(engine_load_copy, sb, &s, &store, &lookup, &data);
 	printf("link A->B: iperf3 %.2f GB/s (one stream, the same hosts, this run)\n", link);
 	report("engine B, other node", &s, lookup, data, warm, fresh, link);
+	drop_replicas(sb);
+	ranks(engine_load_registered, sb, &s, &store, &lookup, &data);
+	report("engine B, other, registered", &s, lookup, data, warm, fresh, link);
 	return 0;
 }

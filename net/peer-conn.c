@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -143,4 +144,27 @@ int pconn_flush(struct pconn *c)
 bool pconn_wants_write(const struct pconn *c)
 {
 	return c->out_off < c->out_len;
+}
+
+void hs_source_of(int fd, struct hs_source *ret)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	memset(ret, 0, sizeof(*ret));
+	if (getpeername(fd, (struct sockaddr *) &ss, &len) < 0)
+		return;
+	if (ss.ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *) &ss;
+
+		ret->a[10] = ret->a[11] = 0xff;
+		memcpy(&ret->a[12], &in->sin_addr, 4);
+	} else if (ss.ss_family == AF_INET6) {
+		memcpy(ret->a, &((const struct sockaddr_in6 *) &ss)->sin6_addr, 16);
+	}
+}
+
+bool hs_source_eq(const struct hs_source *x, const struct hs_source *y)
+{
+	return memcmp(x->a, y->a, sizeof(x->a)) == 0;
 }

@@ -41,3 +41,19 @@ int pconn_send(struct pconn *c, uint8_t type, uint32_t seq, const ProtobufCMessa
 /* Send what is queued: 0 (all sent or the socket is full) or -errno. */
 int pconn_flush(struct pconn *c);
 bool pconn_wants_write(const struct pconn *c);
+
+/*
+ * Connections yet to prove themselves (no Hello yet, or no proof of the
+ * secret) are budgeted by where they come from: at most HS_PER_SOURCE from
+ * one address, so a flood from one host closes its own oldest, never a
+ * real peer's, whose Hello comes at once.  The address (IPv4 as
+ * v4-mapped IPv6; all zero when it cannot be had) is taken at accept.
+ */
+#define HS_PER_SOURCE 16
+
+struct hs_source {
+	uint8_t a[16];
+};
+
+void hs_source_of(int fd, struct hs_source *ret);
+bool hs_source_eq(const struct hs_source *x, const struct hs_source *y);

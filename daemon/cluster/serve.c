@@ -45,6 +45,7 @@ struct pserve {
 	bool hello, authed;      /* with a secret: Hello, then its proof */
 	bool hs_wait;            /* on n's handshake list */
 	struct pserve *hs_next, *hs_prev;
+	struct hs_source from;   /* where it came from (the budget per source) */
 	uint64_t hs_deadline;
 	bool rdma;               /* RDMA agreed: Fetch.rdma is answered with a place */
 	bool want_rdma;          /* this request asked for the place */
@@ -756,16 +757,26 @@ void remote_accept(struct node *n, int fd)
 	static const struct holder_ops ops = { 0 };
 	struct pserve *ps;
 
-	if (n->srv.n_hs >= HANDSHAKE_MAX) {
-		/* a flood of connections that say nothing: the oldest goes,
-		 * so a real peer, whose Hello comes at once, still gets in */
+	struct hs_source src;
+	struct pserve *oldest = NULL;
+	unsigned same = 0;
+
+	/* a flood of connections that say nothing: its own oldest goes (past
+	 * HS_PER_SOURCE from its address, or past HANDSHAKE_MAX in all), so a
+	 * real peer, whose Hello comes at once, still gets in.  (The list is
+	 * at most HANDSHAKE_MAX long.) */
+	hs_source_of(fd, &src);
+	for (struct pserve *p = n->srv.hs_head; p; p = p->hs_next)
+		if (hs_source_eq(&p->from, &src) && !same++)
+			oldest = p;
+	if (same >= HS_PER_SOURCE || n->srv.n_hs >= HANDSHAKE_MAX) {
 		n->c.hs_timeouts++;
 		if (loop_now_ms(n->loop) >= n->srv.hs_logged_ms + 10000) {
 			n->srv.hs_logged_ms = loop_now_ms(n->loop);
-			log_warn("%u peer connections have not said Hello: closing the oldest of them "
-				 "(stat peer_handshake_timeouts)", n->srv.n_hs);
+			log_warn("%u peer connections (%u from one address) have not said Hello: "
+				 "closing the oldest (stat peer_handshake_timeouts)", n->srv.n_hs, same);
 		}
-		ps_free(n->srv.hs_head);
+		ps_free(same >= HS_PER_SOURCE ? oldest : n->srv.hs_head);
 	}
 	if (n->srv.n_serving >= MAX_SERVING || !(ps = calloc(1, sizeof(*ps)))) {
 		close(fd);
@@ -789,6 +800,7 @@ void remote_accept(struct node *n, int fd)
 	n->srv.serving = ps;
 	n->srv.n_serving++;
 	ps->hs_wait = true;
+	ps->from = src;
 	ps->hs_deadline = loop_now_ms(n->loop) + HANDSHAKE_MS;
 	ps->hs_prev = n->srv.hs_tail;
 	if (n->srv.hs_tail)

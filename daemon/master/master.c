@@ -90,6 +90,7 @@ struct mconn {
 	uint32_t features;    /* agreed in its Hello */
 	bool hs_wait;         /* on the master's list of those yet to prove themselves */
 	struct mconn *hs_next, *hs_prev;
+	struct hs_source from;         /* where it came from (the budget per source) */
 	uint64_t hs_deadline;
 	uint8_t nonce[PEER_NONCE_SIZE];
 	int node;             /* slot, or -1 */
@@ -931,16 +932,26 @@ static struct mconn *adopt(struct master *m, int cfd)
 {
 	struct mconn *c;
 
-	if (m->n_hs >= HANDSHAKE_MAX) {
-		/* a flood of connections that say nothing: the oldest goes,
-		 * so a node, whose Hello comes at once, still gets in */
+	struct hs_source src;
+	struct mconn *oldest = NULL;
+	unsigned same = 0;
+
+	/* a flood of connections that say nothing: its own oldest goes (past
+	 * HS_PER_SOURCE from its address, or past HANDSHAKE_MAX in all), so a
+	 * node, whose Hello comes at once, still gets in.  (The list is at
+	 * most HANDSHAKE_MAX long.) */
+	hs_source_of(cfd, &src);
+	for (struct mconn *p = m->hs_head; p; p = p->hs_next)
+		if (hs_source_eq(&p->from, &src) && !same++)
+			oldest = p;
+	if (same >= HS_PER_SOURCE || m->n_hs >= HANDSHAKE_MAX) {
 		m->hs_timeouts++;
 		if (loop_now_ms(m->loop) >= m->hs_logged_ms + 10000) {
 			m->hs_logged_ms = loop_now_ms(m->loop);
-			log_warn("%u connections have not said Hello: closing the oldest of them",
-				 m->n_hs);
+			log_warn("%u connections (%u from one address) have not said Hello: closing "
+				 "the oldest", m->n_hs, same);
 		}
-		conn_close(m->hs_head, NULL);
+		conn_close(same >= HS_PER_SOURCE ? oldest : m->hs_head, NULL);
 	}
 	if (m->n_conns >= CONN_MAX || !(c = calloc(1, sizeof(*c)))) {
 		close(cfd);
@@ -961,6 +972,7 @@ static struct mconn *adopt(struct master *m, int cfd)
 	m->conns = c;
 	m->n_conns++;
 	c->hs_wait = true;
+	c->from = src;
 	c->hs_deadline = loop_now_ms(m->loop) + HANDSHAKE_MS;
 	c->hs_prev = m->hs_tail;
 	if (m->hs_tail)

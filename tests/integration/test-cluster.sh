@@ -525,10 +525,12 @@ sick-holder)
 		bg="$bg $!"
 	done
 	sleep 0.5 # B's threads for A are waiting on it by now
+	start=$(date +%s%N)
 	for i in 1 2 3 4; do
 		ctl B get "c$i" "$dir/got" || fail "c$i not fetched from C while A is stopped"
 		cmp -s "$dir/got" "$dir/v" || fail "c$i: wrong bytes"
 	done
+	echo "C's 4 keys while A is stopped: $((($(date +%s%N) - start) / 1000000)) ms"
 	for p in $bg; do
 		kill -0 "$p" 2>/dev/null || fail "C's keys waited for the fetches from the stopped A"
 	done
@@ -788,8 +790,10 @@ PY
 	# the same on the master's port (4096 connections at most): a new
 	# node still joins
 	flood "$master_port" "$dir/flood-m" 4500
+	start=$(date +%s%N)
 	start_node C
 	until_ok member C C up # the master's answer to its Join
+	echo "a node joined under the master's flood in $((($(date +%s%N) - start) / 1000000)) ms"
 	;;
 flood-one-source)
 	# 400 silent connections from 127.0.0.2, to A's peer port and then to

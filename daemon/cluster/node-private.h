@@ -142,6 +142,7 @@ struct node {
 		uint64_t pending_waits; /* lookups that waited for another node's put */
 		uint64_t sick_skips;    /* fetches not sent to a holder known sick */
 		uint64_t hs_timeouts;   /* peer connections closed without a handshake */
+		uint64_t refused;       /* peer connections refused at accept (all in use) */
 		uint64_t pushes, push_errors, pushes_received;
 		uint64_t pushes_eager, pushes_refused; /* received */
 		uint64_t pushes_ahead; /* sent before the one ahead was answered (atomic) */

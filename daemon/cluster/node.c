@@ -330,6 +330,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_lookup_waits", n->c.pending_waits);
 	emit(u, "remote_sick_skips", n->c.sick_skips);
 	emit(u, "peer_handshake_timeouts", n->c.hs_timeouts);
+	emit(u, "peer_refused", n->c.refused);
 	emit(u, "remote_peer_connections", n->srv.n_serving);
 	emit(u, "pushes", n->c.pushes);
 	emit(u, "push_errors", n->c.push_errors);

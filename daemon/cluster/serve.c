@@ -779,6 +779,14 @@ void remote_accept(struct node *n, int fd)
 		ps_free(same >= HS_PER_SOURCE ? oldest : n->srv.hs_head);
 	}
 	if (n->srv.n_serving >= MAX_SERVING || !(ps = calloc(1, sizeof(*ps)))) {
+		/* counted and said (once in 10 s), so a flood is told apart
+		 * from a dead holder */
+		n->c.refused++;
+		if (loop_now_ms(n->loop) >= n->srv.refused_logged_ms + 10000) {
+			n->srv.refused_logged_ms = loop_now_ms(n->loop);
+			log_warn("refusing peer connections: %u in use (stat peer_refused)",
+				 n->srv.n_serving);
+		}
 		close(fd);
 		return;
 	}
@@ -810,6 +818,9 @@ void remote_accept(struct node *n, int fd)
 	n->srv.hs_tail = ps;
 	n->srv.n_hs++;
 	loop_timer_arm_by(n->timer, ps->hs_deadline);
+	/* a real peer's Hello is usually here already: read it now, so a
+	 * burst of its connections is not counted against its address */
+	ps_event(ps->src, fd, EPOLLIN, ps);
 }
 
 static void send_run(struct node *n, struct xjob **jobs, unsigned k)

@@ -17,11 +17,11 @@ struct peer_server {
 	struct pserve *serving;
 	unsigned n_serving;
 	/* connections whose peer has not proved itself yet, oldest first
-	 * (each has HANDSHAKE_MS; a new one past HANDSHAKE_MAX pushes the
-	 * oldest out) */
+	 * (each has HANDSHAKE_MS; a new one past HS_PER_SOURCE from its
+	 * address, or past HANDSHAKE_MAX in all, pushes the oldest out) */
 	struct pserve *hs_head, *hs_tail;
 	unsigned n_hs;
-	uint64_t hs_logged_ms;
+	uint64_t hs_logged_ms, refused_logged_ms;
 };
 
 /* Connections that have not said Hello (and proved the secret) in time

@@ -110,6 +110,7 @@ struct master {
 	struct mconn *hs_head, *hs_tail; /* oldest first */
 	unsigned n_hs;
 	uint64_t hs_timeouts, hs_logged_ms;
+	uint64_t full, full_logged_ms; /* connections refused at accept: CONN_MAX in use */
 	struct dentry *tomb_head, *tomb_tail;
 	/* removals by prefix (all: an empty one), kept TOMB_MS */
 	struct {
@@ -461,6 +462,7 @@ void master_export(const struct master *m, master_export_fn fn, void *u)
 	fn(u, "drops", NULL, true, m->drops);
 	fn(u, "refused_connections", NULL, true, m->refused);
 	fn(u, "handshake_timeouts", NULL, true, m->hs_timeouts);
+	fn(u, "connections_refused_full", NULL, true, m->full);
 	fn(u, "removals", NULL, true, m->removals);
 	fn(u, "drops_sent", NULL, true, m->drops_sent);
 	fn(u, "stale_copies_refused", NULL, true, m->stale_refused);
@@ -954,6 +956,13 @@ static struct mconn *adopt(struct master *m, int cfd)
 		conn_close(same >= HS_PER_SOURCE ? oldest : m->hs_head, NULL);
 	}
 	if (m->n_conns >= CONN_MAX || !(c = calloc(1, sizeof(*c)))) {
+		/* counted and said (once in 10 s) */
+		m->full++;
+		if (loop_now_ms(m->loop) >= m->full_logged_ms + 10000) {
+			m->full_logged_ms = loop_now_ms(m->loop);
+			log_warn("refusing connections: %u in use (metric "
+				 "connections_refused_full)", m->n_conns);
+		}
 		close(cfd);
 		return NULL;
 	}
@@ -992,10 +1001,15 @@ static void on_accept(struct loop_source *s, int fd, uint32_t events, void *u)
 	(void) events;
 	for (;;) {
 		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct mconn *c;
 
 		if (cfd < 0)
 			return;
-		adopt(m, cfd);
+		/* a node's Hello is usually here already: read it now, so a
+		 * burst of connections is not counted against its address */
+		c = adopt(m, cfd);
+		if (c)
+			conn_event(c->src, cfd, EPOLLIN, c);
 	}
 }
 

@@ -842,6 +842,40 @@ for port in map(int, sys.argv[1:3]):
         s.close()
 PY
 	[ "$(stat_of A peer_handshake_timeouts)" -ge 384 ] || fail "not counted"
+	# 1100 that do say Hello (this test runs without a secret): past the
+	# 1024 a node serves at once, one more is refused, counted and logged
+	python3 - "$port" <<'PY' || fail "the Hellos"
+import resource, socket, struct, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+body = b"\x08\x01\x10\x02\x22\x05flood\x30\x01"  # Hello: major 1, minor 2, an id, a node
+hello = struct.pack("<HBBIII", 0x504B, 1, 1, len(body), 1, 0) + body
+conns = []
+for i in range(1100):
+    try:
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2,
+                                     source_address=("127.0.0.4", 0))
+        s.sendall(hello)
+        conns.append(s)
+    except OSError:
+        pass
+    if i % 50 == 49:
+        time.sleep(0.05)
+time.sleep(0.5)
+alive = 0
+for s in conns:
+    s.setblocking(False)
+    try:
+        alive += s.recv(4096) != b""
+    except BlockingIOError:
+        alive += 1
+    except OSError:
+        pass
+print("%d connections made, %d open" % (len(conns), alive))
+PY
+	[ "$(stat_of A peer_refused)" -ge 1 ] || fail "refusals not counted"
+	grep -q "refusing peer connections" "$dir/A.log" || fail "refusals not logged"
+	ctl B --local-only rm --force k >/dev/null 2>&1 || true
 	;;
 corrupt-in-flight)
 	start_master 0

@@ -338,20 +338,38 @@ def test_tenants_are_key_namespaces(daemon):
         raw.close()
 
 
+def _meta(dtype, shape, nbytes, global_shape=None, axes=()):
+    """Mooncake's TensorMetadata (integration_utils.h at 3b5a594), built
+    here field by field from its definition, not from kvcache's code."""
+    import struct
+    pad = [-1] * (8 - len(shape))
+    g = list(global_shape or shape)
+    out = struct.pack("<IHHiiIIQQ", 0x4D4F4F4E, 1, 304, dtype, len(shape), 1 if axes else 0,
+                      0, 304, nbytes)
+    out += struct.pack("<8q", *(g + pad)) + struct.pack("<8q", *(list(shape) + pad))
+    out += struct.pack("<II", len(axes), 0)
+    for kind, rank, count, sd, extent in axes:
+        out += struct.pack("<iiiiiiq", kind, 0, rank, count, sd, 0, extent)
+    return out + bytes(304 - len(out))
+
+
 def test_tensors_as_mooncake_stores_them(store):
     """put_tensor/get_tensor and their batch, into, pub and *_with_tp forms.
-    The value is Mooncake's: TensorMetadata (int32 dtype, int32 ndim, int64
-    shape[4] padded with -1) and the bytes, so a tensor written by either
-    store reads in the other."""
+    The value is Mooncake's: a 304-byte TensorMetadata (magic, version,
+    dtype, ndim, layout, data offset and length, global and local shapes of
+    8 dimensions, up to 4 parallel axes) and the bytes, so a tensor written
+    by either store reads in the other."""
     import struct
     torch = pytest.importorskip("torch")
 
     t = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
     assert store.put_tensor("t", t) == 0
     raw = store.get("t")
-    assert struct.unpack_from("<ii4q", raw) == (0, 3, 2, 3, 4, -1)
-    assert raw[40:] == t.numpy().tobytes()
+    assert len(raw) == 304 + 96
+    assert raw[:304] == _meta(0, [2, 3, 4], 96)
+    assert raw[304:] == t.numpy().tobytes()
     assert torch.equal(store.get_tensor("t"), t)
+    assert mc._tensor_metadata_size() == 304
     # every dtype this torch has, 0-d and 4-d shapes
     cases = [torch.tensor(2.5, dtype=torch.bfloat16),
              torch.ones(1, 2, 3, 4, dtype=torch.float16),
@@ -362,25 +380,50 @@ def test_tensors_as_mooncake_stores_them(store):
     assert store.batch_put_tensor(keys, cases) == [0] * len(cases)
     for a, b in zip(cases, store.batch_get_tensor(keys)):
         assert b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)
-    # what Mooncake refuses: not a tensor, 5 dimensions, empty; length mismatch
+    # 8 dimensions and no elements are stored; what Mooncake refuses: not a
+    # tensor, 9 dimensions; a length mismatch
+    assert store.put_tensor("d8", torch.ones([1] * 7 + [3])) == 0
+    assert store.get_tensor("d8").shape == (1,) * 7 + (3,)
+    assert store.put_tensor("empty", torch.zeros(0, 4)) == 0
+    assert store.get_tensor("empty").shape == (0, 4)
     assert store.put_tensor("bad", b"bytes") == -600
-    assert store.put_tensor("bad", torch.zeros(1, 1, 1, 1, 1)) == -600
-    assert store.put_tensor("bad", torch.zeros(0)) == -600
+    assert store.put_tensor("bad", torch.zeros([1] * 9)) == -600
     assert store.batch_put_tensor(["x", "y"], [t]) == [-600, -600]
     assert store.get_tensor("absent") is None
     store.put("not-a-tensor", b"abc")
     assert store.get_tensor("not-a-tensor") is None
-    # a value written by hand as Mooncake would read back as its tensor
-    store.put("by-hand", struct.pack("<ii4q", 6, 2, 2, 2, -1, -1) +
-              struct.pack("<4i", 1, 2, 3, 4))
+    # a value written by hand as Mooncake writes it reads back as its tensor
+    store.put("by-hand", _meta(6, [2, 2], 16) + struct.pack("<4i", 1, 2, 3, 4))
     assert torch.equal(store.get_tensor("by-hand"),
                        torch.tensor([[1, 2], [3, 4]], dtype=torch.int32))
+    # and what breaks Mooncake's rules does not: a wrong magic, a length
+    # that is not the shape's, a dimension past ndim that is not -1
+    bad = bytearray(_meta(6, [2, 2], 16) + bytes(16))
+    bad[0] ^= 1
+    store.put("bad-magic", bytes(bad))
+    store.put("bad-len", _meta(6, [2, 2], 16) + bytes(12))
+    wrong = bytearray(_meta(6, [2, 2], 16) + bytes(16))
+    struct.pack_into("<q", wrong, 104 + 8 * 3, 7)
+    store.put("bad-dims", bytes(wrong))
+    assert [store.get_tensor(k) for k in ("bad-magic", "bad-len", "bad-dims")] == [None] * 3
+    # what kvcache stored before it followed Mooncake's current layout
+    store.put("older", struct.pack("<ii4q", 6, 2, 2, 2, -1, -1) + struct.pack("<4i", 1, 2, 3, 4))
+    assert torch.equal(store.get_tensor("older"),
+                       torch.tensor([[1, 2], [3, 4]], dtype=torch.int32))
+    # the module's serialization helpers agree with the store
+    meta, ptr, nbytes, owner = mc._serialize_tensor(t)
+    assert meta == raw[:304] and nbytes == 96 and ptr == owner.data_ptr()
+    assert torch.equal(mc._deserialize_tensor(raw), t)
+    with pytest.raises(ValueError):
+        mc._serialize_tensor(b"bytes")
+    with pytest.raises(ValueError):
+        mc._deserialize_tensor(b"x" * 400)
     # into registered memory: a tensor over that memory
     dst = np.zeros(4096, dtype=np.uint8)
     assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
     got = store.get_tensor_into("t", dst.ctypes.data, dst.nbytes)
     assert torch.equal(got, t)
-    dst[40:44] = 0  # the tensor is that memory
+    dst[304:308] = 0  # the tensor is that memory
     assert got.flatten()[0].item() == 0.0
     half = dst.ctypes.data + 2048
     res = store.batch_get_tensor_into(["c1", "absent"], [dst.ctypes.data, half], [2048, 2048])
@@ -392,6 +435,10 @@ def test_tensors_as_mooncake_stores_them(store):
         assert torch.equal(store.get_tensor_with_tp("w", tp_rank=r, tp_size=4),
                            w[:, 2 * r:2 * r + 2])
     assert store.get_tensor("w") is None  # only the shards are stored
+    # each shard: SHARD metadata, the whole shape, one TP axis
+    raw1 = store.get("w_tp_1")
+    assert raw1[:304] == _meta(0, [4, 2], 32, [4, 8], [(1, 1, 4, 1, 2)])
+    assert store.put_tensor_with_tp("uneven", w, tp_size=3, split_dim=1) == -600
     assert store.batch_put_tensor_with_tp(["u", "v"], [w, w], tp_size=2) == [0, 0]
     shards = store.batch_get_tensor_with_tp(["u", "v"], tp_rank=1, tp_size=2)
     assert all(torch.equal(s, w[2:]) for s in shards)
@@ -417,6 +464,7 @@ def test_replica_descriptors(store):
     assert reps[0].status == mc.ReplicaStatus.COMPLETE
     bd = reps[0].get_memory_descriptor().buffer_descriptor
     assert bd.size_ == 5000 and bd.transport_endpoint_
+    assert bd.size == 5000 and bd.transport_endpoint == bd.transport_endpoint_
     with pytest.raises(RuntimeError):
         reps[0].get_disk_descriptor()
     assert store.get_replica_desc("nowhere") == []
@@ -424,8 +472,8 @@ def test_replica_descriptors(store):
     assert set(reps) == {"r1", "nowhere"} and reps["nowhere"] == []
     assert len(reps["r1"]) == 1
     # what kvcache has no use for answers Mooncake's "not in this mode"
-    assert store.create_copy_task("r1", ["other"]) == (None, -1011)
-    assert store.create_move_task("r1", "a", "b") == (None, -1011)
+    assert store.create_copy_task("r1", ["other"]) == ((0, 0), -1011)
+    assert store.create_move_task("r1", "a", "b") == ((0, 0), -1011)
     assert store.query_task(None) == (None, -1011)
     assert store.mount_segment(0, 1 << 20) == -1011
     assert store.unmount_segment(0, 1 << 20) == -1011
@@ -555,3 +603,91 @@ def test_upsert_tensor_and_put_with_metadata(store):
     assert store.put_from_with_metadata("pm0", data.ctypes.data, 0, 16, 0) == 0
     assert store.get("pm0") == bytes(range(16))
     assert store.put_from_with_metadata("pm1", 0, meta.ctypes.data, 16, 4) == -600
+
+
+def test_tensor_buffers_and_helpers(store):
+    """put_tensor_from and its upsert, batch and *_with_tp forms take a
+    buffer already laid out as Mooncake stores a tensor; upsert_pub_tensor;
+    the calls that have no meaning here answer as Mooncake's client that
+    cannot (-600, 0); the module's names are there."""
+    torch = pytest.importorskip("torch")
+
+    t = torch.arange(16, dtype=torch.int64).reshape(4, 4)
+    meta, _, nbytes, owner = mc._serialize_tensor(t)
+    buf = np.zeros(8192, dtype=np.uint8)
+    assert store.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    obj = np.frombuffer(meta + owner.numpy().tobytes(), dtype=np.uint8)
+    buf[:obj.size] = obj
+    second = buf.ctypes.data + 4096
+    buf[4096:4096 + obj.size] = obj
+    assert store.put_tensor_from("tf", buf.ctypes.data, obj.size) == 0
+    assert torch.equal(store.get_tensor("tf"), t)
+    assert store.put_tensor_from("tf", buf.ctypes.data, obj.size) == 0  # (there: kept)
+    assert store.put_tensor_from("short", buf.ctypes.data, obj.size - 1) == -600
+    assert store.put_tensor_from("none", 0, 0) == -600
+    assert store.batch_put_tensor_from([], [], []) == []
+    assert store.batch_put_tensor_from(["b1", "b2"], [buf.ctypes.data, second],
+                                       [obj.size, obj.size]) == [0, 0]
+    # one buffer that is not a tensor fails the whole batch, as Mooncake's
+    assert store.batch_put_tensor_from(["b3", "b4"], [buf.ctypes.data, second],
+                                       [obj.size, 10]) == [-600, -600]
+    assert store.get_tensor("b3") is None
+    # upsert: replaced (keys no one has read: a read leases the object,
+    # and a leased object is not replaced, -706, as Mooncake's)
+    assert store.put_tensor_from("u1", buf.ctypes.data, obj.size) == 0
+    t2 = t * 10
+    meta2, _, _, owner2 = mc._serialize_tensor(t2)
+    buf[4096:4096 + obj.size] = np.frombuffer(meta2 + owner2.numpy().tobytes(), dtype=np.uint8)
+    assert store.upsert_tensor_from("u1", second, obj.size) == 0
+    assert torch.equal(store.get_tensor("u1"), t2)
+    assert store.upsert_tensor_from("u1", buf.ctypes.data, obj.size) == -706
+    assert store.batch_upsert_tensor_from(["b1", "b2"], [second, second],
+                                          [obj.size, obj.size]) == [0, 0]
+    assert torch.equal(store.get_tensor("b2"), t2)
+    # the whole tensor in a buffer, stored as every rank's shard
+    assert store.put_tensor_with_tp_from("tpf", buf.ctypes.data, obj.size, tp_size=2,
+                                         split_dim=0) == 0
+    assert torch.equal(store.get_tensor_with_tp("tpf", 1, 2), t[2:])
+    assert store.batch_put_tensor_with_tp_from(["tpa", "tpb"], [buf.ctypes.data, 0],
+                                               [obj.size, 0], tp_size=4, split_dim=1) == [0, -600]
+    assert torch.equal(store.get_tensor_with_tp("tpa", 3, 4), t[:, 3:])
+    # upsert_pub_tensor
+    cfg = ReplicateConfig()
+    assert store.upsert_pub_tensor("up", t, cfg) == 0
+    assert store.batch_upsert_pub_tensor(["up", "new"], [t2, t2], cfg) == [0, 0]
+    assert torch.equal(store.get_tensor("up"), t2) and torch.equal(store.get_tensor("new"), t2)
+    # no GPU path, no dummy client's pool, no offload reads
+    assert store.get_tensor_into_cuda("tf", t) == -600
+    assert store.batch_get_tensor_into_cuda(["tf", "new"], [t, t]) == [-600, -600]
+    assert store.alloc_from_mem_pool(4096) == 0
+    assert store.get_offload_rpc_read_count() == 0
+    # safetensors: a key with no tensor is -1100; without the package, -600
+    assert store.save_tensor_to_safetensor("absent") == -1100
+    try:
+        import safetensors  # noqa: F401
+        have = True
+    except ImportError:
+        have = False
+    if not have:
+        assert store.save_tensor_to_safetensor("tf", "/nonexistent/x") == -600
+        assert store.load_tensor_from_safetensor(file_name="/nonexistent/x") is None
+    assert store.unregister_buffer(buf.ctypes.data) == 0
+    # the module's names, as Mooncake's binding defines them
+    assert mc.TaskStatus.SUCCESS == 3 and mc.TaskStatus.FAILED == 2
+    assert mc.PROCESSING == mc.TaskStatus.PROCESSING and mc.COMPLETE == mc.ReplicaStatus.COMPLETE
+    assert mc.ObjectDataType.TENSOR == 2 and mc.TENSOR == 2
+    assert mc.REPLICA_MOVE == mc.TaskType.REPLICA_MOVE == 1
+    target = mc.ReadTarget()
+    target.mode = "FULL"
+    assert target.mode == "full"
+    with pytest.raises(RuntimeError):
+        target.mode = "sideways"
+    axis = mc.ParallelAxis()
+    axis.kind, axis.rank, axis.size, axis.split_dim = "tp", 1, 2, 0
+    par = mc.TensorParallelism()
+    par.axes = [axis]
+    assert par.axes[0].split_dim == 0
+    assert mc.QueryTaskResponse().status == mc.TaskStatus.PENDING
+    assert mc.get_alloc_func_addr() and mc.get_free_func_addr()
+    mc.bind_to_numa_node(0)
+    assert repr(mc.Descriptor(7, "n")).startswith("<Descriptor size=7")

@@ -60,6 +60,7 @@ OBJECT_ALREADY_EXISTS = -705
 OBJECT_HAS_LEASE = -706
 INTERNAL_ERROR = -1
 UNAVAILABLE_IN_CURRENT_MODE = -1011  # Mooncake's "not in this mode": not supported here
+FILE_NOT_FOUND = -1100
 
 _CODES = {
     errno.ENOENT: OBJECT_NOT_FOUND,
@@ -88,60 +89,156 @@ _TENANT = "\x1ftenant\x1f"  # the reserved prefix of the tenants' namespaces
 _ESCAPED = _TENANT + "\x1f"   # the default tenant's keys that begin with it
 
 
-# Tensors as Mooncake stores them: its TensorMetadata (int32 dtype, int32
-# ndim, int64 shape[4], -1 past ndim; little-endian, 40 bytes) and then the
-# tensor's bytes, so either store reads what the other wrote.
-_TENSOR_META = struct.Struct("<ii4q")
+# Tensors as Mooncake stores them: its TensorMetadata (integration_utils.h),
+# 304 bytes, then the tensor's bytes, so either store reads what the other
+# wrote.  A 40-byte header: magic "NOOM", version 1, header size 304, int32
+# dtype, int32 ndim, layout (FULL 0, SHARD 1), flags, data offset, data
+# bytes; then the layout: the global and the local shape (int64[8], -1
+# past ndim), the axis count and 4 axes of (kind, index, rank, count,
+# split_dim, reserved, int64 local extent).  Little-endian, as on the
+# machines Mooncake runs on.
+_TENSOR_MAGIC = 0x4D4F4F4E
+_TENSOR_HDR = struct.Struct("<IHHiiIIQQ")
+_TENSOR_SHAPE = struct.Struct("<8q")
+_TENSOR_AXES = struct.Struct("<II")
+_TENSOR_AXIS = struct.Struct("<iiiiiiq")
+_TENSOR_META_SIZE = 304
+_MAX_DIMS = 8
+_LAYOUT_FULL, _LAYOUT_SHARD = 0, 1
+_AXIS_TP = 1
 _TENSOR_DTYPES = ("float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
                   "uint32", "int64", "uint64", "bool", "float16", "bfloat16",
                   "float8_e4m3fn", "float8_e5m2")
+_DTYPE_SIZES = (4, 8, 1, 1, 2, 2, 4, 4, 8, 8, 1, 2, 2, 1, 1)
+# what kvcache wrote before it followed Mooncake's current layout (int32
+# dtype, int32 ndim, int64 shape[4]): still read
+_LEGACY_META = struct.Struct("<ii4q")
 
 
-def _tensor_parts(tensor: Any):
-    """(metadata bytes, the tensor's bytes as a memoryview), or None when
-    Mooncake would refuse it (not a tensor, an unknown dtype, more than 4
-    dimensions, no elements)."""
+def _tensor_meta(dtype: int, local: Sequence[int], nbytes: int, global_shape=None,
+                 axes: Sequence[tuple] = ()) -> bytes:
+    """A TensorMetadata: FULL, or SHARD with global_shape and axes (each
+    (kind, rank, count, split_dim, local extent))."""
+    ndim = len(local)
+    pad = [-1] * (_MAX_DIMS - ndim)
+    g = list(global_shape if global_shape is not None else local)
+    out = bytearray(_TENSOR_META_SIZE)
+    _TENSOR_HDR.pack_into(out, 0, _TENSOR_MAGIC, 1, _TENSOR_META_SIZE, dtype, ndim,
+                          _LAYOUT_SHARD if axes else _LAYOUT_FULL, 0, _TENSOR_META_SIZE, nbytes)
+    _TENSOR_SHAPE.pack_into(out, 40, *(g + pad))
+    _TENSOR_SHAPE.pack_into(out, 104, *(list(local) + pad))
+    _TENSOR_AXES.pack_into(out, 168, len(axes), 0)
+    for i, (kind, rank, count, split_dim, extent) in enumerate(axes):
+        _TENSOR_AXIS.pack_into(out, 176 + 32 * i, kind, 0, rank, count, split_dim, 0, extent)
+    return bytes(out)
+
+
+def _dtype_index(tensor: Any) -> int:
+    name = str(tensor.dtype).replace("torch.", "")
+    return _TENSOR_DTYPES.index(name) if name in _TENSOR_DTYPES else -1
+
+
+def _tensor_parts(tensor: Any, global_shape=None, axes: Sequence[tuple] = ()):
+    """(metadata bytes, the tensor's bytes as a memoryview, the contiguous
+    tensor that owns them), or None when Mooncake would refuse it (not a
+    tensor, an unknown dtype, more than 8 dimensions)."""
     if "Tensor" not in type(tensor).__name__:
         return None
     import torch
-    name = str(tensor.dtype).replace("torch.", "")
-    if name not in _TENSOR_DTYPES or tensor.dim() > 4 or tensor.numel() == 0:
+    dtype = _dtype_index(tensor)
+    if dtype < 0 or tensor.dim() > _MAX_DIMS:
         return None
-    shape = list(tensor.shape) + [-1] * (4 - tensor.dim())
-    meta = _TENSOR_META.pack(_TENSOR_DTYPES.index(name), tensor.dim(), *shape)
     t = tensor.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    data = t.contiguous().reshape(-1).view(torch.uint8).numpy()
-    return meta, memoryview(data).cast("B")
+    t = t.contiguous()
+    data = t.reshape(-1).view(torch.uint8).numpy()
+    meta = _tensor_meta(dtype, list(t.shape), data.nbytes, global_shape, axes)
+    return meta, memoryview(data).cast("B"), t
+
+
+def _parse_meta(buf: Any, length: int):
+    """(dtype, local shape, data offset) of a stored tensor object, by
+    Mooncake's ValidateTensorMetadata (or the older kvcache layout), or
+    None."""
+    if length >= _TENSOR_META_SIZE and _TENSOR_HDR.unpack_from(buf, 0)[0] == _TENSOR_MAGIC:
+        (_, ver, hsize, dtype, ndim, kind, flags, off, nbytes) = _TENSOR_HDR.unpack_from(buf, 0)
+        g = _TENSOR_SHAPE.unpack_from(buf, 40)
+        local = _TENSOR_SHAPE.unpack_from(buf, 104)
+        n_axes, _ = _TENSOR_AXES.unpack_from(buf, 168)
+        if (ver != 1 or hsize != _TENSOR_META_SIZE or not 0 <= dtype < len(_TENSOR_DTYPES) or
+                not 0 <= ndim <= _MAX_DIMS or n_axes > 4 or kind > _LAYOUT_SHARD or
+                not _TENSOR_META_SIZE <= off <= length or nbytes != length - off):
+            return None
+        if (any(d < 0 for d in local[:ndim] + g[:ndim]) or
+                any(d != -1 for d in local[ndim:] + g[ndim:])):
+            return None
+        numel = 1
+        for d in local[:ndim]:
+            numel *= d
+        if nbytes != numel * _DTYPE_SIZES[dtype]:
+            return None
+        for i in range(n_axes):
+            k, _, rank, count, sd, _, _ = _TENSOR_AXIS.unpack_from(buf, 176 + 32 * i)
+            if not 0 <= k <= 4 or count <= 0 or not 0 <= rank < count or not -1 <= sd < ndim:
+                return None
+        return dtype, list(local[:ndim]), off
+    if length <= _LEGACY_META.size:
+        return None
+    dtype, ndim, *shape = _LEGACY_META.unpack_from(buf, 0)
+    if not 0 <= ndim <= 4 or not 0 <= dtype < len(_TENSOR_DTYPES):
+        return None
+    numel = 1
+    for d in shape[:ndim]:
+        if d < 0:
+            return None
+        numel *= d
+    if length - _LEGACY_META.size != numel * _DTYPE_SIZES[dtype]:
+        return None
+    return dtype, list(shape[:ndim]), _LEGACY_META.size
 
 
 def _tensor_from(buf: Any, length: int) -> Any:
     """The tensor a stored value holds (a view of buf), or None when it is
     not one Mooncake's rules read."""
     import torch
-    if length <= _TENSOR_META.size:
+    meta = _parse_meta(buf, length)
+    if meta is None:
         return None
-    dtype, ndim, *shape = _TENSOR_META.unpack_from(buf, 0)
-    if not 0 <= ndim <= 4 or not 0 <= dtype < len(_TENSOR_DTYPES):
-        return None
+    dtype, shape, off = meta
     tdtype = getattr(torch, _TENSOR_DTYPES[dtype], None)
     if tdtype is None:
         return None  # a dtype this torch does not have
-    # checked here rather than left to torch to refuse: its C++ exceptions
-    # are best not relied on (they abort under a preloaded sanitizer)
-    size = torch.empty((), dtype=tdtype).element_size()
-    numel = 1
-    for d in shape[:ndim]:
-        if d < 0:
-            return None
-        numel *= d
-    if (length - _TENSOR_META.size) != numel * size:
-        return None
-    raw = torch.frombuffer(buf, dtype=torch.uint8, count=length - _TENSOR_META.size,
-                           offset=_TENSOR_META.size)
+    if length == off:  # no elements
+        return torch.empty(shape, dtype=tdtype)
+    raw = torch.frombuffer(buf, dtype=torch.uint8, count=length - off, offset=off)
     t = raw.view(tdtype)
-    return t.reshape(shape[:ndim]) if ndim else t.reshape(())
+    return t.reshape(shape) if shape else t.reshape(())
+
+
+def _serialize_tensor(tensor: Any):
+    """As Mooncake's: (the 304-byte metadata, the data's address, its
+    length, the contiguous tensor that owns it); ValueError when Mooncake
+    would not store it."""
+    parts = _tensor_parts(tensor)
+    if parts is None:
+        raise ValueError("unsupported tensor for Mooncake tensor serialization")
+    meta, data, owner = parts
+    return meta, owner.data_ptr(), data.nbytes, owner
+
+
+def _tensor_metadata_size() -> int:
+    return _TENSOR_META_SIZE
+
+
+def _deserialize_tensor(data: Any) -> Any:
+    """The tensor in [TensorMetadata][bytes] (a copy); ValueError when it is
+    not one."""
+    buf = bytearray(data)
+    t = _tensor_from(buf, len(buf))
+    if t is None:
+        raise ValueError("invalid Mooncake tensor object")
+    return t.clone()
 
 
 def _tp_key(key: str, rank: int) -> str:
@@ -263,13 +360,137 @@ class ReplicaStatus(enum.IntEnum):
 
 
 class BufferDescriptor:
-    """Where a memory copy is: its size, and the node that serves it
-    (kvcache does not hand out addresses in another process)."""
+    """Where a memory copy is (Mooncake's ``Descriptor``): its size, and the
+    node that serves it (kvcache does not hand out addresses in another
+    process: buffer_address is 0).  The fields answer to both of Mooncake's
+    spellings (``size`` and the older ``size_``)."""
 
     def __init__(self, size: int = 0, endpoint: str = ""):
-        self.size_ = size
-        self.buffer_address_ = 0
-        self.transport_endpoint_ = endpoint
+        self.size = size
+        self.buffer_address = 0
+        self.transport_endpoint = endpoint
+
+    size_ = property(lambda self: self.size)
+    buffer_address_ = property(lambda self: self.buffer_address)
+    transport_endpoint_ = property(lambda self: self.transport_endpoint)
+
+    def __repr__(self) -> str:
+        return "<Descriptor size=%d buffer_address=%d transport_endpoint=%s>" % (
+            self.size, self.buffer_address, self.transport_endpoint)
+
+
+Descriptor = BufferDescriptor
+
+
+class ObjectDataType(enum.IntEnum):
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
+class TaskType(enum.IntEnum):
+    REPLICA_COPY = 0
+    REPLICA_MOVE = 1
+
+
+class TaskStatus(enum.IntEnum):
+    PENDING = 0
+    PROCESSING = 1
+    FAILED = 2
+    SUCCESS = 3
+
+
+class QueryTaskResponse:
+    """What Mooncake's query_task answers (kvcache runs no tasks: never
+    made by it, here for code that names the type)."""
+
+    def __init__(self):
+        self.id = (0, 0)
+        self.type = TaskType.REPLICA_COPY
+        self.status = TaskStatus.PENDING
+        self.created_at_ms_epoch = 0
+        self.last_updated_at_ms_epoch = 0
+        self.assigned_client = (0, 0)
+        self.message = ""
+
+
+class ParallelAxis:
+    """One axis of a tensor's parallelism: kind "tp", "dp", "ep" or "pp",
+    this rank and the size, and the split dimension (tp), expert (ep) or
+    stage (pp)."""
+
+    def __init__(self):
+        self.kind = "tp"
+        self.rank = 0
+        self.size = 1
+        self.split_dim: Optional[int] = None
+        self.expert_id: Optional[int] = None
+        self.stage_id: Optional[int] = None
+
+
+class TensorParallelism:
+    def __init__(self):
+        self.axes: List[ParallelAxis] = []
+
+
+class ReadTarget:
+    """How a tensor is read back: "as_stored", "shard" or "full"."""
+
+    _MODES = ("as_stored", "shard", "full")
+
+    def __init__(self):
+        self._mode = "as_stored"
+        self.parallelism: Optional[TensorParallelism] = None
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        v = str(value).lower()
+        if v not in self._MODES:
+            raise RuntimeError("Unsupported ReadTarget mode")
+        self._mode = v
+
+
+def bind_to_numa_node(node: int) -> None:
+    """Run this process on NUMA node's CPUs (as Mooncake's, a failure is
+    only a warning)."""
+    import logging
+    try:
+        with open("/sys/devices/system/node/node%d/cpulist" % int(node)) as f:
+            spec = f.read().strip()
+        cpus = set()
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        os.sched_setaffinity(0, cpus)
+    except (OSError, ValueError) as e:
+        logging.getLogger("kvcache").warning("bind_to_numa_node(%s): %s", node, e)
+
+
+def _libc_func_addr(name: str) -> int:
+    libc = ctypes.CDLL(None)
+    return ctypes.cast(getattr(libc, name), ctypes.c_void_p).value or 0
+
+
+def get_alloc_func_addr() -> int:
+    """The address of a C function void *(size_t) that allocates memory
+    (Mooncake's hugepage allocator; here the C library's malloc)."""
+    return _libc_func_addr("malloc")
+
+
+def get_free_func_addr() -> int:
+    """The address of the matching void (void *)."""
+    return _libc_func_addr("free")
 
 
 class MemoryDescriptor:
@@ -787,10 +1008,13 @@ class MooncakeDistributedStore:
 
     # ---- tensors (Mooncake's serialization: TensorMetadata, then the bytes) ----
     def _put_tensors(self, keys: Sequence[str], tensors: Sequence[Any],
-                     config: Optional[ReplicateConfig], replace: bool = False) -> List[int]:
+                     config: Optional[ReplicateConfig], replace: bool = False,
+                     layouts: Optional[Sequence[tuple]] = None) -> List[int]:
+        """layouts[i]: (global shape, axes) of a shard, or None."""
         out, ks, bufs, sizes, at = [], [], [], [], []
-        for k, t in zip(keys, tensors):
-            parts = _tensor_parts(t)
+        for i, (k, t) in enumerate(zip(keys, tensors)):
+            lay = layouts[i] if layouts else None
+            parts = _tensor_parts(t, *lay) if lay else _tensor_parts(t)
             if parts is None:
                 out.append(INVALID_PARAMS)
                 continue
@@ -869,21 +1093,29 @@ class MooncakeDistributedStore:
         return [_tensor_from((ctypes.c_char * n).from_address(p), n) if n > 0 else None
                 for p, n in zip(buffer_ptrs, res)]
 
-    def _tp_put(self, keys, tensors, config, tp_size, split_dim) -> List[int]:
+    def _tp_put(self, keys, tensors, config, tp_size, split_dim, replace=False) -> List[int]:
+        """Every rank's shard of each tensor as ``key_tp_<rank>``, SHARD
+        metadata (the whole shape, one TP axis); Mooncake shards evenly
+        only (-600 otherwise)."""
         out = [0] * len(keys)
-        ks, ts, owner = [], [], []
+        ks, ts, lays, owner = [], [], [], []
         for i, (k, t) in enumerate(zip(keys, tensors)):
             dim = getattr(t, "dim", None)
             ok = callable(dim) and tp_size > 0 and -dim() <= split_dim < dim()
-            chunks = t.chunk(tp_size, split_dim) if ok else ()
-            if len(chunks) != tp_size:
+            if ok:
+                sd = split_dim % dim()
+                ok = t.shape[sd] % tp_size == 0
+            if not ok:
                 out[i] = INVALID_PARAMS
                 continue
-            for rank, c in enumerate(chunks):
+            step = t.shape[sd] // tp_size
+            for rank in range(tp_size):
                 ks.append(_tp_key(k, rank))
-                ts.append(c.contiguous())
+                ts.append(t.narrow(sd, rank * step, step).contiguous())
+                lays.append((list(t.shape), [(_AXIS_TP, rank, tp_size, sd, step)]))
                 owner.append(i)
-        for i, r in zip(owner, self._put_tensors(ks, ts, config) if ks else []):
+        res = self._put_tensors(ks, ts, config, replace, lays) if ks else []
+        for i, r in zip(owner, res):
             if r != 0 and out[i] == 0:
                 out[i] = r  # the first error wins, as Mooncake's
         return out
@@ -940,6 +1172,145 @@ class MooncakeDistributedStore:
         keys = list(base_keys) if tp_size <= 1 else [_tp_key(k, tp_rank) for k in base_keys]
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
 
+    # ---- tensors already laid out as Mooncake stores them ----
+    @staticmethod
+    def _tensor_buffer_ok(buffer_ptr: int, size: int) -> bool:
+        if not buffer_ptr or size < _TENSOR_META_SIZE:
+            return False
+        import ctypes
+        return _parse_meta((ctypes.c_char * size).from_address(buffer_ptr), size) is not None
+
+    def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
+        """buffer_ptr holds [TensorMetadata][bytes] (in registered memory):
+        stored as it is, 0; -600 when it is not a tensor Mooncake reads."""
+        if self._client is None or not self._tensor_buffer_ok(buffer_ptr, size):
+            return INVALID_PARAMS
+        return self.put_from(key, buffer_ptr, size)
+
+    def batch_put_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                              sizes: Sequence[int]) -> List[int]:
+        """As Mooncake's: one buffer that is not a tensor fails them all."""
+        if not keys:
+            return []
+        if (self._client is None or not (len(keys) == len(buffer_ptrs) == len(sizes)) or
+                not all(self._tensor_buffer_ok(p, n) for p, n in zip(buffer_ptrs, sizes))):
+            return [INVALID_PARAMS] * len(keys)
+        return self.batch_put_from(keys, buffer_ptrs, sizes)
+
+    def upsert_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
+        if self._client is None or not self._tensor_buffer_ok(buffer_ptr, size):
+            return INVALID_PARAMS
+        return self.upsert_from(key, buffer_ptr, size)
+
+    def batch_upsert_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                                 sizes: Sequence[int]) -> List[int]:
+        if not keys:
+            return []
+        if (self._client is None or not (len(keys) == len(buffer_ptrs) == len(sizes)) or
+                not all(self._tensor_buffer_ok(p, n) for p, n in zip(buffer_ptrs, sizes))):
+            return [INVALID_PARAMS] * len(keys)
+        return self.batch_upsert_from(keys, buffer_ptrs, sizes)
+
+    def _tensor_at(self, buffer_ptr: int, size: int) -> Any:
+        if not buffer_ptr or size <= 0:
+            return None
+        import ctypes
+        return _tensor_from((ctypes.c_char * size).from_address(buffer_ptr), size)
+
+    def put_tensor_with_tp_from(self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0,
+                                tp_size: int = 1, split_dim: int = 0) -> int:
+        """The whole tensor at buffer_ptr, stored as every rank's shard."""
+        if tp_size <= 1:
+            return self.put_tensor_from(key, buffer_ptr, size)
+        t = self._tensor_at(buffer_ptr, size) if self._client is not None else None
+        if t is None:
+            return INVALID_PARAMS
+        return self._tp_put([key], [t], None, tp_size, split_dim)[0]
+
+    def batch_put_tensor_with_tp_from(self, base_keys: Sequence[str],
+                                      buffer_ptrs: Sequence[int], sizes: Sequence[int],
+                                      tp_rank: int = 0, tp_size: int = 1,
+                                      split_dim: int = 0) -> List[int]:
+        if tp_size <= 1:
+            return self.batch_put_tensor_from(base_keys, buffer_ptrs, sizes)
+        if self._client is None or not (len(base_keys) == len(buffer_ptrs) == len(sizes)):
+            return [INVALID_PARAMS] * len(base_keys)
+        out = [INVALID_PARAMS] * len(base_keys)
+        ks, ts, at = [], [], []
+        for i, (k, p, n) in enumerate(zip(base_keys, buffer_ptrs, sizes)):
+            t = self._tensor_at(p, n)
+            if t is not None:
+                ks.append(k)
+                ts.append(t)
+                at.append(i)
+        for i, r in zip(at, self._tp_put(ks, ts, None, tp_size, split_dim) if ks else []):
+            out[i] = r
+        return out
+
+    def upsert_pub_tensor(self, key: str, tensor: Any,
+                          config: Optional[ReplicateConfig] = None) -> int:
+        if self._client is None or not _config_ok(config):
+            return INVALID_PARAMS
+        return self._put_tensors([key], [tensor], config, replace=True)[0]
+
+    def batch_upsert_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any],
+                                config: Optional[ReplicateConfig] = None) -> List[int]:
+        if (self._client is None or len(keys) != len(tensors_list) or not keys or
+                not _config_ok(config)):
+            return [INVALID_PARAMS] * len(keys)
+        return self._put_tensors(keys, tensors_list, config, replace=True)
+
+    def get_tensor_into_cuda(self, key: str, tensor: Any) -> int:
+        """Mooncake reads into CUDA memory through a dummy client's CUDA
+        IPC only; kvcache has no GPU path: -600, as Mooncake answers a
+        client that cannot."""
+        return INVALID_PARAMS
+
+    def batch_get_tensor_into_cuda(self, keys: Sequence[str],
+                                   tensors_list: Sequence[Any]) -> List[int]:
+        return [INVALID_PARAMS] * len(keys)
+
+    def alloc_from_mem_pool(self, size: int) -> int:
+        """0, as Mooncake's real (not dummy) client answers: memory to put
+        from comes from ``register_buffer`` or ``BufferHandle``."""
+        return 0
+
+    def get_offload_rpc_read_count(self) -> int:
+        return 0
+
+    def save_tensor_to_safetensor(self, key: str, file_name: Optional[str] = None) -> int:
+        """The tensor key holds, saved with safetensors as {key: tensor} to
+        file_name (the key when not given): 0; -1100 when key holds no
+        tensor; -600 when it cannot be saved (or safetensors is missing)."""
+        if self._client is None:
+            return INVALID_PARAMS
+        t = self.get_tensor(key)
+        if t is None:
+            return FILE_NOT_FOUND
+        try:
+            from safetensors.torch import save_file
+            save_file({key: t.contiguous()}, file_name or key)
+        except Exception:  # noqa: BLE001 -- Mooncake's answer to any failure
+            return INVALID_PARAMS
+        return 0
+
+    def load_tensor_from_safetensor(self, key: Optional[str] = None,
+                                    file_name: Optional[str] = None) -> Any:
+        """The tensor named key in file_name (the first one when key is not
+        there), stored under key (file_name when None): the tensor, or None."""
+        if self._client is None or not file_name:
+            return None
+        try:
+            from safetensors.torch import load_file
+            loaded = load_file(file_name)
+        except Exception:  # noqa: BLE001
+            return None
+        if not loaded:
+            return None
+        name = key if key in loaded else next(iter(loaded))
+        t = loaded[name]
+        return t if self.put_tensor(key if key is not None else file_name, t) == 0 else None
+
     # ---- replicas, tasks and segments ----
     def _self_id(self, c) -> str:
         """This node's id in the cluster (the name ``where`` gives it)."""
@@ -984,11 +1355,12 @@ class MooncakeDistributedStore:
 
     def create_copy_task(self, key: str, targets: Sequence[str]):
         """(task id, code): kvcache copies with push_to; tasks are not
-        supported (UNAVAILABLE_IN_CURRENT_MODE)."""
-        return (None, UNAVAILABLE_IN_CURRENT_MODE)
+        supported: ((0, 0), UNAVAILABLE_IN_CURRENT_MODE), Mooncake's form
+        of a failure."""
+        return ((0, 0), UNAVAILABLE_IN_CURRENT_MODE)
 
     def create_move_task(self, key: str, source: str, target: str):
-        return (None, UNAVAILABLE_IN_CURRENT_MODE)
+        return ((0, 0), UNAVAILABLE_IN_CURRENT_MODE)
 
     def query_task(self, task_id):
         return (None, UNAVAILABLE_IN_CURRENT_MODE)
@@ -1094,6 +1466,12 @@ class MooncakeHostMemAllocator:
             bufs.clear()
         _release_client(self._client)
 
+
+# the enums' values at module level, as pybind11's export_values() leaves
+# them (TaskStatus's PROCESSING and FAILED are exported last and win)
+for _e in (ObjectDataType, ReplicaStatus, TaskType, TaskStatus):
+    globals().update({_m.name: _m for _m in _e})
+del _e
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction",
            "MooncakeHostMemAllocator", "mooncake_code"]

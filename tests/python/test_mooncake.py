@@ -691,3 +691,48 @@ def test_tensor_buffers_and_helpers(store):
     assert mc.get_alloc_func_addr() and mc.get_free_func_addr()
     mc.bind_to_numa_node(0)
     assert repr(mc.Descriptor(7, "n")).startswith("<Descriptor size=7")
+
+
+def test_buffer_pool(store):
+    """BufferPool hands out leases of registered memory (rounded to size
+    classes) that the store puts from and gets into; a pool at max_bytes
+    waits for a lease to come back or raises; a lease whose buffer is still
+    viewed cannot be released; closed, it hands out nothing."""
+    import threading
+    pool = mc.BufferPool(store, max_bytes=12 << 20, min_size_class=64 << 10,
+                         alignment=4 << 20)
+    with pool.acquire(100_000) as a, pool.buffer(100_000) as b:
+        assert a.size == 100_000 and a.ptr and b.ptr and a.ptr != b.ptr
+        src = a.buffer
+        src[:] = bytes(range(256)) * 390 + bytes(160)
+        assert store.put_from("pooled", a.ptr, a.size) == 0
+        assert store.get_into("pooled", b.ptr, b.size) == 100_000
+        dst = b.buffer
+        assert bytes(dst) == bytes(src)
+        with pytest.raises(RuntimeError):
+            a.release()  # src views it
+        del src, dst
+    # 12 MiB in all, 4 MiB regions: the small leases' class took one, two
+    # leases of 3 MiB (a 4 MiB class) take the rest
+    x = pool.acquire(3 << 20)
+    y = pool.acquire(3 << 20)
+    with pytest.raises(RuntimeError):
+        pool.acquire(3 << 20, block=False)
+    with pytest.raises(RuntimeError):
+        pool.acquire(3 << 20, timeout=0.05)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(pool.acquire(3 << 20, timeout=10)))
+    waiter.start()
+    x.release()
+    waiter.join()
+    assert got and got[0].ptr == x.ptr
+    got[0].release()
+    y.release()
+    with pytest.raises(RuntimeError):
+        pool.acquire(0)
+    pool.prewarm(4096, 4)
+    pool.close()
+    with pytest.raises(RuntimeError):
+        pool.acquire(4096)
+    assert mc.RegisteredBufferPool is mc.BufferPool
+    assert mc.RegisteredBufferLease is mc.BufferLease

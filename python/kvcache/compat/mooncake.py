@@ -48,6 +48,7 @@ import re
 import socket as _socket
 import struct
 import threading
+import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 from .. import _kvcache
@@ -1466,6 +1467,183 @@ class MooncakeHostMemAllocator:
             bufs.clear()
         _release_client(self._client)
 
+
+class BufferLeaseView:
+    """A lease's bytes (the buffer protocol); its ``buffer`` is a memoryview
+    of them.  While one lives, the lease cannot be released."""
+
+    __slots__ = ()
+
+    @property
+    def buffer(self) -> memoryview:
+        return memoryview(self).cast("B")
+
+
+@functools.lru_cache(maxsize=256)
+def _view_type(size: int):
+    return type("BufferLeaseView", (BufferLeaseView, ctypes.c_ubyte * size), {})
+
+
+class BufferLease:
+    """size bytes of a BufferPool's registered memory, until ``release()``
+    (or the end of a ``with``): put from them and get into them with the
+    store (the daemon copies)."""
+
+    def __init__(self, pool: "BufferPool", ptr: int, size: int, cls: int):
+        self._pool = pool
+        self._ptr = ptr
+        self._size = size
+        self._cls = cls
+        self._views: List[Any] = []
+
+    @property
+    def ptr(self) -> int:
+        return self._ptr
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def buffer(self) -> memoryview:
+        if self._pool is None:
+            raise RuntimeError("the lease was released")
+        v = _view_type(self._size).from_address(self._ptr)
+        self._views.append(weakref.ref(v))
+        return memoryview(v).cast("B")
+
+    def release(self) -> None:
+        if self._pool is None:
+            return
+        if any(r() is not None for r in self._views):
+            raise RuntimeError("the lease's buffer is still in use (a view of it is alive)")
+        pool, self._pool = self._pool, None
+        pool._give_back(self._ptr, self._cls)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.release()
+
+
+class BufferPool:
+    """Registered memory handed out in leases, as Mooncake's BufferPool:
+    sizes are rounded up to a power of two from ``min_size_class``; a class
+    takes memory from the daemon (a registered buffer, so puts and gets are
+    the daemon's copies) ``alignment`` bytes at a time, up to ``max_bytes``
+    in all (0: twice the daemon's dram, at most 1 GiB) and ``max_regions``
+    regions; a request larger than ``max_size_class`` gets a region of its
+    own.  When the pool is exhausted ``acquire`` waits (``block``, up to
+    ``timeout`` seconds) for a lease to come back, or raises RuntimeError."""
+
+    def __init__(self, store: "MooncakeDistributedStore", max_bytes: int = 0,
+                 min_size_class: int = 64 * 1024, max_size_class: Optional[int] = None,
+                 alignment: int = 8 * 1024 * 1024, block_on_exhaustion: bool = True,
+                 default_timeout: Optional[float] = None, max_regions: Optional[int] = None,
+                 prewarm_size: Optional[int] = None, prewarm_count: int = 0):
+        if store is None or store._client is None:
+            raise RuntimeError("BufferPool needs a store that is set up")
+        if min_size_class <= 0 or alignment <= 0:
+            raise RuntimeError("min_size_class and alignment must be positive")
+        self._client = store._c()
+        if not max_bytes:
+            dram = 0
+            try:
+                dram = next(int(t["capacity"]) for t in self._client.status()["tiers"]
+                            if t["name"] == "dram")
+            except (OSError, KeyError, StopIteration, TypeError, ValueError):
+                pass
+            max_bytes = min(2 * dram, 1 << 30) if dram else 1 << 30
+        self._max_bytes = max_bytes
+        self._min = 1 << (min_size_class - 1).bit_length()
+        self._max_cls = max_size_class or alignment
+        self._align = alignment
+        self._block = block_on_exhaustion
+        self._timeout = default_timeout
+        self._max_regions = max_regions
+        self._cond = threading.Condition()
+        self._free: Dict[int, List[int]] = {}
+        self._regions: List[Any] = []
+        self._bytes = 0
+        self._out = 0
+        self._closed = False
+
+    def _class_of(self, size: int) -> int:
+        cls = max(self._min, 1 << (size - 1).bit_length())
+        return cls if cls <= self._max_cls else size
+
+    def _grow(self, cls: int) -> bool:
+        """A new region for class cls (under the lock); False when the
+        pool may not grow."""
+        region = max(cls, self._align) if cls <= self._max_cls else cls
+        region = (region + self._align - 1) // self._align * self._align
+        if self._bytes + region > self._max_bytes:
+            return False
+        if self._max_regions is not None and len(self._regions) >= self._max_regions:
+            return False
+        try:
+            buf = self._client.buffer_alloc(region)
+        except OSError:
+            return False
+        with _lock:
+            _allocations(self._client)[buf.ptr] = buf
+        self._regions.append(buf)
+        self._bytes += region
+        step = cls if cls <= self._max_cls else region
+        self._free.setdefault(cls, []).extend(
+            buf.ptr + off for off in range(0, region - step + 1, step))
+        return True
+
+    def acquire(self, size: int, block: Optional[bool] = None,
+                timeout: Optional[float] = None) -> BufferLease:
+        if size <= 0:
+            raise RuntimeError("a lease of %d bytes" % size)
+        cls = self._class_of(size)
+        block = self._block if block is None else block
+        timeout = self._timeout if timeout is None else timeout
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: self._closed or self._free.get(cls) or self._grow(cls),
+                timeout=timeout if block else 0)
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            if not ok:
+                raise RuntimeError("the pool is exhausted (%d bytes in %d regions)" %
+                                   (self._bytes, len(self._regions)))
+            ptr = self._free[cls].pop()
+            self._out += 1
+        return BufferLease(self, ptr, size, cls)
+
+    buffer = acquire
+
+    def _give_back(self, ptr: int, cls: int) -> None:
+        with self._cond:
+            self._out -= 1
+            if not self._closed:
+                self._free.setdefault(cls, []).append(ptr)
+            self._cond.notify_all()
+
+    def prewarm(self, size: int, count: int) -> None:
+        """As Mooncake's: nothing (the daemon's memory is warm already)."""
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            regions, self._regions = self._regions, []
+            self._free.clear()
+            self._cond.notify_all()
+        with _lock:
+            allocs = _allocations(self._client)
+            for buf in regions:
+                allocs.pop(buf.ptr, None)
+        for buf in regions:
+            buf.free()
+
+
+RegisteredBufferPool = BufferPool
+RegisteredBufferLease = BufferLease
+RegisteredBufferLeaseView = BufferLeaseView
 
 # the enums' values at module level, as pybind11's export_values() leaves
 # them (TaskStatus's PROCESSING and FAILED are exported last and win)

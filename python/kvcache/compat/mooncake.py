@@ -1181,36 +1181,35 @@ class MooncakeDistributedStore:
         import ctypes
         return _parse_meta((ctypes.c_char * size).from_address(buffer_ptr), size) is not None
 
-    def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
-        """buffer_ptr holds [TensorMetadata][bytes] (in registered memory):
-        stored as it is, 0; -600 when it is not a tensor Mooncake reads."""
+    def _tensor_from_buffer(self, put, key: str, buffer_ptr: int, size: int) -> int:
         if self._client is None or not self._tensor_buffer_ok(buffer_ptr, size):
             return INVALID_PARAMS
-        return self.put_from(key, buffer_ptr, size)
+        return put(key, buffer_ptr, size)
 
-    def batch_put_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
-                              sizes: Sequence[int]) -> List[int]:
+    def _tensors_from_buffers(self, put, keys, buffer_ptrs, sizes) -> List[int]:
         """As Mooncake's: one buffer that is not a tensor fails them all."""
         if not keys:
             return []
         if (self._client is None or not (len(keys) == len(buffer_ptrs) == len(sizes)) or
                 not all(self._tensor_buffer_ok(p, n) for p, n in zip(buffer_ptrs, sizes))):
             return [INVALID_PARAMS] * len(keys)
-        return self.batch_put_from(keys, buffer_ptrs, sizes)
+        return put(keys, buffer_ptrs, sizes)
+
+    def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
+        """buffer_ptr holds [TensorMetadata][bytes] (in registered memory):
+        stored as it is, 0; -600 when it is not a tensor Mooncake reads."""
+        return self._tensor_from_buffer(self.put_from, key, buffer_ptr, size)
+
+    def batch_put_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                              sizes: Sequence[int]) -> List[int]:
+        return self._tensors_from_buffers(self.batch_put_from, keys, buffer_ptrs, sizes)
 
     def upsert_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
-        if self._client is None or not self._tensor_buffer_ok(buffer_ptr, size):
-            return INVALID_PARAMS
-        return self.upsert_from(key, buffer_ptr, size)
+        return self._tensor_from_buffer(self.upsert_from, key, buffer_ptr, size)
 
     def batch_upsert_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                                  sizes: Sequence[int]) -> List[int]:
-        if not keys:
-            return []
-        if (self._client is None or not (len(keys) == len(buffer_ptrs) == len(sizes)) or
-                not all(self._tensor_buffer_ok(p, n) for p, n in zip(buffer_ptrs, sizes))):
-            return [INVALID_PARAMS] * len(keys)
-        return self.batch_upsert_from(keys, buffer_ptrs, sizes)
+        return self._tensors_from_buffers(self.batch_upsert_from, keys, buffer_ptrs, sizes)
 
     def _tensor_at(self, buffer_ptr: int, size: int) -> Any:
         if not buffer_ptr or size <= 0:

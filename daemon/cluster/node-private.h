@@ -108,7 +108,7 @@ struct node {
 	char id[PEER_MAX_ID + 1];
 	char address[PEER_MAX_ID + 1];
 	uint64_t generation;
-	int listen_fd;
+	int listen_fd, spare_fd; /* spare_fd: kept for net_accept() */
 	struct loop_source *listen_src, *timer, *poller;
 	struct link links[MAX_MASTERS];
 	unsigned n_links;
@@ -198,6 +198,8 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);
 void remote_expire(struct node *n, uint64_t now);
 void remote_accept(struct node *n, int fd);
+/* A peer connection refused at accept: counted, and logged once in 10 s. */
+void remote_refused(struct node *n, const char *why);
 void remote_feed(struct node *n, int fd);
 void remote_fetch_all(struct node *n, const char *const *keys, const uint64_t *lens, size_t k,
 		      const char *address, void (*tick)(void *u), void *u, bool *got);

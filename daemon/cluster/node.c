@@ -394,14 +394,20 @@ static const struct backend_ops remote_ops = {
 
 static void on_peer(struct loop_source *s, int fd, uint32_t events, void *u)
 {
+	struct node *n = u;
+
 	(void) s;
 	(void) events;
 	for (;;) {
-		int c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int c = net_accept(fd, &n->spare_fd);
 
+		if (c == -EMFILE) {
+			remote_refused(n, "out of file descriptors");
+			continue;
+		}
 		if (c < 0)
 			return;
-		remote_accept(u, c);
+		remote_accept(n, c);
 	}
 }
 
@@ -548,7 +554,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	peer_arena_init(&n->answers);
 	n->cfg = cfg;
 	n->loop = st->loop;
-	n->listen_fd = -1;
+	n->listen_fd = n->spare_fd = -1;
 	n->ttl_s = 10;
 	n->timeout_ms = cfg->remote_timeout_ms;
 	n->streams = cfg->data_streams;
@@ -611,6 +617,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	r = choose_transport(n, cfg, listen.host, err, err_len);
 	if (r < 0)
 		goto fail;
+	n->spare_fd = net_spare_fd(n->listen_fd);
 	r = loop_add_io(n->loop, n->listen_fd, EPOLLIN, on_peer, n, &n->listen_src);
 	if (r < 0)
 		goto fail_msg;
@@ -655,6 +662,8 @@ void node_teardown(struct node *n)
 	loop_source_free(n->timer);
 	if (n->listen_fd >= 0)
 		close(n->listen_fd);
+	if (n->spare_fd >= 0)
+		close(n->spare_fd);
 	rdma_free(n->rdma); /* after the data threads: none is in a transfer */
 	peer_arena_done(&n->answers);
 	explicit_bzero(&n->secret, sizeof(n->secret));

@@ -752,6 +752,18 @@ static void ps_event(struct loop_source *s, int fd, uint32_t events, void *u)
 	ps_process(ps);
 }
 
+void remote_refused(struct node *n, const char *why)
+{
+	/* counted and said (once in 10 s), so a flood is told apart from a
+	 * dead holder */
+	n->c.refused++;
+	if (loop_now_ms(n->loop) >= n->srv.refused_logged_ms + 10000) {
+		n->srv.refused_logged_ms = loop_now_ms(n->loop);
+		log_warn("refusing peer connections (%u served): %s (stat peer_refused)",
+			 n->srv.n_serving, why);
+	}
+}
+
 void remote_accept(struct node *n, int fd)
 {
 	static const struct holder_ops ops = { 0 };
@@ -779,14 +791,7 @@ void remote_accept(struct node *n, int fd)
 		ps_free(same >= HS_PER_SOURCE ? oldest : n->srv.hs_head);
 	}
 	if (n->srv.n_serving >= MAX_SERVING || !(ps = calloc(1, sizeof(*ps)))) {
-		/* counted and said (once in 10 s), so a flood is told apart
-		 * from a dead holder */
-		n->c.refused++;
-		if (loop_now_ms(n->loop) >= n->srv.refused_logged_ms + 10000) {
-			n->srv.refused_logged_ms = loop_now_ms(n->loop);
-			log_warn("refusing peer connections: %u in use (stat peer_refused)",
-				 n->srv.n_serving);
-		}
+		remote_refused(n, n->srv.n_serving >= MAX_SERVING ? "all in use" : "out of memory");
 		close(fd);
 		return;
 	}

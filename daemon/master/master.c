@@ -99,7 +99,7 @@ struct mconn {
 struct master {
 	struct loop *loop;
 	struct master_config cfg;
-	int listen_fd;
+	int listen_fd, spare_fd; /* spare_fd: kept for net_accept() */
 	uint16_t port;
 	struct loop_source *listen_src, *ttl_timer;
 	struct mconn *conns;
@@ -930,6 +930,17 @@ static void conn_event(struct loop_source *s, int fd, uint32_t events, void *u)
 	loop_set_io_events(c->src, EPOLLIN | (pconn_wants_write(&c->pc) ? EPOLLOUT : 0));
 }
 
+/* A connection refused at accept: counted, and logged once in 10 s. */
+static void refused(struct master *m, const char *why)
+{
+	m->full++;
+	if (loop_now_ms(m->loop) >= m->full_logged_ms + 10000) {
+		m->full_logged_ms = loop_now_ms(m->loop);
+		log_warn("refusing connections (%u open): %s (metric connections_refused_full)",
+			 m->n_conns, why);
+	}
+}
+
 static struct mconn *adopt(struct master *m, int cfd)
 {
 	struct mconn *c;
@@ -956,13 +967,7 @@ static struct mconn *adopt(struct master *m, int cfd)
 		conn_close(same >= HS_PER_SOURCE ? oldest : m->hs_head, NULL);
 	}
 	if (m->n_conns >= CONN_MAX || !(c = calloc(1, sizeof(*c)))) {
-		/* counted and said (once in 10 s) */
-		m->full++;
-		if (loop_now_ms(m->loop) >= m->full_logged_ms + 10000) {
-			m->full_logged_ms = loop_now_ms(m->loop);
-			log_warn("refusing connections: %u in use (metric "
-				 "connections_refused_full)", m->n_conns);
-		}
+		refused(m, m->n_conns >= CONN_MAX ? "all in use" : "out of memory");
 		close(cfd);
 		return NULL;
 	}
@@ -1000,9 +1005,13 @@ static void on_accept(struct loop_source *s, int fd, uint32_t events, void *u)
 	(void) s;
 	(void) events;
 	for (;;) {
-		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int cfd = net_accept(fd, &m->spare_fd);
 		struct mconn *c;
 
+		if (cfd == -EMFILE) {
+			refused(m, "out of file descriptors");
+			continue;
+		}
 		if (cfd < 0)
 			return;
 		/* a node's Hello is usually here already: read it now, so a
@@ -1037,7 +1046,7 @@ int master_new(struct loop *l, const struct master_config *cfg, struct master **
 		return -ENOMEM;
 	m->loop = l;
 	m->cfg = *cfg;
-	m->listen_fd = -1;
+	m->listen_fd = m->spare_fd = -1;
 	r = dir_init(&m->dir);
 	if (r < 0)
 		goto fail;
@@ -1047,6 +1056,7 @@ int master_new(struct loop *l, const struct master_config *cfg, struct master **
 	r = net_local_port(m->listen_fd, &m->port);
 	if (r < 0)
 		goto fail;
+	m->spare_fd = net_spare_fd(m->listen_fd);
 	r = loop_add_io(l, m->listen_fd, EPOLLIN, on_accept, m, &m->listen_src);
 	if (r < 0)
 		goto fail;
@@ -1071,6 +1081,8 @@ void master_free(struct master *m)
 	loop_source_free(m->ttl_timer);
 	if (m->listen_fd >= 0)
 		close(m->listen_fd);
+	if (m->spare_fd >= 0)
+		close(m->spare_fd);
 	if (m->dir.b)
 		dir_done(&m->dir);
 	free(m);

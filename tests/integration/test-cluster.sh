@@ -875,7 +875,44 @@ print("%d connections made, %d open" % (len(conns), alive))
 PY
 	[ "$(stat_of A peer_refused)" -ge 1 ] || fail "refusals not counted"
 	grep -q "refusing peer connections" "$dir/A.log" || fail "refusals not logged"
-	ctl B --local-only rm --force k >/dev/null 2>&1 || true
+	# A out of file descriptors: connections past them are refused (a
+	# descriptor kept in reserve makes room to take each and close it),
+	# counted, and B fetches from A again once they are gone
+	head -c 65536 /dev/urandom >"$dir/v"
+	ctl A put k "$dir/v"
+	until_ok ctl B exists k
+	before=$(stat_of A peer_refused)
+	open_fds=$(ls "/proc/$pid_A/fd" | wc -l)
+	hard=$(awk '/^Max open files/ { print $5 }' "/proc/$pid_A/limits")
+	prlimit --pid "$pid_A" --nofile=$((open_fds + 8)):"$hard" || fail "prlimit"
+	python3 - "$port" <<'PY' || fail "out of descriptors"
+import socket, sys, time
+body = b"\x08\x01\x10\x02\x22\x05flood\x30\x01"
+hello = b"\x4b\x50\x01\x01" + len(body).to_bytes(4, "little") + (1).to_bytes(4, "little") + bytes(4) + body
+conns = []
+for _ in range(40):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2,
+                                 source_address=("127.0.0.5", 0))
+    s.sendall(hello)
+    conns.append(s)
+time.sleep(0.5)
+alive = 0
+for s in conns:
+    s.setblocking(False)
+    try:
+        alive += s.recv(4096) != b""
+    except BlockingIOError:
+        alive += 1
+    except OSError:
+        pass
+print("out of descriptors: %d of %d open" % (alive, len(conns)))
+sys.exit(0 if alive < len(conns) else 1)
+PY
+	prlimit --pid "$pid_A" --nofile="$hard":"$hard"
+	# (logged too, once in 10 s: the refusals above were)
+	[ "$(stat_of A peer_refused)" -gt "$before" ] || fail "refusals for want of descriptors not counted"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' get k '$dir/got'"
+	cmp -s "$dir/got" "$dir/v" || fail "wrong bytes after"
 	;;
 corrupt-in-flight)
 	start_master 0

@@ -41,15 +41,6 @@ int net_connect_sa(const struct net_sockaddr *sa, int *ret_fd);
 
 /* A non-blocking listening socket (SO_REUSEADDR, close-on-exec). */
 int net_listen(const struct net_addr *a, int *ret_fd);
-/* The next connection waiting on a listening socket: its fd (non-blocking,
- * close-on-exec), -EAGAIN when none waits, -EMFILE when the process was out
- * of descriptors and one was refused (closed at once) to make room: count
- * it and call again; other -errno.  *spare is a descriptor kept in reserve
- * for that (net_spare_fd(); -1: none), so a full table refuses connections
- * instead of leaving them to wake the loop again and again. */
-int net_accept(int listen_fd, int *spare);
-/* A descriptor to keep in reserve for net_accept() (-1 on failure). */
-int net_spare_fd(int listen_fd);
 /* The port a listening socket got (for port 0). */
 int net_local_port(int fd, uint16_t *ret);
 /* Start a non-blocking connect: 0 with *ret_fd (connecting or connected:

@@ -99,30 +99,6 @@ static int resolve(const struct net_addr *a, bool passive, struct addrinfo **ret
 	return 0;
 }
 
-int net_spare_fd(int listen_fd)
-{
-	return fcntl(listen_fd, F_DUPFD_CLOEXEC, 0);
-}
-
-int net_accept(int listen_fd, int *spare)
-{
-	int c = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), e;
-
-	if (c >= 0)
-		return c;
-	e = errno;
-	if (e == EWOULDBLOCK)
-		return -EAGAIN;
-	if ((e != EMFILE && e != ENFILE) || *spare < 0)
-		return -e;
-	close(*spare);
-	c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-	if (c >= 0)
-		close(c);
-	*spare = net_spare_fd(listen_fd);
-	return c >= 0 ? -EMFILE : -EAGAIN;
-}
-
 int net_listen(const struct net_addr *a, int *ret_fd)
 {
 	struct addrinfo *ai, *p;

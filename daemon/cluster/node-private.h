@@ -108,7 +108,7 @@ struct node {
 	char id[PEER_MAX_ID + 1];
 	char address[PEER_MAX_ID + 1];
 	uint64_t generation;
-	int listen_fd, spare_fd; /* spare_fd: kept for net_accept() */
+	int listen_fd, spare_fd; /* spare_fd: kept for accept_next() */
 	struct loop_source *listen_src, *timer, *poller;
 	struct link links[MAX_MASTERS];
 	unsigned n_links;

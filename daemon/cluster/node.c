@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "index.h"
+#include "accept.h"
 #include "log.h"
 #include "net.h"
 #include "node.h"
@@ -399,7 +400,7 @@ static void on_peer(struct loop_source *s, int fd, uint32_t events, void *u)
 	(void) s;
 	(void) events;
 	for (;;) {
-		int c = net_accept(fd, &n->spare_fd);
+		int c = accept_next(fd, &n->spare_fd);
 
 		if (c == -EMFILE) {
 			remote_refused(n, "out of file descriptors");
@@ -617,7 +618,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	r = choose_transport(n, cfg, listen.host, err, err_len);
 	if (r < 0)
 		goto fail;
-	n->spare_fd = net_spare_fd(n->listen_fd);
+	n->spare_fd = accept_spare(n->listen_fd);
 	r = loop_add_io(n->loop, n->listen_fd, EPOLLIN, on_peer, n, &n->listen_src);
 	if (r < 0)
 		goto fail_msg;

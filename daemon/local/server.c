@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "accept.h"
 #include "log.h"
 #include "session.h"
 
@@ -94,22 +95,38 @@ static int open_socket(struct server *sv)
 	return 0;
 }
 
+/* Said once in 10 s: a client that cannot be taken in (out of file
+ * descriptors, or of memory) is told so by its connection's end. */
+static void refused(struct server *sv, const char *what)
+{
+	uint64_t now = loop_now_ms(sv->loop);
+
+	if (now >= sv->refused_logged_ms + 10000) {
+		sv->refused_logged_ms = now;
+		log_warn("refusing clients: %s", what);
+	}
+}
+
 static void on_accept(struct loop_source *src, int fd, uint32_t revents, void *userdata)
 {
 	struct server *sv = userdata;
 
 	for (;;) {
-		int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		int cfd = accept_next(fd, &sv->spare_fd);
 
+		if (cfd == -EMFILE) {
+			refused(sv, "out of file descriptors");
+			continue;
+		}
+		if (cfd == -EINTR)
+			continue;
 		if (cfd < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN)
-				log_warn("Failed to accept a client: %m");
+			if (cfd != -EAGAIN)
+				refused(sv, strerror(-cfd));
 			return;
 		}
 		if (session_new(sv, cfd) < 0)
-			log_warn("Failed to set up a client session");
+			refused(sv, "a session could not be set up (out of file descriptors or memory)");
 	}
 }
 
@@ -129,7 +146,7 @@ int server_setup(struct server *sv)
 	sigset_t mask;
 	int r;
 
-	sv->listen_fd = sv->signal_fd = sv->lock_fd = -1;
+	sv->listen_fd = sv->signal_fd = sv->lock_fd = sv->spare_fd = -1;
 	signal(SIGPIPE, SIG_IGN);
 	/* blocked in every thread (they inherit it): signals arrive through
 	 * signalfd only */
@@ -146,6 +163,7 @@ int server_setup(struct server *sv)
 	r = open_socket(sv);
 	if (r < 0)
 		return r;
+	sv->spare_fd = accept_spare(sv->listen_fd);
 	return loop_add_io(sv->loop, sv->listen_fd, EPOLLIN, on_accept, sv, &sv->listen_src);
 }
 
@@ -171,5 +189,7 @@ void server_teardown(struct server *sv)
 	}
 	if (sv->signal_fd >= 0)
 		close(sv->signal_fd);
-	sv->listen_fd = sv->lock_fd = sv->signal_fd = -1;
+	if (sv->spare_fd >= 0)
+		close(sv->spare_fd);
+	sv->listen_fd = sv->lock_fd = sv->signal_fd = sv->spare_fd = -1;
 }

@@ -67,6 +67,8 @@ struct server {
 	char socket_path[sizeof(((struct config *) 0)->socket)];
 	char lock_path[sizeof(((struct config *) 0)->socket) + 8];
 	int listen_fd, signal_fd, lock_fd;
+	int spare_fd;               /* kept for accept_next() */
+	uint64_t refused_logged_ms; /* clients refused at accept: logged once in 10 s */
 	struct loop_source *listen_src, *signal_src;
 	struct loop_source *channels_src, *space_timer, *put_wait_timer;
 	struct timespec started;

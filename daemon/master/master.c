@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "accept.h"
 #include "log.h"
 #include "loop.h"
 #include "master.h"
@@ -99,7 +100,7 @@ struct mconn {
 struct master {
 	struct loop *loop;
 	struct master_config cfg;
-	int listen_fd, spare_fd; /* spare_fd: kept for net_accept() */
+	int listen_fd, spare_fd; /* spare_fd: kept for accept_next() */
 	uint16_t port;
 	struct loop_source *listen_src, *ttl_timer;
 	struct mconn *conns;
@@ -1005,7 +1006,7 @@ static void on_accept(struct loop_source *s, int fd, uint32_t events, void *u)
 	(void) s;
 	(void) events;
 	for (;;) {
-		int cfd = net_accept(fd, &m->spare_fd);
+		int cfd = accept_next(fd, &m->spare_fd);
 		struct mconn *c;
 
 		if (cfd == -EMFILE) {
@@ -1056,7 +1057,7 @@ int master_new(struct loop *l, const struct master_config *cfg, struct master **
 	r = net_local_port(m->listen_fd, &m->port);
 	if (r < 0)
 		goto fail;
-	m->spare_fd = net_spare_fd(m->listen_fd);
+	m->spare_fd = accept_spare(m->listen_fd);
 	r = loop_add_io(l, m->listen_fd, EPOLLIN, on_accept, m, &m->listen_src);
 	if (r < 0)
 		goto fail;

@@ -36,6 +36,24 @@ start_daemon() {
 }
 
 case $case_name in
+clients-out-of-fds)
+	# kvcached out of file descriptors: clients past them are refused
+	# (a descriptor kept in reserve takes each and closes it) and said
+	# once, not left waiting to wake the loop again and again (which
+	# logged a line each time); once they go, a client is served
+	start_daemon
+	open_fds=$(ls "/proc/$pid/fd" | wc -l)
+	hard=$(awk '/^Max open files/ { print $5 }' "/proc/$pid/limits")
+	prlimit --pid "$pid" --nofile=$((open_fds + 6)):"$hard" || fail "prlimit"
+	python3 "$(dirname "$0")/hello-flood.py" unix "$sock" 60 >"$dir/conns" || fail "connect"
+	read -r made open <"$dir/conns"
+	echo "out of descriptors: $open of $made clients open"
+	[ "$made" = 60 ] && [ "$open" -lt 60 ] || fail "clients past the descriptors were kept"
+	prlimit --pid "$pid" --nofile="$hard":"$hard"
+	ctl status >/dev/null || fail "a client after the others went"
+	n=$(grep -c "refusing clients" "$dir/daemon.log" || true)
+	[ "$n" -ge 1 ] && [ "$n" -le 2 ] || fail "refusals said $n times"
+	;;
 config-fifo)
 	# a FIFO as --config or MOONCAKE_CONFIG_PATH is refused at once
 	mkfifo "$dir/fifo"

@@ -129,6 +129,37 @@ def test_block_gone_between_lookup_and_load(daemon, policy):
     b.shutdown()
 
 
+def test_hit_outlives_pressure_until_its_load(daemon):
+    """The scheduler's lookup leases what it finds: a pool filled twice over
+    between that lookup and the workers' load evicts every other block
+    (a prompt stored after it, never looked up, is gone) but not these."""
+    import kvcache
+    a = vh.Engine(vh.config(daemon))
+    a.run_one("a", prompt(60))
+    a.run_one("a2", prompt(61))  # newer than "a": evicted first if nothing is leased
+    b = vh.Engine(vh.config(daemon, load_async=False))
+    other = b.connector.store.keys(
+        vh.Request("c", prompt(61), 3, vh.block_hasher(b.hash_block_size)).block_hashes)
+    orig_lookup = b.connector.store.lookup
+    filler = kvcache.Client(daemon)
+    chunk = bytes(2 << 20)
+
+    def lookup_then_fill(hashes, all_ranks=True):
+        n = orig_lookup(hashes, all_ranks)
+        for i in range(256):  # 512 MiB through a 256 MiB dram tier
+            assert filler.put("fill/%d" % i, chunk) == 0
+        return n
+    b.connector.store.lookup = lookup_then_fill
+    b.run_one("b", prompt(60))
+    assert b.stat("hit_tokens") == 64 and b.stat("load_blocks") == 4
+    assert b.stat("load_errors") == 0
+    assert not any(filler.batch_exists(other))
+    filler.remove_prefix("fill/", force=True)
+    filler.close()
+    a.shutdown()
+    b.shutdown()
+
+
 def test_preemption(daemon):
     """A cache too small for two requests: vLLM preempts one, frees its
     blocks, and looks it up again when it resumes."""

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvcache/kvcache.h"
@@ -349,11 +350,46 @@ out:
  * of the daemon's segments once after connect -- an atomic add of 0, a
  * write fault that changes no byte, even under a concurrent writer -- so
  * the engine pays it off its critical path.  KVCACHE_WARM=0 turns it off.
+ *
+ * It touches only while the client is quiet: a slice at a time, when it
+ * waits for nothing (every tag free) and submitted nothing in the last
+ * WARM_QUIET_NS (its submission ring's tail did not move).  Idle priority is not enough where the CPUs
+ * are the limit: a fresh client's fetches from another node ran at two
+ * thirds of their speed while its warming took the moments the daemons'
+ * threads were waiting for it.  An engine connects long before it loads
+ * (it loads its model first), so its warming is over by its first request.
  */
+#define WARM_SLICE (2u << 20)
+#define WARM_QUIET_NS 2000000
+
+static uint32_t warm_sq_tail(struct kvc_client *c)
+{
+	return __atomic_load_n(&c->chan.sq.r->tail, __ATOMIC_RELAXED);
+}
+
+/* Until the client is quiet; false: stop. */
+static bool warm_wait_quiet(struct kvc_client *c, uint32_t *seen)
+{
+	const struct timespec quiet = { 0, WARM_QUIET_NS };
+
+	for (;;) {
+		uint32_t now = warm_sq_tail(c);
+
+		if (__atomic_load_n(&c->warm_stop, __ATOMIC_RELAXED))
+			return false;
+		if (now == *seen &&
+		    __atomic_load_n(&c->chan.n_free, __ATOMIC_RELAXED) == CHAN_TAGS)
+			return true;
+		*seen = now;
+		nanosleep(&quiet, NULL);
+	}
+}
+
 static void *warm_main(void *arg)
 {
 	struct kvc_client *c = arg;
 	struct sched_param sp = { 0 };
+	uint32_t seen = warm_sq_tail(c);
 
 	pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
 	for (size_t i = 0; i < c->n_segs; i++) {
@@ -361,8 +397,7 @@ static void *warm_main(void *arg)
 		uint64_t step = c->segs[i].hugepages ? 2u << 20 : 4096;
 
 		for (uint64_t off = 0; off < c->segs[i].size; off += step) {
-			if ((off & ((8u << 20) - 1)) == 0 &&
-			    __atomic_load_n(&c->warm_stop, __ATOMIC_RELAXED))
+			if ((off & (WARM_SLICE - 1)) == 0 && !warm_wait_quiet(c, &seen))
 				return NULL;
 			__atomic_fetch_add(base + off, 0, __ATOMIC_RELAXED);
 			__atomic_fetch_add(&c->warmed, step, __ATOMIC_RELAXED);

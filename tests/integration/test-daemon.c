@@ -399,6 +399,40 @@ static uint64_t rss_shmem(pid_t pid)
 	return (uint64_t) kb << 10;
 }
 
+/* A client's warming waits while the client waits for something: an
+ * operation submitted and not reaped holds it back (at most the slice it
+ * was touching goes on); reaped, it warms every page. */
+static void test_warm_waits_for_a_quiet_client(void)
+{
+	struct test_daemon td;
+	struct kvc_client *c;
+	struct kvc_segment seg[8];
+	struct kvc_completion done;
+	struct kvc_op op = { .opcode = KVC_OP_EXISTS, .key = "warm/nothing", .user_data = 7 };
+	uint64_t total = 0, w0, w1;
+	int n, i;
+
+	test_daemon_start(&td, "--dram-size", "1GiB", "--hugepages", "off", NULL);
+	CHECK_EQ(kvc_connect(td.socket, &c), 0);
+	CHECK_EQ(kvc_submit(c, &op, 1), 1);
+	w0 = kvc_warmed_bytes(c);
+	usleep(300 * 1000);
+	w1 = kvc_warmed_bytes(c);
+	CHECK(w1 - w0 <= (2u << 20));
+	CHECK(w1 < (1ull << 30));
+	CHECK_EQ(kvc_wait(c, &done, 1, 1, 5000), 1);
+	CHECK_EQ(done.user_data, 7);
+	CHECK_EQ(done.res, 0);
+	n = kvc_segments(c, seg, 8);
+	for (int s = 0; s < n; s++)
+		total += seg[s].len;
+	for (i = 0; i < 3000 && kvc_warmed_bytes(c) < total; i++)
+		usleep(10000);
+	CHECK_EQ(kvc_warmed_bytes(c), total);
+	kvc_disconnect(c);
+	test_daemon_stop(&td);
+}
+
 /* The daemon faults its tiers in at start (4 KiB pages too), and a client
  * touches its mappings of them on a thread of its own: both pay the first
  * touch of each page ahead of the data path.  --prefault off and
@@ -480,5 +514,6 @@ int main(void)
 	test_peer_credentials();
 	test_hugepages();
 	test_warm_memory();
+	test_warm_waits_for_a_quiet_client();
 	return 0;
 }

@@ -124,6 +124,7 @@ struct buffer_maker {
 	int efd;                 /* wakes a sleeping loop */
 	struct loop_source *bell, *poller;
 	unsigned warming;        /* atomic: warm threads running */
+	uint64_t warmed;         /* atomic: bytes of buffers faulted in */
 };
 
 /*
@@ -152,10 +153,18 @@ static void *warm_main(void *arg)
 				loop_mm_pause();
 		}
 		__atomic_fetch_add(base + off, 0, __ATOMIC_RELAXED);
+		if (((off + 4096) & ((8u << 20) - 1)) == 0 || off + 4096 >= b->seg.size)
+			__atomic_fetch_add(&m->warmed, (off & ((8u << 20) - 1)) + 4096,
+					   __ATOMIC_RELAXED);
 	}
 	handoff_push_wake(&m->done, j, next, m->efd);
 	__atomic_fetch_sub(&m->warming, 1, __ATOMIC_RELEASE); /* last: teardown waits */
 	return NULL;
+}
+
+uint64_t buffer_warmed_bytes(struct server *sv)
+{
+	return sv->maker ? __atomic_load_n(&sv->maker->warmed, __ATOMIC_RELAXED) : 0;
 }
 
 static void buffer_warm(struct server *sv, struct buffer *b)

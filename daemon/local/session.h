@@ -153,6 +153,8 @@ int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t
 void buffer_forget(struct session *s);
 int buffer_setup(struct server *sv);
 void buffer_teardown(struct server *sv);
+/* Bytes of registered buffers faulted in so far (--prefault). */
+uint64_t buffer_warmed_bytes(struct server *sv);
 void session_buffer_made(struct session *s, uint32_t seq, int r, uint64_t handle, int fd,
 			 uint64_t size);
 void buffer_free(struct session *s, struct buffer *b);

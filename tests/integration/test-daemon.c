@@ -473,6 +473,11 @@ static void test_warm_memory(void)
 		for (i = 0; i < 2000 && named_rss(td.pid, "kvcache-buffer") != (32u << 20); i++)
 			usleep(10000);
 		CHECK_EQ(named_rss(td.pid, "kvcache-buffer"), 32u << 20);
+		/* the counter says how far: all of b, and what went of gone */
+		for (i = 0; i < 2000 && test_counter(c, "buffer_prefaulted_bytes") < (32u << 20); i++)
+			usleep(10000);
+		CHECK(test_counter(c, "buffer_prefaulted_bytes") >= (32u << 20));
+		CHECK(test_counter(c, "buffer_prefaulted_bytes") <= (288u << 20));
 		CHECK_EQ(kvc_buffer_free(c, &b), 0);
 	}
 	kvc_disconnect(c);
@@ -494,6 +499,7 @@ static void test_warm_memory(void)
 		CHECK_EQ(kvc_buffer_alloc(c, 32u << 20, &b), 0);
 		usleep(200 * 1000);
 		CHECK(named_rss(td.pid, "kvcache-buffer") < (16u << 20));
+		CHECK_EQ(test_counter(c, "buffer_prefaulted_bytes"), 0);
 		CHECK_EQ(kvc_buffer_free(c, &b), 0);
 	}
 	kvc_disconnect(c);

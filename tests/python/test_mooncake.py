@@ -218,6 +218,10 @@ def test_shim_import(daemon):
         assert s.setup({"ipc_socket_path": daemon}) == 0
         assert s.put("shim", b"ok") == 0 and s.get("shim") == b"ok"
         assert isinstance(store_mod.ReplicateConfig(), ReplicateConfig)
+        for name in ("EngramStore", "EngramStoreConfig", "MooncakeDistributedNoFRegister",
+                     "ParallelAxis", "TensorParallelism", "ReadTarget",
+                     "_get_pyclient_from_wrapper", "_serialize_tensor"):
+            assert getattr(store_mod, name) is getattr(mc, name), name
         s.remove("shim", force=True)
         s.close()
         config_mod = importlib.import_module("mooncake.mooncake_config")
@@ -736,3 +740,346 @@ def test_buffer_pool(store):
         pool.acquire(4096)
     assert mc.RegisteredBufferPool is mc.BufferPool
     assert mc.RegisteredBufferLease is mc.BufferLease
+
+
+def _axis(kind, rank, size, split_dim=None, expert_id=None, stage_id=None):
+    a = mc.ParallelAxis()
+    a.kind, a.rank, a.size = kind, rank, size
+    a.split_dim, a.expert_id, a.stage_id = split_dim, expert_id, stage_id
+    return a
+
+
+def _par(*axes):
+    p = mc.TensorParallelism()
+    p.axes = list(axes)
+    return p
+
+
+def _target(mode, par=None):
+    t = mc.ReadTarget()
+    t.mode = mode
+    t.parallelism = par
+    return t
+
+
+class _Writer:
+    def __init__(self, rank, size, split_dim):
+        self.rank, self.size, self.split_dim = rank, size, split_dim
+
+
+def _layout(raw):
+    """(layout kind, global, local, axes) of a stored tensor object."""
+    import struct
+    kind = struct.unpack_from("<I", raw, 16)[0]
+    ndim = struct.unpack_from("<i", raw, 12)[0]
+    g = list(struct.unpack_from("<8q", raw, 40))
+    loc = list(struct.unpack_from("<8q", raw, 104))
+    n = struct.unpack_from("<I", raw, 168)[0]
+    axes = [struct.unpack_from("<iiiiiiq", raw, 176 + 32 * i) for i in range(4)]
+    assert g[ndim:] == [-1] * (8 - ndim) and loc[ndim:] == [-1] * (8 - ndim)
+    assert all(a == (0,) * 7 for a in axes[n:])  # unused axes are zero
+    return kind, g[:ndim], loc[:ndim], axes[:n]
+
+
+def _manifest_of(raw):
+    import struct
+    assert len(raw) == 96
+    magic, ver, hsize, dtype, ndim, sd, count, res = struct.unpack_from("<IHHiiiii", raw, 0)
+    assert (magic, ver, hsize, res) == (0x574D414E, 1, 96, 0)
+    return dtype, list(struct.unpack_from("<8q", raw, 32)[:ndim]), sd, count
+
+
+def test_tensor_parallelism_writes(store):
+    """The *_with_parallelism writes store what Mooncake's do, under its
+    keys: a single TP axis takes this rank's shard and writes the
+    parallelism manifest; TP with other axes takes the whole tensor and
+    stores this rank's shard under the canonical key (DP, TP, EP, PP order,
+    whatever order was given), axes recorded as given; DP/EP/PP alone store
+    the tensor as it is; a writer partition stores its part and the writer
+    manifest; refusals are -600."""
+    torch = pytest.importorskip("torch")
+    full = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    # one TP axis: the input is the shard; the global shape is inferred
+    shard = full[:, 3:].contiguous()
+    assert store.put_tensor_with_parallelism("w", shard, _par(_axis("TP", 1, 2, 1))) == 0
+    raw = store.get("w_tp_1")
+    assert len(raw) == 304 + 48
+    assert raw[:4] == b"NOOM"
+    # Mooncake's worked example: SHARD, global [4,6], local [4,3], TP 1 of 2 on dim 1
+    assert _layout(raw) == (1, [4, 6], [4, 3], [(1, 0, 1, 2, 1, 0, 3)])
+    assert _manifest_of(store.get("w__parallelism_manifest")) == (0, [4, 6], 1, 2)
+    # TP + DP, given TP first: the whole tensor in, rank 1's rows out
+    par = _par(_axis("tp", 1, 2, 0), _axis("dp", 0, 2))
+    assert store.put_tensor_with_parallelism("m", full, par) == 0
+    raw = store.get("m__dp_0of2__tp_1of2_sd0")
+    assert _layout(raw) == (1, [4, 6], [2, 6], [(1, 0, 1, 2, 0, 0, 2), (0, 1, 0, 2, -1, 0, 0)])
+    assert torch.equal(mc._deserialize_tensor(raw), full[2:])
+    assert _manifest_of(store.get("m__parallelism_manifest")) == (0, [4, 6], 0, 2)
+    # EP and PP alone: stored as they are, their ids in the key and the header
+    assert store.put_tensor_with_parallelism("e", full, _par(_axis("pp", 1, 2, stage_id=7),
+                                                             _axis("ep", 1, 4, expert_id=3))) == 0
+    raw = store.get("e__ep_1of4_eid3__pp_1of2_sid7")
+    assert _layout(raw) == (1, [4, 6], [4, 6], [(3, 0, 1, 2, -1, 7, 0), (2, 1, 1, 4, -1, 3, 0)])
+    assert store.get("e__parallelism_manifest") == b""
+    # a writer's partition of the whole tensor
+    assert store.put_tensor_with_parallelism("wp", full, writer_partition=_Writer(1, 3, 1)) == 0
+    raw = store.get("wp__writer_1of3_sd1")
+    assert _layout(raw) == (1, [4, 6], [4, 2], [(1, 0, 1, 3, 1, 0, 2)])
+    assert torch.equal(mc._deserialize_tensor(raw), full[:, 2:4])
+    assert _manifest_of(store.get("wp__writer_manifest")) == (0, [4, 6], 1, 3)
+    # no parallelism: the whole tensor under key
+    assert store.put_tensor_with_parallelism("plain", full) == 0
+    assert torch.equal(store.get_tensor("plain"), full)
+    # refused as Mooncake refuses them
+    bad = [
+        (full, _par(_axis("tp", 0, 4, 1), _axis("dp", 0, 1))),  # 6 columns in 4: uneven
+        (full, _par(_axis("tp", 0, 2))),                    # TP without a split dim
+        (full, _par(_axis("dp", 0, 2, 0))),                 # DP with one
+        (full, _par(_axis("ep", 0, 2))),                    # EP without an expert
+        (full, _par(_axis("pp", 0, 2))),                    # PP without a stage
+        (full, _par(_axis("tp", 2, 2, 0))),                 # rank out of range
+        (full, _par(_axis("tp", 0, 2, 0), _axis("TP", 1, 2, 0))),  # a kind twice
+        (full, _par(_axis("xp", 0, 2))),                    # no such kind
+        (full, _par()),                                     # no axes
+        (full, _par(_axis("tp", 0, 2, 5))),                 # split dim past the last
+        (b"bytes", _par(_axis("dp", 0, 2))),                # not a tensor
+    ]
+    for i, (t, p) in enumerate(bad):
+        assert store.put_tensor_with_parallelism("bad%d" % i, t, p) == -600, i
+    assert store.put_tensor_with_parallelism("bad", full, _par(_axis("dp", 0, 2)),
+                                             writer_partition=_Writer(0, 2, 0)) == -600
+    assert store.put_tensor_with_parallelism("bad", full, writer_partition=_Writer(0, 4, 1)) == -600
+    assert store.put_tensor_with_parallelism("bad", full, writer_partition=(0, 2, 0)) == -600
+    assert store._c().list("bad") == []  # nothing of them stored
+    # put keeps what is there (0), upsert replaces it
+    assert store.put_tensor_with_parallelism("plain", full * 2) == 0
+    assert torch.equal(store.get_tensor("plain"), full)
+    assert store.upsert_tensor_with_parallelism("plain2", full) == 0
+    assert store.upsert_tensor_with_parallelism("plain2", full * 2) == 0
+    assert torch.equal(store.get_tensor("plain2"), full * 2)
+    # batches: one answer per key, each element as the single call
+    res = store.batch_put_tensor_with_parallelism(
+        ["b0", "b1", "b2"], [full, full, full],
+        [_par(_axis("dp", 1, 2)), None, _par(_axis("tp", 0, 4, 1), _axis("dp", 0, 1))])
+    assert res == [0, 0, -600]
+    assert store.get_tensor("b0__dp_1of2") is not None and store.get_tensor("b1") is not None
+    assert store.batch_put_tensor_with_parallelism(["x", "y"], [full]) == [-600, -600]
+    assert store.batch_put_tensor_with_parallelism(["x"], [full], (None,)) == [-600]
+    assert store.batch_put_tensor_with_parallelism(["x"], [full], [None], None,
+                                                   [None]) == [-600]
+    assert store.batch_upsert_tensor_with_parallelism(
+        ["bw", "bw"], [full, full], writer_partitions=[_Writer(0, 2, 0),
+                                                       _Writer(1, 2, 0)]) == [0, 0]
+    assert torch.equal(store.get_tensor_with_parallelism("bw", _target("full")), full)
+
+
+def test_tensor_parallelism_reads(store):
+    """Reads as Mooncake's: as stored; a shard stored as asked, or cut from
+    the shards of another TP size; the whole tensor rebuilt from its shards
+    (by the manifest, or the shards alone), from a writer's partitions, into
+    registered memory; None whenever a shard is missing or the request does
+    not fit."""
+    torch = pytest.importorskip("torch")
+    full = torch.arange(48, dtype=torch.int32).reshape(8, 6)
+    for r in range(2):  # two TP ranks, each putting its shard
+        shard = full[r * 4:(r + 1) * 4].contiguous()
+        assert store.put_tensor_with_parallelism("r", shard, _par(_axis("tp", r, 2, 0))) == 0
+    tp2 = _par(_axis("tp", 1, 2, 0))
+    assert torch.equal(store.get_tensor_with_parallelism("r", _target("shard", tp2)), full[4:])
+    assert torch.equal(store.get_tensor_with_parallelism("r", _target("full", tp2)), full)
+    # another TP size: rank 3 of 4 and rank 0 of 1, cut from the two shards
+    tp4 = _par(_axis("tp", 3, 4, 0))
+    assert torch.equal(store.get_tensor_with_parallelism("r", _target("shard", tp4)), full[6:])
+    assert torch.equal(store.get_tensor_with_parallelism("r", _target("full", tp4)), full)
+    # a parallelism only goes with shard or full; a split that does not fit
+    assert store.get_tensor_with_parallelism("r", _target("as_stored", tp2)) is None
+    # 8 rows in 3 do not split: as Mooncake's, the shard read falls back to
+    # <key>_tp_<rank> as it is stored (the into form gives nothing)
+    tp3 = _target("shard", _par(_axis("tp", 0, 3, 0)))
+    assert torch.equal(store.get_tensor_with_parallelism("r", tp3), full[:4])
+    assert store.get_tensor_with_parallelism("r", _target("full", _par(
+        _axis("tp", 0, 2, 1)))) is None  # stored split on dim 0
+    assert store.get_tensor_with_parallelism("absent", _target("full", tp2)) is None
+    # target None or as_stored: the object as it is
+    assert torch.equal(store.get_tensor_with_parallelism("r_tp_0"), full[:4])
+    assert torch.equal(store.get_tensor_with_parallelism("r_tp_0", _target("as_stored")),
+                       full[:4])
+    # a shard missing: no whole tensor
+    assert store.remove("r_tp_1", force=True) == 0  # (read: leased)
+    assert store.get_tensor_with_parallelism("r", _target("full", tp2)) is None
+    # the whole tensor from a buffer: every rank's shard, no manifest; read
+    # back from the shards alone, with DP and EP coordinates too
+    meta, _, _, owner = mc._serialize_tensor(full)
+    obj = np.frombuffer(meta + owner.numpy().tobytes(), dtype=np.uint8)
+    buf = np.zeros(1 << 16, dtype=np.uint8)
+    assert store.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    buf[:obj.size] = obj
+    par = _par(_axis("ep", 0, 2, expert_id=5), _axis("tp", 0, 3, 1))
+    assert store.put_tensor_with_parallelism_from("f", buf.ctypes.data, obj.size, par) == 0
+    for r in range(3):
+        raw = store.get("f__tp_%dof3_sd1__ep_0of2_eid5" % r)
+        assert _layout(raw)[3] == [(2, 0, 0, 2, -1, 5, 0), (1, 1, r, 3, 1, 0, 2)]
+    assert store.get("f__parallelism_manifest") == b""
+    assert torch.equal(store.get_tensor_with_parallelism("f", _target("full", par)), full)
+    assert torch.equal(store.get_tensor_with_parallelism("f", _target("shard", _par(
+        _axis("tp", 2, 3, 1), _axis("ep", 0, 2, expert_id=5)))), full[:, 4:])
+    other_expert = _par(_axis("ep", 0, 2, expert_id=6), _axis("tp", 0, 3, 1))
+    assert store.get_tensor_with_parallelism("f", _target("full", other_expert)) is None
+    assert store.put_tensor_with_parallelism_from("g", buf.ctypes.data, obj.size,
+                                                  _par(_axis("tp", 0, 4, 1))) == -600
+    assert store.put_tensor_with_parallelism_from("g", 0, 0, _par(_axis("dp", 0, 2))) == -600
+    # a writer's partitions, put from the whole tensor in the buffer
+    for r in range(2):
+        assert store.put_tensor_with_parallelism_from("wr", buf.ctypes.data, obj.size,
+                                                      writer_partition=_Writer(r, 2, 1)) == 0
+    assert torch.equal(store.get_tensor_with_parallelism("wr", _target("full")), full)
+    assert torch.equal(store.get_tensor_with_parallelism("wr", _target("shard", _par(
+        _axis("tp", 1, 2, 1)))), full[:, 3:])
+    # full with no writer manifest: the key as stored, or nothing
+    assert store.put_tensor("whole", full) == 0
+    assert torch.equal(store.get_tensor_with_parallelism("whole", _target("full")), full)
+    assert store.get_tensor_with_parallelism("none", _target("full")) is None
+    # into registered memory: [TensorMetadata][bytes], a tensor over it
+    out = buf.ctypes.data + 8192
+    t = store.get_tensor_with_parallelism_into("f", out, 4096, _target("full", par))
+    assert torch.equal(t, full)
+    raw = bytes(buf[8192:8192 + 304 + full.numel() * 4])
+    assert _layout(raw) == (0, [8, 6], [8, 6], [])
+    t[0, 0] = 99  # a view of the buffer, not a copy
+    assert buf[8192 + 304:8192 + 308].view(np.int32)[0] == 99
+    t = store.get_tensor_with_parallelism_into("r_tp_0", out, 4096)
+    assert torch.equal(t, full[:4])
+    assert store.get_tensor_with_parallelism_into("f", out, 100, _target("full", par)) is None
+    assert store.get_tensor_with_parallelism_into("r", out, 4096, tp3) is None
+    private = np.zeros(4096, dtype=np.uint8)  # not registered
+    assert store.get_tensor_with_parallelism_into("f", private.ctypes.data, 4096,
+                                                  _target("full", par)) is None
+    # batches
+    got = store.batch_get_tensor_with_parallelism(
+        ["f", "wr", "r"], [_target("full", par), _target("full"), _target("full", tp2)])
+    assert torch.equal(got[0], full) and torch.equal(got[1], full) and got[2] is None
+    assert store.batch_get_tensor_with_parallelism(["f"], [None, None]) == [None]
+    assert torch.equal(store.batch_get_tensor_with_parallelism(["whole"])[0], full)
+    got = store.batch_get_tensor_with_parallelism_into(
+        ["f", "r_tp_0"], [out, out + 2048], [2048, 2048], [_target("full", par), None])
+    assert torch.equal(got[0], full) and torch.equal(got[1], full[:4])
+    assert store.batch_get_tensor_with_parallelism_into(["f"], [out], []) == [None]
+    assert store.unregister_buffer(buf.ctypes.data) == 0
+
+
+def test_engram_store_and_capsule(store, daemon):
+    """EngramStore keeps a layer's tables a head per key and looks rows up
+    across heads; it takes the store, or anything whose
+    _get_pyclient_capsule() gives the store's capsule; NVMe-oF registration
+    answers Mooncake's OPERATION_FAILED."""
+    cfg = mc.EngramStoreConfig()
+    assert cfg.table_vocab_sizes == [1024] and cfg.embedding_dim == 64
+    cfg.table_vocab_sizes, cfg.embedding_dim = [5, 3], 4
+    assert MooncakeDistributedStore()._get_pyclient_capsule() is None  # not set up
+
+    class Wrapper:
+        def _get_pyclient_capsule(self):
+            return store._get_pyclient_capsule()
+    es = mc.EngramStore(2, cfg, Wrapper())
+    assert es.get_store_keys() == ["engram:l2:h0", "engram:l2:h1"]
+    assert es.get_num_heads() == 2 and es.get_embedding_dim() == 4
+    assert es.get_table_vocab_sizes() == [5, 3]
+    tables = [np.arange(20, dtype=np.float32).reshape(5, 4),
+              -np.arange(12, dtype=np.float64).reshape(3, 4)]  # cast to float32
+    es.populate(tables)
+    assert store.get("engram:l2:h0") == tables[0].tobytes()
+    ids = np.array([[[4, 2], [0, 0]]], dtype=np.int64)  # [B=1, L=2, H=2]
+    out = es.lookup(ids)
+    assert out.shape == (1, 2, 2, 4) and out.dtype == np.float32
+    assert (out[0, 0, 0] == tables[0][4]).all() and (out[0, 0, 1] == tables[1][2]).all()
+    assert (out[0, 1, 1] == tables[1][0]).all()
+    with pytest.raises(RuntimeError):
+        es.lookup(np.array([[[5, 0]]]))  # past head 0's vocabulary
+    with pytest.raises(RuntimeError):
+        es.populate(tables)  # stored already
+    with pytest.raises(RuntimeError):
+        mc.EngramStore(2, cfg, store).populate(tables[:1])
+    assert mc.EngramStore(2, cfg, store).remove_from_store(force=True) == 2
+    assert es.remove_from_store() == 0
+    with pytest.raises(RuntimeError):
+        es.lookup(ids)  # gone
+    bad = mc.EngramStoreConfig()
+    bad.table_vocab_sizes = []
+    with pytest.raises(ValueError):
+        mc.EngramStore(0, bad)
+    with pytest.raises(RuntimeError):
+        mc.EngramStore(0, cfg, object())
+
+    class Forged:
+        def _get_pyclient_capsule(self):
+            return mc._get_pyclient_from_wrapper(store)  # unnamed
+    with pytest.raises(RuntimeError):
+        mc.EngramStore(0, cfg, Forged())
+    nof = mc.MooncakeDistributedNoFRegister()
+    assert nof.real_register("nqn", 1, "10.0.0.1", 4420, 0, 1024, "127.0.0.1:50051") == -1
+    assert nof.real_unregister_by_endpoint("nqn", 1, "10.0.0.1", 4420, "127.0.0.1:50051") == -1
+
+
+# Mooncake's binding (store_py.cpp at 3b5a594): the class's methods and the
+# module's names, every one of which a program may use
+_MOONCAKE_METHODS = [
+    "_get_pyclient_capsule", "alloc_from_mem_pool", "allocate_and_mount_segment",
+    "batch_get_buffer", "batch_get_into", "batch_get_into_multi_buffer_ranges",
+    "batch_get_into_multi_buffers", "batch_get_replica_desc", "batch_get_session_end",
+    "batch_get_session_start", "batch_get_tensor", "batch_get_tensor_into",
+    "batch_get_tensor_into_cuda", "batch_get_tensor_with_parallelism",
+    "batch_get_tensor_with_parallelism_into", "batch_get_tensor_with_tp",
+    "batch_get_tensor_with_tp_into", "batch_is_exist", "batch_pub_tensor",
+    "batch_pub_tensor_with_tp", "batch_put_from", "batch_put_from_multi_buffer_ranges",
+    "batch_put_from_multi_buffers", "batch_put_session_end", "batch_put_session_revoke",
+    "batch_put_session_start", "batch_put_tensor", "batch_put_tensor_from",
+    "batch_put_tensor_with_parallelism", "batch_put_tensor_with_parallelism_from",
+    "batch_put_tensor_with_tp", "batch_put_tensor_with_tp_from", "batch_remove",
+    "batch_replica_clear", "batch_upsert_from", "batch_upsert_pub_tensor",
+    "batch_upsert_tensor", "batch_upsert_tensor_from", "batch_upsert_tensor_with_parallelism",
+    "batch_upsert_tensor_with_parallelism_from", "close", "create_copy_task",
+    "create_move_task", "get", "get_batch", "get_buffer", "get_hostname", "get_into",
+    "get_into_ranges", "get_offload_rpc_read_count", "get_replica_desc", "get_size",
+    "get_tensor", "get_tensor_into", "get_tensor_into_cuda", "get_tensor_with_parallelism",
+    "get_tensor_with_parallelism_into", "get_tensor_with_tp", "get_tensor_with_tp_into",
+    "health_check", "init_all", "is_exist", "load_tensor_from_safetensor", "mount_segment",
+    "pub_tensor", "pub_tensor_with_tp", "put", "put_batch", "put_from",
+    "put_from_with_metadata", "put_parts", "put_tensor", "put_tensor_from",
+    "put_tensor_with_parallelism", "put_tensor_with_parallelism_from", "put_tensor_with_tp",
+    "put_tensor_with_tp_from", "register_buffer", "remove", "remove_all", "remove_by_regex",
+    "save_tensor_to_safetensor", "setup", "setup_dummy", "unmount_and_free_segment",
+    "unmount_local_disk_segment", "unmount_segment", "unregister_buffer", "upsert",
+    "upsert_batch", "upsert_from", "upsert_parts", "upsert_pub_tensor", "upsert_tensor",
+    "upsert_tensor_from", "upsert_tensor_with_parallelism",
+    "upsert_tensor_with_parallelism_from",
+]
+_MOONCAKE_MODULE = [
+    "_serialize_tensor", "_tensor_metadata_size", "_deserialize_tensor",
+    "_get_pyclient_from_wrapper", "bind_to_numa_node", "get_alloc_func_addr",
+    "get_free_func_addr", "ObjectDataType", "SoftPinAction", "ReplicaStatus", "TaskType",
+    "TaskStatus", "ReplicateConfig", "MemoryDescriptor", "DiskDescriptor", "ReplicaDescriptor",
+    "Descriptor", "QueryTaskResponse", "BufferHandle", "BufferLeaseView", "BufferLease",
+    "BufferPool", "MooncakeHostMemAllocator", "ParallelAxis", "TensorParallelism",
+    "ReadTarget", "MooncakeDistributedNoFRegister", "MooncakeDistributedStore",
+    "EngramStoreConfig", "EngramStore", "RegisteredBufferPool", "RegisteredBufferLease",
+    "RegisteredBufferLeaseView",
+]
+
+
+def test_every_mooncake_name(daemon):
+    """Nothing Mooncake's binding defines is an AttributeError here."""
+    missing = [n for n in _MOONCAKE_METHODS if not callable(getattr(MooncakeDistributedStore,
+                                                                    n, None))]
+    assert missing == []
+    assert len(_MOONCAKE_METHODS) == 97 and len(_MOONCAKE_MODULE) == 33
+    assert [n for n in _MOONCAKE_MODULE if not hasattr(mc, n)] == []
+    shim = os.environ.get("KVCACHE_SHIM_DIR")
+    if shim:
+        sys.path.insert(0, shim)
+        try:
+            store_mod = importlib.import_module("mooncake.store")
+            assert [n for n in _MOONCAKE_MODULE if not hasattr(store_mod, n)] == []
+        finally:
+            sys.path.remove(shim)
+            for m in ["mooncake.store", "mooncake"]:
+                sys.modules.pop(m, None)

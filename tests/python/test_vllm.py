@@ -135,11 +135,11 @@ def test_hit_outlives_pressure_until_its_load(daemon):
     (a prompt stored after it, never looked up, is gone) but not these."""
     import kvcache
     a = vh.Engine(vh.config(daemon))
-    a.run_one("a", prompt(60))
-    a.run_one("a2", prompt(61))  # newer than "a": evicted first if nothing is leased
+    a.run_one("a", prompt(130))
+    a.run_one("a2", prompt(131))  # newer than "a": evicted first if nothing is leased
     b = vh.Engine(vh.config(daemon, load_async=False))
     other = b.connector.store.keys(
-        vh.Request("c", prompt(61), 3, vh.block_hasher(b.hash_block_size)).block_hashes)
+        vh.Request("c", prompt(131), 3, vh.block_hasher(b.hash_block_size)).block_hashes)
     orig_lookup = b.connector.store.lookup
     filler = kvcache.Client(daemon)
     chunk = bytes(2 << 20)
@@ -150,7 +150,7 @@ def test_hit_outlives_pressure_until_its_load(daemon):
             assert filler.put("fill/%d" % i, chunk) == 0
         return n
     b.connector.store.lookup = lookup_then_fill
-    b.run_one("b", prompt(60))
+    b.run_one("b", prompt(130))
     assert b.stat("hit_tokens") == 64 and b.stat("load_blocks") == 4
     assert b.stat("load_errors") == 0
     assert not any(filler.batch_exists(other))

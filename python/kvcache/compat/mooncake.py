@@ -43,10 +43,10 @@ import ctypes
 import enum
 import errno
 import functools
+import logging
 import os
 import re
 import socket as _socket
-import struct
 import threading
 import weakref
 from typing import Any, Dict, List, Optional, Sequence
@@ -90,160 +90,21 @@ _TENANT = "\x1ftenant\x1f"  # the reserved prefix of the tenants' namespaces
 _ESCAPED = _TENANT + "\x1f"   # the default tenant's keys that begin with it
 
 
-# Tensors as Mooncake stores them: its TensorMetadata (integration_utils.h),
-# 304 bytes, then the tensor's bytes, so either store reads what the other
-# wrote.  A 40-byte header: magic "NOOM", version 1, header size 304, int32
-# dtype, int32 ndim, layout (FULL 0, SHARD 1), flags, data offset, data
-# bytes; then the layout: the global and the local shape (int64[8], -1
-# past ndim), the axis count and 4 axes of (kind, index, rank, count,
-# split_dim, reserved, int64 local extent).  Little-endian, as on the
-# machines Mooncake runs on.
-_TENSOR_MAGIC = 0x4D4F4F4E
-_TENSOR_HDR = struct.Struct("<IHHiiIIQQ")
-_TENSOR_SHAPE = struct.Struct("<8q")
-_TENSOR_AXES = struct.Struct("<II")
-_TENSOR_AXIS = struct.Struct("<iiiiiiq")
-_TENSOR_META_SIZE = 304
-_MAX_DIMS = 8
-_LAYOUT_FULL, _LAYOUT_SHARD = 0, 1
-_AXIS_TP = 1
-_TENSOR_DTYPES = ("float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
-                  "uint32", "int64", "uint64", "bool", "float16", "bfloat16",
-                  "float8_e4m3fn", "float8_e5m2")
-_DTYPE_SIZES = (4, 8, 1, 1, 2, 2, 4, 4, 8, 8, 1, 2, 2, 1, 1)
-# what kvcache wrote before it followed Mooncake's current layout (int32
-# dtype, int32 ndim, int64 shape[4]): still read
-_LEGACY_META = struct.Struct("<ii4q")
-
-
-def _tensor_meta(dtype: int, local: Sequence[int], nbytes: int, global_shape=None,
-                 axes: Sequence[tuple] = ()) -> bytes:
-    """A TensorMetadata: FULL, or SHARD with global_shape and axes (each
-    (kind, rank, count, split_dim, local extent))."""
-    ndim = len(local)
-    pad = [-1] * (_MAX_DIMS - ndim)
-    g = list(global_shape if global_shape is not None else local)
-    out = bytearray(_TENSOR_META_SIZE)
-    _TENSOR_HDR.pack_into(out, 0, _TENSOR_MAGIC, 1, _TENSOR_META_SIZE, dtype, ndim,
-                          _LAYOUT_SHARD if axes else _LAYOUT_FULL, 0, _TENSOR_META_SIZE, nbytes)
-    _TENSOR_SHAPE.pack_into(out, 40, *(g + pad))
-    _TENSOR_SHAPE.pack_into(out, 104, *(list(local) + pad))
-    _TENSOR_AXES.pack_into(out, 168, len(axes), 0)
-    for i, (kind, rank, count, split_dim, extent) in enumerate(axes):
-        _TENSOR_AXIS.pack_into(out, 176 + 32 * i, kind, 0, rank, count, split_dim, 0, extent)
-    return bytes(out)
-
-
-def _dtype_index(tensor: Any) -> int:
-    name = str(tensor.dtype).replace("torch.", "")
-    return _TENSOR_DTYPES.index(name) if name in _TENSOR_DTYPES else -1
-
-
-def _tensor_parts(tensor: Any, global_shape=None, axes: Sequence[tuple] = ()):
-    """(metadata bytes, the tensor's bytes as a memoryview, the contiguous
-    tensor that owns them), or None when Mooncake would refuse it (not a
-    tensor, an unknown dtype, more than 8 dimensions)."""
-    if "Tensor" not in type(tensor).__name__:
-        return None
-    import torch
-    dtype = _dtype_index(tensor)
-    if dtype < 0 or tensor.dim() > _MAX_DIMS:
-        return None
-    t = tensor.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
-    data = t.reshape(-1).view(torch.uint8).numpy()
-    meta = _tensor_meta(dtype, list(t.shape), data.nbytes, global_shape, axes)
-    return meta, memoryview(data).cast("B"), t
-
-
-def _parse_meta(buf: Any, length: int):
-    """(dtype, local shape, data offset) of a stored tensor object, by
-    Mooncake's ValidateTensorMetadata (or the older kvcache layout), or
-    None."""
-    if length >= _TENSOR_META_SIZE and _TENSOR_HDR.unpack_from(buf, 0)[0] == _TENSOR_MAGIC:
-        (_, ver, hsize, dtype, ndim, kind, flags, off, nbytes) = _TENSOR_HDR.unpack_from(buf, 0)
-        g = _TENSOR_SHAPE.unpack_from(buf, 40)
-        local = _TENSOR_SHAPE.unpack_from(buf, 104)
-        n_axes, _ = _TENSOR_AXES.unpack_from(buf, 168)
-        if (ver != 1 or hsize != _TENSOR_META_SIZE or not 0 <= dtype < len(_TENSOR_DTYPES) or
-                not 0 <= ndim <= _MAX_DIMS or n_axes > 4 or kind > _LAYOUT_SHARD or
-                not _TENSOR_META_SIZE <= off <= length or nbytes != length - off):
-            return None
-        if (any(d < 0 for d in local[:ndim] + g[:ndim]) or
-                any(d != -1 for d in local[ndim:] + g[ndim:])):
-            return None
-        numel = 1
-        for d in local[:ndim]:
-            numel *= d
-        if nbytes != numel * _DTYPE_SIZES[dtype]:
-            return None
-        for i in range(n_axes):
-            k, _, rank, count, sd, _, _ = _TENSOR_AXIS.unpack_from(buf, 176 + 32 * i)
-            if not 0 <= k <= 4 or count <= 0 or not 0 <= rank < count or not -1 <= sd < ndim:
-                return None
-        return dtype, list(local[:ndim]), off
-    if length <= _LEGACY_META.size:
-        return None
-    dtype, ndim, *shape = _LEGACY_META.unpack_from(buf, 0)
-    if not 0 <= ndim <= 4 or not 0 <= dtype < len(_TENSOR_DTYPES):
-        return None
-    numel = 1
-    for d in shape[:ndim]:
-        if d < 0:
-            return None
-        numel *= d
-    if length - _LEGACY_META.size != numel * _DTYPE_SIZES[dtype]:
-        return None
-    return dtype, list(shape[:ndim]), _LEGACY_META.size
-
-
-def _tensor_from(buf: Any, length: int) -> Any:
-    """The tensor a stored value holds (a view of buf), or None when it is
-    not one Mooncake's rules read."""
-    import torch
-    meta = _parse_meta(buf, length)
-    if meta is None:
-        return None
-    dtype, shape, off = meta
-    tdtype = getattr(torch, _TENSOR_DTYPES[dtype], None)
-    if tdtype is None:
-        return None  # a dtype this torch does not have
-    if length == off:  # no elements
-        return torch.empty(shape, dtype=tdtype)
-    raw = torch.frombuffer(buf, dtype=torch.uint8, count=length - off, offset=off)
-    t = raw.view(tdtype)
-    return t.reshape(shape) if shape else t.reshape(())
-
-
-def _serialize_tensor(tensor: Any):
-    """As Mooncake's: (the 304-byte metadata, the data's address, its
-    length, the contiguous tensor that owns it); ValueError when Mooncake
-    would not store it."""
-    parts = _tensor_parts(tensor)
-    if parts is None:
-        raise ValueError("unsupported tensor for Mooncake tensor serialization")
-    meta, data, owner = parts
-    return meta, owner.data_ptr(), data.nbytes, owner
-
-
-def _tensor_metadata_size() -> int:
-    return _TENSOR_META_SIZE
-
-
-def _deserialize_tensor(data: Any) -> Any:
-    """The tensor in [TensorMetadata][bytes] (a copy); ValueError when it is
-    not one."""
-    buf = bytearray(data)
-    t = _tensor_from(buf, len(buf))
-    if t is None:
-        raise ValueError("invalid Mooncake tensor object")
-    return t.clone()
-
-
-def _tp_key(key: str, rank: int) -> str:
-    return "%s_tp_%d" % (key, rank)
+from .mooncake_tensor import (  # noqa: E402  (Mooncake's module-level names too)
+    _TENSOR_META_SIZE,
+    ParallelAxis,
+    ReadTarget,
+    TensorParallelIO,
+    TensorParallelism,
+    _deserialize_tensor,
+    _parse_meta,
+    _serialize_tensor,
+    _tensor_from,
+    _tensor_metadata_size,
+    _tensor_parts,
+    _tp_key,
+    _AXIS_TP,
+)
 
 
 def _namespace(tenant: Any) -> str:
@@ -422,46 +283,6 @@ class QueryTaskResponse:
         self.message = ""
 
 
-class ParallelAxis:
-    """One axis of a tensor's parallelism: kind "tp", "dp", "ep" or "pp",
-    this rank and the size, and the split dimension (tp), expert (ep) or
-    stage (pp)."""
-
-    def __init__(self):
-        self.kind = "tp"
-        self.rank = 0
-        self.size = 1
-        self.split_dim: Optional[int] = None
-        self.expert_id: Optional[int] = None
-        self.stage_id: Optional[int] = None
-
-
-class TensorParallelism:
-    def __init__(self):
-        self.axes: List[ParallelAxis] = []
-
-
-class ReadTarget:
-    """How a tensor is read back: "as_stored", "shard" or "full"."""
-
-    _MODES = ("as_stored", "shard", "full")
-
-    def __init__(self):
-        self._mode = "as_stored"
-        self.parallelism: Optional[TensorParallelism] = None
-
-    @property
-    def mode(self) -> str:
-        return self._mode
-
-    @mode.setter
-    def mode(self, value: str) -> None:
-        v = str(value).lower()
-        if v not in self._MODES:
-            raise RuntimeError("Unsupported ReadTarget mode")
-        self._mode = v
-
-
 def bind_to_numa_node(node: int) -> None:
     """Run this process on NUMA node's CPUs (as Mooncake's, a failure is
     only a warning)."""
@@ -591,7 +412,7 @@ def _ranges(sessions, keys, all_ptrs, all_sizes, all_offsets, copy) -> List[int]
     return out
 
 
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(TensorParallelIO):
     """Drop-in for ``mooncake.store.MooncakeDistributedStore`` over kvcached."""
 
     def __init__(self) -> None:
@@ -599,7 +420,7 @@ class MooncakeDistributedStore:
         self._hostname = _socket.gethostname()
         self._put_sessions: Dict[str, _kvcache.Reservation] = {}
         self._get_sessions: Dict[str, _kvcache.View] = {}
-        self._registered: List[int] = []
+        self._registered: Dict[int, int] = {}  # pointer: size
         self._ns = ""  # the tenant's key prefix ("" for the default tenant)
 
     def _k(self, key: str) -> str:
@@ -795,12 +616,23 @@ class MooncakeDistributedStore:
             return 0  # allocator memory is the daemon's: nothing to do
         r = c.register_memory(buffer_ptr, size)
         if r == 0:
-            self._registered.append(buffer_ptr)
+            self._registered[buffer_ptr] = size
         return mooncake_code(r)
+
+    def _get_pyclient_capsule(self) -> Any:
+        """A capsule for EngramStore (named as Mooncake's), or None before
+        setup."""
+        return _capsule_of(self, _CAPSULE_NAME)
+
+    def _find_registered(self, ptr: int, size: int) -> bool:
+        """[ptr, ptr + size) lies in memory registered or allocated here."""
+        if _find_allocation(self._c(), ptr, size)[0] is not None:
+            return True
+        return any(b <= ptr and ptr + size <= b + n for b, n in self._registered.items())
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
         if buffer_ptr in self._registered:
-            self._registered.remove(buffer_ptr)
+            del self._registered[buffer_ptr]
             return mooncake_code(self._c().unregister_memory(buffer_ptr))
         return 0 if _find_allocation(self._c(), buffer_ptr, 1)[0] is not None else INVALID_PARAMS
 
@@ -1640,6 +1472,163 @@ class BufferPool:
             buf.free()
 
 
+# ---- the client capsule, EngramStore, NVMe-oF registration ----
+
+_CAPSULE_NAME = b"mooncake.PyClient.shared_ptr"
+_capsule_stores: "weakref.WeakValueDictionary[int, MooncakeDistributedStore]" = \
+    weakref.WeakValueDictionary()
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype = ctypes.c_int
+_capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_ptr.restype = ctypes.c_void_p
+_capsule_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _capsule_of(store: "MooncakeDistributedStore", name: Optional[bytes]) -> Any:
+    """A capsule naming the store (its pointer is a handle, never
+    dereferenced), or None before setup."""
+    if store._client is None:
+        return None
+    _capsule_stores[id(store)] = store
+    return _capsule_new(id(store), name, None)
+
+
+def _get_pyclient_from_wrapper(wrapper: "MooncakeDistributedStore") -> Any:
+    return _capsule_of(wrapper, None)
+
+
+def _store_of_capsule(cap: Any) -> "MooncakeDistributedStore":
+    if not _capsule_valid(cap, _CAPSULE_NAME):
+        raise RuntimeError("EngramStore: not a mooncake.PyClient.shared_ptr capsule")
+    store = _capsule_stores.get(_capsule_ptr(cap, _CAPSULE_NAME) or 0)
+    if store is None:
+        raise RuntimeError("EngramStore: the store of this capsule is gone")
+    return store
+
+
+class EngramStoreConfig:
+    """Embedding tables of one Engram layer: a vocabulary size per head and
+    the embedding width."""
+
+    def __init__(self) -> None:
+        self.table_vocab_sizes: List[int] = [1024]
+        self.embedding_dim = 64
+
+
+class EngramStore:
+    """One layer's embedding tables in the store, a head per key
+    (``engram:l<layer>:h<head>``, float32 rows of embedding_dim), as
+    Mooncake's EngramStore keeps them."""
+
+    def __init__(self, layer_id: int, config: EngramStoreConfig, store: Any = None) -> None:
+        vocab = [int(v) for v in config.table_vocab_sizes]
+        dim = int(config.embedding_dim)
+        if not vocab or dim <= 0 or any(v <= 0 for v in vocab):
+            raise ValueError("EngramStoreConfig: table_vocab_sizes must be non-empty and "
+                             "positive, embedding_dim positive")
+        if store is not None and not isinstance(store, MooncakeDistributedStore):
+            get = getattr(store, "_get_pyclient_capsule", None)
+            if get is None:
+                raise RuntimeError("EngramStore: store must be a MooncakeDistributedStore")
+            store = _store_of_capsule(get())
+        self._layer, self._vocab, self._dim, self._store = int(layer_id), vocab, dim, store
+        self._keys = ["engram:l%d:h%d" % (self._layer, h) for h in range(len(vocab))]
+
+    def get_table_vocab_sizes(self) -> List[int]:
+        return list(self._vocab)
+
+    def get_store_keys(self) -> List[str]:
+        return list(self._keys)
+
+    def get_num_heads(self) -> int:
+        return len(self._vocab)
+
+    def get_embedding_dim(self) -> int:
+        return self._dim
+
+    def remove_from_store(self, force: bool = False) -> int:
+        """How many heads were removed (those not there are skipped)."""
+        removed = 0
+        for k in self._keys:
+            rc = self._store.remove(k, force) if self._store is not None else INVALID_PARAMS
+            if rc == OBJECT_NOT_FOUND:
+                continue
+            if rc != 0:
+                raise RuntimeError("remove_from_store failed, rc=%d" % rc)
+            removed += 1
+        return removed
+
+    def populate(self, embedding_buffers: Sequence[Any]) -> None:
+        """Stores each head's table (float32 [vocab, dim]); the keys must
+        not exist; on a failure what was stored is removed again."""
+        import numpy as np
+        if self._store is None:
+            raise RuntimeError("EngramStore.populate: no store")
+        if len(embedding_buffers) != len(self._keys):
+            raise RuntimeError("EngramStore.populate: %d tables for %d heads" %
+                               (len(embedding_buffers), len(self._keys)))
+        tables = []
+        for h, b in enumerate(embedding_buffers):
+            a = np.ascontiguousarray(np.asarray(b, dtype=np.float32))
+            if a.shape != (self._vocab[h], self._dim):
+                raise RuntimeError("EngramStore.populate: head %d is %s, not [%d, %d]" %
+                                   (h, a.shape, self._vocab[h], self._dim))
+            tables.append(a)
+        if any(r == 1 for r in self._store.batch_is_exist(self._keys)):
+            raise RuntimeError("EngramStore.populate: the layer's tables are stored already")
+        done = []
+        for k, a in zip(self._keys, tables):
+            rc = self._store.put(k, memoryview(a).cast("B"))
+            if rc != 0:
+                for d in done:
+                    self._store.remove(d, True)
+                raise RuntimeError("EngramStore.populate: put %s failed, rc=%d" % (k, rc))
+            done.append(k)
+
+    def lookup(self, row_ids: Any) -> Any:
+        """float32 [B, L, H, D]: the rows row_ids ([B, L, H]) name, per head."""
+        import numpy as np
+        ids = np.asarray(row_ids, dtype=np.int64)
+        heads = len(self._keys)
+        if self._store is None or ids.ndim != 3 or ids.shape[2] != heads:
+            raise RuntimeError("EngramStore lookup failed")
+        out = np.zeros(ids.shape + (self._dim,), dtype=np.float32)
+        for h, k in enumerate(self._keys):
+            col = ids[:, :, h]
+            if col.size and (col.min() < 0 or col.max() >= self._vocab[h]):
+                raise RuntimeError("EngramStore lookup failed")
+            view = self._store.get_buffer(k)
+            if view is None or view.size() != self._vocab[h] * self._dim * 4:
+                raise RuntimeError("EngramStore lookup failed")
+            with view:
+                table = np.frombuffer((ctypes.c_char * view.size()).from_address(view.ptr()),
+                                      dtype=np.float32).reshape(self._vocab[h], self._dim)
+                out[:, :, h, :] = table[col]
+        return out
+
+
+class MooncakeDistributedNoFRegister:
+    """Mooncake's NVMe-oF segment registration.  kvcache drives no NVMe-oF
+    targets: both calls answer -1 (Mooncake's OPERATION_FAILED) and say
+    why once."""
+
+    def _refuse(self, what: str) -> int:
+        logging.getLogger("kvcache").warning("%s: kvcache does not drive NVMe-oF segments", what)
+        return -1
+
+    def real_register(self, nqn: str, nsid: int, traddr: str, trsvcid: int, base: int,
+                      size: int, master_server_addr: str) -> int:
+        return self._refuse("MooncakeDistributedNoFRegister.real_register")
+
+    def real_unregister_by_endpoint(self, nqn: str, nsid: int, traddr: str, trsvcid: int,
+                                    master_server_addr: str) -> int:
+        return self._refuse("MooncakeDistributedNoFRegister.real_unregister_by_endpoint")
+
+
 RegisteredBufferPool = BufferPool
 RegisteredBufferLease = BufferLease
 RegisteredBufferLeaseView = BufferLeaseView
@@ -1651,4 +1640,7 @@ for _e in (ObjectDataType, ReplicaStatus, TaskType, TaskStatus):
 del _e
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction",
-           "MooncakeHostMemAllocator", "mooncake_code"]
+           "MooncakeHostMemAllocator", "mooncake_code", "ParallelAxis", "ReadTarget",
+           "TensorParallelism", "_deserialize_tensor", "_serialize_tensor",
+           "_tensor_metadata_size", "EngramStore", "EngramStoreConfig",
+           "MooncakeDistributedNoFRegister", "_get_pyclient_from_wrapper"]

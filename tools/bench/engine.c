@@ -162,21 +162,6 @@ static void engine_store(const char *sock, unsigned rank, const struct shape *s,
 	kvc_disconnect(c);
 }
 
-/* A counter of the daemon c is connected to. */
-static uint64_t counter_of(struct kvc_client *c, const char *name)
-{
-	struct kvc_counter *v;
-	uint64_t x = 0;
-	size_t n;
-
-	check(kvc_stats_get(c, &v, &n), "stats");
-	for (size_t k = 0; k < n; k++)
-		if (!strcmp(v[k].name, name))
-			x = v[k].value;
-	kvc_stats_free(v);
-	return x;
-}
-
 /* Engine B: a fresh process with its own (warm) KV cache; per prompt, the
  * lookup of every block, then the load: copied by the library
  * (kvc_batch_get), or with registered=1 by the daemon into a registered
@@ -203,7 +188,7 @@ static void engine_load(const char *sock, unsigned rank, const struct shape *s, 
 		die(0, "%s", "out of memory");
 	check(kvc_connect(sock, &c), "connect");
 	if (registered) {
-		before = counter_of(c, "buffer_prefaulted_bytes");
+		before = counter(c, "buffer_prefaulted_bytes");
 		check(kvc_buffer_alloc(c, s->rank_bytes, &buf), "buffer_alloc");
 		cache = buf.data;
 	} else {
@@ -218,7 +203,7 @@ static void engine_load(const char *sock, unsigned rank, const struct shape *s, 
 	 * daemon has faulted the buffer in by then (--prefault; at most 60 s) */
 	t0 = now_ns();
 	for (int i = 0; registered && i < 3000; i++) {
-		if (counter_of(c, "buffer_prefaulted_bytes") - before >= s->rank_bytes)
+		if (counter(c, "buffer_prefaulted_bytes") - before >= s->rank_bytes)
 			break;
 		usleep(20 * 1000);
 	}
@@ -420,15 +405,8 @@ static double wait_prefault(const char *sock)
 
 	check(kvc_connect(sock, &c), "connect");
 	for (int i = 0; i < 600; i++) {
-		struct kvc_counter *v;
-		uint64_t done = 0;
-		size_t n;
+		uint64_t done = counter(c, "prefaulted_bytes");
 
-		check(kvc_stats_get(c, &v, &n), "stats");
-		for (size_t k = 0; k < n; k++)
-			if (!strcmp(v[k].name, "prefaulted_bytes"))
-				done = v[k].value;
-		kvc_stats_free(v);
 		if (done == last)
 			break;
 		last = done;

@@ -722,13 +722,14 @@ class TensorParallelIO:
                 return None
             srcs.append(st)
         t = _assemble(srcs, sd, 0, g[sd]) if g else None
-        return (t, None) if t is not None else None
+        return ("tensor", t, None) if t is not None else None
 
     def _par_read(self, key: str, target: Any):
-        """(tensor, SHARD axes for its header or None, stored key read as
-        it is or None), or None."""
+        """("key", a key to read as stored), ("legacy", the same for the
+        non-into read only), ("tensor", tensor, SHARD axes for its header
+        or None), or None."""
         if target is None:
-            return key
+            return "key", key
         if not (hasattr(target, "mode") and hasattr(target, "parallelism")):
             return None
         mode = str(target.mode).lower()
@@ -736,9 +737,9 @@ class TensorParallelIO:
             return None
         if target.parallelism is None:
             if mode == "as_stored":
-                return key
+                return "key", key
             if mode == "full":
-                return self._par_writer_full(key) or key
+                return self._par_writer_full(key) or ("key", key)
         axes = _parse_axes(target.parallelism)
         if axes is None or mode == "as_stored":
             return None
@@ -751,17 +752,17 @@ class TensorParallelIO:
                 return None
             srcs, sd = src
             t = _assemble(srcs, sd, 0, srcs[0].global_shape[sd])
-            return (t, None) if t is not None else None
+            return ("tensor", t, None) if t is not None else None
         # a shard: stored as asked, or a writer's part, or cut from the set
         k = _shard_key(key, axes)
         st = self._par_load(k)
         if st is not None and st.is_shard() and st.matches(axes):
-            return k
+            return "key", k
         if len(axes) == 1:
             k = _writer_key(key, tp.rank, tp.size, tp.split_dim)
             st = self._par_load(k)
             if st is not None and st.is_shard() and len(st.axes) == 1 and st.matches(axes):
-                return k
+                return "key", k
         if tp is None:
             return None
         src = self._par_sources(key, axes)
@@ -772,7 +773,7 @@ class TensorParallelIO:
             if _even(g, tp.size):
                 t = _assemble(srcs, sd, lo, lo + g // tp.size)
                 if t is not None:
-                    return t, axes
+                    return "tensor", t, axes
         if len(axes) == 1:
             return ("legacy", key if tp.size <= 1 else _tp_key(key, tp.rank))
         return None
@@ -786,11 +787,7 @@ class TensorParallelIO:
         r = self._par_read(key, target)
         if r is None:
             return None
-        if isinstance(r, str):
-            return self.get_tensor(r)
-        if r[0] == "legacy":
-            return self.get_tensor(r[1])
-        return r[0]
+        return r[1] if r[0] == "tensor" else self.get_tensor(r[1])
 
     def batch_get_tensor_with_parallelism(self, keys: Sequence[str],
                                           targets: Optional[list] = None) -> List[Any]:
@@ -810,11 +807,11 @@ class TensorParallelIO:
         if not self._find_registered(buffer_ptr, size):
             return None
         r = self._par_read(key, target)
-        if r is None or (not isinstance(r, str) and r[0] == "legacy"):
+        if r is None or r[0] == "legacy":
             return None
-        if isinstance(r, str):
-            return self.get_tensor_into(r, buffer_ptr, size)
-        t, axes = r
+        if r[0] == "key":
+            return self.get_tensor_into(r[1], buffer_ptr, size)
+        _, t, axes = r
         import torch
         data = t.reshape(-1).view(torch.uint8).numpy()
         local = list(t.shape)

@@ -479,11 +479,13 @@ def test_replica_descriptors(store):
     assert store.create_copy_task("r1", ["other"]) == ((0, 0), -1011)
     assert store.create_move_task("r1", "a", "b") == ((0, 0), -1011)
     assert store.query_task(None) == (None, -1011)
-    assert store.mount_segment(0, 1 << 20) == -1011
-    assert store.unmount_segment(0, 1 << 20) == -1011
-    assert store.allocate_and_mount_segment(1 << 20) == -1011
-    assert store.unmount_and_free_segment(0, 1 << 20) == -1011
-    assert store.unmount_local_disk_segment() == -1011
+    # Mooncake's shapes: a dict for the mounts, an int for the rest
+    assert store.mount_segment("/dev/shm/seg", 1 << 20) == {"ret": -1011, "segment_ids": []}
+    assert store.unmount_segment(["seg-1"]) == -1011
+    assert store.allocate_and_mount_segment(1 << 20, "tcp") == {
+        "ret": -1011, "segment_ids": [], "allocated_size": 0}
+    assert store.unmount_and_free_segment(["seg-1"], grace_period_seconds=1) == -1011
+    assert store.unmount_local_disk_segment(0) == -1011
     assert store.batch_replica_clear(["r1"]) == []
 
 
@@ -1083,3 +1085,60 @@ def test_every_mooncake_name(daemon):
             sys.path.remove(shim)
             for m in ["mooncake.store", "mooncake"]:
                 sys.modules.pop(m, None)
+
+
+def test_upserts_and_published_tensors(store):
+    """The upsert forms replace what a key holds (a put keeps it); the pub
+    forms take a ReplicateConfig; the TP batch reads go into registered
+    memory; the batch _from forms of the parallelism family answer per key."""
+    torch = pytest.importorskip("torch")
+    buf = np.zeros(1 << 16, dtype=np.uint8)
+    assert store.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    p = buf.ctypes.data
+    buf[:4] = np.frombuffer(b"AAAA", dtype=np.uint8)
+    buf[4:8] = np.frombuffer(b"BBBB", dtype=np.uint8)
+    # (a read leases the object, and a leased object is not replaced: -706)
+    assert store.upsert_from("uf", p, 4) == 0
+    assert store.upsert_from("uf", p + 4, 4) == 0 and store.get("uf") == b"BBBB"
+    assert store.batch_upsert_from(["ua", "ub"], [p, p + 4], [4, 4]) == [0, 0]
+    assert store.batch_upsert_from(["ua", "ub"], [p + 4, p], [4, 4]) == [0, 0]
+    assert store.get("ua") == b"BBBB" and store.get("ub") == b"AAAA"
+    assert store.put_from("ua", p, 4) == 0 and store.get("ua") == b"BBBB"  # kept
+    assert store.upsert_parts("up", b"ab", b"cd") == 0
+    assert store.upsert_parts("up", b"xy") == 0 and store.get("up") == b"xy"
+    assert store.upsert_batch(["ub1", "ub2"], [b"1", b"2"]) == 0
+    assert store.upsert_batch(["ub1"], [b"one"]) == 0 and store.get("ub1") == b"one"
+    t = torch.arange(12, dtype=torch.int16).reshape(3, 4)
+    cfg = ReplicateConfig()
+    assert store.batch_pub_tensor(["pt1", "pt2"], [t, b"no"], cfg) == [0, -600]
+    assert torch.equal(store.get_tensor("pt1"), t) and store.get_tensor("pt2") is None
+    cfg.preferred_segments = ["a", "b"]  # not one per replica: Mooncake refuses
+    assert store.batch_pub_tensor(["pt3"], [t], cfg) == [-600]
+    assert store.pub_tensor_with_tp("ptp", t, ReplicateConfig(), 0, 2, 1) == 0
+    assert store.pub_tensor_with_tp("ptp3", t, ReplicateConfig(), 0, 3, 1) == -600
+    got = store.batch_get_tensor_with_tp_into(["ptp", "absent"], [p + 1024, p + 2048],
+                                              [1024, 1024], 1, 2)
+    assert torch.equal(got[0], t[:, 2:]) and got[1] is None
+    # the whole tensor in registered memory, split into shards from there
+    meta, _, _, owner = mc._serialize_tensor(t)
+    obj = meta + owner.numpy().tobytes()
+    buf[8192:8192 + len(obj)] = np.frombuffer(obj, dtype=np.uint8)
+    whole = p + 8192
+    tp = _par(_axis("tp", 0, 2, 1))
+    assert store.batch_put_tensor_with_parallelism_from(
+        ["bf1", "bf2", "bf3"], [whole, whole, 0], [len(obj)] * 3, [tp, None, tp]) == [0, 0, -600]
+    assert torch.equal(store.get_tensor("bf1_tp_1"), t[:, 2:])
+    assert torch.equal(store.get_tensor("bf2"), t)
+    assert store.batch_put_tensor_with_parallelism_from(["bf4"], [whole], []) == [-600]
+    t2 = t * 3
+    meta2, _, _, owner2 = mc._serialize_tensor(t2)
+    obj2 = meta2 + owner2.numpy().tobytes()
+    buf[12288:12288 + len(obj2)] = np.frombuffer(obj2, dtype=np.uint8)
+    assert store.upsert_tensor_with_parallelism_from("bf5", whole, len(obj), tp) == 0
+    assert store.upsert_tensor_with_parallelism_from("bf5", p + 12288, len(obj2), tp) == 0
+    assert torch.equal(store.get_tensor("bf5_tp_0"), t2[:, :2])
+    assert store.batch_upsert_tensor_with_parallelism_from(
+        ["bf6", "bf7"], [whole, p + 12288], [len(obj), len(obj2)],
+        writer_partitions=[_Writer(0, 1, 0), _Writer(0, 1, 0)]) == [0, 0]
+    assert torch.equal(store.get_tensor_with_parallelism("bf7", _target("full")), t2)
+    assert store.unregister_buffer(p) == 0

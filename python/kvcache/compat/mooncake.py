@@ -1197,20 +1197,25 @@ class MooncakeDistributedStore(TensorParallelIO):
     def query_task(self, task_id):
         return (None, UNAVAILABLE_IN_CURRENT_MODE)
 
-    def mount_segment(self, buffer: int, size: int, protocol: str = "") -> int:
-        """Memory comes from kvcached's tiers, not from the client's buffers."""
+    # Segments: kvcached's tiers are its own memory and disk, sized by its
+    # configuration; a client mounts none (Mooncake's answers, with its
+    # "not in this mode" code).
+    def mount_segment(self, path: str, size: int, offset: int = 0, protocol: str = "tcp",
+                      location: str = "") -> Dict[str, Any]:
+        return {"ret": UNAVAILABLE_IN_CURRENT_MODE, "segment_ids": []}
+
+    def unmount_segment(self, segment_ids: Sequence[str], grace_period_seconds: int = 0) -> int:
         return UNAVAILABLE_IN_CURRENT_MODE
 
-    def unmount_segment(self, buffer: int, size: int) -> int:
+    def allocate_and_mount_segment(self, size: int, protocol: str = "tcp",
+                                   location: str = "") -> Dict[str, Any]:
+        return {"ret": UNAVAILABLE_IN_CURRENT_MODE, "segment_ids": [], "allocated_size": 0}
+
+    def unmount_and_free_segment(self, segment_ids: Sequence[str],
+                                 grace_period_seconds: int = 0) -> int:
         return UNAVAILABLE_IN_CURRENT_MODE
 
-    def allocate_and_mount_segment(self, size: int, protocol: str = "") -> int:
-        return UNAVAILABLE_IN_CURRENT_MODE
-
-    def unmount_and_free_segment(self, buffer: int, size: int) -> int:
-        return UNAVAILABLE_IN_CURRENT_MODE
-
-    def unmount_local_disk_segment(self) -> int:
+    def unmount_local_disk_segment(self, grace_period_seconds: int = 0) -> int:
         return UNAVAILABLE_IN_CURRENT_MODE
 
     # ---- presence and removal ----

@@ -1142,3 +1142,38 @@ def test_upserts_and_published_tensors(store):
         writer_partitions=[_Writer(0, 1, 0), _Writer(0, 1, 0)]) == [0, 0]
     assert torch.equal(store.get_tensor_with_parallelism("bf7", _target("full")), t2)
     assert store.unregister_buffer(p) == 0
+
+
+def test_one_store_many_threads(store):
+    """Engines call one store from several threads at once (a connector's
+    load and save threads, asyncio's executor): every answer is each
+    thread's own."""
+    import threading
+    torch = pytest.importorskip("torch")
+    errors = []
+
+    def worker(n):
+        try:
+            t = torch.full((4, 8), n, dtype=torch.float16)
+            for i in range(60):
+                k = "thr%d/%d" % (n, i)
+                assert store.put(k, b"%d:%d" % (n, i)) == 0
+                assert store.get(k) == b"%d:%d" % (n, i)
+                assert store.batch_is_exist([k, k + "x"]) == [1, 0]
+                if i % 10 == 0:
+                    assert store.put_tensor_with_parallelism(
+                        k + "t", t, _par(_axis("dp", n % 2, 2))) == 0
+                    got = store.get_tensor_with_parallelism(
+                        k + "t", _target("shard", _par(_axis("dp", n % 2, 2))))
+                    assert torch.equal(got, t)
+            assert store.remove_by_regex("^thr%d/" % n, force=True) == 66
+        except AssertionError as e:  # report, do not lose it in the thread
+            errors.append((n, repr(e)))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert errors == []
+    assert store.batch_is_exist(["thr0/0", "thr3/59"]) == [0, 0]

@@ -145,6 +145,7 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 			ret_results[idx[i]] = (int) r;
 			if (r < 0)
 				continue;
+			client_map_ahead(c, ptr[i], cqe.len);
 			gather(ptr[i], iov[idx[i]], n_iov[idx[i]]);
 			tag_rearm(&c->chan, tags[i]);
 			e[i] = (struct shm_sqe) {

@@ -70,6 +70,7 @@ struct kvc_client {
 	pid_t warm_pid;     /* the process it runs in (0: none) */
 	bool warm_stop;     /* atomic */
 	uint64_t warmed;    /* bytes of the segments touched so far (atomic) */
+	bool no_populate;   /* the kernel has no MADV_POPULATE_READ (atomic) */
 };
 
 /* Send one request and wait for its response.  A response carrying an error
@@ -85,6 +86,9 @@ static inline uint32_t client_wire_put_flags(uint32_t flags)
 {
 	return flags & ~(uint32_t) KVC_PUT_CHAIN;
 }
+/* Before copying len bytes into p (in a segment): maps the range in with
+ * one call if the warm thread has not reached it (client.c). */
+void client_map_ahead(struct kvc_client *c, const void *p, size_t len);
 /* Pointer to an extent the daemon named, checked against the mappings. */
 int client_extent_ptr(struct kvc_client *c, uint32_t segment, uint64_t offset, uint64_t len,
 		      void **ret);

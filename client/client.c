@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -406,6 +407,45 @@ static void *warm_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Mapping ahead of a copy in.  A put's copy into a range the warm thread
+ * has not reached yet (a fresh client, or one never quiet since connect)
+ * pays a write fault for each 4 KiB page on its way: 2.7 GB/s here.  One
+ * MADV_POPULATE_READ over the range first maps it in a single call (0.08
+ * ms a MiB; shared memory mapped by a read is mapped writable), after
+ * which the copy runs at memory speed: 5.9 GB/s for the two.  Copies out
+ * need nothing: a read fault maps 16 pages at once (fault-around), and
+ * populating first made them no faster.  Where the kernel has no
+ * MADV_POPULATE_READ (before 5.14) the copy pays as before.
+ */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#define MAP_AHEAD_MIN (64u << 10)
+
+void client_map_ahead(struct kvc_client *c, const void *p, size_t len)
+{
+	uint64_t order = 0, warmed;
+
+	if (len < MAP_AHEAD_MIN || __atomic_load_n(&c->no_populate, __ATOMIC_RELAXED))
+		return;
+	warmed = __atomic_load_n(&c->warmed, __ATOMIC_RELAXED);
+	for (size_t i = 0; i < c->n_segs; order += c->segs[i].size, i++) {
+		const uint8_t *base = c->segs[i].base;
+		uintptr_t start, end;
+
+		if ((const uint8_t *) p < base || (const uint8_t *) p + len > base + c->segs[i].size)
+			continue;
+		if (c->segs[i].hugepages || order + ((const uint8_t *) p - base) + len <= warmed)
+			return; /* few faults, or warm already */
+		start = (uintptr_t) p & ~(uintptr_t) 4095;
+		end = ((uintptr_t) p + len + 4095) & ~(uintptr_t) 4095;
+		if (madvise((void *) start, end - start, MADV_POPULATE_READ) < 0 && errno == EINVAL)
+			__atomic_store_n(&c->no_populate, true, __ATOMIC_RELAXED);
+		return;
+	}
+}
+
 static void warm_start(struct kvc_client *c)
 {
 	const char *e = getenv("KVCACHE_WARM");
@@ -611,6 +651,7 @@ int kvc_put(struct kvc_client *c, const char *key, const void *val, size_t len,
 	r = kvc_reserve(c, key, len, opts, &b);
 	if (r < 0)
 		return r;
+	client_map_ahead(c, b.data, len);
 	memcpy(b.data, val, len);
 	if (opts && opts->push_to) {
 		r = commit_push(c, &b, opts->push_to);

@@ -135,7 +135,7 @@ static void pump(struct presum *p)
 		p->free_jobs = j->next;
 		*j = (struct sum_job) {
 			.o = o,
-			.bytes = (const uint8_t *) o->tier->seg.base + o->block->offset,
+			.bytes = store_object_ptr(o),
 			.len = o->len,
 			.used = o->used_ms,
 		};

@@ -332,7 +332,7 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	p->n = n;
 	p->handle = e.handle;
 	p->len = e.len;
-	p->bytes = (const uint8_t *) n->st->tiers[e.segment].seg.base + e.offset;
+	p->bytes = store_extent_ptr(n->st, &e);
 	p->segment = e.segment;
 	p->offset = e.offset;
 	p->obj = o; /* the view keeps it */

@@ -506,7 +506,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 	    o->len <= n->st->tiers[0].alloc.size &&
 	    tier_alloc(n->st, &n->st->tiers[0], o->len, &o->block) == 0) {
 		o->tier = &n->st->tiers[0];
-		rf->dst = (uint8_t *) o->tier->seg.base + o->block->offset;
+		rf->dst = store_object_ptr(o);
 		rf->transferring = true;
 	} else {
 		rf->n_addr = 0;

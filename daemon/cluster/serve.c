@@ -236,7 +236,7 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 	if (r == 0)
 		r = send_queued(ps, deadline);
 	if (r == 0 && ps->eager) {
-		r = recv_eager(ps, o ? (uint8_t *) o->tier->seg.base + o->block->offset : NULL,
+		r = recv_eager(ps, o ? store_object_ptr(o) : NULL,
 			       ps->len, &pace, &ps->digest);
 	} else if (r == 0 && ps->want_rdma) {
 		/* the pusher wrote the bytes: its checksum says it is done */
@@ -244,13 +244,11 @@ static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
 
 		r = blk_recv(ps->pc.fd, &want, sizeof(want), pace.cap);
 		if (r == 0)
-			r = blk_sum((uint8_t *) o->tier->seg.base + o->block->offset, o->len,
-				   &ps->digest);
+			r = blk_sum(store_object_ptr(o), o->len, &ps->digest);
 		if (r == 0 && ps->digest != le64toh(want))
 			r = -EBADMSG;
 	} else if (r == 0)
-		r = blk_recv_checked(ps->pc.fd, (uint8_t *) o->tier->seg.base + o->block->offset, o->len,
-				 &pace, &ps->digest);
+		r = blk_recv_checked(ps->pc.fd, store_object_ptr(o), o->len, &pace, &ps->digest);
 	if (r == 0 && o)
 		ps->digested = true;
 	if (blk_set_blocking(ps->pc.fd, false) < 0 && r == 0)
@@ -433,7 +431,7 @@ static int ps_serve(struct pserve *ps)
 	ps->known = (o->flags & OBJ_SUMMED) != 0;
 	ps->known_sum = o->sum;
 	ps->digested = false;
-	ps->bytes = (const uint8_t *) n->st->tiers[e.segment].seg.base + e.offset;
+	ps->bytes = store_extent_ptr(n->st, &e);
 	ps->busy = true;
 	if (!ps->want_rdma && e.len <= LOOP_SEND_MAX && !pconn_wants_write(&ps->pc))
 		return serve_now(ps);

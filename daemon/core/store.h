@@ -123,6 +123,11 @@ int store_put_in_flight(struct store *st, const void *key, size_t len, const str
 unsigned store_wake_puts(struct store *st);
 /* Bytes of the memory tiers faulted in by --prefault so far (0: off). */
 uint64_t store_prefaulted(const struct store *st);
+/* Where an extent's bytes are in this daemon's memory (the segment and
+ * offset a client is told). */
+uint8_t *store_extent_ptr(const struct store *st, const struct extent *x);
+/* Where a resident object's bytes are (it has a tier and a block). */
+uint8_t *store_object_ptr(const struct object *o);
 /* A put of key will come (kvc_announce): lookups of it wait as for a put in
  * progress, until it commits or --lookup-wait-ms passes.  0 (announced, or
  * stored already, or --lookup-wait-ms 0), or -ENOSPC (too many announced)

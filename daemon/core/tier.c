@@ -322,6 +322,16 @@ static void *prefault_main(void *arg)
 	return NULL;
 }
 
+uint8_t *store_extent_ptr(const struct store *st, const struct extent *x)
+{
+	return (uint8_t *) st->tiers[x->segment].seg.base + x->offset;
+}
+
+uint8_t *store_object_ptr(const struct object *o)
+{
+	return (uint8_t *) o->tier->seg.base + o->block->offset;
+}
+
 uint64_t store_prefaulted(const struct store *st)
 {
 	return st->prefault ? __atomic_load_n(&st->prefault->done, __ATOMIC_RELAXED) : 0;

@@ -827,7 +827,7 @@ static int disk_spill(struct store *st, struct object *o)
 	}
 	io->buf = buf;
 	io->cap = bound;
-	io->src = (const uint8_t *) o->tier->seg.base + o->block->offset;
+	io->src = store_object_ptr(o);
 	io->vlen = o->len;
 	memcpy(io->key, o->key, o->key_len);
 	io->key_len = o->key_len;

@@ -561,11 +561,6 @@ static int copy_iovs(struct channel *ch, const struct shm_iov *iovs, uint32_t n,
 	return r;
 }
 
-static void *extent_ptr(struct server *sv, const struct extent *x)
-{
-	return (uint8_t *) sv->st->tiers[x->segment].seg.base + x->offset;
-}
-
 /*
  * A copy of obj_len bytes for the copier: the pieces of the iov list that
  * cover them, each checked and its buffer counted; -EFAULT as copy_iovs(),
@@ -639,7 +634,7 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 	/* large: the copier's, under a view of its own that no client handle
 	 * names (the object is here now: the second acquire is a hit) */
 	if (offload(sv, x.len) &&
-	    copy_job_new(ch, e, iov_scratch, extent_ptr(sv, &x), x.len, false, &j) == 0) {
+	    copy_job_new(ch, e, iov_scratch, store_extent_ptr(sv->st, &x), x.len, false, &j) == 0) {
 		if (store_acquire(&sv->copy_h, key, e->key_len, true, &y, &f, msg) == 0 &&
 		    y.segment == x.segment && y.offset == x.offset && y.len == x.len) {
 			store_release(&s->h, x.handle, msg);
@@ -649,7 +644,7 @@ static int64_t run_get_into(struct channel *ch, const struct shm_sqe *e, const c
 		}
 		copy_job_drop(j);
 	}
-	r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(sv, &x), x.len, false);
+	r = copy_iovs(ch, iov_scratch, e->count, store_extent_ptr(sv->st, &x), x.len, false);
 	store_release(&s->h, x.handle, msg);
 	return r < 0 ? r : (int64_t) x.len;
 }
@@ -688,7 +683,7 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 			copy_job_drop(j);
 			return r;
 		}
-		j->obj = extent_ptr(s->sv, &x);
+		j->obj = store_extent_ptr(s->sv->st, &x);
 		j->handle = x.handle;
 		copier_submit(s->sv, j);
 		return COPYING;
@@ -696,7 +691,7 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 	r = store_reserve(&s->h, &a, &x, msg);
 	if (r < 0)
 		return r;
-	r = copy_iovs(ch, iov_scratch, e->count, extent_ptr(s->sv, &x), x.len, true);
+	r = copy_iovs(ch, iov_scratch, e->count, store_extent_ptr(s->sv->st, &x), x.len, true);
 	if (r < 0) {
 		store_abort(&s->h, x.handle, msg);
 		return r;

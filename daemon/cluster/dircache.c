@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "dircache.h"
-#include "index.h"
 #include "node-private.h"
 
 #define DC_SLOTS 65536

@@ -23,7 +23,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "index.h"
 #include "link.h"
 #include "log.h"
 #include "net.h"
@@ -529,8 +528,8 @@ bool link_resync_some(struct node *n, struct link *k)
 
 	if (!fit)
 		return false;
-	to = index_walk_some(&n->st->index, from, RESYNC_BUCKETS,
-			     fit < RESYNC_OBJECTS ? fit : RESYNC_OBJECTS, resync_one, &w);
+	to = store_walk(n->st, from, RESYNC_BUCKETS, fit < RESYNC_OBJECTS ? fit : RESYNC_OBJECTS,
+			resync_one, &w);
 	if (w.full)
 		return true; /* again from `from` once the queue has drained */
 	k->cursor = to;

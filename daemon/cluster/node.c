@@ -20,7 +20,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "index.h"
 #include "accept.h"
 #include "log.h"
 #include "net.h"
@@ -195,7 +194,7 @@ static bool drops_some(struct node *n)
 		struct drop_walk *w = &n->drops[i];
 		void *u[2] = { w, n };
 
-		w->cursor = index_walk_some(&n->st->index, w->cursor, 16384, 256, drop_matching, u);
+		w->cursor = store_walk(n->st, w->cursor, 16384, 256, drop_matching, u);
 		if (w->cursor == UINT64_MAX)
 			n->drops[i] = n->drops[--n->n_drops];
 		else
@@ -211,8 +210,7 @@ static void on_drop(struct node *n, const Kvc__Peer__Drop *d)
 	store_version_seen(n->st, d->version);
 	for (size_t i = 0; i < d->n_keys; i++) {
 		const ProtobufCBinaryData *k = &d->keys[i];
-		struct object *o = index_find(&n->st->index, k->data, k->len,
-					      index_hash(k->data, k->len));
+		struct object *o = store_find(n->st, k->data, k->len);
 
 		if (o)
 			drop_older(n, o, d->version);

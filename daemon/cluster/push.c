@@ -318,7 +318,7 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	}
 	if (!addr)
 		return -EHOSTUNREACH;
-	o = index_find(&n->st->index, key, len, index_hash(key, len));
+	o = store_find(n->st, key, len);
 	if (!o)
 		return -ENOENT;
 	r = store_acquire(&n->h, key, len, true, &e, &f, msg);

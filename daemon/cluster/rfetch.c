@@ -431,7 +431,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 				ps->sick_until = loop_now_ms(n->loop) + SICK_MS(n);
 		}
 	}
-	if (res == 0 && index_find(&st->index, o->key, o->key_len, o->hash))
+	if (res == 0 && store_find(st, o->key, o->key_len))
 		res = 1; /* stored here meanwhile: waiters find that one */
 	if (res == 0) {
 		if (rf->summed)
@@ -718,8 +718,7 @@ void remote_fetch_all(struct node *n, const char *const *keys, const uint64_t *l
 			usleep(50);
 	}
 	for (size_t i = 0; i < k; i++)
-		got[i] = index_find(&n->st->index, keys[i], strlen(keys[i]),
-				    index_hash(keys[i], strlen(keys[i]))) != NULL;
+		got[i] = store_find(n->st, keys[i], strlen(keys[i])) != NULL;
 }
 
 /* ---- the jobs: run on a data thread, ended on the loop ---- */

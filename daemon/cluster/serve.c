@@ -403,7 +403,7 @@ static int ps_serve(struct pserve *ps)
 	int r = -ENOENT;
 
 	/* only what this node holds: never a lookup on a peer's behalf */
-	o = index_find(&n->st->index, ps->key, ps->key_len, index_hash(ps->key, ps->key_len));
+	o = store_find(n->st, ps->key, ps->key_len);
 	if (o)
 		r = store_acquire(&ps->h, ps->key, ps->key_len, true, &e, &f, msg);
 	if (r == -EINPROGRESS && f) {
@@ -550,7 +550,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		return -EACCES;
 	if (x->eager && (x->rdma || x->len > PEER_EAGER_PUSH_MAX))
 		return -EPROTO; /* bytes this node will not read past */
-	if (index_find(&st->index, x->key.data, x->key.len, index_hash(x->key.data, x->key.len)))
+	if (store_find(st, x->key.data, x->key.len))
 		r = -EEXIST;
 	else if (x->len > t->alloc.size || x->len > (UINT64_C(1) << 30))
 		r = -E2BIG;
@@ -641,7 +641,7 @@ static int push_finish(struct pserve *ps, int res)
 		if (res == 0)
 			rep.error = ps->push_err;
 	} else {
-		if (res == 0 && index_find(&n->st->index, o->key, o->key_len, o->hash)) {
+		if (res == 0 && store_find(n->st, o->key, o->key_len)) {
 			rep.error = -EEXIST; /* stored here meanwhile */
 			n->c.pushes_refused++;
 		}

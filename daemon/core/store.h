@@ -128,6 +128,14 @@ uint64_t store_prefaulted(const struct store *st);
 uint8_t *store_extent_ptr(const struct store *st, const struct extent *x);
 /* Where a resident object's bytes are (it has a tier and a block). */
 uint8_t *store_object_ptr(const struct object *o);
+/* The object stored under key (in any state), or NULL: one lookup. */
+struct object *store_find(struct store *st, const void *key, size_t len);
+/* A bounded slice of a walk over every object: fn(u, o) for the objects
+ * of up to max_buckets buckets and about max_objects objects from cursor
+ * (0 to start; fn may remove o); the cursor to go on from, UINT64_MAX at
+ * the end.  A walk of the whole index on the loop is what this avoids. */
+uint64_t store_walk(struct store *st, uint64_t cursor, size_t max_buckets, size_t max_objects,
+		    void (*fn)(void *u, struct object *o), void *u);
 /* A put of key will come (kvc_announce): lookups of it wait as for a put in
  * progress, until it commits or --lookup-wait-ms passes.  0 (announced, or
  * stored already, or --lookup-wait-ms 0), or -ENOSPC (too many announced)

@@ -332,6 +332,17 @@ uint8_t *store_object_ptr(const struct object *o)
 	return (uint8_t *) o->tier->seg.base + o->block->offset;
 }
 
+struct object *store_find(struct store *st, const void *key, size_t len)
+{
+	return index_find(&st->index, key, len, index_hash(key, len));
+}
+
+uint64_t store_walk(struct store *st, uint64_t cursor, size_t max_buckets, size_t max_objects,
+		    void (*fn)(void *u, struct object *o), void *u)
+{
+	return index_walk_some(&st->index, cursor, max_buckets, max_objects, fn, u);
+}
+
 uint64_t store_prefaulted(const struct store *st)
 {
 	return st->prefault ? __atomic_load_n(&st->prefault->done, __ATOMIC_RELAXED) : 0;

@@ -266,7 +266,7 @@ static int op_where(struct session *s, uint32_t seq, const ProtobufCBinaryData *
 			return r;
 	}
 	self[0] = '\0';
-	if (index_find(&st->index, key->data, key->len, index_hash(key->data, key->len))) {
+	if (store_find(st, key->data, key->len)) {
 		v = calloc(1, sizeof(*v));
 		if (v && rb->ops && rb->ops->describe && rb->ops->describe(rb->be, v) == 0 && v->self)
 			snprintf(self, sizeof(self), "%s", v->self);
@@ -728,19 +728,20 @@ static int op_list(struct session *s, const Kvc__ListReq *lq, struct reply *rep)
 	a.l->keys = a.ptrs;
 	if (lq->exact) {
 		/* one key: found, not walked for */
-		struct object *o = index_find(&sv->st->index, lq->prefix.data, lq->prefix.len,
-					      index_hash(lq->prefix.data, lq->prefix.len));
+		struct object *o = store_find(sv->st, lq->prefix.data, lq->prefix.len);
 
 		if (o && (o->flags & OBJ_COMMITTED))
 			list_committed(&a, o);
 	} else if (lq->slices) {
-		uint64_t next = index_walk_some(&sv->st->index, lq->cursor, LIST_SLICE_BUCKETS,
-						LIST_SLICE_OBJECTS, list_committed, &a);
+		uint64_t next = store_walk(sv->st, lq->cursor, LIST_SLICE_BUCKETS,
+					   LIST_SLICE_OBJECTS, list_committed, &a);
 
 		a.l->more = next != UINT64_MAX;
 		a.l->cursor = a.l->more ? next : 0;
 	} else {
-		index_walk(&sv->st->index, list_committed, &a);
+		/* a client that does not ask for slices (protocol 1.0) */
+		for (uint64_t c = 0; c != UINT64_MAX;)
+			c = store_walk(sv->st, c, SIZE_MAX, SIZE_MAX, list_committed, &a);
 	}
 	if (lq->slices && lq->cursor) /* reservations: with the first slice */
 		goto done;

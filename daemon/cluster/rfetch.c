@@ -108,7 +108,7 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	struct node *n = rf->n;
 	struct object *o = rf->o;
 	Kvc__Peer__FetchDone done = KVC__PEER__FETCH_DONE__INIT;
-	uint64_t loff = (uint64_t) (rf->dst - (uint8_t *) n->st->tiers[0].seg.base);
+	uint64_t loff = store_land_offset(o);
 	struct blk_pace pace = blk_pace(n->timeout_ms, deadline, o->len);
 	int r = xfer_rdma(n, true, address, resp->region, resp->offset, 0, loff, o->len, &pace);
 
@@ -431,14 +431,13 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 				ps->sick_until = loop_now_ms(n->loop) + SICK_MS(n);
 		}
 	}
-	if (res == 0 && store_find(st, o->key, o->key_len))
-		res = 1; /* stored here meanwhile: waiters find that one */
 	if (res == 0) {
-		if (rf->summed)
-			object_keep_sum(o, rf->sum);
 		o->ver = rf->ver;
 		store_version_seen(st, rf->ver);
-		object_publish(st, o);
+		if (store_land_publish(st, o, rf->summed, rf->sum) == -EEXIST)
+			res = 1; /* stored here meanwhile: waiters find that one */
+	}
+	if (res == 0) {
 		n->c.remote_hits++;
 		xfer_count_bytes(n, true, rf->via_rdma, o->len);
 		fetch_done(st, o, 0);
@@ -502,10 +501,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 
 	if (dc_addresses(n, o->key, o->key_len, o->hash, rf->addr, MAX_HOLDERS_TRIED, &rf->n_addr,
 			 &o->len) && rf_healthy(n, rf) &&
-	    o->len <= (UINT64_C(1) << 30) &&
-	    o->len <= n->st->tiers[0].alloc.size &&
-	    tier_alloc(n->st, &n->st->tiers[0], o->len, &o->block) == 0) {
-		o->tier = &n->st->tiers[0];
+	    store_land_place(n->st, o) == 0) {
 		rf->dst = store_object_ptr(o);
 		rf->transferring = true;
 	} else {
@@ -622,7 +618,6 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 	struct store *st = n->st;
 	struct rfetch *rf;
 	struct object *o;
-	struct tier *t = &st->tiers[0];
 	const Kvc__Peer__Location *loc = resp->n_locations ? resp->locations[0] : NULL;
 	int r;
 
@@ -648,18 +643,13 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 		rf_finish(n, rf, -EHOSTDOWN); /* its holders are not answering */
 		return;
 	}
-	if (loc->len > t->alloc.size || loc->len > (UINT64_C(1) << 30)) {
-		rf_finish(n, rf, -E2BIG);
-		return;
-	}
 	o->len = loc->len;
-	o->tier = t;
-	r = tier_alloc(st, t, o->len, &o->block);
+	r = store_land_place(st, o);
 	if (r < 0) {
-		rf_finish(n, rf, r == -EAGAIN ? -ENOSPC : r);
+		rf_finish(n, rf, r);
 		return;
 	}
-	rf->dst = (uint8_t *) t->seg.base + o->block->offset;
+	rf->dst = store_object_ptr(o);
 	rf->transferring = true;
 	rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
 	xfer_queue(n, &rf->job);

@@ -541,7 +541,6 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 {
 	struct store *st = ps->n->st;
 	Kvc__Peer__PushReply rep = KVC__PEER__PUSH_REPLY__INIT;
-	struct tier *t = &st->tiers[0];
 	struct object *o = NULL;
 	int r = 0;
 
@@ -552,18 +551,13 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		return -EPROTO; /* bytes this node will not read past */
 	if (store_find(st, x->key.data, x->key.len))
 		r = -EEXIST;
-	else if (x->len > t->alloc.size || x->len > (UINT64_C(1) << 30))
-		r = -E2BIG;
 	else if (!(o = object_new(x->key.data, x->key.len)))
 		r = -ENOMEM;
 	else {
 		o->len = x->len;
 		o->ver = x->version;
 		store_version_seen(st, x->version);
-		o->tier = t;
-		r = tier_alloc(st, t, o->len, &o->block);
-		if (r == -EAGAIN)
-			r = -ENOSPC;
+		r = store_land_place(st, o);
 	}
 	rep.error = r;
 	ps->eager = x->eager;
@@ -590,7 +584,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 			/* small, and all here: taken in at once, by the loop */
 			struct blk_pace now = { .idle_ms = 1000, .cap = mono_ms() + 1000 };
 
-			r = recv_eager(ps, (uint8_t *) t->seg.base + o->block->offset, o->len,
+			r = recv_eager(ps, store_object_ptr(o), o->len,
 				       &now, &ps->digest);
 			ps->digested = r == 0;
 			return push_finish(ps, r);
@@ -641,14 +635,11 @@ static int push_finish(struct pserve *ps, int res)
 		if (res == 0)
 			rep.error = ps->push_err;
 	} else {
-		if (res == 0 && store_find(n->st, o->key, o->key_len)) {
+		if (res == 0 && store_land_publish(n->st, o, summed, ps->digest) == -EEXIST) {
 			rep.error = -EEXIST; /* stored here meanwhile */
 			n->c.pushes_refused++;
 		}
 		if (rep.error == 0) {
-			if (summed)
-				object_keep_sum(o, ps->digest);
-			object_publish(n->st, o);
 			n->c.pushes_received++;
 			xfer_count_bytes(n, true, ps->want_rdma, o->len);
 		} else {

@@ -128,6 +128,18 @@ uint64_t store_prefaulted(const struct store *st);
 uint8_t *store_extent_ptr(const struct store *st, const struct extent *x);
 /* Where a resident object's bytes are (it has a tier and a block). */
 uint8_t *store_object_ptr(const struct object *o);
+/* Landing bytes that come from elsewhere (a fetch from another node, a
+ * received push) into an object of this node's own (o->len set, not in
+ * the index): a place in the first memory tier, 0; -E2BIG (larger than
+ * the tier or 1 GiB), -ENOSPC (no room now), or another error. */
+int store_land_place(struct store *st, struct object *o);
+/* The landing's bytes: where they go (store_land_place() done), and their
+ * offset in segment 0 (an RDMA read's destination). */
+uint64_t store_land_offset(const struct object *o);
+/* The bytes are in: o is published (with its checksum when summed), 0; or
+ * -EEXIST when the key was stored here meanwhile (o is the caller's to
+ * free, as on any failure). */
+int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t sum);
 /* The object stored under key (in any state), or NULL: one lookup. */
 struct object *store_find(struct store *st, const void *key, size_t len);
 /* A bounded slice of a walk over every object: fn(u, o) for the objects

@@ -332,6 +332,35 @@ uint8_t *store_object_ptr(const struct object *o)
 	return (uint8_t *) o->tier->seg.base + o->block->offset;
 }
 
+int store_land_place(struct store *st, struct object *o)
+{
+	struct tier *t = &st->tiers[0];
+	int r;
+
+	if (o->len > t->alloc.size || o->len > (UINT64_C(1) << 30))
+		return -E2BIG;
+	r = tier_alloc(st, t, o->len, &o->block);
+	if (r < 0)
+		return r == -EAGAIN ? -ENOSPC : r;
+	o->tier = t;
+	return 0;
+}
+
+uint64_t store_land_offset(const struct object *o)
+{
+	return o->block->offset;
+}
+
+int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t sum)
+{
+	if (store_find(st, o->key, o->key_len))
+		return -EEXIST;
+	if (summed)
+		object_keep_sum(o, sum);
+	object_publish(st, o);
+	return 0;
+}
+
 struct object *store_find(struct store *st, const void *key, size_t len)
 {
 	return index_find(&st->index, key, len, index_hash(key, len));

@@ -140,6 +140,12 @@ uint64_t store_land_offset(const struct object *o);
  * -EEXIST when the key was stored here meanwhile (o is the caller's to
  * free, as on any failure). */
 int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t sum);
+/* Disk recovery: a record found below (its id, newest first, and its
+ * size there) of key, indexed as committed and older than anything stored
+ * since the start.  0; -EEXIST when key is stored already and that copy
+ * is newer (the record is an older version); -ENOMEM. */
+int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t len,
+		    uint64_t disk_id, uint64_t disk_len);
 /* The object stored under key (in any state), or NULL: one lookup. */
 struct object *store_find(struct store *st, const void *key, size_t len);
 /* A bounded slice of a walk over every object: fn(u, o) for the objects

@@ -361,6 +361,36 @@ int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t
 	return 0;
 }
 
+int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t len,
+		    uint64_t disk_id, uint64_t disk_len)
+{
+	struct tier *t = &st->disk_tier;
+	uint64_t hash = index_hash(key, key_len);
+	struct object *o, *old = index_find(&st->index, key, key_len, hash);
+
+	if (old) {
+		if (!old->disk_id || old->disk_id > disk_id)
+			return -EEXIST; /* stored since the start, or a newer record */
+		object_drop(st, old); /* (never: records come newest first) */
+	}
+	o = object_new(key, key_len);
+	if (!o)
+		return -ENOMEM;
+	o->len = len;
+	o->tier = t;
+	o->disk_id = disk_id;
+	o->disk_len = disk_len;
+	o->flags |= OBJ_COMMITTED;
+	o->where = OBJ_BELOW;
+	index_insert(&st->index, o);
+	object_place(st, o, true); /* older than anything stored since the start */
+	/* recovery runs on while the node joins: the re-publish's walk may
+	 * have passed this object's bucket already */
+	object_announce(st, o);
+	t->objects++;
+	return 0;
+}
+
 struct object *store_find(struct store *st, const void *key, size_t len)
 {
 	return index_find(&st->index, key, len, index_hash(key, len));

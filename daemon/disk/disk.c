@@ -319,40 +319,23 @@ static void recover_one(struct store *st, struct rec_item *it)
 {
 	struct disk *k = st->disk;
 	struct tier *t = disk_tier(st);
-	uint64_t hash = index_hash(it->key, it->h.key_len);
-	struct object *o, *old = index_find(&st->index, it->key, it->h.key_len, hash);
+	uint64_t disk_len = disk_record_size(it->h.key_len, it->h.stored_len);
+	int r = store_recovered(st, it->key, it->h.key_len, it->h.value_len, it->id, disk_len);
 
-	if (old) {
-		if (!old->disk_id || old->disk_id > it->id) {
-			/* stored since the start, or a newer record of the
-			 * key: this record is an older version */
-			char name[32];
+	if (r == -EEXIST) {
+		/* stored since the start, or a newer record of the key: this
+		 * record is an older version */
+		char name[32];
 
-			record_name(name, sizeof(name), it->id, false);
-			unlinkat(k->dirfd, name, 0);
-			k->c.skipped++;
-			return;
-		}
-		/* cannot happen (newest first); kept for safety */
-		object_drop(st, old);
-	}
-	o = object_new(it->key, it->h.key_len);
-	if (!o)
+		record_name(name, sizeof(name), it->id, false);
+		unlinkat(k->dirfd, name, 0);
+		k->c.skipped++;
 		return;
-	o->len = it->h.value_len;
-	o->tier = t;
-	o->disk_id = it->id;
-	o->disk_len = disk_record_size(it->h.key_len, it->h.stored_len);
-	o->flags |= OBJ_COMMITTED;
-	o->where = OBJ_BELOW;
-	index_insert(&st->index, o);
-	object_place(st, o, true); /* older than anything stored since the start */
-	/* recovery runs on while the node joins: the re-publish's walk may
-	 * have passed this object's bucket already */
-	object_announce(st, o);
-	t->objects++;
+	}
+	if (r < 0)
+		return;
 	k->c.records++;
-	k->c.bytes += o->disk_len;
+	k->c.bytes += disk_len;
 	t->alloc.used = k->c.bytes;
 	k->c.raw_bytes += it->h.value_len;
 	k->c.recovered++;

@@ -182,3 +182,31 @@ def test_block_hashes_chain():
     b = block_hashes_of([1, 2, 3, 4, 5, 6, 7, 0], 4)
     assert len(a) == 2 and a[0] == b[0] and a[1] != b[1]
     assert block_hashes_of([1, 2, 3], 4) == []
+
+
+def test_device_copies_synchronised_by_their_own_device(monkeypatch):
+    """A copy out of device memory must be finished before its object is
+    committed or let go: through the tensor's own device's stream API
+    (torch.npu under vLLM-Ascend, not torch.cuda); CPU tensors need none."""
+    from types import SimpleNamespace
+
+    from kvcache import engine as eng
+    torch = pytest.importorskip("torch")
+    synced = []
+
+    class Stream:
+        def __init__(self, dev):
+            self.dev = dev
+
+        def synchronize(self):
+            synced.append(self.dev)
+
+    npu = SimpleNamespace(current_stream=lambda dev: Stream(dev))
+    monkeypatch.setattr(torch, "npu", npu, raising=False)
+    dev = SimpleNamespace(type="npu", index=3)
+    layout = SimpleNamespace(segments=[SimpleNamespace(tensor=SimpleNamespace(device=dev))])
+    eng._sync(layout)
+    assert synced == [dev]
+    cpu = SimpleNamespace(segments=[SimpleNamespace(tensor=torch.zeros(1))])
+    eng._sync(cpu)
+    assert synced == [dev]

@@ -187,7 +187,8 @@ static void test_config_file(void)
 	CHECK_EQ(write(fd, json, strlen(json)), (ssize_t) strlen(json));
 	close(fd);
 	setenv("MOONCAKE_CONFIG_PATH", path, 1);
-	test_daemon_start(&td, NULL);
+	/* a port of its own for peers: tests run side by side */
+	test_daemon_start(&td, "--listen", "127.0.0.1:0", NULL);
 	unsetenv("MOONCAKE_CONFIG_PATH");
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	CHECK_EQ(kvc_status_get(c, &s), 0);
@@ -197,7 +198,8 @@ static void test_config_file(void)
 	test_daemon_stop(&td);
 
 	/* --config wins over the environment, flags win over --config */
-	test_daemon_start(&td, "--config", path, "--global-segment-size", "16MB", NULL);
+	test_daemon_start(&td, "--config", path, "--global-segment-size", "16MB", "--listen",
+			  "127.0.0.1:0", NULL);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	CHECK_EQ(kvc_status_get(c, &s), 0);
 	CHECK_EQ(s->tiers[0].capacity, 16 << 20);

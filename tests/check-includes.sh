@@ -61,5 +61,19 @@ for dir in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemo
 		done
 	done
 done
+# core's private headers: the index and the tiers' internals are core's
+# own; a directory listed here still uses them through calls not yet moved
+# behind store.h (docs/ARCHITECTURE.rst)
+for f in daemon/local/*.c daemon/local/*.h; do
+	for inc in $(sed -n 's/^#include "\(.*\)".*/\1/p' "$f"); do
+		case $inc in
+		tier.h | index.h)
+			echo "$f includes \"$inc\": core's own; use store.h" >&2
+			bad=1
+			;;
+		esac
+	done
+done
+
 [ "$bad" = 0 ] && echo "includes: every directory uses only what it may"
 exit "$bad"

@@ -146,6 +146,15 @@ int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t
  * is newer (the record is an older version); -ENOMEM. */
 int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t len,
 		    uint64_t disk_id, uint64_t disk_len);
+/* Tiers for status: memory tiers, then disk; each read-only. */
+unsigned store_tier_count(const struct store *st);
+const struct tier *store_tier(struct store *st, unsigned i);
+uint64_t store_tier_capacity(const struct tier *t);
+uint64_t store_tier_used(const struct tier *t);
+/* kvcachectl evict: unused objects of a tier (its kind; 0: every tier),
+ * least recently used first; -EINVAL for a tier not configured here. */
+int store_evict(struct store *st, int tier_kind, uint64_t bytes, bool all,
+		uint64_t *ret_bytes, uint64_t *ret_objects);
 /* The object stored under key (in any state), or NULL: one lookup. */
 struct object *store_find(struct store *st, const void *key, size_t len);
 /* A bounded slice of a walk over every object: fn(u, o) for the objects

@@ -391,6 +391,37 @@ int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t 
 	return 0;
 }
 
+unsigned store_tier_count(const struct store *st)
+{
+	return tier_count(st);
+}
+
+const struct tier *store_tier(struct store *st, unsigned i)
+{
+	return tier_at(st, i);
+}
+
+uint64_t store_tier_capacity(const struct tier *t)
+{
+	return tier_capacity(t);
+}
+
+uint64_t store_tier_used(const struct tier *t)
+{
+	return tier_used(t);
+}
+
+int store_evict(struct store *st, int tier_kind, uint64_t bytes, bool all,
+		uint64_t *ret_bytes, uint64_t *ret_objects)
+{
+	struct tier *t = NULL;
+
+	if (tier_kind != 0 && !(t = tier_for(st, tier_kind)))
+		return -EINVAL;
+	tier_evict(st, t, bytes, all, EVICT_MANUAL, ret_bytes, ret_objects);
+	return 0;
+}
+
 struct object *store_find(struct store *st, const void *key, size_t len)
 {
 	return index_find(&st->index, key, len, index_hash(key, len));

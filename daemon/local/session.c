@@ -372,7 +372,7 @@ static uint64_t below_stat(const struct below_stats *b, const char *name)
 static int op_status(struct session *s, struct reply *rep)
 {
 	struct server *sv = s->sv;
-	unsigned nt = tier_count(sv->st);
+	unsigned nt = store_tier_count(sv->st);
 	Kvc__StatusResp *st = calloc(1, sizeof(*st));
 	Kvc__TierStatus *ts = calloc(nt, sizeof(*ts));
 	Kvc__TierStatus **tp = calloc(nt, sizeof(*tp));
@@ -385,12 +385,12 @@ static int op_status(struct session *s, struct reply *rep)
 	}
 	kvc__status_resp__init(st);
 	for (unsigned i = 0; i < nt; i++) {
-		const struct tier *t = tier_at(sv->st, i);
+		const struct tier *t = store_tier(sv->st, i);
 
 		kvc__tier_status__init(&ts[i]);
 		ts[i].name = (char *) t->name;
-		ts[i].capacity = tier_capacity(t);
-		ts[i].used = tier_used(t);
+		ts[i].capacity = store_tier_capacity(t);
+		ts[i].used = store_tier_used(t);
 		ts[i].objects = t->objects;
 		ts[i].high_watermark = t->high;
 		tp[i] = &ts[i];
@@ -555,7 +555,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		"bytes_moved", "lease_protected",
 	};
 	struct below_stats below;
-	const unsigned nt = tier_count(sv->st);
+	const unsigned nt = store_tier_count(sv->st);
 
 	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
 		fn(u, counters[i].name, NULL, EXPORT_COUNTER, counters[i].value);
@@ -572,9 +572,9 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 	fn(u, "copies_in_flight", NULL, EXPORT_GAUGE, sv->copies_in_flight);
 	fn(u, "channels", NULL, EXPORT_GAUGE, channels);
 	for (unsigned i = 0; i < nt; i++) {
-		const struct tier *t = tier_at(sv->st, i);
+		const struct tier *t = store_tier(sv->st, i);
 		const uint64_t v[] = {
-			tier_capacity(t), tier_used(t), t->high, t->objects, t->st.hits,
+			store_tier_capacity(t), store_tier_used(t), t->high, t->objects, t->st.hits,
 			t->st.misses, t->st.promotions, t->st.demotions,
 			t->st.evictions[0] + t->st.evictions[1] + t->st.evictions[2],
 			t->st.evictions[EVICT_CAPACITY], t->st.evictions[EVICT_WATERMARK],
@@ -759,22 +759,17 @@ done:
 static int op_evict(struct session *s, const Kvc__EvictReq *eq, struct reply *rep)
 {
 	struct server *sv = s->sv;
-	struct tier *t = NULL;
-	Kvc__EvictResp *er;
+	Kvc__EvictResp *er = calloc(1, sizeof(*er));
 
-	if (eq->tier != 0) {
-		t = tier_for(sv->st, eq->tier);
-		if (!t) {
-			snprintf(rep->msg, sizeof(rep->msg), "tier %d is not configured on this daemon",
-				 eq->tier);
-			return -EINVAL;
-		}
-	}
-	er = calloc(1, sizeof(*er));
 	if (!er)
 		return -ENOMEM;
 	kvc__evict_resp__init(er);
-	tier_evict(sv->st, t, eq->bytes, eq->all, EVICT_MANUAL, &er->bytes, &er->objects);
+	if (store_evict(sv->st, eq->tier, eq->bytes, eq->all, &er->bytes, &er->objects) < 0) {
+		snprintf(rep->msg, sizeof(rep->msg), "tier %d is not configured on this daemon",
+			 eq->tier);
+		free(er);
+		return -EINVAL;
+	}
 	log_info("client[pid=%d]: evicted %llu objects, %llu bytes", (int) s->pid,
 		 (unsigned long long) er->objects, (unsigned long long) er->bytes);
 	rep->resp.body_case = KVC__RESPONSE__BODY_EVICT;

@@ -13,7 +13,6 @@
 #include "mapper.h"
 #include "shm-layout.h"
 #include "store.h"
-#include "tier.h"
 #include "wire.h"
 
 #define SESSION_MAX_CHANNELS 16

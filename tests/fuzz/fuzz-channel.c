@@ -17,6 +17,7 @@
 #include "log.h"
 #include "ring.h"
 #include "session.h"
+#include "tier.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -28,7 +28,6 @@
 #include "net.h"
 #include "node-private.h"
 #include "peer-conn.h"
-#include "tier.h"
 
 #define LOG_TOPIC "cluster"
 
@@ -52,14 +51,13 @@ void link_down(struct link *k, const char *why)
 
 static void fill_load(struct node *n, Kvc__Peer__NodeLoad *l)
 {
-	struct store *st = n->st;
+	uint64_t capacity, used, objects;
 
 	kvc__peer__node_load__init(l);
-	for (unsigned i = 0; i < st->n_tiers; i++) {
-		l->capacity += tier_capacity(&st->tiers[i]);
-		l->used += tier_used(&st->tiers[i]);
-	}
-	l->objects = st->index.n_objects;
+	store_load(n->st, &capacity, &used, &objects);
+	l->capacity = capacity;
+	l->used = used;
+	l->objects = objects;
 }
 
 static int send_join(struct link *k)

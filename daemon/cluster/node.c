@@ -27,7 +27,6 @@
 #include "node-private.h"
 #include "link.h"
 #include "peer-conn.h"
-#include "tier.h"
 
 #define LOG_TOPIC "cluster"
 
@@ -174,7 +173,7 @@ static void drop_older(struct node *n, struct object *o, uint64_t ver)
 {
 	if (!(o->flags & OBJ_COMMITTED) || (o->flags & OBJ_DEAD) || o->ver >= ver)
 		return;
-	object_drop(n->st, o);
+	store_drop(n->st, o);
 	n->c.copies_dropped++;
 }
 

@@ -36,7 +36,6 @@
 #include "handoff.h"
 #include "node-private.h"
 #include "serve.h"
-#include "tier.h"
 #include "xfer.h"
 
 #define LOG_TOPIC "remote"
@@ -454,7 +453,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 			}
 		}
 		fetch_done(st, o, res > 0 ? 0 : res);
-		object_free(st, o);
+		store_land_free(st, o);
 	}
 	free(rf);
 	backlog_pump(n);
@@ -534,7 +533,7 @@ static void backlog_drop(struct node *n, struct rfetch *rf, int res)
 	else
 		n->c.remote_errors++;
 	fetch_done(n->st, rf->o, res);
-	object_free(n->st, rf->o);
+	store_land_free(n->st, rf->o);
 	free(rf);
 }
 
@@ -575,7 +574,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	}
 	if ((n->fetches.n_rfetches >= MAX_RFETCHES || n->fetches.backlog) && n->fetches.n_backlog >= MAX_BACKLOG)
 		return -ENOENT;
-	o = object_new(key, len);
+	o = store_land_object(key, len);
 	f = calloc(1, sizeof(*f));
 	rf = calloc(1, sizeof(*rf));
 	if (!o || !f || !rf)
@@ -794,7 +793,7 @@ void remote_teardown(struct node *n)
 		}
 		free(rf->o->fetch); /* no waiter is left: sessions went first */
 		rf->o->fetch = NULL;
-		object_free(n->st, rf->o);
+		store_land_free(n->st, rf->o);
 		free(rf);
 	}
 	if (n->fetches.pending.buckets)

@@ -22,7 +22,6 @@
 #include "log.h"
 #include "node-private.h"
 #include "serve.h"
-#include "tier.h"
 #include "xfer.h"
 
 #define LOG_TOPIC "remote"
@@ -288,7 +287,7 @@ static void ps_free(struct pserve *ps)
 	hs_done(ps);
 	fetch_unwait(&ps->w);
 	free(ps->head);
-	object_free(n->st, ps->push_o); /* NULL-safe */
+	store_land_free(n->st, ps->push_o); /* NULL-safe */
 	holder_done(&ps->h, &res, &views);
 	loop_source_free(ps->src);
 	pconn_done(&ps->pc);
@@ -551,7 +550,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		return -EPROTO; /* bytes this node will not read past */
 	if (store_find(st, x->key.data, x->key.len))
 		r = -EEXIST;
-	else if (!(o = object_new(x->key.data, x->key.len)))
+	else if (!(o = store_land_object(x->key.data, x->key.len)))
 		r = -ENOMEM;
 	else {
 		o->len = x->len;
@@ -565,11 +564,11 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 	ps->n->c.pushes_refused += r < 0;
 	if (r < 0 && x->eager) {
 		/* its bytes are on their way: read past them, then say no */
-		object_free(st, o);
+		store_land_free(st, o);
 		ps->push_err = r;
 		o = NULL;
 	} else if (r < 0) {
-		object_free(st, o);
+		store_land_free(st, o);
 		return pconn_send(&ps->pc, PEER_PUSH_READY, seq, &rep.base) < 0 ? -EIO : 0;
 	}
 	ps->want_rdma = ps->rdma && x->rdma;
@@ -600,12 +599,12 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		rep.offset = o->block->offset;
 	}
 	if (pconn_send(&ps->pc, PEER_PUSH_READY, seq, &rep.base) < 0) {
-		object_free(st, o);
+		store_land_free(st, o);
 		return -EIO;
 	}
 	if (ps->pc.in_len - ps->pc.in_off) {
 		/* bytes before PushReady: not how pushes go */
-		object_free(st, o);
+		store_land_free(st, o);
 		return -EPROTO;
 	}
 	ps->push_o = o;
@@ -647,7 +646,7 @@ static int push_finish(struct pserve *ps, int res)
 				n->c.remote_corrupt++;
 				log_warn("pushed %s: checksum mismatch; not stored", o->key);
 			}
-			object_free(n->st, o);
+			store_land_free(n->st, o);
 		}
 	}
 	if (res < 0 && res != -EBADMSG)

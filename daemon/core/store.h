@@ -155,6 +155,17 @@ uint64_t store_tier_used(const struct tier *t);
  * least recently used first; -EINVAL for a tier not configured here. */
 int store_evict(struct store *st, int tier_kind, uint64_t bytes, bool all,
 		uint64_t *ret_bytes, uint64_t *ret_objects);
+/* The memory tiers' capacity and use, summed, and the objects stored:
+ * what a node tells the masters of its load. */
+void store_load(const struct store *st, uint64_t *ret_capacity, uint64_t *ret_used,
+		uint64_t *ret_objects);
+/* A copy to land: a new object of key (not in the index), or NULL; and
+ * one that will not land after all (its place, if any, goes with it). */
+struct object *store_land_object(const void *key, size_t key_len);
+void store_land_free(struct store *st, struct object *o);
+/* A committed object goes (a master's Drop: an older copy than the key's
+ * newest); freed now, or when its last view goes. */
+void store_drop(struct store *st, struct object *o);
 /* The object stored under key (in any state), or NULL: one lookup. */
 struct object *store_find(struct store *st, const void *key, size_t len);
 /* A bounded slice of a walk over every object: fn(u, o) for the objects

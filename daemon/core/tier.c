@@ -422,6 +422,32 @@ int store_evict(struct store *st, int tier_kind, uint64_t bytes, bool all,
 	return 0;
 }
 
+void store_load(const struct store *st, uint64_t *ret_capacity, uint64_t *ret_used,
+		uint64_t *ret_objects)
+{
+	*ret_capacity = *ret_used = 0;
+	for (unsigned i = 0; i < st->n_tiers; i++) {
+		*ret_capacity += tier_capacity(&st->tiers[i]);
+		*ret_used += tier_used(&st->tiers[i]);
+	}
+	*ret_objects = st->index.n_objects;
+}
+
+struct object *store_land_object(const void *key, size_t key_len)
+{
+	return object_new(key, key_len);
+}
+
+void store_land_free(struct store *st, struct object *o)
+{
+	object_free(st, o);
+}
+
+void store_drop(struct store *st, struct object *o)
+{
+	object_drop(st, o);
+}
+
 struct object *store_find(struct store *st, const void *key, size_t len)
 {
 	return index_find(&st->index, key, len, index_hash(key, len));

@@ -354,10 +354,10 @@ out:
  *
  * It touches only while the client is quiet: a slice at a time, when it
  * waits for nothing (every tag free) and submitted nothing in the last
- * WARM_QUIET_NS (its submission ring's tail did not move).  Idle priority is not enough where the CPUs
- * are the limit: a fresh client's fetches from another node ran at two
- * thirds of their speed while its warming took the moments the daemons'
- * threads were waiting for it.  An engine connects long before it loads
+ * WARM_QUIET_NS (its submission ring's tail did not move).  Idle priority
+ * is not enough where the CPUs are the limit: a fresh client's fetches
+ * from another node ran at two thirds of their speed while its warming
+ * took the moments the daemons' threads were waiting for it.  An engine connects long before it loads
  * (it loads its model first), so its warming is over by its first request.
  */
 #define WARM_SLICE (2u << 20)

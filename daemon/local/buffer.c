@@ -143,20 +143,22 @@ static void *warm_main(void *arg)
 	struct buffer_maker *m = j->sv->maker;
 	struct buffer *b = j->warm;
 	uint8_t *base = b->seg.base;
+	uint64_t off, counted = 0;
 
 	loop_helper_thread("warm", true);
-	for (uint64_t off = 0; off < b->seg.size; off += 4096) {
+	for (off = 0; off < b->seg.size; off += 4096) {
 		if ((off & ((8u << 20) - 1)) == 0) {
 			if (__atomic_load_n(&b->warm_stop, __ATOMIC_RELAXED))
 				break;
-			if (off)
+			if (off) {
+				__atomic_fetch_add(&m->warmed, off - counted, __ATOMIC_RELAXED);
+				counted = off;
 				loop_mm_pause();
+			}
 		}
 		__atomic_fetch_add(base + off, 0, __ATOMIC_RELAXED);
-		if (((off + 4096) & ((8u << 20) - 1)) == 0 || off + 4096 >= b->seg.size)
-			__atomic_fetch_add(&m->warmed, (off & ((8u << 20) - 1)) + 4096,
-					   __ATOMIC_RELAXED);
 	}
+	__atomic_fetch_add(&m->warmed, off - counted, __ATOMIC_RELAXED); /* touched since */
 	handoff_push_wake(&m->done, j, next, m->efd);
 	__atomic_fetch_sub(&m->warming, 1, __ATOMIC_RELEASE); /* last: teardown waits */
 	return NULL;

@@ -67,7 +67,6 @@ done
 for f in daemon/local/*.c daemon/local/*.h daemon/cluster/*.c daemon/cluster/*.h; do
 	still=
 	case $f in
-	daemon/cluster/presum.c) still=tier.h ;; # places checksummed objects
 	daemon/cluster/rfetch.h | daemon/cluster/node-private.h)
 		still=index.h ;; # the fetches' placeholders, kept by the cluster
 	esac

@@ -29,7 +29,6 @@
 #include "handoff.h"
 #include "log.h"
 #include "node-private.h"
-#include "tier.h"
 
 #define LOG_TOPIC "presum"
 
@@ -137,12 +136,8 @@ static void pump(struct presum *p)
 			.o = o,
 			.bytes = store_object_ptr(o),
 			.len = o->len,
-			.used = o->used_ms,
+			.used = store_sum_hold(st, o),
 		};
-		o->views++;
-		o->flags |= OBJ_SUMMING;
-		object_place(st, o, false); /* held: off the lists eviction takes from */
-		o->used_ms = j->used;
 		p->in_flight++;
 		p->in_flight_bytes += o->len;
 		*tail = j;
@@ -174,22 +169,11 @@ static bool presum_poll(void *userdata)
 		list = j->next;
 		p->in_flight--;
 		p->in_flight_bytes -= j->len;
-		o->views--;
-		o->flags &= ~OBJ_SUMMING;
-		if (o->flags & OBJ_DEAD) {
-			if (o->views == 0)
-				object_free(st, o);
-		} else {
-			if (!j->failed) {
-				object_keep_sum(o, j->sum);
-				p->summed++;
-				p->summed_bytes += j->len;
-			}
-			if (o->views == 0 && o->used_ms == j->used)
-				object_place_used(st, o, j->used);
-			else if (o->views == 0)
-				object_place(st, o, false);
+		if (!j->failed && !(o->flags & OBJ_DEAD)) {
+			p->summed++;
+			p->summed_bytes += j->len;
 		}
+		store_sum_release(st, o, !j->failed, j->sum, j->used);
 		j->next = p->free_jobs;
 		p->free_jobs = j;
 	}

@@ -166,6 +166,13 @@ void store_land_free(struct store *st, struct object *o);
 /* A committed object goes (a master's Drop: an older copy than the key's
  * newest); freed now, or when its last view goes. */
 void store_drop(struct store *st, struct object *o);
+/* A checksum taken ahead of a send (cluster/presum.c): o is held (a view,
+ * OBJ_SUMMING, off the lists eviction takes from) while another thread
+ * hashes its bytes; its last use is returned, to be given back.  Then
+ * released: the checksum kept when ok, o put back where its last use
+ * `used` says (freed if it went meanwhile and this was its last view). */
+uint32_t store_sum_hold(struct store *st, struct object *o);
+void store_sum_release(struct store *st, struct object *o, bool ok, uint64_t sum, uint32_t used);
 /* The object stored under key (in any state), or NULL: one lookup. */
 struct object *store_find(struct store *st, const void *key, size_t len);
 /* A bounded slice of a walk over every object: fn(u, o) for the objects

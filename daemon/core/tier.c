@@ -448,6 +448,34 @@ void store_drop(struct store *st, struct object *o)
 	object_drop(st, o);
 }
 
+uint32_t store_sum_hold(struct store *st, struct object *o)
+{
+	uint32_t used = o->used_ms;
+
+	o->views++;
+	o->flags |= OBJ_SUMMING;
+	object_place(st, o, false); /* held: off the lists eviction takes from */
+	o->used_ms = used;
+	return used;
+}
+
+void store_sum_release(struct store *st, struct object *o, bool ok, uint64_t sum, uint32_t used)
+{
+	o->views--;
+	o->flags &= ~OBJ_SUMMING;
+	if (o->flags & OBJ_DEAD) {
+		if (o->views == 0)
+			object_free(st, o);
+		return;
+	}
+	if (ok)
+		object_keep_sum(o, sum);
+	if (o->views == 0 && o->used_ms == used)
+		object_place_used(st, o, used);
+	else if (o->views == 0)
+		object_place(st, o, false);
+}
+
 struct object *store_find(struct store *st, const void *key, size_t len)
 {
 	return index_find(&st->index, key, len, index_hash(key, len));

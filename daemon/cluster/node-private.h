@@ -8,7 +8,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "index.h"
 #include "loop.h"
 #include "net.h"
 #include "peer-auth.h"

@@ -389,7 +389,7 @@ static void rf_unlink(struct node *n, struct rfetch *rf)
 	if (rf->next)
 		rf->next->prev = rf->prev;
 	n->fetches.n_rfetches--;
-	index_unlink(&n->fetches.pending, rf->o);
+	store_landing_remove(n->st, rf->o);
 }
 
 /* A holder that let a fetch time out is passed over this long (the
@@ -527,7 +527,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 static void backlog_drop(struct node *n, struct rfetch *rf, int res)
 {
 	rf_unprobe(rf);
-	index_unlink(&n->fetches.pending, rf->o);
+	store_landing_remove(n->st, rf->o);
 	if (res == -ENOENT)
 		n->c.remote_misses++;
 	else
@@ -563,8 +563,7 @@ static void backlog_pump(struct node *n)
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 {
 	struct node *n = be;
-	uint64_t h = index_hash(key, len);
-	struct object *o = index_find(&n->fetches.pending, key, len, h);
+	struct object *o = store_landing_find(n->st, key, len);
 	struct rfetch *rf;
 	struct fetch *f;
 
@@ -599,7 +598,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 		goto fail;
 	}
 	o->fetch = f;
-	index_insert(&n->fetches.pending, o);
+	store_landing_add(n->st, o);
 	*ret = f;
 	return 0;
 fail:
@@ -768,7 +767,7 @@ int remote_setup(struct node *n)
 	if (dircache_init(n) < 0)
 		return -ENOMEM;
 	holder_init(&n->h, n->st, &push_holder_ops);
-	return index_init(&n->fetches.pending);
+	return store_landing_init(n->st);
 }
 
 void remote_teardown(struct node *n)
@@ -789,14 +788,13 @@ void remote_teardown(struct node *n)
 			rf_unlink(n, rf);
 		} else {
 			rf = backlog_pop(n);
-			index_unlink(&n->fetches.pending, rf->o);
+			store_landing_remove(n->st, rf->o);
 		}
 		free(rf->o->fetch); /* no waiter is left: sessions went first */
 		rf->o->fetch = NULL;
 		store_land_free(n->st, rf->o);
 		free(rf);
 	}
-	if (n->fetches.pending.buckets)
-		index_done(&n->fetches.pending);
+	store_landing_done(n->st);
 	dircache_done(n);
 }

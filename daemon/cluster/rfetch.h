@@ -6,13 +6,11 @@
  */
 #pragma once
 
-#include "index.h"
 
 struct rfetch;
 
 /* The node's fetches (its fetches; only rfetch.c touches it). */
 struct rfetcher {
-	struct index pending;      /* placeholders by key: one fetch per key */
 	struct rfetch *rfetches;   /* in flight */
 	unsigned n_rfetches;
 	struct rfetch *backlog, *backlog_tail; /* waiting for a place in flight */

@@ -72,6 +72,9 @@ struct store {
 	/* puts announced to come (kvc_announce), oldest first, as placeholders
 	 * without bytes: lookups wait for them too, until --lookup-wait-ms */
 	struct index announced;
+	/* copies landing from another node, as placeholders by key: one
+	 * fetch per key (store_landing_*) */
+	struct index landing;
 	struct object *announced_head, *announced_tail;
 	struct fetch *woken;   /* their waiters, to run again (store_wake_puts) */
 	uint64_t version;      /* the last version given (store_version_next) */
@@ -173,6 +176,14 @@ void store_drop(struct store *st, struct object *o);
  * `used` says (freed if it went meanwhile and this was its last view). */
 uint32_t store_sum_hold(struct store *st, struct object *o);
 void store_sum_release(struct store *st, struct object *o, bool ok, uint64_t sum, uint32_t used);
+/* Copies landing from another node, by key (one fetch per key): the
+ * index made (0 or -ENOMEM) and let go (empty by then); the placeholder
+ * of key or NULL; a placeholder added, removed. */
+int store_landing_init(struct store *st);
+void store_landing_done(struct store *st);
+struct object *store_landing_find(struct store *st, const void *key, size_t len);
+void store_landing_add(struct store *st, struct object *o);
+void store_landing_remove(struct store *st, struct object *o);
 /* The object stored under key (in any state), or NULL: one lookup. */
 struct object *store_find(struct store *st, const void *key, size_t len);
 /* A bounded slice of a walk over every object: fn(u, o) for the objects

@@ -476,6 +476,32 @@ void store_sum_release(struct store *st, struct object *o, bool ok, uint64_t sum
 		object_place(st, o, false);
 }
 
+int store_landing_init(struct store *st)
+{
+	return index_init(&st->landing);
+}
+
+void store_landing_done(struct store *st)
+{
+	if (st->landing.buckets)
+		index_done(&st->landing);
+}
+
+struct object *store_landing_find(struct store *st, const void *key, size_t len)
+{
+	return index_find(&st->landing, key, len, index_hash(key, len));
+}
+
+void store_landing_add(struct store *st, struct object *o)
+{
+	index_insert(&st->landing, o);
+}
+
+void store_landing_remove(struct store *st, struct object *o)
+{
+	index_unlink(&st->landing, o);
+}
+
 struct object *store_find(struct store *st, const void *key, size_t len)
 {
 	return index_find(&st->index, key, len, index_hash(key, len));

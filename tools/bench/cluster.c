@@ -309,8 +309,10 @@ static void wait_joined(const char *sock, size_t nodes)
 	die(0, "%s never joined the cluster", sock);
 }
 
+/* One reader: its client (connected before the clock starts) reads values
+ * from..to of prefix. */
 struct reader {
-	const char *sock, *prefix;
+	const char *prefix;
 	uint64_t size, from, to;
 	uint8_t *buf;
 	bool view;
@@ -382,7 +384,7 @@ static double remote_gets(const char *sa, const char *sb, const char *prefix, ui
 
 	put_values(sa, prefix, size, n);
 	for (unsigned t = 0; t < threads; t++) {
-		rd[t] = (struct reader) { sb, prefix, size, n * t / threads, n * (t + 1) / threads,
+		rd[t] = (struct reader) { prefix, size, n * t / threads, n * (t + 1) / threads,
 					  malloc(size), view };
 		if (!rd[t].buf)
 			die(ENOMEM, "%s", "buffer");
@@ -407,7 +409,7 @@ static double remote_gets(const char *sa, const char *sb, const char *prefix, ui
  * background, or as it sent them) whatever it knew the first time; GB/s. */
 static double remote_again(const char *sb, const char *prefix, uint64_t size, uint64_t n)
 {
-	struct reader rd = { sb, prefix, size, 0, n, NULL, true };
+	struct reader rd = { prefix, size, 0, n, NULL, true };
 	struct kvc_client *b;
 	char p[64];
 	uint64_t t0;

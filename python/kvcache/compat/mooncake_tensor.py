@@ -231,7 +231,7 @@ class ReadTarget:
 
 _KINDS = {"DP": 0, "TP": 1, "EP": 2, "PP": 3}
 _KIND_NAMES = {v: k.lower() for k, v in _KINDS.items()}
-_AXIS_DP, _AXIS_EP, _AXIS_PP = 0, 2, 3
+_AXIS_EP, _AXIS_PP = 2, 3
 _MANIFEST = struct.Struct("<IHHiiiii4x8q")
 _MANIFEST_MAGIC = 0x574D414E
 _MANIFEST_SIZE = 96
@@ -529,8 +529,8 @@ class TensorParallelIO:
         if not ptr or size < _TENSOR_META_SIZE:
             return INVALID_PARAMS
         st = _Stored(bytearray((ctypes.c_char * size).from_address(ptr)))
-        if st.tensor is None or not st.global_shape and st.tensor.dim():
-            return INVALID_PARAMS
+        if st.tensor is None or (st.tensor.dim() and not st.global_shape):
+            return INVALID_PARAMS  # not a tensor, or kvcache's older layout (no whole shape)
         t, g = st.tensor, st.global_shape
         dtype = _dtype_index(t)
         if route == "generic":

@@ -7,8 +7,9 @@ calls follow ``store_py_parallel_write.h`` and ``store_py_parallel_read.h``
 store reads what the other wrote.  Keys:
 
 * one TP axis: ``<key>_tp_<rank>`` (as ``put_tensor_with_tp``);
-* any other set of axes: ``<key>__dp_<r>of<n>__tp_<r>of<n>_sd<d>__ep_<r>of<n>_eid<e>__pp_<r>of<n>_sid<s>``,
-  the axes present in that order whatever order the caller gave;
+* any other set of axes: ``<key>`` then, for each axis present, in this
+  order whatever order the caller gave, ``__dp_<r>of<n>``,
+  ``__tp_<r>of<n>_sd<d>``, ``__ep_<r>of<n>_eid<e>``, ``__pp_<r>of<n>_sid<s>``;
 * a writer's partition: ``<key>__writer_<r>of<n>_sd<d>``;
 * manifests (96 bytes: magic "NAMW", version 1, dtype, ndim, split dim,
   shard count, the whole shape): ``<key>__parallelism_manifest`` and

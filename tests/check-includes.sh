@@ -62,9 +62,9 @@ for dir in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemo
 	done
 done
 # core's private headers: the index and the tiers' internals are core's
-# own; local and cluster use them through store.h (disk, not listed, still
-# reaches into them: docs/ARCHITECTURE.rst)
-for f in daemon/local/*.c daemon/local/*.h daemon/cluster/*.c daemon/cluster/*.h; do
+# own; local, disk and cluster use them through store.h
+for f in daemon/local/*.c daemon/local/*.h daemon/disk/*.c daemon/disk/*.h \
+	daemon/cluster/*.c daemon/cluster/*.h; do
 	for inc in $(sed -n 's/^#include "\(.*\)".*/\1/p' "$f"); do
 		case $inc in
 		tier.h | index.h)

@@ -149,6 +149,54 @@ int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t
  * is newer (the record is an older version); -ENOMEM. */
 int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t len,
 		    uint64_t disk_id, uint64_t disk_len);
+/*
+ * The tier below memory (daemon/disk): the copies it keeps of objects, and
+ * what it asks of core.  Every call runs on the loop.
+ */
+/* It is there: its backend, and its capacity (--disk-size) with the
+ * memory tiers' watermarks; the lowest memory tier spills to it.  And it
+ * goes (before its backend's state does). */
+void store_below_attach(struct store *st, const struct backend_ops *ops, void *be,
+			uint64_t size);
+void store_below_detach(struct store *st);
+/* The bytes its copies take, by its own count (status; watermarks). */
+void store_below_used(struct store *st, uint64_t used);
+uint64_t store_below_size(const struct store *st);
+/* Is it under its high watermark with `used` bytes taken? */
+bool store_below_has_room(const struct store *st, uint64_t used);
+/* Above its high watermark: copies that are only below go, least recently
+ * used first, at most a bounded number a call; true if any did. */
+bool store_below_trim(struct store *st, uint64_t used);
+/* Is the lowest memory tier past its low watermark (less a margin), so
+ * that copies should be taken ahead of eviction? */
+bool store_spill_due(const struct store *st);
+/* The memory objects without a copy below, oldest first: the next to
+ * copy (NULL: none), and how many there are. */
+struct object *store_dirty_oldest(const struct store *st);
+uint64_t store_dirty_count(const struct store *st);
+/* A copy of o is being taken: o is held in place like a view while its
+ * bytes are read; the hold ends with store_below_unhold(), after which o
+ * may be gone (false: it went meanwhile and was freed now). */
+void store_below_hold(struct store *st, struct object *o);
+bool store_below_unhold(struct store *st, struct object *o);
+/* o's copy below began, ended or failed: o is put on the lists its state
+ * calls for (the least recent end with at_tail). */
+void store_below_changed(struct store *st, struct object *o, bool at_tail);
+/* A copy ended (written or not): requests waiting for space look again;
+ * and the count of those ends, to tell whether one happened since. */
+void store_space_freed(struct store *st);
+uint64_t store_space_seq(const struct store *st);
+/* Reading o's copy back into memory: a place in the first memory tier
+ * (0, or -EAGAIN while what could give way has no copy below yet: retry
+ * after a copy ends, or -ENOSPC); then the bytes are in and checked
+ * (store_readmit), or are not coming (store_readmit_cancel: the place
+ * goes; o, when given, stays where it was). */
+int store_readmit_place(struct store *st, struct object *o, struct shm_block **ret_place,
+			uint8_t **ret_dst);
+void store_readmit(struct store *st, struct object *o, struct shm_block *place, uint64_t sum);
+void store_readmit_cancel(struct store *st, struct object *o, struct shm_block *place);
+/* Is o gone from the index (its last view or hold frees it)? */
+bool store_object_gone(const struct object *o);
 /* Tiers for status: memory tiers, then disk; each read-only. */
 unsigned store_tier_count(const struct store *st);
 const struct tier *store_tier(struct store *st, unsigned i);

@@ -401,6 +401,134 @@ const struct tier *store_tier(struct store *st, unsigned i)
 	return tier_at(st, i);
 }
 
+void store_below_attach(struct store *st, const struct backend_ops *ops, void *be,
+			uint64_t size)
+{
+	struct tier *t = &st->disk_tier;
+
+	*t = (struct tier) { .name = "disk", .kind = SHM_TIER_DISK, .segment = UINT32_MAX };
+	t->alloc.size = size;
+	t->high = (uint64_t) ((double) size * st->cfg->high_watermark);
+	t->low = (uint64_t) ((double) size * (st->cfg->high_watermark - st->cfg->eviction_ratio));
+	st->tiers[0].below = t;
+	st->below = (struct backend) { ops, be };
+}
+
+void store_below_detach(struct store *st)
+{
+	st->below = (struct backend) { 0 };
+}
+
+void store_below_used(struct store *st, uint64_t used)
+{
+	st->disk_tier.alloc.used = used;
+}
+
+uint64_t store_below_size(const struct store *st)
+{
+	return st->disk_tier.alloc.size;
+}
+
+bool store_below_has_room(const struct store *st, uint64_t used)
+{
+	return used < st->disk_tier.high;
+}
+
+bool store_below_trim(struct store *st, uint64_t used)
+{
+	struct tier *t = &st->disk_tier;
+	uint64_t freed = 0, n = 0;
+
+	if (used <= t->high)
+		return false;
+	tier_evict_some(st, t, used - t->low, false, 64, EVICT_WATERMARK, &freed, &n);
+	return n > 0;
+}
+
+bool store_spill_due(const struct store *st)
+{
+	const struct tier *lowest = &st->tiers[0];
+
+	return lowest->alloc.used > lowest->low - lowest->low / 8;
+}
+
+struct object *store_dirty_oldest(const struct store *st)
+{
+	return st->dirty.tail;
+}
+
+uint64_t store_dirty_count(const struct store *st)
+{
+	return st->dirty.n;
+}
+
+void store_below_hold(struct store *st, struct object *o)
+{
+	o->views++;
+	object_place(st, o, false);
+	object_dirty_update(st, o);
+}
+
+bool store_below_unhold(struct store *st, struct object *o)
+{
+	o->views--;
+	if (!(o->flags & OBJ_DEAD))
+		return true;
+	if (o->views == 0)
+		object_free(st, o);
+	return false;
+}
+
+void store_below_changed(struct store *st, struct object *o, bool at_tail)
+{
+	object_place(st, o, at_tail);
+	object_dirty_update(st, o);
+}
+
+void store_space_freed(struct store *st)
+{
+	st->space_seq++;
+}
+
+uint64_t store_space_seq(const struct store *st)
+{
+	return st->space_seq;
+}
+
+int store_readmit_place(struct store *st, struct object *o, struct shm_block **ret_place,
+			uint8_t **ret_dst)
+{
+	struct tier *dram = &st->tiers[0];
+	/* making room in dram never evicts o itself: it is loading (held) */
+	int r = tier_alloc(st, dram, o->len, ret_place);
+
+	if (r < 0) {
+		*ret_place = NULL;
+		return r;
+	}
+	*ret_dst = (uint8_t *) dram->seg.base + (*ret_place)->offset;
+	return 0;
+}
+
+void store_readmit(struct store *st, struct object *o, struct shm_block *place, uint64_t sum)
+{
+	object_keep_sum(o, sum); /* checked as it came back */
+	tier_readmit(st, o, place);
+}
+
+void store_readmit_cancel(struct store *st, struct object *o, struct shm_block *place)
+{
+	if (o)
+		object_place(st, o, false);
+	if (place)
+		shm_alloc_free(&st->tiers[0].alloc, place);
+}
+
+bool store_object_gone(const struct object *o)
+{
+	return o->flags & OBJ_DEAD;
+}
+
 uint64_t store_tier_capacity(const struct tier *t)
 {
 	return tier_capacity(t);

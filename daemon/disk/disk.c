@@ -203,11 +203,6 @@ static void record_name(char *buf, size_t len, uint64_t id, bool tmp)
 	snprintf(buf, len, "%016llx.%s", (unsigned long long) id, tmp ? "tmp" : "kvr");
 }
 
-static struct tier *disk_tier(struct store *st)
-{
-	return &st->disk_tier;
-}
-
 /* ---- set-up and recovery ---- */
 
 static int open_record(struct disk *k, const char *name, int flags)
@@ -318,7 +313,6 @@ static void *recover_main(void *arg)
 static void recover_one(struct store *st, struct rec_item *it)
 {
 	struct disk *k = st->disk;
-	struct tier *t = disk_tier(st);
 	uint64_t disk_len = disk_record_size(it->h.key_len, it->h.stored_len);
 	int r = store_recovered(st, it->key, it->h.key_len, it->h.value_len, it->id, disk_len);
 
@@ -336,7 +330,7 @@ static void recover_one(struct store *st, struct rec_item *it)
 		return;
 	k->c.records++;
 	k->c.bytes += disk_len;
-	t->alloc.used = k->c.bytes;
+	store_below_used(st, k->c.bytes);
 	k->c.raw_bytes += it->h.value_len;
 	k->c.recovered++;
 }
@@ -462,7 +456,6 @@ static void space_deadline(struct loop_source *s, void *userdata)
 
 int disk_setup(struct store *st)
 {
-	struct tier *t = disk_tier(st);
 	struct disk *k;
 	int r;
 
@@ -520,14 +513,8 @@ int disk_setup(struct store *st)
 		return r ? r : -EIO;
 	}
 	st->disk = k;
-	*t = (struct tier) { .name = "disk", .kind = SHM_TIER_DISK, .segment = UINT32_MAX };
-	t->alloc.size = st->cfg->disk_size;
-	t->high = (uint64_t) ((double) st->cfg->disk_size * st->cfg->high_watermark);
-	t->low = (uint64_t) ((double) st->cfg->disk_size *
-			     (st->cfg->high_watermark - st->cfg->eviction_ratio));
 	/* the lowest memory tier spills here */
-	st->tiers[0].below = t;
-	st->below = (struct backend) { &disk_backend, st };
+	store_below_attach(st, &disk_backend, st, st->cfg->disk_size);
 	/* completions and the worker's results: the loop polls for them,
 	 * and the eventfd wakes it when it sleeps */
 	r = loop_add_doorbell(st->loop, k->efd, &k->bell);
@@ -671,7 +658,7 @@ void disk_teardown(struct store *st)
 		free(k->pool[i].buf);
 	free(k);
 	st->disk = NULL;
-	st->below = (struct backend) { 0 };
+	store_below_detach(st);
 }
 
 /* ---- writing ---- */
@@ -818,10 +805,8 @@ static int disk_spill(struct store *st, struct object *o)
 	io->id = k->next_id++;
 	record_name(io->name, sizeof(io->name), io->id, true);
 	/* pinned like a view: not moved, not freed while the worker reads it */
-	o->views++;
 	o->spill = io;
-	object_place(st, o, false);
-	object_dirty_update(st, o);
+	store_below_hold(st, o);
 	k->inflight++;
 	k->inflight_bytes += io->vlen;
 	queue_job(k, io);
@@ -860,8 +845,7 @@ static bool prepared(struct store *st)
 			io_free(k, io);
 			continue;
 		}
-		o->views--;
-		if (io->cancelled || (o->flags & OBJ_DEAD)) {
+		if (io->cancelled || store_object_gone(o)) {
 			if (io->fd >= 0) {
 				close(io->fd);
 				io->fd = -1;
@@ -869,12 +853,12 @@ static bool prepared(struct store *st)
 			}
 			if (o->spill == io)
 				o->spill = NULL;
-			if (o->views == 0 && (o->flags & OBJ_DEAD))
-				object_free(st, o);
+			store_below_unhold(st, o); /* freed if it was its last hold */
 			goto drop;
 		}
+		store_below_unhold(st, o);
 		/* spilling picks the oldest objects: back to the old end */
-		object_place(st, o, true);
+		store_below_changed(st, o, true);
 		fd = io->fd; /* opened by the worker */
 		io->fd = -1;
 		if (fd < 0) {
@@ -887,7 +871,7 @@ static bool prepared(struct store *st)
 					 strerror(-fd));
 			k->backoff_until = now_ms(st) + BACKOFF_MS;
 			o->spill = NULL;
-			object_dirty_update(st, o);
+			store_below_changed(st, o, false);
 			goto drop;
 		}
 		io->fd = fd;
@@ -896,7 +880,7 @@ static bool prepared(struct store *st)
 			close(fd);
 			unlinkat(k->dirfd, io->name, 0);
 			o->spill = NULL;
-			object_dirty_update(st, o);
+			store_below_changed(st, o, false);
 			goto drop;
 		}
 		io_uring_prep_write(sqe, fd, io->buf, (unsigned) io->len, 0);
@@ -908,7 +892,7 @@ drop:
 		k->inflight--;
 		k->inflight_bytes -= io->vlen;
 		io_free(k, io);
-		st->space_seq++;
+		store_space_freed(st);
 	}
 	/* out at once: the next record is being built meanwhile */
 	disk_submit(st);
@@ -955,9 +939,9 @@ static bool write_done(struct store *st, struct disk_io *io, int res)
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
 			o->spill = NULL;
-			object_dirty_update(st, o);
+			store_below_changed(st, o, false);
 		}
-		st->space_seq++; /* whoever waits for a spill looks again */
+		store_space_freed(st); /* whoever waits for a spill looks again */
 		return false;
 	}
 	record_name(io->final, sizeof(io->final), io->id, false);
@@ -966,9 +950,9 @@ static bool write_done(struct store *st, struct disk_io *io, int res)
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
 			o->spill = NULL;
-			object_dirty_update(st, o);
+			store_below_changed(st, o, false);
 		}
-		st->space_seq++;
+		store_space_freed(st);
 		return false;
 	}
 	io->kind = IO_RENAME;
@@ -986,14 +970,14 @@ static void rename_done(struct store *st, struct disk_io *io, int res)
 	struct disk *k = st->disk;
 	struct object *o = io->o;
 
-	st->space_seq++; /* whoever waits for a spill looks again */
+	store_space_freed(st); /* whoever waits for a spill looks again */
 	if (res < 0) {
 		k->c.io_errors++;
 		k->last_err = -res;
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
 			o->spill = NULL;
-			object_dirty_update(st, o);
+			store_below_changed(st, o, false);
 		}
 		return;
 	}
@@ -1010,7 +994,7 @@ static void rename_done(struct store *st, struct disk_io *io, int res)
 	object_keep_sum(o, io->hdr.value_sum);
 	k->c.records++;
 	k->c.bytes += io->len;
-	st->disk_tier.alloc.used = k->c.bytes;
+	store_below_used(st, k->c.bytes);
 	k->c.raw_bytes += o->len;
 	k->c.writes++;
 	k->c.write_bytes += io->len;
@@ -1059,7 +1043,7 @@ static void disk_forget(struct store *st, struct object *o)
 	if (o->disk_id) {
 		k->c.records--;
 		k->c.bytes -= o->disk_len;
-		st->disk_tier.alloc.used = k->c.bytes;
+		store_below_used(st, k->c.bytes);
 		k->c.raw_bytes -= o->len;
 		unlink_record(st, o->disk_id);
 		o->disk_id = 0;
@@ -1105,7 +1089,7 @@ static int disk_load(struct store *st, struct object *o)
 	io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 	io_uring_sqe_set_data(sqe, io);
 	o->load = io;
-	object_place(st, o, false);
+	store_below_changed(st, o, false);
 	k->inflight++;
 	k->queued++;
 	/* reads go out at once: someone is waiting */
@@ -1165,20 +1149,16 @@ static void read_finish(struct store *st, struct disk_io *io, int r)
 
 	if (!o) {
 		/* went away meanwhile; its waiters were told */
-		if (io->block)
-			shm_alloc_free(&st->tiers[0].alloc, io->block);
+		store_readmit_cancel(st, NULL, io->block);
 		return;
 	}
 	o->load = NULL;
 	if (r == 0) {
 		k->c.reads++;
 		k->c.read_bytes += io->len;
-		object_keep_sum(o, io->hdr.value_sum); /* checked as it came back */
-		tier_readmit(st, o, io->block);
+		store_readmit(st, o, io->block, io->hdr.value_sum); /* checked as it came */
 	} else {
-		object_place(st, o, false);
-		if (io->block)
-			shm_alloc_free(&st->tiers[0].alloc, io->block);
+		store_readmit_cancel(st, o, io->block);
 		if (r == -EBADMSG) {
 			k->c.checksum_failures++;
 			log_error("record %s/%s of '%s' is damaged; dropped, never served", k->dir,
@@ -1191,7 +1171,7 @@ static void read_finish(struct store *st, struct disk_io *io, int r)
 	io->block = NULL;
 	fetch_done(st, o, r); /* the waiters run their requests, or fail them */
 	if (r == -EBADMSG)
-		object_drop(st, o); /* unlinks the record too */
+		store_drop(st, o); /* unlinks the record too */
 }
 
 /* Loop: find dram for a read that is in, and hand it to the worker.  True
@@ -1200,24 +1180,18 @@ static void read_finish(struct store *st, struct disk_io *io, int r)
 static bool land(struct store *st, struct disk_io *io)
 {
 	struct disk *k = st->disk;
-	struct tier *dram = &st->tiers[0];
-	int r;
+	int r = store_readmit_place(st, io->o, &io->block, &io->dst);
 
-	/* making room in dram never evicts o itself: it is loading (held) */
-	r = tier_alloc(st, dram, io->o->len, &io->block);
 	if (r == -EAGAIN && now_ms(st) < io->deadline) {
-		io->block = NULL;
 		io->qnext = k->space_wait;
 		k->space_wait = io;
 		loop_timer_arm_by(k->space_timer, now_ms(st) + 20);
 		return true;
 	}
 	if (r < 0) {
-		io->block = NULL;
 		read_finish(st, io, r);
 		return false;
 	}
-	io->dst = (uint8_t *) dram->seg.base + io->block->offset;
 	io->preparing = true;
 	k->inflight++; /* the worker's until it posts back */
 	queue_job(k, io);
@@ -1231,9 +1205,9 @@ static bool retry_landing(struct store *st)
 	struct disk_io *list = k->space_wait;
 	bool did = false;
 
-	if (!list || (k->space_seen == st->space_seq && now_ms(st) < k->space_check_ms))
+	if (!list || (k->space_seen == store_space_seq(st) && now_ms(st) < k->space_check_ms))
 		return false;
-	k->space_seen = st->space_seq;
+	k->space_seen = store_space_seq(st);
 	k->space_check_ms = now_ms(st) + 100;
 	k->space_wait = NULL;
 	while (list) {
@@ -1314,14 +1288,7 @@ static bool disk_poll(struct store *st)
  * bounded number per call. */
 static bool disk_watermark(struct store *st)
 {
-	struct disk *k = st->disk;
-	struct tier *t = disk_tier(st);
-	uint64_t freed = 0, n = 0;
-
-	if (k->c.bytes <= t->high)
-		return false;
-	tier_evict_some(st, t, k->c.bytes - t->low, false, 64, EVICT_WATERMARK, &freed, &n);
-	return n > 0;
+	return store_below_trim(st, st->disk->c.bytes);
 }
 
 static bool disk_accepting(const struct store *st, const struct object *o)
@@ -1329,13 +1296,12 @@ static bool disk_accepting(const struct store *st, const struct object *o)
 	const struct disk *k = st->disk;
 
 	return k && now_ms(st) >= k->backoff_until &&
-	       k->c.bytes + o->len + DISK_ALIGN <= st->disk_tier.alloc.size;
+	       k->c.bytes + o->len + DISK_ALIGN <= store_below_size(st);
 }
 
 static bool disk_maintain(struct store *st)
 {
 	struct disk *k = st->disk;
-	struct tier *lowest = &st->tiers[0];
 	bool did = false;
 
 	if (!k)
@@ -1344,13 +1310,13 @@ static bool disk_maintain(struct store *st)
 	did = retry_landing(st) || did;
 	/* Spill ahead: clean copies of the oldest objects without one, once
 	 * dram is past its low watermark less a margin, or all of them on a
-	 * flush.  st->dirty holds exactly those, oldest at the tail: no walk. */
-	if (now_ms(st) >= k->backoff_until && k->c.bytes < st->disk_tier.high &&
-	    (k->flushing || lowest->alloc.used > lowest->low - lowest->low / 8)) {
+	 * flush.  store_dirty_oldest() names the next of those: no walk. */
+	if (now_ms(st) >= k->backoff_until && store_below_has_room(st, k->c.bytes) &&
+	    (k->flushing || store_spill_due(st))) {
 		struct object *o;
 
-		while ((o = st->dirty.tail)) {
-			int r = disk_spill(st, o); /* takes o off st->dirty */
+		while ((o = store_dirty_oldest(st))) {
+			int r = disk_spill(st, o); /* takes o off the dirty list */
 
 			if (r < 0)
 				break;
@@ -1358,11 +1324,11 @@ static bool disk_maintain(struct store *st)
 		}
 	}
 	if (k->flushing && k->inflight == 0 && !did) {
-		bool left = st->dirty.n > 0;
+		bool left = store_dirty_count(st) > 0;
 
 		if (!left || now_ms(st) < k->backoff_until) {
 			k->flushing = false;
-			k->c.flush_unwritten = st->dirty.n;
+			k->c.flush_unwritten = store_dirty_count(st);
 			k->c.flush_error = left ? (uint64_t) (k->last_err ? k->last_err : EIO) : 0;
 			if (left)
 				log_warn("flush failed: %llu objects could not be written to %s: %s",

@@ -6,7 +6,7 @@
  */
 #pragma once
 
-#include "tier.h"
+#include "store.h"
 
 /* Set up the tier in --disk-dir and start recovering what it holds; 0
  * without --disk-dir. */

@@ -30,7 +30,6 @@ struct rpush {
 	uint32_t segment;      /* where bytes is, for an RDMA write */
 	uint64_t offset;
 	bool via_rdma;         /* it was written by RDMA */
-	struct object *obj;    /* the object, while the push's view holds it */
 	bool known, digested;  /* as in struct pserve */
 	uint64_t known_sum, digest;
 	bool eager;            /* the target takes the bytes without PushReady */
@@ -264,8 +263,9 @@ static void push_ended(struct node *n, struct xjob *j)
 	char msg[STORE_MSG_MAX];
 
 	if (p->digested)
-		object_keep_sum(p->obj, p->digest);
-	store_release(&n->h, p->handle, msg);
+		store_release_summed(&n->h, p->handle, p->digest, msg);
+	else
+		store_release(&n->h, p->handle, msg);
 	if (pst && j->res == 0) {
 		pst->pushes++;
 		pst->push_bytes += p->len;
@@ -335,10 +335,9 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	p->bytes = store_extent_ptr(n->st, &e);
 	p->segment = e.segment;
 	p->offset = e.offset;
-	p->obj = o; /* the view keeps it */
-	p->ver = o->ver;
-	p->known = (o->flags & OBJ_SUMMED) != 0;
-	p->known_sum = o->sum;
+	p->ver = e.ver;
+	p->known = e.summed;
+	p->known_sum = e.sum;
 	if (!p->known)
 		presum_forget(n, o); /* the push hashes it as it sends: once is enough */
 	memcpy(p->key, key, len);

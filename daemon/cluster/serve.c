@@ -55,7 +55,6 @@ struct pserve {
 	uint8_t *head;
 	size_t head_len, sent;
 	uint64_t sum;
-	struct object *obj;      /* the object served, while its view is held */
 	uint64_t ver;            /* its version */
 	bool known;              /* its checksum was known: known_sum, not hashed */
 	uint64_t known_sum;
@@ -330,13 +329,13 @@ static void served(struct pserve *ps)
 	struct node *n = ps->n;
 	char msg[STORE_MSG_MAX];
 
-	if (ps->digested)
-		object_keep_sum(ps->obj, ps->digest);
 	n->c.served_summed += ps->known;
-	ps->obj = NULL;
+	if (ps->digested)
+		store_release_summed(&ps->h, ps->handle, ps->digest, msg);
+	else
+		store_release(&ps->h, ps->handle, msg);
 	ps->known = ps->digested = false;
 	ps->busy = false;
-	store_release(&ps->h, ps->handle, msg);
 	n->c.served++;
 	xfer_count_bytes(n, false, ps->want_rdma, ps->len);
 }
@@ -398,12 +397,10 @@ static int ps_serve(struct pserve *ps)
 	char msg[STORE_MSG_MAX];
 	struct extent e;
 	struct fetch *f = NULL;
-	struct object *o;
 	int r = -ENOENT;
 
 	/* only what this node holds: never a lookup on a peer's behalf */
-	o = store_find(n->st, ps->key, ps->key_len);
-	if (o)
+	if (store_find(n->st, ps->key, ps->key_len))
 		r = store_acquire(&ps->h, ps->key, ps->key_len, true, &e, &f, msg);
 	if (r == -EINPROGRESS && f) {
 		/* on disk: wait for it, reading nothing more meanwhile */
@@ -425,10 +422,9 @@ static int ps_serve(struct pserve *ps)
 	ps->len = e.len;
 	ps->segment = e.segment;
 	ps->offset = e.offset;
-	ps->obj = o; /* the view keeps it */
-	ps->ver = o->ver;
-	ps->known = (o->flags & OBJ_SUMMED) != 0;
-	ps->known_sum = o->sum;
+	ps->ver = e.ver;
+	ps->known = e.summed;
+	ps->known_sum = e.sum;
 	ps->digested = false;
 	ps->bytes = store_extent_ptr(n->st, &e);
 	ps->busy = true;
@@ -596,7 +592,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 	if (ps->want_rdma) {
 		rep.rdma = true;
 		rep.region = 0; /* dram: o->tier */
-		rep.offset = o->block->offset;
+		rep.offset = store_land_offset(o);
 	}
 	if (pconn_send(&ps->pc, PEER_PUSH_READY, seq, &rep.base) < 0) {
 		store_land_free(st, o);

@@ -28,6 +28,9 @@ static void set_extent(struct extent *e, uint64_t handle, const struct object *o
 		.segment = o->tier->segment,
 		.offset = o->block->offset,
 		.len = o->len,
+		.ver = o->ver,
+		.summed = (o->flags & OBJ_SUMMED) != 0,
+		.sum = o->sum,
 	};
 }
 
@@ -445,6 +448,19 @@ int store_acquire(struct holder *h, const void *key, size_t key_len, bool local_
 int store_release(struct holder *h, uint64_t handle, char *msg)
 {
 	return give_back(h, handle, SLOT_VIEW, "view", msg);
+}
+
+int store_release_summed(struct holder *h, uint64_t handle, uint64_t sum, char *msg)
+{
+	uint32_t i;
+
+	if (!holder_get(h, handle, SLOT_VIEW, &i)) {
+		MSG("no such view");
+		return -ESTALE;
+	}
+	object_keep_sum(h->slots[i].obj, sum);
+	holder_release(h, i);
+	return 0;
 }
 
 uint64_t store_version_next(struct store *st)

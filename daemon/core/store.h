@@ -94,6 +94,9 @@ struct extent {
 	uint32_t segment;
 	uint64_t offset;
 	uint64_t len;
+	uint64_t ver;  /* the version of the bytes */
+	bool summed;   /* sum: their XXH3-64, learnt as they were last checked */
+	uint64_t sum;
 };
 
 struct put_args {
@@ -271,6 +274,9 @@ int store_abort(struct holder *h, uint64_t handle, char *msg);
 int store_acquire(struct holder *h, const void *key, size_t key_len, bool local_only,
 		  struct extent *ret, struct fetch **ret_fetch, char *msg);
 int store_release(struct holder *h, uint64_t handle, char *msg);
+/* The same, keeping sum as the object's checksum: its bytes were hashed
+ * (or checked) as they were sent, and the next send need not hash them. */
+int store_release_summed(struct holder *h, uint64_t handle, uint64_t sum, char *msg);
 /* force: a lease does not refuse it (a view still does).  In a cluster the
  * removal goes to every node's copies too (found here or not), unless
  * local. */

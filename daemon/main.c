@@ -57,6 +57,7 @@ int main(int argc, char **argv)
 	struct store st = { .cfg = &cfg };
 	struct server sv = { .st = &st, .cfg = &cfg };
 	struct node *node = NULL;
+	struct disk *disk = NULL;
 	struct exporter *exporter = NULL;
 	bool bad_config = false;
 	char err[CONFIG_ERR_MAX] = "";
@@ -161,7 +162,7 @@ int main(int argc, char **argv)
 	r = tier_setup(&st);
 	if (r < 0)
 		goto out;
-	r = disk_setup(&st);
+	r = disk_new(&st, &disk);
 	if (r < 0)
 		goto out;
 	r = node_setup(&st, &cfg, &node, err, sizeof(err));
@@ -191,7 +192,7 @@ out:
 	node_teardown(node);
 	/* Wait for disk I/O in flight, then free every object without
 	 * touching its record: records are what survives a restart. */
-	disk_teardown(&st);
+	disk_free(disk);
 	if (st.index.buckets)
 		index_walk(&st.index, free_at_exit, &st);
 	store_announced_done(&st);

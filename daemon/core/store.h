@@ -34,9 +34,6 @@ struct stats {
 	uint64_t leases_broken;    /* leases that yielded to a request or to --max-leased-ratio */
 };
 
-struct disk;
-struct disk_io;
-
 /*
  * The objects and where they live: memory tiers, the index, what lies below
  * memory.  Every transport (local sessions, peers) works on it through
@@ -53,8 +50,7 @@ struct store {
 
 	struct tier tiers[DAEMON_MAX_TIERS]; /* by segment index: dram first */
 	unsigned n_tiers;   /* memory tiers */
-	struct tier disk_tier; /* valid when disk != NULL; no segment */
-	struct disk *disk;     /* disk.c's state: core only tests it for NULL */
+	struct tier disk_tier; /* valid when below.ops is set; no segment */
 	struct tier *fastest;  /* lookups go fastest first */
 	struct backend below;  /* what holds copies below memory: the disk tier */
 	struct backend remote; /* other nodes (the cluster), or nothing */

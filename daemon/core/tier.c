@@ -1221,7 +1221,7 @@ uint64_t tier_used(const struct tier *t)
 
 unsigned tier_count(const struct store *st)
 {
-	return st->n_tiers + (st->disk != NULL);
+	return st->n_tiers + (st->below.ops != NULL);
 }
 
 struct tier *tier_at(struct store *st, unsigned i)

@@ -98,6 +98,7 @@ struct pooled {
 };
 
 struct disk {
+	struct store *st;
 	int dirfd;
 	struct pooled pool[POOL_MAX];
 	unsigned n_pool;
@@ -141,18 +142,18 @@ struct disk {
 };
 
 static void queue_job(struct disk *k, struct disk_io *io);
-static bool disk_poll(struct store *st);
-static void disk_submit(struct store *st);
-static void disk_flush_start(struct store *st);
+static bool disk_poll(struct disk *k);
+static void disk_submit(struct disk *k);
+static void disk_flush_start(struct disk *k);
 
-static int disk_spill(struct store *st, struct object *o);
-static void disk_forget(struct store *st, struct object *o);
-static int disk_load(struct store *st, struct object *o);
-static bool disk_accepting(const struct store *st, const struct object *o);
-static bool disk_maintain(struct store *st);
+static int disk_spill(struct disk *k, struct object *o);
+static void disk_forget(struct disk *k, struct object *o);
+static int disk_load(struct disk *k, struct object *o);
+static bool disk_accepting(const struct disk *k, const struct object *o);
+static bool disk_maintain(struct disk *k);
 static const struct backend_ops disk_backend;
 static void decode_record(struct disk *k, struct disk_io *io);
-static void read_finish(struct store *st, struct disk_io *io, int r);
+static void read_finish(struct disk *k, struct disk_io *io, int r);
 
 int disk_record_check(const void *buf, size_t len, uint64_t file_size, struct disk_record_hdr *ret)
 {
@@ -254,8 +255,7 @@ struct rec_item {
 
 static void *recover_main(void *arg)
 {
-	struct store *st = arg;
-	struct disk *k = st->disk;
+	struct disk *k = arg;
 	uint8_t *buf = aligned_alloc(DISK_ALIGN, DISK_ALIGN);
 	const char *pause_env = getenv("KVCACHE_TEST_RECOVERY_PAUSE_MS");
 	unsigned pause_ms = pause_env ? (unsigned) atoi(pause_env) : 0;
@@ -310,9 +310,9 @@ static void *recover_main(void *arg)
 }
 
 /* Loop: index one recovered record. */
-static void recover_one(struct store *st, struct rec_item *it)
+static void recover_one(struct disk *k, struct rec_item *it)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	uint64_t disk_len = disk_record_size(it->h.key_len, it->h.stored_len);
 	int r = store_recovered(st, it->key, it->h.key_len, it->h.value_len, it->id, disk_len);
 
@@ -336,9 +336,8 @@ static void recover_one(struct store *st, struct rec_item *it)
 }
 
 /* Loop: index what the recovery thread posted, a batch per call. */
-static bool recover_poll(struct store *st)
+static bool recover_poll(struct disk *k)
 {
-	struct disk *k = st->disk;
 	struct rec_item *fifo;
 	unsigned n = 0;
 
@@ -354,7 +353,7 @@ static bool recover_poll(struct store *st)
 		struct rec_item *it = k->rec_mine;
 
 		k->rec_mine = it->next;
-		recover_one(st, it);
+		recover_one(k, it);
 		free(it);
 		n++;
 	}
@@ -379,9 +378,8 @@ static bool recover_poll(struct store *st)
 }
 
 /* List the directory (fast), then start the thread that reads headers. */
-static int recover(struct store *st)
+static int recover(struct disk *k)
 {
-	struct disk *k = st->disk;
 	struct found *f = NULL;
 	size_t n = 0, cap = 0;
 	struct dirent *e;
@@ -429,7 +427,7 @@ static int recover(struct store *st)
 	k->rec_found = f;
 	k->rec_n = n;
 	k->recovering = true;
-	r = -pthread_create(&k->rec_thread, NULL, recover_main, st);
+	r = -pthread_create(&k->rec_thread, NULL, recover_main, k);
 	if (r < 0) {
 		k->recovering = false;
 		free(f);
@@ -454,16 +452,18 @@ static void space_deadline(struct loop_source *s, void *userdata)
 {
 }
 
-int disk_setup(struct store *st)
+int disk_new(struct store *st, struct disk **ret)
 {
 	struct disk *k;
 	int r;
 
+	*ret = NULL;
 	if (!st->cfg->disk_dir[0])
 		return 0;
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
+	k->st = st;
 	k->efd = -1;
 	snprintf(k->dir, sizeof(k->dir), "%s", st->cfg->disk_dir);
 	k->dirfd = open(k->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -512,23 +512,24 @@ int disk_setup(struct store *st)
 		free(k);
 		return r ? r : -EIO;
 	}
-	st->disk = k;
+	/* from here on disk_free() undoes what is done */
+	*ret = k;
 	/* the lowest memory tier spills here */
-	store_below_attach(st, &disk_backend, st, st->cfg->disk_size);
+	store_below_attach(st, &disk_backend, k, st->cfg->disk_size);
 	/* completions and the worker's results: the loop polls for them,
 	 * and the eventfd wakes it when it sleeps */
 	r = loop_add_doorbell(st->loop, k->efd, &k->bell);
 	if (r == 0)
-		r = loop_add_poller(st->loop, disk_poller, NULL, st, &k->poller);
+		r = loop_add_poller(st->loop, disk_poller, NULL, k, &k->poller);
 	if (r == 0)
-		r = loop_add_timer(st->loop, space_deadline, st, &k->space_timer);
+		r = loop_add_timer(st->loop, space_deadline, k, &k->space_timer);
 	if (r < 0)
 		return r;
 	k->rec_mine_tail = &k->rec_mine;
-	r = recover(st);
+	r = recover(k);
 	if (r < 0)
 		return r;
-	r = -pthread_create(&k->worker, NULL, worker_main, st);
+	r = -pthread_create(&k->worker, NULL, worker_main, k);
 	if (r < 0)
 		return r;
 	k->worker_running = true;
@@ -599,10 +600,8 @@ static void io_free(struct disk *k, struct disk_io *io)
 	free(io);
 }
 
-void disk_teardown(struct store *st)
+void disk_free(struct disk *k)
 {
-	struct disk *k = st->disk;
-
 	if (!k)
 		return;
 	if (k->rec_running) {
@@ -632,7 +631,7 @@ void disk_teardown(struct store *st)
 		struct io_uring_cqe *cqe;
 
 		if (k->queued)
-			disk_submit(st);
+			disk_submit(k);
 		if (io_uring_wait_cqe(&k->ring, &cqe) < 0)
 			break;
 		io_uring_cqe_seen(&k->ring, cqe);
@@ -656,9 +655,8 @@ void disk_teardown(struct store *st)
 	free(k->scratch);
 	for (unsigned i = 0; i < k->n_pool; i++)
 		free(k->pool[i].buf);
+	store_below_detach(k->st);
 	free(k);
-	st->disk = NULL;
-	store_below_detach(st);
 }
 
 /* ---- writing ---- */
@@ -679,13 +677,12 @@ static struct disk_io *io_new(struct disk *k, enum io_kind kind, struct object *
 	return io;
 }
 
-static struct io_uring_sqe *get_sqe(struct store *st)
+static struct io_uring_sqe *get_sqe(struct disk *k)
 {
-	struct disk *k = st->disk;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&k->ring);
 
 	if (!sqe) {
-		disk_submit(st);
+		disk_submit(k);
 		sqe = io_uring_get_sqe(&k->ring);
 	}
 	return sqe;
@@ -748,8 +745,7 @@ static void build_record(struct disk *k, struct disk_io *io)
 
 static void *worker_main(void *arg)
 {
-	struct store *st = arg;
-	struct disk *k = st->disk;
+	struct disk *k = arg;
 	struct disk_io *fifo;
 
 	loop_helper_thread("disk", true);
@@ -773,9 +769,9 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static int disk_spill(struct store *st, struct object *o)
+static int disk_spill(struct disk *k, struct object *o)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	uint64_t bound;
 	struct disk_io *io;
 	uint8_t *buf;
@@ -820,9 +816,9 @@ static void queue_job(struct disk *k, struct disk_io *io)
 }
 
 /* Loop: records the worker finished go to the device. */
-static bool prepared(struct store *st)
+static bool prepared(struct disk *k)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	struct disk_io *list;
 	bool any = false;
 
@@ -840,7 +836,7 @@ static bool prepared(struct store *st)
 		any = true;
 		io->preparing = false;
 		if (io->kind == IO_READ) {
-			read_finish(st, io, io->res);
+			read_finish(k, io, io->res);
 			k->inflight--;
 			io_free(k, io);
 			continue;
@@ -875,7 +871,7 @@ static bool prepared(struct store *st)
 			goto drop;
 		}
 		io->fd = fd;
-		sqe = get_sqe(st);
+		sqe = get_sqe(k);
 		if (!sqe) {
 			close(fd);
 			unlinkat(k->dirfd, io->name, 0);
@@ -895,13 +891,12 @@ drop:
 		store_space_freed(st);
 	}
 	/* out at once: the next record is being built meanwhile */
-	disk_submit(st);
+	disk_submit(k);
 	return any;
 }
 
-static void disk_submit(struct store *st)
+static void disk_submit(struct disk *k)
 {
-	struct disk *k = st->disk;
 
 	if (k && k->queued) {
 		int r = io_uring_submit(&k->ring);
@@ -914,9 +909,9 @@ static void disk_submit(struct store *st)
 /* The record is written: rename it into place, through io_uring (a
  * rename in a big directory is no call for the loop to wait on).  True if
  * io lives on. */
-static bool write_done(struct store *st, struct disk_io *io, int res)
+static bool write_done(struct disk *k, struct disk_io *io, int res)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	struct object *o = io->o;
 	struct io_uring_sqe *sqe;
 
@@ -945,7 +940,7 @@ static bool write_done(struct store *st, struct disk_io *io, int res)
 		return false;
 	}
 	record_name(io->final, sizeof(io->final), io->id, false);
-	sqe = get_sqe(st);
+	sqe = get_sqe(k);
 	if (!sqe) {
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
@@ -961,13 +956,13 @@ static bool write_done(struct store *st, struct disk_io *io, int res)
 	io_uring_sqe_set_data(sqe, io);
 	k->inflight++;
 	k->queued++;
-	disk_submit(st);
+	disk_submit(k);
 	return true;
 }
 
-static void rename_done(struct store *st, struct disk_io *io, int res)
+static void rename_done(struct disk *k, struct disk_io *io, int res)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	struct object *o = io->o;
 
 	store_space_freed(st); /* whoever waits for a spill looks again */
@@ -1000,10 +995,9 @@ static void rename_done(struct store *st, struct disk_io *io, int res)
 	k->c.write_bytes += io->len;
 }
 
-static void unlink_record(struct store *st, uint64_t id)
+static void unlink_record(struct disk *k, uint64_t id)
 {
-	struct disk *k = st->disk;
-	struct io_uring_sqe *sqe = get_sqe(st);
+	struct io_uring_sqe *sqe = get_sqe(k);
 	struct disk_io *io;
 
 	io = sqe ? io_new(k, IO_UNLINK, NULL) : NULL;
@@ -1022,9 +1016,9 @@ static void unlink_record(struct store *st, uint64_t id)
 	k->queued++;
 }
 
-static void disk_forget(struct store *st, struct object *o)
+static void disk_forget(struct disk *k, struct object *o)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 
 	if (!k)
 		return;
@@ -1045,7 +1039,7 @@ static void disk_forget(struct store *st, struct object *o)
 		k->c.bytes -= o->disk_len;
 		store_below_used(st, k->c.bytes);
 		k->c.raw_bytes -= o->len;
-		unlink_record(st, o->disk_id);
+		unlink_record(k, o->disk_id);
 		o->disk_id = 0;
 		o->disk_len = 0;
 	}
@@ -1055,9 +1049,9 @@ static void disk_forget(struct store *st, struct object *o)
 
 /* The backend's fetch: read o's record back (core keeps one fetch per
  * object, so this runs once per read-back). */
-static int disk_load(struct store *st, struct object *o)
+static int disk_load(struct disk *k, struct object *o)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	struct io_uring_sqe *sqe;
 	struct disk_io *io;
 	int fd;
@@ -1076,7 +1070,7 @@ static int disk_load(struct store *st, struct object *o)
 	io->cap = io->len;
 	record_name(io->name, sizeof(io->name), io->id, false);
 	fd = io->buf ? open_record(k, io->name, O_RDONLY) : -ENOMEM;
-	sqe = fd >= 0 ? get_sqe(st) : NULL;
+	sqe = fd >= 0 ? get_sqe(k) : NULL;
 	if (!sqe) {
 		if (fd >= 0)
 			close(fd);
@@ -1093,7 +1087,7 @@ static int disk_load(struct store *st, struct object *o)
 	k->inflight++;
 	k->queued++;
 	/* reads go out at once: someone is waiting */
-	disk_submit(st);
+	disk_submit(k);
 	return 0;
 }
 
@@ -1142,9 +1136,9 @@ static void decode_record(struct disk *k, struct disk_io *io)
 }
 
 /* Loop: the read finished (res < 0) or was decoded (res from the worker). */
-static void read_finish(struct store *st, struct disk_io *io, int r)
+static void read_finish(struct disk *k, struct disk_io *io, int r)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	struct object *o = io->o;
 
 	if (!o) {
@@ -1177,9 +1171,9 @@ static void read_finish(struct store *st, struct disk_io *io, int r)
 /* Loop: find dram for a read that is in, and hand it to the worker.  True
  * if io lives on with the worker.  Dram full of objects that have not
  * reached disk yet: io waits on k->space_wait for a spill to end. */
-static bool land(struct store *st, struct disk_io *io)
+static bool land(struct disk *k, struct disk_io *io)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	int r = store_readmit_place(st, io->o, &io->block, &io->dst);
 
 	if (r == -EAGAIN && now_ms(st) < io->deadline) {
@@ -1189,7 +1183,7 @@ static bool land(struct store *st, struct disk_io *io)
 		return true;
 	}
 	if (r < 0) {
-		read_finish(st, io, r);
+		read_finish(k, io, r);
 		return false;
 	}
 	io->preparing = true;
@@ -1199,9 +1193,9 @@ static bool land(struct store *st, struct disk_io *io)
 }
 
 /* Reads waiting for dram: try again after a spill ended, or give up. */
-static bool retry_landing(struct store *st)
+static bool retry_landing(struct disk *k)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	struct disk_io *list = k->space_wait;
 	bool did = false;
 
@@ -1219,7 +1213,7 @@ static bool retry_landing(struct store *st)
 			io_free(k, io); /* its object went away; waiters were told */
 			continue;
 		}
-		if (!land(st, io))
+		if (!land(k, io))
 			io_free(k, io);
 	}
 	return did;
@@ -1227,7 +1221,7 @@ static bool retry_landing(struct store *st)
 
 /* Loop: the bytes are in; check the header here (cheap), leave the copy,
  * decompression and checksum to the worker.  True if io lives on. */
-static bool read_done(struct store *st, struct disk_io *io, int res)
+static bool read_done(struct disk *k, struct disk_io *io, int res)
 {
 	struct object *o = io->o;
 
@@ -1236,30 +1230,29 @@ static bool read_done(struct store *st, struct disk_io *io, int res)
 	if (!o)
 		return false;
 	if (res < 0) {
-		read_finish(st, io, res);
+		read_finish(k, io, res);
 		return false;
 	}
 	if (disk_record_check(io->buf, (size_t) res, (uint64_t) res, &io->hdr) < 0 ||
 	    io->hdr.key_len != o->key_len ||
 	    memcmp(io->buf + sizeof(io->hdr), o->key, o->key_len) != 0 ||
 	    io->hdr.value_len != o->len) {
-		read_finish(st, io, -EBADMSG);
+		read_finish(k, io, -EBADMSG);
 		return false;
 	}
-	return land(st, io);
+	return land(k, io);
 }
 
-static bool disk_poll(struct store *st)
+static bool disk_poll(struct disk *k)
 {
-	struct disk *k = st->disk;
 	struct io_uring_cqe *cqe;
 	unsigned n = 0;
 
 	if (!k)
 		return false;
-	if (prepared(st))
+	if (prepared(k))
 		n++;
-	if (k->recovering && recover_poll(st))
+	if (k->recovering && recover_poll(k))
 		n++;
 	if (!io_uring_cq_ready(&k->ring))
 		return n > 0;
@@ -1271,11 +1264,11 @@ static bool disk_poll(struct store *st)
 		k->inflight--;
 		n++;
 		if (io->kind == IO_WRITE) {
-			if (write_done(st, io, res))
+			if (write_done(k, io, res))
 				continue; /* renaming */
 		} else if (io->kind == IO_RENAME)
-			rename_done(st, io, res);
-		else if (io->kind == IO_READ && read_done(st, io, res))
+			rename_done(k, io, res);
+		else if (io->kind == IO_READ && read_done(k, io, res))
 			continue; /* the worker's, or waiting for dram */
 		io_free(k, io);
 	}
@@ -1286,28 +1279,28 @@ static bool disk_poll(struct store *st)
 
 /* Drop disk-only objects, least recently used first, to get under low: a
  * bounded number per call. */
-static bool disk_watermark(struct store *st)
+static bool disk_watermark(struct disk *k)
 {
-	return store_below_trim(st, st->disk->c.bytes);
+	return store_below_trim(k->st, k->c.bytes);
 }
 
-static bool disk_accepting(const struct store *st, const struct object *o)
+static bool disk_accepting(const struct disk *k, const struct object *o)
 {
-	const struct disk *k = st->disk;
+	const struct store *st = k->st;
 
 	return k && now_ms(st) >= k->backoff_until &&
 	       k->c.bytes + o->len + DISK_ALIGN <= store_below_size(st);
 }
 
-static bool disk_maintain(struct store *st)
+static bool disk_maintain(struct disk *k)
 {
-	struct disk *k = st->disk;
+	struct store *st = k->st;
 	bool did = false;
 
 	if (!k)
 		return false;
-	did = disk_watermark(st);
-	did = retry_landing(st) || did;
+	did = disk_watermark(k);
+	did = retry_landing(k) || did;
 	/* Spill ahead: clean copies of the oldest objects without one, once
 	 * dram is past its low watermark less a margin, or all of them on a
 	 * flush.  store_dirty_oldest() names the next of those: no walk. */
@@ -1316,7 +1309,7 @@ static bool disk_maintain(struct store *st)
 		struct object *o;
 
 		while ((o = store_dirty_oldest(st))) {
-			int r = disk_spill(st, o); /* takes o off the dirty list */
+			int r = disk_spill(k, o); /* takes o off the dirty list */
 
 			if (r < 0)
 				break;
@@ -1341,13 +1334,12 @@ static bool disk_maintain(struct store *st)
 	}
 	if (k->space_wait)
 		loop_timer_arm_by(k->space_timer, now_ms(st) + 20);
-	disk_submit(st);
+	disk_submit(k);
 	return did;
 }
 
-static void disk_flush_start(struct store *st)
+static void disk_flush_start(struct disk *k)
 {
-	struct disk *k = st->disk;
 
 	if (!k)
 		return;
@@ -1358,18 +1350,15 @@ static void disk_flush_start(struct store *st)
 	k->last_err = 0;
 }
 
-static bool disk_counters(const struct store *st, struct disk_counters *ret)
+static void disk_counters(const struct disk *k, struct disk_counters *ret)
 {
-	if (!st->disk)
-		return false;
-	*ret = st->disk->c;
-	ret->pending = st->disk->inflight;
-	ret->flush_pending = st->disk->flushing;
-	ret->recovering = st->disk->recovering;
-	ret->recovery_total = st->disk->rec_n;
-	ret->direct = __atomic_load_n(&st->disk->direct, __ATOMIC_RELAXED);
-	ret->compress = st->disk->zstd;
-	return true;
+	*ret = k->c;
+	ret->pending = k->inflight;
+	ret->flush_pending = k->flushing;
+	ret->recovering = k->recovering;
+	ret->recovery_total = k->rec_n;
+	ret->direct = __atomic_load_n(&k->direct, __ATOMIC_RELAXED);
+	ret->compress = k->zstd;
 }
 
 /* ---- the disk tier as the backend below memory ---- */
@@ -1403,8 +1392,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 {
 	struct disk_counters dc;
 
-	if (!disk_counters(be, &dc))
-		return;
+	disk_counters(be, &dc);
 	emit(u, "disk.records", dc.records);
 	emit(u, "disk.bytes", dc.bytes);
 	emit(u, "disk.raw_bytes", dc.raw_bytes);

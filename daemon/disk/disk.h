@@ -2,13 +2,17 @@
 /*
  * The disk tier: record files below memory, registered with the store as
  * its backend (fetch.h) and with the loop as a poller.  main.c starts and
- * stops it; everything else reaches it through st->below.
+ * stops it; core reaches it through the backend table it attaches.
  */
 #pragma once
 
 #include "store.h"
 
-/* Set up the tier in --disk-dir and start recovering what it holds; 0
- * without --disk-dir. */
-int disk_setup(struct store *st);
-void disk_teardown(struct store *st);
+struct disk;
+
+/* Set up the tier in --disk-dir and start recovering what it holds: 0
+ * with *ret the tier (NULL without --disk-dir); on failure *ret, if set,
+ * is still to be freed.  disk_free() waits for the I/O in flight and
+ * detaches the tier from the store (NULL: nothing to do). */
+int disk_new(struct store *st, struct disk **ret);
+void disk_free(struct disk *k);

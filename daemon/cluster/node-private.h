@@ -102,6 +102,7 @@ struct presum;
 
 struct node {
 	struct store *st;
+	struct store_listener listener; /* the directory hears of the store's events */
 	const struct config *cfg;
 	struct loop *loop;
 	char id[PEER_MAX_ID + 1];

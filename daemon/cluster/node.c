@@ -107,9 +107,9 @@ static void node_timer(struct loop_source *s, void *u)
 
 /* ---- the remote backend ---- */
 
-static void be_published(void *be, struct object *o)
+static void on_published(void *data, struct object *o)
 {
-	struct node *n = be;
+	struct node *n = data;
 
 	link_update(node_owner(n, o->key, o->key_len),
 		    (o->flags & OBJ_REPLACED) ? UPD_REPLACE : UPD_PUBLISH, o->key, o->key_len, o->len,
@@ -119,18 +119,18 @@ static void be_published(void *be, struct object *o)
 
 /* A put of key began here (or was announced), or ended without landing:
  * the directory tells other nodes' lookups to wait for it, or no more. */
-static void be_pending(void *be, const char *key, size_t len, bool on)
+static void on_pending(void *data, const char *key, size_t len, bool on)
 {
-	struct node *n = be;
+	struct node *n = data;
 	struct link *k = node_owner(n, key, len);
 
 	if (k->features & PEER_FEAT_PENDING)
 		link_update(k, on ? UPD_PENDING : UPD_WITHDRAW, key, len, 0, 0);
 }
 
-static void be_forget(void *be, struct object *o)
+static void on_forgotten(void *data, struct object *o)
 {
-	struct node *n = be;
+	struct node *n = data;
 
 	presum_forget(n, o);
 	link_update(node_owner(n, o->key, o->key_len), UPD_WITHDRAW, o->key, o->key_len, 0, 0);
@@ -139,9 +139,9 @@ static void be_forget(void *be, struct object *o)
 /* A client removed key here (prefix: every key starting with it): the
  * masters tell every node holding a copy to drop it.  A master that is not
  * reachable now does not hear of it (counted). */
-static void be_removed(void *be, const void *key, size_t len, bool prefix)
+static void on_removed(void *data, const void *key, size_t len, bool prefix)
 {
-	struct node *n = be;
+	struct node *n = data;
 	Kvc__Peer__Remove rm = KVC__PEER__REMOVE__INIT;
 	ProtobufCBinaryData k = { .len = len, .data = (uint8_t *) key };
 
@@ -376,16 +376,21 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 
 static const struct backend_ops remote_ops = {
 	.name = "remote",
-	.forget = be_forget,
-	.published = be_published,
-	.pending = be_pending,
-	.removed = be_removed,
 	.locate = remote_locate,
 	.where = remote_where,
 	.holders = remote_holders,
 	.push = remote_push,
 	.stats = be_stats,
 	.describe = be_describe,
+};
+
+/* what the directory hears of */
+static const struct store_events node_events = {
+	.version = STORE_EVENTS_VERSION,
+	.published = on_published,
+	.forgotten = on_forgotten,
+	.pending = on_pending,
+	.removed = on_removed,
 };
 
 /* ---- set-up ---- */
@@ -634,6 +639,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 		link_connect(&n->links[i]);
 	loop_timer_arm(n->timer, loop_now_ms(n->loop) + 1);
 	st->remote = (struct backend) { &remote_ops, n };
+	store_add_listener(st, &n->listener, &node_events, n);
 	log_notice("node %s: serving peers at %s, %u master(s) from %s", n->id, n->address,
 		   n->n_links, cfg->master_server_address);
 	*ret = n;
@@ -653,6 +659,7 @@ void node_teardown(struct node *n)
 	remote_teardown(n);
 	if (n->st->remote.be == n)
 		n->st->remote = (struct backend) { 0 };
+	store_remove_listener(n->st, &n->listener);
 	for (unsigned i = 0; i < n->n_links; i++)
 		link_done(&n->links[i]);
 	loop_source_free(n->listen_src);

@@ -46,7 +46,8 @@ struct backend_ops {
 	int (*fetch)(void *be, struct object *o);
 	/* take a clean copy of o (memory-resident): 0 queued, -errno not */
 	int (*spill)(void *be, struct object *o);
-	/* o is going away: drop its copy and any transfer */
+	/* o is going away: drop its copy and any transfer (the tier below;
+	 * others hear of it as an event, store.h) */
 	void (*forget)(void *be, struct object *o);
 	/* could a copy of o be taken now (healthy, room)? */
 	bool (*accepting)(void *be, const struct object *o);
@@ -75,14 +76,6 @@ struct backend_ops {
 	/* copy key (committed here) to the node named target, in the
 	 * background: 0 started, or -errno */
 	int (*push)(void *be, const char *key, size_t len, const char *target);
-	/* o was committed (or recovered): e.g. tell the directory */
-	void (*published)(void *be, struct object *o);
-	/* a put of key began here or was announced (on), or ended without
-	 * landing (off): lookups elsewhere may wait for it */
-	void (*pending)(void *be, const char *key, size_t len, bool on);
-	/* a client removed key (prefix: every key starting with it; empty:
-	 * all): every other copy goes too */
-	void (*removed)(void *be, const void *key, size_t len, bool prefix);
 	/* the cluster as this node sees it (kvcachectl cluster); -errno */
 	int (*describe)(void *be, struct cluster_view *ret);
 };

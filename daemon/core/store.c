@@ -40,8 +40,7 @@ static void announced_over(struct store *st, struct object *a, bool tell);
  * cluster's lookups of it wait for it, or no more. */
 static void tell_pending(struct store *st, const void *key, size_t len, bool on)
 {
-	if (st->remote.ops && st->remote.ops->pending)
-		st->remote.ops->pending(st->remote.be, key, len, on);
+	store_emit_pending(st, key, len, on);
 }
 
 /* Is a put of key still on its way here (reserved or announced)? */
@@ -482,8 +481,55 @@ void store_version_seen(struct store *st, uint64_t v)
 
 static void removed_elsewhere(struct store *st, const void *key, size_t len, bool prefix)
 {
-	if (st->remote.ops && st->remote.ops->removed)
-		st->remote.ops->removed(st->remote.be, key, len, prefix);
+	store_emit_removed(st, key, len, prefix);
+}
+
+void store_add_listener(struct store *st, struct store_listener *l,
+			const struct store_events *events, void *data)
+{
+	struct store_listener **at = &st->listeners;
+
+	while (*at)
+		at = &(*at)->next;
+	*l = (struct store_listener) { .events = events, .data = data };
+	*at = l;
+}
+
+void store_remove_listener(struct store *st, struct store_listener *l)
+{
+	for (struct store_listener **at = &st->listeners; *at; at = &(*at)->next)
+		if (*at == l) {
+			*at = l->next;
+			l->next = NULL;
+			return;
+		}
+}
+
+/* Each listener's handler of an event, if its table is new enough to have
+ * that slot (a table is never shorter than its version says). */
+#define EMIT(st, slot, ...)                                                         \
+	for (struct store_listener *l_ = (st)->listeners; l_; l_ = l_->next)        \
+		if (l_->events->version >= 1 && l_->events->slot)                   \
+			l_->events->slot(l_->data, __VA_ARGS__)
+
+void store_emit_published(struct store *st, struct object *o)
+{
+	EMIT(st, published, o);
+}
+
+void store_emit_forgotten(struct store *st, struct object *o)
+{
+	EMIT(st, forgotten, o);
+}
+
+void store_emit_pending(struct store *st, const char *key, size_t len, bool on)
+{
+	EMIT(st, pending, key, len, on);
+}
+
+void store_emit_removed(struct store *st, const void *key, size_t len, bool prefix)
+{
+	EMIT(st, removed, key, len, prefix);
 }
 
 int store_remove(struct store *st, const void *key, size_t key_len, bool force, bool local,

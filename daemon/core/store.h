@@ -35,6 +35,35 @@ struct stats {
 };
 
 /*
+ * What happens to objects, told to whoever listens (the cluster's
+ * directory publisher now): a versioned table, so a listener built
+ * against an older one is still called right.  Every event runs on the
+ * loop, inside the call that caused it: a listener queues its work and
+ * never calls back into the store.
+ */
+#define STORE_EVENTS_VERSION 1
+
+struct store_events {
+	uint32_t version; /* STORE_EVENTS_VERSION the listener was built with */
+	/* o is in the index, committed (or recovered, or landed) */
+	void (*published)(void *data, struct object *o);
+	/* o leaves the index (removed, evicted, dropped, replaced) */
+	void (*forgotten)(void *data, struct object *o);
+	/* a put of key began here or was announced (on), or ended without
+	 * landing (off): lookups elsewhere may wait for it */
+	void (*pending)(void *data, const char *key, size_t len, bool on);
+	/* a client removed key (prefix: every key starting with it; empty:
+	 * all): every other copy goes too */
+	void (*removed)(void *data, const void *key, size_t len, bool prefix);
+};
+
+struct store_listener {
+	struct store_listener *next;
+	const struct store_events *events;
+	void *data;
+};
+
+/*
  * The objects and where they live: memory tiers, the index, what lies below
  * memory.  Every transport (local sessions, peers) works on it through
  * store.h; it knows nothing of sockets or clients.
@@ -54,6 +83,7 @@ struct store {
 	struct tier *fastest;  /* lookups go fastest first */
 	struct backend below;  /* what holds copies below memory: the disk tier */
 	struct backend remote; /* other nodes (the cluster), or nothing */
+	struct store_listener *listeners; /* in the order they were added */
 	/* memory objects without a copy on disk, oldest at the tail: what
 	 * spilling takes next (only with a disk tier) */
 	struct olist dirty;
@@ -77,6 +107,17 @@ struct store {
 	struct stats stats;
 };
 
+
+/* l hears of st's events from now on (it is the caller's, and stays
+ * valid until removed); and no more. */
+void store_add_listener(struct store *st, struct store_listener *l,
+			const struct store_events *events, void *data);
+void store_remove_listener(struct store *st, struct store_listener *l);
+/* Tell every listener (core's own: tier.c, store.c). */
+void store_emit_published(struct store *st, struct object *o);
+void store_emit_forgotten(struct store *st, struct object *o);
+void store_emit_pending(struct store *st, const char *key, size_t len, bool on);
+void store_emit_removed(struct store *st, const void *key, size_t len, bool prefix);
 
 /* The time requests are judged against (the loop's, per turn). */
 static inline uint64_t now_ms(const struct store *st)

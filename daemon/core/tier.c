@@ -802,8 +802,7 @@ void object_publish(struct store *st, struct object *o)
 
 void object_announce(struct store *st, struct object *o)
 {
-	if (st->remote.ops)
-		st->remote.ops->published(st->remote.be, o);
+	store_emit_published(st, o);
 }
 
 static void unqueue_promotion(struct store *st, struct object *o)
@@ -822,8 +821,7 @@ void object_drop(struct store *st, struct object *o)
 {
 	if (st->below.ops)
 		st->below.ops->forget(st->below.be, o);
-	if (st->remote.ops)
-		st->remote.ops->forget(st->remote.be, o);
+	store_emit_forgotten(st, o);
 	fetch_done(st, o, -ENOENT); /* whoever waited for it: it is gone */
 	index_unlink(&st->index, o);
 	object_unplace(st, o);

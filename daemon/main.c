@@ -172,6 +172,7 @@ int main(int argc, char **argv)
 			bad_config = true;
 		goto out;
 	}
+	sv.admin = node_admin(node);
 	r = export_setup(&sv, &cfg, &exporter);
 	if (r < 0) {
 		bad_config = r == -EINVAL;

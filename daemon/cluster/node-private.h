@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cluster-admin.h"
 #include "loop.h"
 #include "net.h"
 #include "peer-auth.h"
@@ -103,6 +104,7 @@ struct presum;
 struct node {
 	struct store *st;
 	struct store_listener listener; /* the directory hears of the store's events */
+	struct cluster_admin admin;     /* node_admin() */
 	const struct config *cfg;
 	struct loop *loop;
 	char id[PEER_MAX_ID + 1];

@@ -378,11 +378,23 @@ static const struct backend_ops remote_ops = {
 	.name = "remote",
 	.locate = remote_locate,
 	.where = remote_where,
-	.holders = remote_holders,
-	.push = remote_push,
 	.stats = be_stats,
-	.describe = be_describe,
 };
+
+/* what the local side asks of the cluster (kvcachectl where and cluster,
+ * pushes) */
+const struct cluster_admin *node_admin(struct node *n)
+{
+	if (!n)
+		return NULL;
+	n->admin = (struct cluster_admin) {
+		.be = n,
+		.holders = remote_holders,
+		.push = remote_push,
+		.describe = be_describe,
+	};
+	return &n->admin;
+}
 
 /* what the directory hears of */
 static const struct store_events node_events = {

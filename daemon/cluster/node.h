@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster-admin.h"
 #include "config.h"
 #include "store.h"
 
@@ -21,6 +22,9 @@ struct node;
 int node_setup(struct store *st, const struct config *cfg, struct node **ret, char *err,
 	       size_t err_len);
 void node_teardown(struct node *n);
+/* What the local side may ask of the cluster, for the node's lifetime
+ * (NULL without a node). */
+const struct cluster_admin *node_admin(struct node *n);
 /* Fuzzing: serve fd (taken) as a peer's data connection: what can be read
  * from it now, to the end, then hang it up as if the peer had gone. */
 void node_feed(struct node *n, int fd);

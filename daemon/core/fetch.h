@@ -15,7 +15,6 @@
 struct store;
 struct object;
 struct fetch;
-struct cluster_view;
 
 struct waiter {
 	struct waiter *next, *prev;
@@ -69,33 +68,6 @@ struct backend_ops {
 	 * most once. */
 	int (*where)(void *be, const char *const *keys, const size_t *lens, size_t n,
 		     uint8_t *present, bool settle, struct fetch **ret);
-	/* the other nodes holding key, as "id,id,..." in buf (empty: none);
-	 * 0, or -EINPROGRESS with *ret to wait on, as where() */
-	int (*holders)(void *be, const char *key, size_t len, char *buf, size_t cap, bool settle,
-		       struct fetch **ret);
-	/* copy key (committed here) to the node named target, in the
-	 * background: 0 started, or -errno */
-	int (*push)(void *be, const char *key, size_t len, const char *target);
-	/* the cluster as this node sees it (kvcachectl cluster); -errno */
-	int (*describe)(void *be, struct cluster_view *ret);
-};
-
-/* What the remote backend tells kvcachectl cluster (all strings owned by
- * the backend, valid until the next call into it). */
-#define CLUSTER_VIEW_MAX 64
-
-struct cluster_member {
-	const char *id, *address, *state, *transport;
-	uint64_t capacity, used, objects;
-};
-
-struct cluster_view {
-	const char *self;
-	const char *masters[8];
-	unsigned n_masters;
-	unsigned masters_up;
-	struct cluster_member members[CLUSTER_VIEW_MAX];
-	unsigned n_members;
 };
 
 struct backend {

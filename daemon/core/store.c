@@ -362,23 +362,6 @@ int store_reserved_key(struct holder *h, uint64_t handle, char *buf, size_t *ret
 	return 0;
 }
 
-int store_push(struct store *st, const char *key, size_t len, const char *node, char *msg)
-{
-	const struct backend *rb = &st->remote;
-	int r;
-
-	if (!rb->ops || !rb->ops->push) {
-		MSG("not in a cluster (kvcached runs without --master)");
-		return -ENOTCONN;
-	}
-	r = rb->ops->push(rb->be, key, len, node);
-	if (r == -EHOSTUNREACH)
-		MSG("no node %s is up in the cluster", node);
-	else if (r == -EINVAL)
-		MSG("%s is this node", node);
-	return r;
-}
-
 /* Give back what a handle of this kind names: 0, or -ESTALE. */
 static int give_back(struct holder *h, uint64_t handle, uint8_t kind, const char *what, char *msg)
 {

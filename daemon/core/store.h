@@ -303,10 +303,6 @@ void store_version_seen(struct store *st, uint64_t v);
 /* The key of the reservation handle names (-ESTALE: none), into buf
  * (WIRE_MAX_KEY + 1 bytes). */
 int store_reserved_key(struct holder *h, uint64_t handle, char *buf, size_t *ret_len);
-/* Copy key to the node named node in the background (kvc_push()): 0, or
- * -ENOTCONN (no cluster), -EHOSTUNREACH, -EINVAL (this node), -ENOENT,
- * with msg saying why. */
-int store_push(struct store *st, const char *key, size_t len, const char *node, char *msg);
 int store_abort(struct holder *h, uint64_t handle, char *msg);
 int store_acquire(struct holder *h, const void *key, size_t key_len, bool local_only,
 		  struct extent *ret, struct fetch **ret_fetch, char *msg);

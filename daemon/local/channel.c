@@ -385,7 +385,7 @@ static int64_t then_push(struct channel *ch, const struct shm_sqe *e, const char
 	if (r != 0 || !(e->flags & SHM_SQE_PUSH))
 		return r;
 	r = arena_node(ch, e, node); /* checked before the put: still good */
-	return r < 0 ? r : store_push(ch->s->sv->st, key, key_len, node, msg);
+	return r < 0 ? r : server_push(ch->s->sv, key, key_len, node, msg);
 }
 
 static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,

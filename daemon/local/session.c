@@ -238,11 +238,28 @@ static int op_acquire(struct session *s, uint32_t seq, const ProtobufCBinaryData
 
 /* The nodes holding key: this one first if it does, then what the
  * directory says (the session waits for it, see parked_done()). */
+int server_push(struct server *sv, const char *key, size_t len, const char *node, char *msg)
+{
+	const struct cluster_admin *a = sv->admin;
+	int r;
+
+	if (!a) {
+		snprintf(msg, STORE_MSG_MAX, "not in a cluster (kvcached runs without --master)");
+		return -ENOTCONN;
+	}
+	r = a->push(a->be, key, len, node);
+	if (r == -EHOSTUNREACH)
+		snprintf(msg, STORE_MSG_MAX, "no node %s is up in the cluster", node);
+	else if (r == -EINVAL)
+		snprintf(msg, STORE_MSG_MAX, "%s is this node", node);
+	return r;
+}
+
 static int op_where(struct session *s, uint32_t seq, const ProtobufCBinaryData *key,
 		    struct reply *rep, bool settle)
 {
 	struct store *st = s->sv->st;
-	const struct backend *rb = &st->remote;
+	const struct cluster_admin *a = s->sv->admin;
 	char others[1024] = "", *save = NULL;
 	struct fetch *pending = NULL;
 	Kvc__WhereResp *w;
@@ -254,12 +271,12 @@ static int op_where(struct session *s, uint32_t seq, const ProtobufCBinaryData *
 
 	if (key->len > sizeof(s->parked.key))
 		return -EINVAL;
-	if (rb->ops && rb->ops->holders) {
+	if (a) {
 		char k[WIRE_MAX_KEY + 1];
 
 		memcpy(k, key->data, key->len);
 		k[key->len] = '\0';
-		r = rb->ops->holders(rb->be, k, key->len, others, sizeof(others), settle, &pending);
+		r = a->holders(a->be, k, key->len, others, sizeof(others), settle, &pending);
 		if (r == -EINPROGRESS && pending)
 			return park(s, KVC__OP__OP_WHERE, seq, key, pending);
 		if (r < 0)
@@ -268,7 +285,7 @@ static int op_where(struct session *s, uint32_t seq, const ProtobufCBinaryData *
 	self[0] = '\0';
 	if (store_find(st, key->data, key->len)) {
 		v = calloc(1, sizeof(*v));
-		if (v && rb->ops && rb->ops->describe && rb->ops->describe(rb->be, v) == 0 && v->self)
+		if (v && a && a->describe(a->be, v) == 0 && v->self)
 			snprintf(self, sizeof(self), "%s", v->self);
 		else
 			snprintf(self, sizeof(self), "%s", "(this node)");
@@ -428,7 +445,7 @@ static int op_status(struct session *s, struct reply *rep)
 /* The cluster as this node sees it (empty outside a cluster). */
 static int op_cluster(struct session *s, struct reply *rep)
 {
-	const struct backend *rb = &s->sv->st->remote;
+	const struct cluster_admin *a = s->sv->admin;
 	struct cluster_view *v = calloc(1, sizeof(*v));
 	struct {
 		Kvc__ClusterResp resp;
@@ -445,8 +462,8 @@ static int op_cluster(struct session *s, struct reply *rep)
 	}
 	kvc__cluster_resp__init(&x->resp);
 	x->resp.self = "";
-	if (rb->ops && rb->ops->describe)
-		r = rb->ops->describe(rb->be, v);
+	if (a)
+		r = a->describe(a->be, v);
 	if (r < 0) {
 		free(v);
 		free(x);
@@ -921,7 +938,7 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 
 		memcpy(k, q->push->key.data, q->push->key.len);
 		k[q->push->key.len] = '\0';
-		r = store_push(sv->st, k, q->push->key.len, q->push->node, rep.msg);
+		r = server_push(sv, k, q->push->key.len, q->push->node, rep.msg);
 		break;
 	}
 	case KVC__OP__OP_PREFETCH: {

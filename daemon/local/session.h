@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "cluster-admin.h"
 #include "holder.h"
 #include "mapper.h"
 #include "shm-layout.h"
@@ -61,6 +62,7 @@ typedef void (*server_export_fn)(void *u, const char *name, const char *tier,
  */
 struct server {
 	struct store *st;
+	const struct cluster_admin *admin; /* the cluster's, or NULL (no --master) */
 	struct config *cfg;
 	struct loop *loop;
 	char socket_path[sizeof(((struct config *) 0)->socket)];
@@ -222,3 +224,8 @@ void session_event(struct session *s, uint32_t events);
 /* The listening socket and the signals (server.c). */
 int server_setup(struct server *sv);
 void server_teardown(struct server *sv);
+
+/* Copy key to the node named node in the background (kvc_push(), a put's
+ * push_to): 0, or -ENOTCONN (no cluster), -EHOSTUNREACH, -EINVAL (this
+ * node), -ENOENT, with msg saying why. */
+int server_push(struct server *sv, const char *key, size_t len, const char *node, char *msg);

@@ -30,7 +30,7 @@
 
 #define LOG_TOPIC "cluster"
 
-static const struct backend_ops remote_ops;
+static const struct remote_ops remote_ops;
 
 static void on_drop(struct node *n, const Kvc__Peer__Drop *d);
 static bool drops_some(struct node *n);
@@ -374,7 +374,8 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	}
 }
 
-static const struct backend_ops remote_ops = {
+static const struct remote_ops remote_ops = {
+	.version = REMOTE_OPS_VERSION,
 	.name = "remote",
 	.locate = remote_locate,
 	.where = remote_where,
@@ -650,7 +651,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	for (unsigned i = 0; i < n->n_links; i++)
 		link_connect(&n->links[i]);
 	loop_timer_arm(n->timer, loop_now_ms(n->loop) + 1);
-	st->remote = (struct backend) { &remote_ops, n };
+	st->remote = (struct remote) { &remote_ops, n };
 	store_add_listener(st, &n->listener, &node_events, n);
 	log_notice("node %s: serving peers at %s, %u master(s) from %s", n->id, n->address,
 		   n->n_links, cfg->master_server_address);
@@ -670,7 +671,7 @@ void node_teardown(struct node *n)
 	presum_teardown(n);
 	remote_teardown(n);
 	if (n->st->remote.be == n)
-		n->st->remote = (struct backend) { 0 };
+		n->st->remote = (struct remote) { 0 };
 	store_remove_listener(n->st, &n->listener);
 	for (unsigned i = 0; i < n->n_links; i++)
 		link_done(&n->links[i]);

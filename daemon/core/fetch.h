@@ -36,45 +36,6 @@ struct fetch {
  * own connection); NULL otherwise. */
 const char *fetch_error_msg(int res);
 
-/* What lies below memory (disk.c registers itself; a remote backend will
- * too).  Every call runs on the loop thread and never blocks. */
-struct backend_ops {
-	const char *name;
-	/* o's bytes are only below: start bringing them into dram; the
-	 * backend calls fetch_done() when they are in or will not come */
-	int (*fetch)(void *be, struct object *o);
-	/* take a clean copy of o (memory-resident): 0 queued, -errno not */
-	int (*spill)(void *be, struct object *o);
-	/* o is going away: drop its copy and any transfer (the tier below;
-	 * others hear of it as an event, store.h) */
-	void (*forget)(void *be, struct object *o);
-	/* could a copy of o be taken now (healthy, room)? */
-	bool (*accepting)(void *be, const struct object *o);
-	/* background work, bounded; true if it did something */
-	bool (*maintain)(void *be);
-	/* its counters, each under its full name ("disk.records") */
-	void (*stats)(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u);
-	/* start copying every memory-only object below (kvcachectl flush) */
-	int (*flush)(void *be);
-	/* a miss in the index: find the key elsewhere and bring it here.  0
-	 * with *ret the fetch to wait on (one per key however many ask), or
-	 * -ENOENT.  On success the backend publishes the object before
-	 * fetch_done(), so waiters find it in the index. */
-	int (*locate)(void *be, const void *key, size_t len, struct fetch **ret);
-	/* keys not in the index: which does another node hold?  Sets
-	 * present[i] for those; 0 when answered, or -EINPROGRESS with *ret to
-	 * wait on (ask again when it is done).  With settle, answer at once:
-	 * what is not known by now counts as absent, so a request waits at
-	 * most once. */
-	int (*where)(void *be, const char *const *keys, const size_t *lens, size_t n,
-		     uint8_t *present, bool settle, struct fetch **ret);
-};
-
-struct backend {
-	const struct backend_ops *ops; /* NULL: nothing below memory */
-	void *be;
-};
-
 /* Start (or join) the fetch of o: 0 with *ret set, or -errno (nothing
  * below holds it, or the transfer could not start). */
 int store_fetch(struct store *st, struct object *o, struct fetch **ret);

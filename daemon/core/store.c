@@ -394,7 +394,7 @@ int store_acquire(struct holder *h, const void *key, size_t key_len, bool local_
 
 	st->stats.gets++;
 	if (!o) {
-		const struct backend *rb = &st->remote;
+		const struct remote *rb = &st->remote;
 
 		if (!local_only && rb->ops && rb->ops->locate &&
 		    rb->ops->locate(rb->be, key, key_len, ret_fetch) == 0)
@@ -591,7 +591,7 @@ bool store_exists(struct store *st, const void *key, size_t key_len, bool prefet
 int store_prefetch(struct store *st, const void *key, size_t key_len)
 {
 	struct object *o = lookup(st, key, key_len);
-	const struct backend *rb = &st->remote;
+	const struct remote *rb = &st->remote;
 	struct fetch *f;
 
 	if (o) {
@@ -610,7 +610,7 @@ int store_prefetch(struct store *st, const void *key, size_t key_len)
 int store_where(struct store *st, const char *const *keys, const size_t *lens, size_t n,
 		uint8_t *present, bool settle, struct fetch **ret)
 {
-	const struct backend *rb = &st->remote;
+	const struct remote *rb = &st->remote;
 
 	if (!n || !rb->ops || !rb->ops->where)
 		return 0;

@@ -11,12 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "below.h"
 #include "config.h"
 #include "fetch.h"
 #include "holder.h"
 #include "index.h"
 #include "loop.h"
 #include "object.h"
+#include "remote.h"
 
 #define STORE_MSG_MAX 256
 
@@ -81,8 +83,8 @@ struct store {
 	unsigned n_tiers;   /* memory tiers */
 	struct tier disk_tier; /* valid when below.ops is set; no segment */
 	struct tier *fastest;  /* lookups go fastest first */
-	struct backend below;  /* what holds copies below memory: the disk tier */
-	struct backend remote; /* other nodes (the cluster), or nothing */
+	struct below below;    /* what holds copies below memory: the disk tier */
+	struct remote remote;  /* other nodes (the cluster), or nothing */
 	struct store_listener *listeners; /* in the order they were added */
 	/* memory objects without a copy on disk, oldest at the tail: what
 	 * spilling takes next (only with a disk tier) */
@@ -196,7 +198,7 @@ int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t 
 /* It is there: its backend, and its capacity (--disk-size) with the
  * memory tiers' watermarks; the lowest memory tier spills to it.  And it
  * goes (before its backend's state does). */
-void store_below_attach(struct store *st, const struct backend_ops *ops, void *be,
+void store_below_attach(struct store *st, const struct below_ops *ops, void *be,
 			uint64_t size);
 void store_below_detach(struct store *st);
 /* The bytes its copies take, by its own count (status; watermarks). */

@@ -401,7 +401,7 @@ const struct tier *store_tier(struct store *st, unsigned i)
 	return tier_at(st, i);
 }
 
-void store_below_attach(struct store *st, const struct backend_ops *ops, void *be,
+void store_below_attach(struct store *st, const struct below_ops *ops, void *be,
 			uint64_t size)
 {
 	struct tier *t = &st->disk_tier;
@@ -411,12 +411,12 @@ void store_below_attach(struct store *st, const struct backend_ops *ops, void *b
 	t->high = (uint64_t) ((double) size * st->cfg->high_watermark);
 	t->low = (uint64_t) ((double) size * (st->cfg->high_watermark - st->cfg->eviction_ratio));
 	st->tiers[0].below = t;
-	st->below = (struct backend) { ops, be };
+	st->below = (struct below) { ops, be };
 }
 
 void store_below_detach(struct store *st)
 {
-	st->below = (struct backend) { 0 };
+	st->below = (struct below) { 0 };
 }
 
 void store_below_used(struct store *st, uint64_t used)

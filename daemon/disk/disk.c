@@ -151,7 +151,7 @@ static void disk_forget(struct disk *k, struct object *o);
 static int disk_load(struct disk *k, struct object *o);
 static bool disk_accepting(const struct disk *k, const struct object *o);
 static bool disk_maintain(struct disk *k);
-static const struct backend_ops disk_backend;
+static const struct below_ops disk_backend;
 static void decode_record(struct disk *k, struct disk_io *io);
 static void read_finish(struct disk *k, struct disk_io *io, int r);
 
@@ -1423,7 +1423,8 @@ static int be_flush(void *be)
 	return 0;
 }
 
-static const struct backend_ops disk_backend = {
+static const struct below_ops disk_backend = {
+	.version = BELOW_OPS_VERSION,
 	.name = "disk",
 	.stats = be_stats,
 	.flush = be_flush,

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The disk tier: record files below memory, registered with the store as
- * its backend (fetch.h) and with the loop as a poller.  main.c starts and
- * stops it; core reaches it through the backend table it attaches.
+ * The disk tier: record files below memory, attached to the store as the
+ * tier below (below.h) and to the loop as a poller.  main.c makes and
+ * frees it; core reaches it only through the table it attaches.
  */
 #pragma once
 

@@ -20,7 +20,11 @@ static int fake_fetch(void *be, struct object *o)
 	return 0;
 }
 
-static const struct backend_ops fake = { .name = "fake", .fetch = fake_fetch };
+static const struct below_ops fake = {
+	.version = BELOW_OPS_VERSION,
+	.name = "fake",
+	.fetch = fake_fetch,
+};
 
 struct rec {
 	struct waiter w; /* first */
@@ -45,7 +49,7 @@ int main(void)
 
 	CHECK_EQ(loop_new(0, &st.loop), 0);
 	CHECK_EQ(store_fetch(&st, o, &f1), -EIO); /* nothing below */
-	st.below = (struct backend) { &fake, NULL };
+	st.below = (struct below) { &fake, NULL };
 
 	fail_next = 1;
 	CHECK_EQ(store_fetch(&st, o, &f1), -EIO); /* the backend could not start */

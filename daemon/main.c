@@ -17,6 +17,7 @@
 #include "export.h"
 #include "node.h"
 #include "placement.h"
+#include "prefault.h"
 #include "session.h"
 
 #define LOG_TOPIC "main"
@@ -58,6 +59,7 @@ int main(int argc, char **argv)
 	struct server sv = { .st = &st, .cfg = &cfg };
 	struct node *node = NULL;
 	struct disk *disk = NULL;
+	struct prefault *prefault = NULL;
 	struct exporter *exporter = NULL;
 	bool bad_config = false;
 	char err[CONFIG_ERR_MAX] = "";
@@ -162,6 +164,9 @@ int main(int argc, char **argv)
 	r = tier_setup(&st);
 	if (r < 0)
 		goto out;
+	r = prefault_start(&st, &prefault);
+	if (r < 0)
+		goto out;
 	r = disk_new(&st, &disk);
 	if (r < 0)
 		goto out;
@@ -200,6 +205,7 @@ out:
 	store_wake_puts(&st); /* waiters went with their sessions: frees the rest */
 	if (st.reserving.buckets)
 		index_done(&st.reserving);
+	prefault_stop(prefault);
 	tier_teardown(&st);
 	index_done(&st.index);
 	loop_free(st.loop);

@@ -75,7 +75,7 @@ struct store {
 	struct loop *loop;
 	uint64_t generation; /* segments of this run (the Welcome carries it) */
 	bool hugepages;
-	struct prefault *prefault; /* the thread faulting the tiers in, or NULL */
+	uint64_t prefaulted;       /* bytes of the memory tiers faulted in (atomic) */
 	bool numa_bound;           /* the memory tiers are bound to numa_node */
 	unsigned numa_node;
 
@@ -168,6 +168,8 @@ int store_put_in_flight(struct store *st, const void *key, size_t len, const str
 unsigned store_wake_puts(struct store *st);
 /* Bytes of the memory tiers faulted in by --prefault so far (0: off). */
 uint64_t store_prefaulted(const struct store *st);
+/* The thread faulting them in (daemon/prefault.c) says how far it got. */
+void store_note_prefaulted(struct store *st, uint64_t bytes);
 /* Where an extent's bytes are in this daemon's memory (the segment and
  * offset a client is told). */
 uint8_t *store_extent_ptr(const struct store *st, const struct extent *x);
@@ -243,6 +245,9 @@ bool store_object_gone(const struct object *o);
 unsigned store_tier_count(const struct store *st);
 const struct tier *store_tier(struct store *st, unsigned i);
 uint64_t store_tier_capacity(const struct tier *t);
+/* A memory tier's segment (NULL for the disk tier), and its name. */
+uint8_t *store_tier_memory(const struct tier *t, uint64_t *ret_size);
+const char *store_tier_name(const struct tier *t);
 uint64_t store_tier_used(const struct tier *t);
 /* kvcachectl evict: unused objects of a tier (its kind; 0: every tier),
  * least recently used first; -EINVAL for a tier not configured here. */

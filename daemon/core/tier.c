@@ -35,7 +35,6 @@
 #include "kvc-config.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,66 +259,25 @@ static int tier_init(struct store *st, struct tier *t, const char *name, uint32_
 	return 0;
 }
 
-/*
- * Faulting the tiers in.  The first write to a page of a fresh segment
- * makes the kernel clear it (2 MiB at a time with hugepages): paid inside
- * a put, or inside a fetch from another node, where it cost a fifth of a
- * 1 MiB transfer; with 4 KiB pages a put's first write to fresh memory ran
- * at a fiftieth of a copy.  A background thread faults every page in at
- * start, in steps, without changing a byte: clients and fetches may
- * already use the pages it has not reached, and the ones it has.  It
- * writes (an atomic add of 0 per 4 KiB page, which changes nothing even
- * under a client writing the page) rather than asking the kernel to
- * populate the range: in a VM, MADV_POPULATE_WRITE left the first copies
- * into a 4 KiB-page segment at a thirtieth of the speed a touched page
- * gives, the host's own mapping of each page being made on its first real
- * access.  On by default (--prefault auto): the tiers' memory is
- * committed at start (RSS = their size), a second or so of one idle-
- * priority thread per GiB of 4 KiB pages.
- */
-/* A hugepage a step, then a pause: each fault holds the address space's
- * lock for reading, and an mmap() on the loop (a client's channel opening)
- * waits for a writer's turn. */
-#define PREFAULT_STEP (2u << 20)
-
-struct prefault {
-	pthread_t th;
-	struct store *st;
-	bool stop;     /* atomic */
-	uint64_t done; /* bytes of the tiers faulted in so far (atomic) */
-};
-
-static void *prefault_main(void *arg)
+uint64_t store_prefaulted(const struct store *st)
 {
-	struct prefault *pf = arg;
-	struct store *st = pf->st;
+	return __atomic_load_n(&st->prefaulted, __ATOMIC_RELAXED);
+}
 
-	uint64_t before = 0; /* the tiers done */
+void store_note_prefaulted(struct store *st, uint64_t bytes)
+{
+	__atomic_store_n(&st->prefaulted, bytes, __ATOMIC_RELAXED);
+}
 
-	loop_helper_thread("prefault", true);
+uint8_t *store_tier_memory(const struct tier *t, uint64_t *ret_size)
+{
+	*ret_size = t->seg.size;
+	return t->seg.base;
+}
 
-	for (unsigned i = 0; i < st->n_tiers; i++) {
-		struct tier *t = &st->tiers[i];
-		uint8_t *base = t->seg.base;
-		uint64_t t0 = mono_ms(), off;
-
-		for (off = 0; off < t->seg.size && !__atomic_load_n(&pf->stop, __ATOMIC_RELAXED);
-		     off += PREFAULT_STEP) {
-			uint64_t n = t->seg.size - off < PREFAULT_STEP ? t->seg.size - off :
-									PREFAULT_STEP;
-
-			for (uint64_t p = 0; p < n; p += 4096)
-				__atomic_fetch_or(base + off + p, 0, __ATOMIC_RELAXED);
-			__atomic_store_n(&pf->done, before + off + n, __ATOMIC_RELAXED);
-			loop_mm_pause();
-		}
-		if (off >= t->seg.size)
-			log_info("%s tier: %llu MiB faulted in (%llu ms)", t->name,
-				 (unsigned long long) (t->seg.size >> 20),
-				 (unsigned long long) (mono_ms() - t0));
-		before += t->seg.size;
-	}
-	return NULL;
+const char *store_tier_name(const struct tier *t)
+{
+	return t->name;
 }
 
 uint8_t *store_extent_ptr(const struct store *st, const struct extent *x)
@@ -641,39 +599,6 @@ uint64_t store_walk(struct store *st, uint64_t cursor, size_t max_buckets, size_
 	return index_walk_some(&st->index, cursor, max_buckets, max_objects, fn, u);
 }
 
-uint64_t store_prefaulted(const struct store *st)
-{
-	return st->prefault ? __atomic_load_n(&st->prefault->done, __ATOMIC_RELAXED) : 0;
-}
-
-static void prefault_start(struct store *st)
-{
-	enum shm_hugepages mode = st->cfg->prefault;
-	struct prefault *pf;
-
-	if (mode == SHM_HUGEPAGES_OFF)
-		return;
-	pf = calloc(1, sizeof(*pf));
-	if (!pf)
-		return; /* only slower */
-	pf->st = st;
-	if (pthread_create(&pf->th, NULL, prefault_main, pf) != 0) {
-		free(pf);
-		return;
-	}
-	st->prefault = pf;
-}
-
-static void prefault_stop(struct store *st)
-{
-	if (!st->prefault)
-		return;
-	__atomic_store_n(&st->prefault->stop, true, __ATOMIC_RELAXED);
-	pthread_join(st->prefault->th, NULL);
-	free(st->prefault);
-	st->prefault = NULL;
-}
-
 int tier_setup(struct store *st)
 {
 	struct tier *dram = &st->tiers[0];
@@ -699,13 +624,11 @@ int tier_setup(struct store *st)
 		st->fastest = dev;
 		st->hugepages = st->hugepages && dev->seg.hugepages;
 	}
-	prefault_start(st);
 	return 0;
 }
 
 void tier_teardown(struct store *st)
 {
-	prefault_stop(st);
 	for (unsigned i = 0; i < st->n_tiers; i++) {
 		shm_alloc_done(&st->tiers[i].alloc);
 		shm_segment_done(&st->tiers[i].seg);

@@ -10,7 +10,6 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "tier.h"
 #include "kvc-config.h"
 #include "log.h"
 #include "disk.h"
@@ -38,28 +37,16 @@ static uint64_t mem_available(void)
 	return (uint64_t) kb * 1024;
 }
 
-/* Memory tiers' watermarks, promotions, the disk tier's spilling and the
- * index's growth: each step bounded (tier_maintain()). */
-static bool maintain(void *userdata)
-{
-	return tier_maintain(userdata);
-}
-
-static void free_at_exit(void *u, struct object *o)
-{
-	o->spill = o->load = NULL;
-	free(o->fetch); /* its waiters went with their sessions */
-	object_free(u, o);
-}
-
 int main(int argc, char **argv)
 {
 	struct config cfg;
-	struct store st = { .cfg = &cfg };
-	struct server sv = { .st = &st, .cfg = &cfg };
+	struct store *st = NULL;
+	struct loop *loop = NULL;
+	struct server sv = { .cfg = &cfg };
 	struct node *node = NULL;
 	struct disk *disk = NULL;
 	struct prefault *prefault = NULL;
+	int numa_node = -1;
 	struct exporter *exporter = NULL;
 	bool bad_config = false;
 	char err[CONFIG_ERR_MAX] = "";
@@ -119,8 +106,6 @@ int main(int argc, char **argv)
 			sizeof(sv.socket_path) - 1);
 		return 2;
 	}
-	if (getrandom(&st.generation, sizeof(st.generation), 0) != sizeof(st.generation))
-		st.generation = (uint64_t) getpid() << 32 ^ (uint64_t) time(NULL);
 	clock_gettime(CLOCK_MONOTONIC, &sv.started);
 	if (cfg.config_path[0])
 		log_info("configuration read from %s", cfg.config_path);
@@ -136,41 +121,37 @@ int main(int argc, char **argv)
 		sigaddset(&mask, SIGINT);
 		sigprocmask(SIG_BLOCK, &mask, NULL);
 	}
-	r = index_init(&st.index);
-	if (r < 0)
-		return 1;
-	r = loop_new(cfg.poll_us, &st.loop);
+	r = loop_new(cfg.poll_us, &loop);
 	if (r < 0) {
 		log_error("Failed to set up the event loop: %s", strerror(-r));
-		index_done(&st.index);
 		return 1;
 	}
-	sv.loop = st.loop;
+	sv.loop = loop;
+	/* placement first: every thread started after it (the copier's, the
+	 * data threads) and the tiers' pages are on that node */
+	r = placement_setup(&cfg, &numa_node, err, sizeof(err));
+	if (r < 0) {
+		log_error("%s", err);
+		bad_config = true;
+		goto out;
+	}
+	r = store_new(&cfg, loop, numa_node, &st);
+	if (r < 0)
+		goto out;
+	sv.st = st;
 	r = server_setup(&sv);
 	if (r < 0)
 		goto out;
 	r = channel_setup(&sv);
 	if (r < 0)
 		goto out;
-	r = loop_add_idle(st.loop, maintain, &st, &st.maintain_src);
+	r = prefault_start(st, &prefault);
 	if (r < 0)
 		goto out;
-	r = placement_setup(&cfg, &st, err, sizeof(err));
-	if (r < 0) {
-		log_error("%s", err);
-		bad_config = true;
-		goto out;
-	}
-	r = tier_setup(&st);
+	r = disk_new(st, &disk);
 	if (r < 0)
 		goto out;
-	r = prefault_start(&st, &prefault);
-	if (r < 0)
-		goto out;
-	r = disk_new(&st, &disk);
-	if (r < 0)
-		goto out;
-	r = node_setup(&st, &cfg, &node, err, sizeof(err));
+	r = node_setup(st, &cfg, &node, err, sizeof(err));
 	if (r < 0) {
 		log_error("%s", err);
 		if (r == -EINVAL)
@@ -184,12 +165,12 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	log_notice("kvcached %s listening on %s (dram %llu bytes, %s pages)", KVC_VERSION,
-		   sv.socket_path, (unsigned long long) cfg.dram_size, st.hugepages ? "2 MiB" : "4 KiB");
+		   sv.socket_path, (unsigned long long) cfg.dram_size, st->hugepages ? "2 MiB" : "4 KiB");
 	export_serving(exporter, true);
 	/* under systemd (Type=notify): ready now; a no-op elsewhere */
 	sd_notifyf(0, "READY=1\nSTATUS=serving on %s\nMAINPID=%lu", sv.socket_path,
 		   (unsigned long) getpid());
-	r = loop_run(st.loop);
+	r = loop_run(loop);
 	sd_notify(0, "STOPPING=1");
 out:
 	export_teardown(exporter);
@@ -199,16 +180,9 @@ out:
 	/* Wait for disk I/O in flight, then free every object without
 	 * touching its record: records are what survives a restart. */
 	disk_free(disk);
-	if (st.index.buckets)
-		index_walk(&st.index, free_at_exit, &st);
-	store_announced_done(&st);
-	store_wake_puts(&st); /* waiters went with their sessions: frees the rest */
-	if (st.reserving.buckets)
-		index_done(&st.reserving);
 	prefault_stop(prefault);
-	tier_teardown(&st);
-	index_done(&st.index);
-	loop_free(st.loop);
+	store_free(st);
+	loop_free(loop);
 	if (r == 0)
 		log_notice("stopped");
 	return bad_config ? 2 : r < 0 ? 1 : 0;

@@ -43,11 +43,11 @@ static int device_node(const char *dev)
 }
 #endif
 
-int placement_setup(const struct config *cfg, struct store *st, char *err, size_t err_len)
+int placement_setup(const struct config *cfg, int *ret_node, char *err, size_t err_len)
 {
 	const char *want = cfg->numa_node;
 
-	st->numa_bound = false;
+	*ret_node = -1;
 	if (!want[0])
 		return 0;
 #if !KVC_HAVE_NUMA
@@ -91,8 +91,7 @@ int placement_setup(const struct config *cfg, struct store *st, char *err, size_
 		snprintf(err, err_len, "--numa-node %ld: cannot run there: %s", node, strerror(errno));
 		return -EINVAL;
 	}
-	st->numa_bound = true;
-	st->numa_node = (unsigned) node;
+	*ret_node = (int) node;
 	return 0;
 #endif
 }

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "store.h"
 #include "tier.h"
@@ -19,6 +21,68 @@
 static struct object *lookup(struct store *st, const void *key, size_t len)
 {
 	return index_find(&st->index, key, len, index_hash(key, len));
+}
+
+/* Memory tiers' watermarks, promotions, the tier below's spilling and the
+ * index's growth: each step bounded (tier_maintain()). */
+static bool maintain(void *userdata)
+{
+	return tier_maintain(userdata);
+}
+
+int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store **ret)
+{
+	struct store *st = calloc(1, sizeof(*st));
+	int r;
+
+	*ret = NULL;
+	if (!st)
+		return -ENOMEM;
+	st->cfg = cfg;
+	st->loop = loop;
+	if (getrandom(&st->generation, sizeof(st->generation), 0) != sizeof(st->generation))
+		st->generation = (uint64_t) getpid() << 32 ^ (uint64_t) time(NULL);
+	st->numa_bound = numa_node >= 0;
+	st->numa_node = numa_node >= 0 ? (unsigned) numa_node : 0;
+	r = index_init(&st->index);
+	if (r < 0) {
+		free(st);
+		return r;
+	}
+	r = loop_add_idle(loop, maintain, st, &st->maintain_src);
+	if (r == 0)
+		r = tier_setup(st);
+	if (r < 0) {
+		store_free(st);
+		return r;
+	}
+	*ret = st;
+	return 0;
+}
+
+/* What a backend left on an object is the backend's, gone before the
+ * store: only the object and its fetch are core's to free. */
+static void free_at_exit(void *u, struct object *o)
+{
+	o->spill = o->load = NULL;
+	free(o->fetch); /* its waiters went with their sessions */
+	object_free(u, o);
+}
+
+void store_free(struct store *st)
+{
+	if (!st)
+		return;
+	if (st->index.buckets)
+		index_walk(&st->index, free_at_exit, st);
+	store_announced_done(st);
+	store_wake_puts(st); /* waiters went with their sessions: frees the rest */
+	if (st->reserving.buckets)
+		index_done(&st->reserving);
+	tier_teardown(st);
+	index_done(&st->index);
+	loop_source_free(st->maintain_src);
+	free(st);
 }
 
 static void set_extent(struct extent *e, uint64_t handle, const struct object *o)

@@ -121,6 +121,14 @@ void store_emit_forgotten(struct store *st, struct object *o);
 void store_emit_pending(struct store *st, const char *key, size_t len, bool on);
 void store_emit_removed(struct store *st, const void *key, size_t len, bool prefix);
 
+/* A store for cfg on loop: its index, its memory tiers (their pages from
+ * NUMA node numa_node only, when >= 0), its maintenance on the loop's idle
+ * turns.  0 or -errno. */
+int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store **ret);
+/* Every object freed (after the tier below and the sessions went: copies
+ * below are not touched), then the store; NULL: nothing. */
+void store_free(struct store *st);
+
 /* The time requests are judged against (the loop's, per turn). */
 static inline uint64_t now_ms(const struct store *st)
 {

@@ -123,7 +123,9 @@ static int by_family(const void *a, const void *b)
 static void build(struct exporter *e, struct mtext *t)
 {
 	struct server *sv = e->sv;
+	struct store_info info;
 
+	store_info(sv->st, &info);
 	e->n = 0;
 	server_export(sv, collect, e);
 	mtext_sample(t, "kvcache_info", "gauge", "kvcached's version.", "version=\"" KVC_VERSION "\"",
@@ -132,7 +134,7 @@ static void build(struct exporter *e, struct mtext *t)
 		     loop_now_ms(sv->loop) / 1000 - (uint64_t) sv->started.tv_sec);
 	mtext_sample(t, "kvcache_clients", "gauge", "Connected clients.", "", sv->n_sessions);
 	mtext_sample(t, "kvcache_objects", "gauge", "Objects stored, all tiers.", "",
-		     sv->st->index.n_objects);
+		     info.objects);
 	/* a family's samples together: sorted by family, O(n log n) */
 	qsort(e->figs, e->n, sizeof(e->figs[0]), by_family);
 	for (size_t i = 0; i < e->n; i++) {

@@ -47,6 +47,7 @@ int main(int argc, char **argv)
 	struct disk *disk = NULL;
 	struct prefault *prefault = NULL;
 	int numa_node = -1;
+	struct store_info info;
 	struct exporter *exporter = NULL;
 	bool bad_config = false;
 	char err[CONFIG_ERR_MAX] = "";
@@ -164,8 +165,9 @@ int main(int argc, char **argv)
 		bad_config = r == -EINVAL;
 		goto out;
 	}
+	store_info(st, &info);
 	log_notice("kvcached %s listening on %s (dram %llu bytes, %s pages)", KVC_VERSION,
-		   sv.socket_path, (unsigned long long) cfg.dram_size, st->hugepages ? "2 MiB" : "4 KiB");
+		   sv.socket_path, (unsigned long long) cfg.dram_size, info.hugepages ? "2 MiB" : "4 KiB");
 	export_serving(exporter, true);
 	/* under systemd (Type=notify): ready now; a no-op elsewhere */
 	sd_notifyf(0, "READY=1\nSTATUS=serving on %s\nMAINPID=%lu", sv.socket_path,

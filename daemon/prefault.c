@@ -81,7 +81,7 @@ int prefault_start(struct store *st, struct prefault **ret)
 	struct prefault *pf;
 
 	*ret = NULL;
-	if (st->cfg->prefault == SHM_HUGEPAGES_OFF)
+	if (store_config(st)->prefault == SHM_HUGEPAGES_OFF)
 		return 0;
 	pf = calloc(1, sizeof(*pf));
 	if (!pf)

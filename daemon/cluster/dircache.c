@@ -194,7 +194,7 @@ static void dc_pending(struct node *n, const char *key, size_t len)
 
 	dc_put(n, key, len, false, NULL, NULL, 0);
 	d = dc_slot(n, key, len, h);
-	if (!d || now >= since + n->st->cfg->lookup_wait_ms)
+	if (!d || now >= since + n->cfg->lookup_wait_ms)
 		return; /* waited long enough: absent */
 	d->pending = true;
 	d->pend_since = since;

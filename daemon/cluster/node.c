@@ -499,20 +499,21 @@ static int pick_transport(struct node *n, const struct config *cfg, const char *
 		n->rdma = NULL;
 		return 0;
 	}
-	for (unsigned i = 0; i < n->st->n_tiers; i++) {
-		struct tier *x = &n->st->tiers[i];
+	for (unsigned i = 0; i < store_segments(n->st); i++) {
+		struct store_segment x;
 
-		r = rdma_register(n->rdma, i, x->seg.base, x->seg.size);
+		store_segment(n->st, i, &x);
+		r = rdma_register(n->rdma, i, x.base, x.size);
 		if (r < 0) {
 			rdma_free(n->rdma);
 			n->rdma = NULL;
 			if (want) {
 				snprintf(err, err_len, "--protocol rdma: registering the %s tier: %s",
-					 x->name, strerror(-r));
+					 x.name, strerror(-r));
 				return -EINVAL;
 			}
 			log_warn("RDMA: registering the %s tier failed (%s): data moves over tcp",
-				 x->name, strerror(-r));
+				 x.name, strerror(-r));
 			return 0;
 		}
 	}
@@ -569,7 +570,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	n->dropped = on_drop;
 	peer_arena_init(&n->answers);
 	n->cfg = cfg;
-	n->loop = st->loop;
+	n->loop = store_loop(st);
 	n->listen_fd = n->spare_fd = -1;
 	n->ttl_s = 10;
 	n->timeout_ms = cfg->remote_timeout_ms;
@@ -583,7 +584,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 		}
 	}
 	if (getrandom(&n->generation, sizeof(n->generation), 0) != sizeof(n->generation))
-		n->generation = (uint64_t) getpid() << 32 ^ (uint64_t) loop_now_ms(st->loop);
+		n->generation = (uint64_t) getpid() << 32 ^ (uint64_t) loop_now_ms(n->loop);
 	snprintf(list, sizeof(list), "%s", cfg->master_server_address);
 	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		struct link *k;
@@ -651,7 +652,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	for (unsigned i = 0; i < n->n_links; i++)
 		link_connect(&n->links[i]);
 	loop_timer_arm(n->timer, loop_now_ms(n->loop) + 1);
-	st->remote = (struct remote) { &remote_ops, n };
+	store_remote_attach(st, &remote_ops, n);
 	store_add_listener(st, &n->listener, &node_events, n);
 	log_notice("node %s: serving peers at %s, %u master(s) from %s", n->id, n->address,
 		   n->n_links, cfg->master_server_address);
@@ -670,8 +671,7 @@ void node_teardown(struct node *n)
 		return;
 	presum_teardown(n);
 	remote_teardown(n);
-	if (n->st->remote.be == n)
-		n->st->remote = (struct remote) { 0 };
+	store_remote_detach(n->st, n);
 	store_remove_listener(n->st, &n->listener);
 	for (unsigned i = 0; i < n->n_links; i++)
 		link_done(&n->links[i]);

@@ -110,7 +110,7 @@ static void pump(struct presum *p)
 {
 	struct store *st = p->n->st;
 	struct sum_job *first = NULL, **tail = &first;
-	uint64_t cap = st->tiers[0].alloc.size / 8;
+	uint64_t cap = store_tier_capacity(store_tier(st, 0)) / 8;
 
 	if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
 		return;

@@ -85,6 +85,89 @@ void store_free(struct store *st)
 	free(st);
 }
 
+uint64_t now_ms(const struct store *st)
+{
+	return loop_now_ms(st->loop);
+}
+
+const struct config *store_config(const struct store *st)
+{
+	return st->cfg;
+}
+
+struct loop *store_loop(const struct store *st)
+{
+	return st->loop;
+}
+
+struct stats *store_stats(struct store *st)
+{
+	return &st->stats;
+}
+
+void store_info(const struct store *st, struct store_info *ret)
+{
+	*ret = (struct store_info) {
+		.generation = st->generation,
+		.objects = st->index.n_objects,
+		.hugepages = st->hugepages,
+		.numa_bound = st->numa_bound,
+		.numa_node = st->numa_node,
+	};
+}
+
+unsigned store_segments(const struct store *st)
+{
+	return st->n_tiers;
+}
+
+void store_segment(const struct store *st, unsigned i, struct store_segment *ret)
+{
+	const struct tier *t = &st->tiers[i];
+
+	*ret = (struct store_segment) {
+		.index = t->segment,
+		.kind = t->kind,
+		.name = t->name,
+		.fd = t->seg.fd,
+		.base = t->seg.base,
+		.size = t->seg.size,
+		.hugepages = t->seg.hugepages,
+	};
+}
+
+void store_remote_attach(struct store *st, const struct remote_ops *ops, void *be)
+{
+	st->remote = (struct remote) { ops, be };
+}
+
+void store_remote_detach(struct store *st, void *be)
+{
+	if (st->remote.be == be)
+		st->remote = (struct remote) { 0 };
+}
+
+bool store_clustered(const struct store *st)
+{
+	return st->remote.ops != NULL;
+}
+
+void store_backend_stats(const struct store *st,
+			 void (*emit)(void *u, const char *name, uint64_t v), void *u)
+{
+	if (st->below.ops && st->below.ops->stats)
+		st->below.ops->stats(st->below.be, emit, u);
+	if (st->remote.ops && st->remote.ops->stats)
+		st->remote.ops->stats(st->remote.be, emit, u);
+}
+
+int store_flush_below(struct store *st)
+{
+	if (!st->below.ops || !st->below.ops->flush)
+		return -EOPNOTSUPP;
+	return st->below.ops->flush(st->below.be);
+}
+
 static void set_extent(struct extent *e, uint64_t handle, const struct object *o)
 {
 	*e = (struct extent) {

@@ -130,10 +130,45 @@ int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store
 void store_free(struct store *st);
 
 /* The time requests are judged against (the loop's, per turn). */
-static inline uint64_t now_ms(const struct store *st)
-{
-	return loop_now_ms(st->loop);
-}
+uint64_t now_ms(const struct store *st);
+
+/* What the store was made with, and what it is. */
+const struct config *store_config(const struct store *st);
+struct loop *store_loop(const struct store *st);
+/* Its request counters (a transport counts the errors it answers). */
+struct stats *store_stats(struct store *st);
+struct store_info {
+	uint64_t generation; /* this run's segments (the Welcome carries it) */
+	uint64_t objects;    /* in the index */
+	bool hugepages;      /* every memory tier on 2 MiB pages */
+	bool numa_bound;     /* the memory tiers on numa_node only */
+	unsigned numa_node;
+};
+void store_info(const struct store *st, struct store_info *ret);
+/* The memory tiers' segments, as a client maps them (the Welcome) and an
+ * RDMA device registers them: segment number i of store_segments(). */
+struct store_segment {
+	uint32_t index;
+	uint32_t kind; /* enum shm_tier */
+	const char *name;
+	int fd;
+	uint8_t *base;
+	uint64_t size;
+	bool hugepages;
+};
+unsigned store_segments(const struct store *st);
+void store_segment(const struct store *st, unsigned i, struct store_segment *ret);
+/* Other nodes: the cluster's node attaches its table, and detaches it
+ * (be: only if it is still the one attached); is there one? */
+void store_remote_attach(struct store *st, const struct remote_ops *ops, void *be);
+void store_remote_detach(struct store *st, void *be);
+bool store_clustered(const struct store *st);
+/* The counters of the tier below and of the cluster, each under its full
+ * name; a flush of every memory-only object to the tier below
+ * (-EOPNOTSUPP: there is none). */
+void store_backend_stats(const struct store *st,
+			 void (*emit)(void *u, const char *name, uint64_t v), void *u);
+int store_flush_below(struct store *st);
 
 /* Where an object's bytes are, as a client sees them. */
 struct extent {

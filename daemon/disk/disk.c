@@ -458,14 +458,14 @@ int disk_new(struct store *st, struct disk **ret)
 	int r;
 
 	*ret = NULL;
-	if (!st->cfg->disk_dir[0])
+	if (!store_config(st)->disk_dir[0])
 		return 0;
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
 	k->st = st;
 	k->efd = -1;
-	snprintf(k->dir, sizeof(k->dir), "%s", st->cfg->disk_dir);
+	snprintf(k->dir, sizeof(k->dir), "%s", store_config(st)->disk_dir);
 	k->dirfd = open(k->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (k->dirfd < 0) {
 		r = -errno;
@@ -474,8 +474,8 @@ int disk_new(struct store *st, struct disk **ret)
 		return r;
 	}
 	k->direct = true;
-	k->zstd = st->cfg->disk_zstd;
-	k->level = st->cfg->disk_zstd_level;
+	k->zstd = store_config(st)->disk_zstd;
+	k->level = store_config(st)->disk_zstd_level;
 	k->next_id = 1;
 	k->hash = XXH3_createState();
 	if (!k->hash) {
@@ -515,14 +515,14 @@ int disk_new(struct store *st, struct disk **ret)
 	/* from here on disk_free() undoes what is done */
 	*ret = k;
 	/* the lowest memory tier spills here */
-	store_below_attach(st, &disk_backend, k, st->cfg->disk_size);
+	store_below_attach(st, &disk_backend, k, store_config(st)->disk_size);
 	/* completions and the worker's results: the loop polls for them,
 	 * and the eventfd wakes it when it sleeps */
-	r = loop_add_doorbell(st->loop, k->efd, &k->bell);
+	r = loop_add_doorbell(store_loop(st), k->efd, &k->bell);
 	if (r == 0)
-		r = loop_add_poller(st->loop, disk_poller, NULL, k, &k->poller);
+		r = loop_add_poller(store_loop(st), disk_poller, NULL, k, &k->poller);
 	if (r == 0)
-		r = loop_add_timer(st->loop, space_deadline, k, &k->space_timer);
+		r = loop_add_timer(store_loop(st), space_deadline, k, &k->space_timer);
 	if (r < 0)
 		return r;
 	k->rec_mine_tail = &k->rec_mine;
@@ -547,7 +547,7 @@ int disk_new(struct store *st, struct disk **ret)
 		}
 	}
 	log_info("disk tier: %s, %llu bytes, compression %s", k->dir,
-		 (unsigned long long) st->cfg->disk_size, k->zstd ? "zstd" : "none");
+		 (unsigned long long) store_config(st)->disk_size, k->zstd ? "zstd" : "none");
 	return 0;
 }
 
@@ -1065,7 +1065,7 @@ static int disk_load(struct disk *k, struct object *o)
 		return -ENOMEM;
 	io->id = o->disk_id;
 	io->len = o->disk_len;
-	io->deadline = now_ms(st) + st->cfg->spill_wait_ms;
+	io->deadline = now_ms(st) + store_config(st)->spill_wait_ms;
 	io->buf = buf_get(k, io->len);
 	io->cap = io->len;
 	record_name(io->name, sizeof(io->name), io->id, false);

@@ -398,7 +398,7 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 	uint8_t *out = NULL, *here = NULL;
 	uint32_t *missing = NULL, n_missing = 0;
 	uint32_t count = 0;
-	bool cluster = ch->s->sv->st->remote.ops != NULL && !(e->flags & SHM_SQE_LOCAL_ONLY);
+	bool cluster = store_clustered(ch->s->sv->st) && !(e->flags & SHM_SQE_LOCAL_ONLY);
 	int r = 0;
 
 	if (e->count > WIRE_MAX_BATCH)
@@ -752,7 +752,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 		if (!ch->settle && !ch->put_waited &&
 		    store_put_in_flight(s->sv->st, key, e->key_len, &s->h, ret_fetch) == 0)
 			return -EINPROGRESS; /* being stored: wait for its commit */
-		if (!s->sv->st->remote.ops || (e->flags & SHM_SQE_LOCAL_ONLY))
+		if (!store_clustered(s->sv->st) || (e->flags & SHM_SQE_LOCAL_ONLY))
 			return 0; /* a single node, or this one alone: a miss is a miss */
 		r = store_where(s->sv->st, &kp, &len, 1, &there, ch->settle, ret_fetch);
 		return r < 0 ? r : there;
@@ -887,7 +887,7 @@ static void complete(struct channel *ch, const struct shm_sqe *e, struct shm_cqe
 		     const char *msg)
 {
 	if (r < 0 && r != -ENOENT && r != -EEXIST)
-		ch->s->sv->st->stats.errors++;
+		store_stats(ch->s->sv->st)->errors++;
 	if (r < 0 && msg[0] && (e->flags & SHM_SQE_WANT_MSG) && arena_span(ch, e->msg_off, SHM_MSG_MAX))
 		snprintf((char *) ch->arena + e->msg_off, SHM_MSG_MAX, "%s", msg);
 	if (r >= 0 && (e->flags & SHM_SQE_NO_CQE))
@@ -1047,9 +1047,9 @@ static unsigned retry_space(struct server *sv)
 	struct parked *list = sv->space_head;
 	unsigned n = 0;
 
-	if (!list || (sv->space_seen == sv->st->space_seq && now_ms(sv->st) < list->deadline))
+	if (!list || (sv->space_seen == store_space_seq(sv->st) && now_ms(sv->st) < list->deadline))
 		return 0;
-	sv->space_seen = sv->st->space_seq;
+	sv->space_seen = store_space_seq(sv->st);
 	sv->space_head = sv->space_tail = NULL;
 	while (list) {
 		struct parked *p = list;
@@ -1163,8 +1163,7 @@ unsigned channel_poll_all(struct server *sv)
 
 	sv->copied_inline = 0;
 	n = retry_space(sv);
-	if (sv->st->announced_head)
-		store_expire_announced(sv->st);
+	store_expire_announced(sv->st); /* none: one test */
 	n += store_wake_puts(sv->st);
 	n += expire_put_waits(sv);
 

@@ -372,10 +372,7 @@ static void below_emit(void *u, const char *name, uint64_t v)
 
 static void below_stats(struct server *sv, struct below_stats *b)
 {
-	if (sv->st->below.ops && sv->st->below.ops->stats)
-		sv->st->below.ops->stats(sv->st->below.be, below_emit, b);
-	if (sv->st->remote.ops && sv->st->remote.ops->stats)
-		sv->st->remote.ops->stats(sv->st->remote.be, below_emit, b);
+	store_backend_stats(sv->st, below_emit, b);
 }
 
 static uint64_t below_stat(const struct below_stats *b, const char *name)
@@ -393,7 +390,9 @@ static int op_status(struct session *s, struct reply *rep)
 	Kvc__StatusResp *st = calloc(1, sizeof(*st));
 	Kvc__TierStatus *ts = calloc(nt, sizeof(*ts));
 	Kvc__TierStatus **tp = calloc(nt, sizeof(*tp));
+	struct store_info info;
 
+	store_info(sv->st, &info);
 	if (!st || !ts || !tp) {
 		free(st);
 		free(ts);
@@ -414,9 +413,9 @@ static int op_status(struct session *s, struct reply *rep)
 	}
 	st->version = (char *) KVC_VERSION;
 	st->uptime_s = uptime_s(sv);
-	st->hugepages = sv->st->hugepages;
+	st->hugepages = info.hugepages;
 	st->clients = sv->n_sessions;
-	st->objects = sv->st->index.n_objects;
+	st->objects = info.objects;
 	st->n_tiers = nt;
 	st->tiers = tp;
 	st->pid = (uint32_t) getpid();
@@ -424,8 +423,8 @@ static int op_status(struct session *s, struct reply *rep)
 	st->protocol_major = KVC_PROTO_MAJOR;
 	st->protocol_minor = KVC_PROTO_MINOR;
 	st->layout_version = SHM_LAYOUT_VERSION;
-	st->numa_bound = sv->st->numa_bound;
-	st->numa_node = sv->st->numa_node;
+	st->numa_bound = info.numa_bound;
+	st->numa_node = info.numa_node;
 	{
 		struct below_stats b;
 
@@ -526,7 +525,7 @@ static bool below_is_gauge(const char *name)
 
 void server_export(struct server *sv, server_export_fn fn, void *u)
 {
-	const struct stats *x = &sv->st->stats;
+	const struct stats *x = store_stats(sv->st);
 	uint64_t registered = 0, channels = 0;
 	const struct {
 		const char *name;
@@ -849,7 +848,7 @@ static void send_reply(struct session *s, uint32_t seq, uint32_t op, int r, stru
 {
 	if (r < 0) {
 		if (r != -ENOENT && r != -EEXIST)
-			s->sv->st->stats.errors++;
+			store_stats(s->sv->st)->errors++;
 		reply_free(rep);
 		rep->resp = (Kvc__Response) KVC__RESPONSE__INIT;
 		rep->resp.error = -r;
@@ -1003,11 +1002,9 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		}
 		break;
 	case KVC__OP__OP_FLUSH:
-		if (!sv->st->below.ops || !sv->st->below.ops->flush) {
+		r = store_flush_below(sv->st);
+		if (r == -EOPNOTSUPP)
 			snprintf(rep.msg, sizeof(rep.msg), "this daemon has no disk tier (--disk-dir)");
-			r = -EOPNOTSUPP;
-		} else
-			r = sv->st->below.ops->flush(sv->st->below.be);
 		break;
 	case KVC__OP__OP_REMOVE_PREFIX:
 		r = op_remove_prefix(s, q->remove, &rep);
@@ -1105,6 +1102,7 @@ static void handle_hello(struct session *s, const struct wire_hdr *h, const uint
 	Kvc__Welcome w = KVC__WELCOME__INIT;
 	Kvc__SegmentInfo si[DAEMON_MAX_TIERS], *sp[DAEMON_MAX_TIERS];
 	int fds[DAEMON_MAX_TIERS];
+	struct store_info info;
 	Kvc__Hello *hello;
 	char msg[160];
 
@@ -1142,27 +1140,31 @@ static void handle_hello(struct session *s, const struct wire_hdr *h, const uint
 		s->closing = true;
 		return;
 	}
-	for (unsigned i = 0; i < sv->st->n_tiers; i++) {
+	store_info(sv->st, &info);
+	for (unsigned i = 0; i < store_segments(sv->st); i++) {
+		struct store_segment g;
+
+		store_segment(sv->st, i, &g);
 		kvc__segment_info__init(&si[i]);
-		si[i].index = sv->st->tiers[i].segment;
+		si[i].index = g.index;
 		si[i].fd_index = i;
-		si[i].size = sv->st->tiers[i].seg.size;
-		si[i].tier = sv->st->tiers[i].kind;
-		si[i].hugepages = sv->st->tiers[i].seg.hugepages;
-		si[i].generation = sv->st->generation;
+		si[i].size = g.size;
+		si[i].tier = g.kind;
+		si[i].hugepages = g.hugepages;
+		si[i].generation = info.generation;
 		si[i].layout_version = SHM_LAYOUT_VERSION;
 		si[i].data_offset = SHM_HEADER_SIZE; /* never re-read from the segment */
 		sp[i] = &si[i];
-		fds[i] = sv->st->tiers[i].seg.fd;
+		fds[i] = g.fd;
 	}
-	w.n_segments = sv->st->n_tiers;
+	w.n_segments = store_segments(sv->st);
 	w.segments = sp;
 	w.client_id = s->id;
 	w.max_value_size = UINT64_C(1) << 30;
 	s->welcomed = true;
 	log_info("client[pid=%d,%s]: connected (id %llu)", (int) s->pid, s->name,
 		 (unsigned long long) s->id);
-	if (send_frame(s, WIRE_WELCOME, h->seq, &w.base, fds, sv->st->n_tiers) < 0)
+	if (send_frame(s, WIRE_WELCOME, h->seq, &w.base, fds, store_segments(sv->st)) < 0)
 		s->closing = true;
 }
 
@@ -1385,8 +1387,8 @@ void session_free(struct session *s)
 	for (unsigned i = 0; i < s->n_channels; i++)
 		channel_close(s->channels[i]);
 	holder_done(&s->h, &res, &views);
-	sv->st->stats.reclaimed_reservations += res;
-	sv->st->stats.reclaimed_views += views;
+	store_stats(sv->st)->reclaimed_reservations += res;
+	store_stats(sv->st)->reclaimed_views += views;
 	if (s->welcomed || res || views)
 		log_info("client[pid=%d,%s]: disconnected; released %llu reservation(s), %llu view(s)",
 			 (int) s->pid, s->name, (unsigned long long) res, (unsigned long long) views);

@@ -13,7 +13,7 @@ where() {
 	kvcache.pb-c.h | peer.pb-c.h) echo proto; return ;;
 	kvcache/kvcache.h) echo public; return ;;
 	esac
-	for d in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/master daemon/metrics \
+	for d in daemon/base daemon/core daemon/core/private daemon/local daemon/disk daemon/cluster daemon/master daemon/metrics \
 		daemon net proto \
 		shmem client \
 		client/include tools tools/bench tests/common; do
@@ -26,7 +26,8 @@ where() {
 allowed() {
 	case $1 in
 	daemon/base) echo "daemon/base build" ;;
-	daemon/core) echo "daemon/base daemon/core daemon shmem proto build" ;;
+	daemon/core) echo "daemon/base daemon/core daemon/core/private daemon shmem proto build" ;;
+	daemon/core/private) echo "daemon/base daemon/core daemon/core/private daemon shmem proto build" ;;
 	daemon/local) echo "daemon/base daemon/core daemon/local daemon shmem proto build" ;;
 	daemon/disk) echo "daemon/base daemon/core daemon/disk daemon shmem proto build" ;;
 	daemon/cluster) echo "daemon/base daemon/core daemon/cluster daemon/metrics daemon net proto shmem build" ;;
@@ -43,7 +44,7 @@ allowed() {
 }
 
 bad=0
-for dir in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/master daemon/metrics daemon \
+for dir in daemon/base daemon/core daemon/core/private daemon/local daemon/disk daemon/cluster daemon/master daemon/metrics daemon \
 	net proto shmem \
 	client tools tools/bench; do
 	ok=$(allowed "$dir")
@@ -61,13 +62,17 @@ for dir in daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemo
 		done
 	done
 done
-# core's private headers: the index and the tiers' internals are core's
-# own; local, disk and cluster use them through store.h
-for f in daemon/local/*.c daemon/local/*.h daemon/disk/*.c daemon/disk/*.h \
-	daemon/cluster/*.c daemon/cluster/*.h; do
+# core's private headers (daemon/core/private: the index, the tiers'
+# internals, the store's fields) are core's own; every other part of the
+# daemon uses them through store.h (their include paths do not have them
+# either), and so do the tools and the fuzzers
+for f in daemon/*.c daemon/*.h daemon/local/*.c daemon/local/*.h daemon/disk/*.c \
+	daemon/disk/*.h daemon/cluster/*.c daemon/cluster/*.h daemon/master/*.c \
+	daemon/metrics/*.c tests/fuzz/*.c tests/fuzz/*.h; do
+	[ -f "$f" ] || continue
 	for inc in $(sed -n 's/^#include "\(.*\)".*/\1/p' "$f"); do
 		case $inc in
-		tier.h | index.h)
+		tier.h | index.h | store-private.h)
 			echo "$f includes \"$inc\": core's own; use store.h" >&2
 			bad=1
 			;;

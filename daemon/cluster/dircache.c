@@ -88,7 +88,7 @@ static const char *dc_addrs(const struct dslot *d)
 	return d->addrs_off ? d->mem + d->addrs_off : NULL;
 }
 
-/* The slot answering about key (h its index_hash()), fresh or not. */
+/* The slot answering about key (h its store_key_hash()), fresh or not. */
 static struct dslot *dc_slot(struct node *n, const char *key, size_t len, uint64_t h)
 {
 	struct dcache *c = n->dc.slots;
@@ -114,7 +114,7 @@ static struct dslot *dc_find(struct node *n, const char *key, size_t len, uint64
  * again), -1 unknown. */
 static int dc_get(struct node *n, const char *key, size_t len)
 {
-	const struct dslot *d = dc_find(n, key, len, index_hash(key, len));
+	const struct dslot *d = dc_find(n, key, len, store_key_hash(key, len));
 
 	if (d && d->pending)
 		return 2;
@@ -144,7 +144,7 @@ bool dc_addresses(struct node *n, const char *key, size_t len, uint64_t h,
 void dc_put(struct node *n, const char *key, size_t len, bool present, const char *ids,
 	    const char *addrs, uint64_t vlen)
 {
-	uint64_t h = index_hash(key, len), now = loop_now_ms(n->loop);
+	uint64_t h = store_key_hash(key, len), now = loop_now_ms(n->loop);
 	struct dcache *c = n->dc.slots;
 	size_t set = dc_set(h), li = ids ? strlen(ids) + 1 : 0, la = addrs ? strlen(addrs) + 1 : 0;
 	struct dslot *d = dc_slot(n, key, len, h);
@@ -188,7 +188,7 @@ void dc_put(struct node *n, const char *key, size_t len, bool present, const cha
  * again every DC_PENDING_MS; after that it is absent. */
 static void dc_pending(struct node *n, const char *key, size_t len)
 {
-	uint64_t h = index_hash(key, len), now = loop_now_ms(n->loop);
+	uint64_t h = store_key_hash(key, len), now = loop_now_ms(n->loop);
 	struct dslot *d = dc_slot(n, key, len, h);
 	uint64_t since = d && d->pending ? d->pend_since : now;
 
@@ -393,7 +393,7 @@ int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap,
 		   struct fetch **ret)
 {
 	struct node *n = be;
-	uint64_t h = index_hash(key, len);
+	uint64_t h = store_key_hash(key, len);
 	struct dslot *d = dc_find(n, key, len, h);
 
 	if (!settle) {

@@ -366,7 +366,7 @@ void link_connect(struct link *k)
 
 struct link *node_owner(struct node *n, const void *key, size_t len)
 {
-	return &n->links[n->n_links == 1 ? 0 : index_hash(key, len) % n->n_links];
+	return &n->links[n->n_links == 1 ? 0 : store_key_hash(key, len) % n->n_links];
 }
 
 /* Queue one update for k; false if it does not fit (the queue is full or

@@ -85,6 +85,11 @@ void store_free(struct store *st)
 	free(st);
 }
 
+uint64_t store_key_hash(const void *key, size_t len)
+{
+	return index_hash(key, len);
+}
+
 uint64_t now_ms(const struct store *st)
 {
 	return loop_now_ms(st->loop);

@@ -15,7 +15,6 @@
 #include "config.h"
 #include "fetch.h"
 #include "holder.h"
-#include "index.h"
 #include "loop.h"
 #include "object.h"
 #include "remote.h"
@@ -65,50 +64,9 @@ struct store_listener {
 	void *data;
 };
 
-/*
- * The objects and where they live: memory tiers, the index, what lies below
- * memory.  Every transport (local sessions, peers) works on it through
- * store.h; it knows nothing of sockets or clients.
- */
-struct store {
-	struct config *cfg;
-	struct loop *loop;
-	uint64_t generation; /* segments of this run (the Welcome carries it) */
-	bool hugepages;
-	uint64_t prefaulted;       /* bytes of the memory tiers faulted in (atomic) */
-	bool numa_bound;           /* the memory tiers are bound to numa_node */
-	unsigned numa_node;
-
-	struct tier tiers[DAEMON_MAX_TIERS]; /* by segment index: dram first */
-	unsigned n_tiers;   /* memory tiers */
-	struct tier disk_tier; /* valid when below.ops is set; no segment */
-	struct tier *fastest;  /* lookups go fastest first */
-	struct below below;    /* what holds copies below memory: the disk tier */
-	struct remote remote;  /* other nodes (the cluster), or nothing */
-	struct store_listener *listeners; /* in the order they were added */
-	/* memory objects without a copy on disk, oldest at the tail: what
-	 * spilling takes next (only with a disk tier) */
-	struct olist dirty;
-	uint64_t space_seq;        /* bumped when a spill ends: waiters retry */
-	struct object **promote_q; /* objects waiting to move up */
-	size_t n_promote, cap_promote;
-	struct loop_source *maintain_src;
-	struct index index;
-	/* puts in flight (RESERVED, with --lookup-wait-ms): a lookup of their
-	 * key may wait for the commit; built on the first put */
-	struct index reserving;
-	/* puts announced to come (kvc_announce), oldest first, as placeholders
-	 * without bytes: lookups wait for them too, until --lookup-wait-ms */
-	struct index announced;
-	/* copies landing from another node, as placeholders by key: one
-	 * fetch per key (store_landing_*) */
-	struct index landing;
-	struct object *announced_head, *announced_tail;
-	struct fetch *woken;   /* their waiters, to run again (store_wake_puts) */
-	uint64_t version;      /* the last version given (store_version_next) */
-	struct stats stats;
-};
-
+/* The objects and where they live (its fields are core's own:
+ * core/private/store-private.h). */
+struct store;
 
 /* l hears of st's events from now on (it is the caller's, and stays
  * valid until removed); and no more. */
@@ -128,6 +86,10 @@ int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store
 /* Every object freed (after the tier below and the sessions went: copies
  * below are not touched), then the store; NULL: nothing. */
 void store_free(struct store *st);
+
+/* A key's hash, as the index takes it (a node spreads keys over masters,
+ * and caches answers, by the same). */
+uint64_t store_key_hash(const void *key, size_t len);
 
 /* The time requests are judged against (the loop's, per turn). */
 uint64_t now_ms(const struct store *st);

@@ -17,13 +17,12 @@
 #include "log.h"
 #include "ring.h"
 #include "session.h"
-#include "tier.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct config cfg;
-static struct store st = { .cfg = &cfg };
-static struct server srv = { .st = &st, .cfg = &cfg };
+static struct store *st;
+static struct server srv = { .cfg = &cfg };
 static uint8_t *chan;
 static struct ring_side sq, cq;
 
@@ -43,9 +42,9 @@ static void setup(void)
 	cfg.lookup_wait_ms = 0;
 	log_configure("error");
 	/* a loop that never runs: channels and sessions register with it */
-	if (loop_new(0, &st.loop) < 0 || index_init(&st.index) < 0 || tier_setup(&st) < 0)
+	if (loop_new(0, &srv.loop) < 0 || store_new(&cfg, srv.loop, -1, &st) < 0)
 		abort();
-	srv.loop = st.loop;
+	srv.st = st;
 	if (channel_setup(&srv) < 0)
 		abort();
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)

@@ -19,7 +19,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct config cfg;
-static struct store st = { .cfg = &cfg };
+static struct store *st;
 static struct node *node;
 static struct holder h;
 
@@ -31,7 +31,7 @@ static void setup(void)
 
 	fuzz_node_config(&cfg);
 	node = fuzz_node_start(&st, &cfg);
-	holder_init(&h, &st, &ops);
+	holder_init(&h, st, &ops);
 }
 
 /* The objects a Drop may take: present again before each input. */
@@ -42,11 +42,11 @@ static void stock(void)
 		char msg[STORE_MSG_MAX];
 		struct extent e;
 
-		if (index_find(&st.index, keys[i], strlen(keys[i]), index_hash(keys[i], strlen(keys[i]))))
+		if (store_find(st, keys[i], strlen(keys[i])))
 			continue;
 		if (store_reserve(&h, &a, &e, msg) < 0)
 			abort();
-		memset((uint8_t *) st.tiers[e.segment].seg.base + e.offset, (int) i, 64);
+		memset(store_extent_ptr(st, &e), (int) i, 64);
 		if (store_commit(&h, e.handle, msg) < 0)
 			abort();
 	}
@@ -56,13 +56,12 @@ static void stock(void)
 static void check(void)
 {
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		struct object *o = index_find(&st.index, keys[i], strlen(keys[i]),
-					      index_hash(keys[i], strlen(keys[i])));
+		struct object *o = store_find(st, keys[i], strlen(keys[i]));
 		const uint8_t *p;
 
 		if (!o)
 			continue;
-		p = (const uint8_t *) o->tier->seg.base + o->block->offset;
+		p = store_object_ptr(o);
 		for (int b = 0; b < 64; b++)
 			if (o->len != 64 || p[b] != (uint8_t) i)
 				abort();

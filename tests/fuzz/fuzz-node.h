@@ -10,7 +10,6 @@
 #include "log.h"
 #include "node.h"
 #include "store.h"
-#include "tier.h"
 
 /* The settings; a harness may change them before fuzz_node_start(). */
 static inline void fuzz_node_config(struct config *cfg)
@@ -25,15 +24,16 @@ static inline void fuzz_node_config(struct config *cfg)
 	log_configure("error");
 }
 
-/* The store (st->cfg set) and the node over it. */
-static inline struct node *fuzz_node_start(struct store *st, const struct config *cfg)
+/* The store (*st, on a loop that never runs) and the node over it. */
+static inline struct node *fuzz_node_start(struct store **st, struct config *cfg)
 {
+	struct loop *loop;
 	struct node *n;
 	char err[256];
 
-	if (loop_new(0, &st->loop) < 0 || index_init(&st->index) < 0 || tier_setup(st) < 0)
+	if (loop_new(0, &loop) < 0 || store_new(cfg, loop, -1, st) < 0)
 		abort();
-	if (node_setup(st, cfg, &n, err, sizeof(err)) < 0) {
+	if (node_setup(*st, cfg, &n, err, sizeof(err)) < 0) {
 		fprintf(stderr, "node_setup: %s\n", err);
 		abort();
 	}

@@ -35,7 +35,7 @@ static const char *const keys[KEYS] = { "f0", "f1", "f2", "f3" };
 static const uint64_t lens[KEYS] = { 100, 70000, 300000, 1 };
 
 static struct config cfg;
-static struct store st = { .cfg = &cfg };
+static struct store *st;
 static struct node *node;
 static int lfd = -1;
 static char address[64];
@@ -105,18 +105,18 @@ static void tick(void *u)
  * the next input. */
 static void check(const char *key, uint64_t len)
 {
-	struct object *o = index_find(&st.index, key, strlen(key), index_hash(key, strlen(key)));
+	struct object *o = store_find(st, key, strlen(key));
 	char msg[STORE_MSG_MAX];
 
 	if (!o)
 		return;
 	if (o->len != len || !(o->flags & OBJ_SUMMED) || !o->block ||
-	    XXH3_64bits((const uint8_t *) o->tier->seg.base + o->block->offset, len) != o->sum) {
+	    XXH3_64bits(store_object_ptr(o), len) != o->sum) {
 		fprintf(stderr, "%s held with %llu bytes that do not match their checksum\n", key,
 			(unsigned long long) o->len);
 		abort();
 	}
-	if (store_remove(&st, key, strlen(key), true, false, msg) < 0)
+	if (store_remove(st, key, strlen(key), true, false, msg) < 0)
 		abort();
 }
 

@@ -19,12 +19,11 @@
 #include "log.h"
 #include "node.h"
 #include "store.h"
-#include "tier.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct config cfg;
-static struct store st = { .cfg = &cfg };
+static struct store *st;
 static struct node *node;
 
 static void put(const char *key, size_t len)
@@ -36,10 +35,10 @@ static void put(const char *key, size_t len)
 	struct holder h;
 	struct extent x;
 
-	holder_init(&h, &st, &ops);
+	holder_init(&h, st, &ops);
 	if (store_reserve(&h, &a, &x, msg) < 0)
 		abort();
-	memset((uint8_t *) st.tiers[x.segment].seg.base + x.offset, 0x5a, x.len);
+	memset(store_extent_ptr(st, &x), 0x5a, x.len);
 	if (store_commit(&h, x.handle, msg) < 0)
 		abort();
 	holder_done(&h, &res, &views);
@@ -47,6 +46,7 @@ static void put(const char *key, size_t len)
 
 static void setup(void)
 {
+	struct loop *loop;
 	char err[256];
 
 	config_init(&cfg);
@@ -62,9 +62,9 @@ static void setup(void)
 	 * too (on UCX's tcp transport: no device here) */
 	setenv("KVCACHE_TEST_RDMA_OVER_TCP", "1", 1);
 	/* a loop that never runs: the node's sources register with it */
-	if (loop_new(0, &st.loop) < 0 || index_init(&st.index) < 0 || tier_setup(&st) < 0)
+	if (loop_new(0, &loop) < 0 || store_new(&cfg, loop, -1, &st) < 0)
 		abort();
-	if (node_setup(&st, &cfg, &node, err, sizeof(err)) < 0) {
+	if (node_setup(st, &cfg, &node, err, sizeof(err)) < 0) {
 		fprintf(stderr, "node_setup: %s\n", err);
 		abort();
 	}

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "store.h"
+#include "store-private.h"
 
 int tier_setup(struct store *st);
 void tier_teardown(struct store *st);

@@ -145,15 +145,17 @@ struct object {
 	char *parent_key;                 /* asked for at reserve; linked at commit */
 	uint32_t parent_len;
 	uint32_t sum_slot;                /* presum.c: its place while OBJ_SUM_QUEUED */
-	/* disk tier: a complete record <disk_id>.kvr of disk_len bytes holds
-	 * a copy (clean copy of a memory object, or the only copy) */
-	uint64_t disk_id;
-	uint64_t disk_len;
+	/* the tier below's (below.h), opaque to core: its complete copy
+	 * (below_ref 0: none; a clean copy of a memory object, or the only
+	 * copy) and that copy's size there; below_io, the transfer it has in
+	 * flight on o (a copy being taken, which only an object without one
+	 * has, or a copy read back) */
+	uint64_t below_ref;
+	uint64_t below_len;
 	union {
-		struct disk_io *spill;    /* a record being written */
+		void *below_io;
 		const void *reserver;     /* RESERVED: whose reservation (its holder) */
 	};
-	struct disk_io *load;             /* disk.c: the read bringing it back */
 	struct fetch *fetch;              /* coming back into memory (fetch.c) */
 	char key[];                       /* NUL-terminated */
 };

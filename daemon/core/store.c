@@ -64,7 +64,7 @@ int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store
  * store: only the object and its fetch are core's to free. */
 static void free_at_exit(void *u, struct object *o)
 {
-	o->spill = o->load = NULL;
+	o->below_io = NULL;
 	free(o->fetch); /* its waiters went with their sessions */
 	object_free(u, o);
 }

@@ -197,7 +197,7 @@ int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t
  * since the start.  0; -EEXIST when key is stored already and that copy
  * is newer (the record is an older version); -ENOMEM. */
 int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t len,
-		    uint64_t disk_id, uint64_t disk_len);
+		    uint64_t below_ref, uint64_t below_len);
 /*
  * The tier below memory (daemon/disk): the copies it keeps of objects, and
  * what it asks of core.  Every call runs on the loop.

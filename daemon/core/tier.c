@@ -155,7 +155,7 @@ void object_place(struct store *st, struct object *o, bool at_tail)
 
 void object_dirty_update(struct store *st, struct object *o)
 {
-	bool want = st->below.ops && (o->flags & OBJ_COMMITTED) && o->block && !o->disk_id && !o->spill;
+	bool want = st->below.ops && (o->flags & OBJ_COMMITTED) && o->block && !o->below_ref && !o->below_io;
 
 	if (want == o->dirty)
 		return;
@@ -320,14 +320,14 @@ int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t
 }
 
 int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t len,
-		    uint64_t disk_id, uint64_t disk_len)
+		    uint64_t below_ref, uint64_t below_len)
 {
 	struct tier *t = &st->disk_tier;
 	uint64_t hash = index_hash(key, key_len);
 	struct object *o, *old = index_find(&st->index, key, key_len, hash);
 
 	if (old) {
-		if (!old->disk_id || old->disk_id > disk_id)
+		if (!old->below_ref || old->below_ref > below_ref)
 			return -EEXIST; /* stored since the start, or a newer record */
 		object_drop(st, old); /* (never: records come newest first) */
 	}
@@ -336,8 +336,8 @@ int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t 
 		return -ENOMEM;
 	o->len = len;
 	o->tier = t;
-	o->disk_id = disk_id;
-	o->disk_len = disk_len;
+	o->below_ref = below_ref;
+	o->below_len = below_len;
 	o->flags |= OBJ_COMMITTED;
 	o->where = OBJ_BELOW;
 	index_insert(&st->index, o);
@@ -884,7 +884,7 @@ static uint64_t demote_to_disk(struct store *st, struct tier *t, struct object *
 
 static bool clean(const struct object *o)
 {
-	return o->disk_id && !o->spill;
+	return o->below_ref != 0; /* (a copy is taken only of an object without one) */
 }
 
 static bool fresh(const struct store *st, const struct object *o)
@@ -903,7 +903,7 @@ static int64_t evict_one(struct store *st, struct tier *t, struct object *o, enu
 	if (t == &st->disk_tier) {
 		/* only asked for by name, or the disk's own watermark: the
 		 * record goes, and the object */
-		size = o->disk_len;
+		size = o->below_len;
 		goto drop;
 	}
 	size = o->block->size;

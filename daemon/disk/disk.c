@@ -776,7 +776,7 @@ static int disk_spill(struct disk *k, struct object *o)
 	struct disk_io *io;
 	uint8_t *buf;
 
-	if (o->disk_id || o->spill || !o->block)
+	if (o->below_ref || o->below_io || !o->block)
 		return -EALREADY;
 	if (k->inflight >= MAX_INFLIGHT || k->inflight_bytes + o->len > MAX_INFLIGHT_BYTES)
 		return -EAGAIN;
@@ -801,7 +801,7 @@ static int disk_spill(struct disk *k, struct object *o)
 	io->id = k->next_id++;
 	record_name(io->name, sizeof(io->name), io->id, true);
 	/* pinned like a view: not moved, not freed while the worker reads it */
-	o->spill = io;
+	o->below_io = io;
 	store_below_hold(st, o);
 	k->inflight++;
 	k->inflight_bytes += io->vlen;
@@ -847,8 +847,8 @@ static bool prepared(struct disk *k)
 				io->fd = -1;
 				unlinkat(k->dirfd, io->name, 0);
 			}
-			if (o->spill == io)
-				o->spill = NULL;
+			if (o->below_io == io)
+				o->below_io = NULL;
 			store_below_unhold(st, o); /* freed if it was its last hold */
 			goto drop;
 		}
@@ -866,7 +866,7 @@ static bool prepared(struct disk *k)
 				log_warn("Failed to create a record in %s: %s; spilling paused", k->dir,
 					 strerror(-fd));
 			k->backoff_until = now_ms(st) + BACKOFF_MS;
-			o->spill = NULL;
+			o->below_io = NULL;
 			store_below_changed(st, o, false);
 			goto drop;
 		}
@@ -875,7 +875,7 @@ static bool prepared(struct disk *k)
 		if (!sqe) {
 			close(fd);
 			unlinkat(k->dirfd, io->name, 0);
-			o->spill = NULL;
+			o->below_io = NULL;
 			store_below_changed(st, o, false);
 			goto drop;
 		}
@@ -933,7 +933,7 @@ static bool write_done(struct disk *k, struct disk_io *io, int res)
 		k->backoff_until = now_ms(st) + BACKOFF_MS;
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
-			o->spill = NULL;
+			o->below_io = NULL;
 			store_below_changed(st, o, false);
 		}
 		store_space_freed(st); /* whoever waits for a spill looks again */
@@ -944,7 +944,7 @@ static bool write_done(struct disk *k, struct disk_io *io, int res)
 	if (!sqe) {
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
-			o->spill = NULL;
+			o->below_io = NULL;
 			store_below_changed(st, o, false);
 		}
 		store_space_freed(st);
@@ -971,7 +971,7 @@ static void rename_done(struct disk *k, struct disk_io *io, int res)
 		k->last_err = -res;
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
-			o->spill = NULL;
+			o->below_io = NULL;
 			store_below_changed(st, o, false);
 		}
 		return;
@@ -981,9 +981,9 @@ static void rename_done(struct disk *k, struct disk_io *io, int res)
 		unlinkat(k->dirfd, io->final, 0);
 		return;
 	}
-	o->spill = NULL;
-	o->disk_id = io->id;
-	o->disk_len = io->len;
+	o->below_io = NULL;
+	o->below_ref = io->id;
+	o->below_len = io->len;
 	/* the record's XXH3 of the value is the transfer checksum: a peer
 	 * served this object gets it without a hash */
 	object_keep_sum(o, io->hdr.value_sum);
@@ -1020,28 +1020,25 @@ static void disk_forget(struct disk *k, struct object *o)
 {
 	struct store *st = k->st;
 
-	if (!k)
-		return;
-	if (o->spill) {
-		if (o->spill->preparing)
-			o->spill->cancelled = true; /* unpinned when the worker is done */
+	if (o->below_io) {
+		struct disk_io *io = o->below_io;
+
+		if (io->kind == IO_READ)
+			io->o = NULL; /* the read finishes for nobody (core tells the waiters) */
+		else if (io->preparing)
+			io->cancelled = true; /* a record: unpinned when the worker is done */
 		else
-			o->spill->o = NULL;
-		o->spill = NULL;
+			io->o = NULL;
+		o->below_io = NULL;
 	}
-	if (o->load) {
-		/* the read finishes for nobody (core tells the waiters) */
-		o->load->o = NULL;
-		o->load = NULL;
-	}
-	if (o->disk_id) {
+	if (o->below_ref) {
 		k->c.records--;
-		k->c.bytes -= o->disk_len;
+		k->c.bytes -= o->below_len;
 		store_below_used(st, k->c.bytes);
 		k->c.raw_bytes -= o->len;
-		unlink_record(k, o->disk_id);
-		o->disk_id = 0;
-		o->disk_len = 0;
+		unlink_record(k, o->below_ref);
+		o->below_ref = 0;
+		o->below_len = 0;
 	}
 }
 
@@ -1056,15 +1053,15 @@ static int disk_load(struct disk *k, struct object *o)
 	struct disk_io *io;
 	int fd;
 
-	if (o->load)
+	if (o->below_io)
 		return 0;
-	if (!k || !o->disk_id)
+	if (!o->below_ref)
 		return -EIO;
 	io = io_new(k, IO_READ, o);
 	if (!io)
 		return -ENOMEM;
-	io->id = o->disk_id;
-	io->len = o->disk_len;
+	io->id = o->below_ref;
+	io->len = o->below_len;
 	io->deadline = now_ms(st) + store_config(st)->spill_wait_ms;
 	io->buf = buf_get(k, io->len);
 	io->cap = io->len;
@@ -1082,7 +1079,7 @@ static int disk_load(struct disk *k, struct object *o)
 	io_uring_prep_read(sqe, fd, io->buf, (unsigned) io->len, 0);
 	io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
 	io_uring_sqe_set_data(sqe, io);
-	o->load = io;
+	o->below_io = io;
 	store_below_changed(st, o, false);
 	k->inflight++;
 	k->queued++;
@@ -1146,7 +1143,7 @@ static void read_finish(struct disk *k, struct disk_io *io, int r)
 		store_readmit_cancel(st, NULL, io->block);
 		return;
 	}
-	o->load = NULL;
+	o->below_io = NULL;
 	if (r == 0) {
 		k->c.reads++;
 		k->c.read_bytes += io->len;
@@ -1248,8 +1245,6 @@ static bool disk_poll(struct disk *k)
 	struct io_uring_cqe *cqe;
 	unsigned n = 0;
 
-	if (!k)
-		return false;
 	if (prepared(k))
 		n++;
 	if (k->recovering && recover_poll(k))
@@ -1288,7 +1283,7 @@ static bool disk_accepting(const struct disk *k, const struct object *o)
 {
 	const struct store *st = k->st;
 
-	return k && now_ms(st) >= k->backoff_until &&
+	return now_ms(st) >= k->backoff_until &&
 	       k->c.bytes + o->len + DISK_ALIGN <= store_below_size(st);
 }
 
@@ -1297,8 +1292,6 @@ static bool disk_maintain(struct disk *k)
 	struct store *st = k->st;
 	bool did = false;
 
-	if (!k)
-		return false;
 	did = disk_watermark(k);
 	did = retry_landing(k) || did;
 	/* Spill ahead: clean copies of the oldest objects without one, once
@@ -1340,9 +1333,6 @@ static bool disk_maintain(struct disk *k)
 
 static void disk_flush_start(struct disk *k)
 {
-
-	if (!k)
-		return;
 	k->flushing = true;
 	k->c.flush_unwritten = k->c.flush_error = 0;
 	/* a flush asked for now tries now, even right after a failure */

@@ -711,7 +711,7 @@ static void list_add(struct list_acc *a, const struct object *o, uint32_t state)
 		k->size = o->len;
 		k->state = state;
 		k->tier = o->tier->kind;
-		k->on_disk = o->disk_id != 0;
+		k->on_disk = o->below_ref != 0;
 		a->ptrs[a->l->n_keys++] = k;
 	}
 }

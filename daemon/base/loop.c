@@ -13,10 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "handoff.h"
 #include "log.h"
 #include "loop.h"
 
@@ -74,6 +76,17 @@ struct loop {
 	bool step;
 	uint64_t stepped_us, steps;
 	bool quit;
+	/* loop_post(): calls from other threads (handoff.h stack), their
+	 * eventfd and the sources that run them */
+	struct loop_post *posts;
+	int post_efd;
+	struct loop_source *post_bell, *post_poller;
+};
+
+struct loop_post {
+	struct loop_post *next;
+	void (*fn)(void *data);
+	void *data;
 };
 
 /* epoll tags of the main set that are not a source */
@@ -181,6 +194,8 @@ static int list_of(const struct loop_source *s)
 	}
 }
 
+static bool posts_run(void *userdata);
+
 int loop_new(uint32_t poll_us, struct loop **ret)
 {
 	struct loop *l = calloc(1, sizeof(*l));
@@ -193,11 +208,17 @@ int loop_new(uint32_t poll_us, struct loop **ret)
 	l->now_ms = now_us() / 1000;
 	l->epfd = epoll_create1(EPOLL_CLOEXEC);
 	l->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (l->epfd < 0 || l->ctl_epfd < 0 ||
+	l->post_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (l->epfd < 0 || l->ctl_epfd < 0 || l->post_efd < 0 ||
 	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->ctl_epfd, &ev) < 0) {
 		r = -errno;
 		goto fail;
 	}
+	r = loop_add_doorbell(l, l->post_efd, &l->post_bell);
+	if (r == 0)
+		r = loop_add_poller(l, posts_run, NULL, l, &l->post_poller);
+	if (r < 0)
+		goto fail;
 	*ret = l;
 	return 0;
 fail:
@@ -214,6 +235,13 @@ struct loop *loop_free(struct loop *l)
 {
 	if (!l)
 		return NULL;
+	/* calls never run: the loop is gone, and so may be what they name */
+	for (struct loop_post *p = handoff_take(&l->posts), *n; p; p = n) {
+		n = p->next;
+		free(p);
+	}
+	if (l->post_efd >= 0)
+		close(l->post_efd);
 	for (int i = 0; i < L_COUNT; i++)
 		while (l->lists[i]) {
 			struct loop_source *s = l->lists[i];
@@ -227,6 +255,48 @@ struct loop *loop_free(struct loop *l)
 		close(l->epfd);
 	free(l);
 	return NULL;
+}
+
+/* The calls other threads posted, oldest first. */
+static bool posts_run(void *userdata)
+{
+	struct loop *l = userdata;
+	struct loop_post *p, *fifo = NULL;
+
+	if (!__atomic_load_n(&l->posts, __ATOMIC_RELAXED))
+		return false;
+	p = handoff_collect(&l->posts, l->post_efd);
+	while (p) {
+		struct loop_post *n = p->next;
+
+		p->next = fifo;
+		fifo = p;
+		p = n;
+	}
+	while (fifo) {
+		p = fifo;
+		fifo = p->next;
+		p->fn(p->data);
+		free(p);
+	}
+	return true;
+}
+
+void loop_run_posted(struct loop *l)
+{
+	posts_run(l);
+}
+
+int loop_post(struct loop *l, void (*fn)(void *data), void *data)
+{
+	struct loop_post *p = malloc(sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	p->fn = fn;
+	p->data = data;
+	handoff_push_wake(&l->posts, p, next, l->post_efd);
+	return 0;
 }
 
 static struct loop_source *source_new(struct loop *l, enum source_kind kind, void *userdata)

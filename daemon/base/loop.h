@@ -54,6 +54,13 @@ void loop_timer_arm(struct loop_source *s, uint64_t at_ms);
 /* Run it no later than at_ms: an earlier arming stands.  For a timer that
  * several deadlines share; its callback computes the next one itself. */
 void loop_timer_arm_by(struct loop_source *s, uint64_t at_ms);
+/* Run fn(data) on the loop's thread at its next turn, after the calls
+ * posted before it: from any thread, never blocking (malloc aside).  0, or
+ * -ENOMEM (not run).  Calls not run when the loop is freed are dropped. */
+int loop_post(struct loop *l, void (*fn)(void *data), void *data);
+/* The calls posted so far, run now: on the loop's thread once it turns no
+ * more (a teardown that waited for the threads that post). */
+void loop_run_posted(struct loop *l);
 /* Unhook now (an io source leaves its epoll set), free after this turn.
  * The caller may close the fd right after.  NULL-safe. */
 void loop_source_free(struct loop_source *s);

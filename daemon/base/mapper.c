@@ -1,16 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* Maps and unmaps done off the loop (mapper.h). */
 #include <errno.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "handoff.h"
 #include "loop.h"
 #include "mapper.h"
+#include "worker.h"
 
 /* Unmapped per munmap() call: 0.1-0.3 ms of page-table work for 4 KiB
  * pages, a multiple of the 2 MiB hugepage; between steps the thread
@@ -18,7 +17,7 @@
 #define UNMAP_STEP (UINT64_C(2) << 20)
 
 struct map_req {
-	struct map_req *next;
+	struct work work;
 	void (*fn)(void *arg); /* or an unmap: */
 	void *arg;
 	void *base;
@@ -27,11 +26,7 @@ struct map_req {
 };
 
 struct mapper {
-	pthread_t th;
-	bool stop;               /* atomic */
-	size_t pending;          /* atomic */
-	struct map_req *queue;   /* handoff.h stack */
-	struct handoff_bell wake;
+	struct worker *wk; /* one thread: requests run in the order given */
 };
 
 static void unmap_now(void *base, size_t len, int fd)
@@ -55,39 +50,28 @@ static void unmap_now(void *base, size_t len, int fd)
 		close(fd);
 }
 
-static void *mapper_main(void *arg)
+static void req_run(struct work *w)
 {
-	struct mapper *m = arg;
-	struct map_req *l;
+	struct map_req *q = (struct map_req *) w;
 
-	loop_helper_thread("map", true);
-	while ((l = handoff_wait_fifo(&m->queue, next, &m->wake, &m->stop))) {
-		while (l) {
-			struct map_req *q = l;
-
-			l = q->next;
-			if (q->fn)
-				q->fn(q->arg);
-			else
-				unmap_now(q->base, q->len, q->fd);
-			free(q);
-			__atomic_sub_fetch(&m->pending, 1, __ATOMIC_RELEASE);
-		}
-	}
-	return NULL;
+	if (q->fn)
+		q->fn(q->arg);
+	else
+		unmap_now(q->base, q->len, q->fd);
+	free(q);
 }
 
-int mapper_start(struct mapper **ret)
+int mapper_start(struct loop *loop, struct mapper **ret)
 {
 	struct mapper *m = calloc(1, sizeof(*m));
 	int r;
 
 	if (!m)
 		return -ENOMEM;
-	r = pthread_create(&m->th, NULL, mapper_main, m);
-	if (r) {
+	r = worker_new(loop, "map", 1, true, &m->wk);
+	if (r < 0) {
 		free(m);
-		return -r;
+		return r;
 	}
 	*ret = m;
 	return 0;
@@ -97,9 +81,7 @@ void mapper_stop(struct mapper *m)
 {
 	if (!m)
 		return;
-	__atomic_store_n(&m->stop, true, __ATOMIC_RELEASE);
-	handoff_bell_ring(&m->wake);
-	pthread_join(m->th, NULL);
+	worker_free(m->wk);
 	free(m);
 }
 
@@ -110,10 +92,8 @@ static int queue(struct mapper *m, const struct map_req *req)
 	if (!q)
 		return m ? -ENOMEM : -ENODEV;
 	*q = *req;
-	__atomic_add_fetch(&m->pending, 1, __ATOMIC_RELAXED);
-	if (handoff_push(&m->queue, q, next))
-		handoff_bell_ring(&m->wake);
-	return 0;
+	q->work = (struct work) { .run = req_run };
+	return worker_submit(m->wk, &q->work);
 }
 
 void unmap_later(struct mapper *m, void *base, size_t len, int fd)
@@ -127,7 +107,12 @@ int mapper_call(struct mapper *m, void (*fn)(void *arg), void *arg)
 	return queue(m, &(struct map_req) { .fn = fn, .arg = arg, .fd = -1 });
 }
 
+int mapper_submit(struct mapper *m, struct work *w)
+{
+	return m ? worker_submit(m->wk, w) : -ENODEV;
+}
+
 size_t mapper_pending(struct mapper *m)
 {
-	return m ? __atomic_load_n(&m->pending, __ATOMIC_ACQUIRE) : 0;
+	return m ? worker_pending(m->wk) : 0;
 }

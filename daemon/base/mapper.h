@@ -17,9 +17,14 @@
 
 #include <stddef.h>
 
+#include "worker.h"
+
+struct loop;
 struct mapper;
 
-int mapper_start(struct mapper **ret);
+/* Its thread (a worker of one), handing work back to loop (NULL: no
+ * mapper_submit()). */
+int mapper_start(struct loop *loop, struct mapper **ret);
 /* Runs what is still queued, then joins the thread. */
 void mapper_stop(struct mapper *m);
 
@@ -31,6 +36,9 @@ void unmap_later(struct mapper *m, void *base, size_t len, int fd);
 /* Run fn(arg) on the thread, in order with the unmaps: 0, or -ENOMEM (or
  * -ENODEV with no mapper) and fn is not run. */
 int mapper_call(struct mapper *m, void (*fn)(void *arg), void *arg);
+/* Run w on the thread, in order with the unmaps, and its done() on the
+ * loop: 0, or -ENODEV (no mapper). */
+int mapper_submit(struct mapper *m, struct work *w);
 
 /* Requests queued and not yet done (tests). */
 size_t mapper_pending(struct mapper *m);

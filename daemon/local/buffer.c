@@ -9,11 +9,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "handoff.h"
 #include "loop.h"
 #include "session.h"
 
@@ -109,7 +107,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
  * leaves the job to end unanswered; its mapping is then given back.
  */
 struct buffer_job {
-	struct buffer_job *next;
+	struct work work;    /* on the mapper, then back on the loop */
 	struct buffer *warm; /* a buffer's warming, ended (not a mapping) */
 	struct server *sv;
 	struct session *s; /* NULL once its client went away */
@@ -120,9 +118,6 @@ struct buffer_job {
 };
 
 struct buffer_maker {
-	struct buffer_job *done; /* handoff.h stack, from the mapper */
-	int efd;                 /* wakes a sleeping loop */
-	struct loop_source *bell, *poller;
 	unsigned warming;        /* atomic: warm threads running */
 	uint64_t warmed;         /* atomic: bytes of buffers faulted in */
 };
@@ -137,6 +132,8 @@ struct buffer_maker {
  * --prefault (on by default).  It counts as a copy using the buffer, so a
  * buffer given back meanwhile stays mapped until it has stopped.
  */
+static void warm_ended(void *data);
+
 static void *warm_main(void *arg)
 {
 	struct buffer_job *j = arg;
@@ -159,7 +156,8 @@ static void *warm_main(void *arg)
 		__atomic_fetch_add(base + off, 0, __ATOMIC_RELAXED);
 	}
 	__atomic_fetch_add(&m->warmed, off - counted, __ATOMIC_RELAXED); /* touched since */
-	handoff_push_wake(&m->done, j, next, m->efd);
+	if (loop_post(j->sv->loop, warm_ended, j) < 0)
+		free(j); /* the buffer stays counted as in use: only never unmapped */
 	__atomic_fetch_sub(&m->warming, 1, __ATOMIC_RELEASE); /* last: teardown waits */
 	return NULL;
 }
@@ -195,14 +193,14 @@ static void buffer_warm(struct server *sv, struct buffer *b)
 	pthread_attr_destroy(&a);
 }
 
+static void buffer_job_done(struct work *w);
+
 /* Mapper thread. */
-static void buffer_job_run(void *arg)
+static void buffer_job_run(struct work *w)
 {
-	struct buffer_job *j = arg;
-	struct buffer_maker *m = j->sv->maker;
+	struct buffer_job *j = (struct buffer_job *) w;
 
 	j->r = buffer_map(j->sv->cfg, j->total, &j->fd, &j->base);
-	handoff_push_wake(&m->done, j, next, m->efd);
 }
 
 int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t *ret_handle,
@@ -219,9 +217,10 @@ int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t
 	if (j) {
 		*j = (struct buffer_job) { .sv = sv, .s = s, .seq = seq, .size = size,
 					   .total = total, .fd = -1 };
+		j->work = (struct work) { .run = buffer_job_run, .done = buffer_job_done };
 		s->buffer_bytes += size;
 		sv->registered_bytes += total;
-		if (mapper_call(sv->mapper, buffer_job_run, j) == 0) {
+		if (mapper_submit(sv->mapper, &j->work) == 0) {
 			s->buffer_job = j;
 			return -EINPROGRESS;
 		}
@@ -240,8 +239,11 @@ void buffer_forget(struct session *s)
 	s->buffer_job = NULL;
 }
 
-static void buffer_job_done(struct server *sv, struct buffer_job *j)
+/* Loop: a mapping made (or not), or a buffer's warming ended. */
+static void buffer_job_done(struct work *w)
 {
+	struct buffer_job *j = (struct buffer_job *) w;
+	struct server *sv = j->sv;
 	struct session *s = j->s;
 	uint64_t handle = 0;
 	int r = j->r;
@@ -271,37 +273,19 @@ static void buffer_job_done(struct server *sv, struct buffer_job *j)
 	free(j);
 }
 
-static bool buffers_poll(void *userdata)
+static void warm_ended(void *data)
 {
-	struct server *sv = userdata;
-	struct buffer_job *l = handoff_collect(&sv->maker->done, sv->maker->efd);
-
-	if (!l)
-		return false;
-	while (l) {
-		struct buffer_job *j = l;
-
-		l = j->next;
-		buffer_job_done(sv, j);
-	}
-	return true;
+	buffer_job_done(data);
 }
 
 int buffer_setup(struct server *sv)
 {
 	struct buffer_maker *m = calloc(1, sizeof(*m));
-	int r;
 
 	if (!m)
 		return -ENOMEM;
 	sv->maker = m;
-	m->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (m->efd < 0)
-		return -errno;
-	r = loop_add_doorbell(sv->loop, m->efd, &m->bell);
-	if (r == 0)
-		r = loop_add_poller(sv->loop, buffers_poll, NULL, sv, &m->poller);
-	return r;
+	return 0;
 }
 
 /* After the mapper stopped: jobs it ended are let go. */
@@ -311,15 +295,11 @@ void buffer_teardown(struct server *sv)
 
 	if (!m)
 		return;
-	/* warm threads stop soon (their buffers were given back) */
+	/* warm threads stop soon (their buffers were given back); what they
+	 * posted runs now (the loop turns no more) */
 	while (__atomic_load_n(&m->warming, __ATOMIC_ACQUIRE))
 		usleep(1000);
-	if (m->poller)
-		buffers_poll(sv);
-	loop_source_free(m->bell);
-	loop_source_free(m->poller);
-	if (m->efd >= 0)
-		close(m->efd);
+	loop_run_posted(sv->loop);
 	free(m);
 	sv->maker = NULL;
 }

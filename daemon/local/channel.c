@@ -1226,7 +1226,7 @@ int channel_setup(struct server *sv)
 	if (r == 0)
 		r = loop_add_timer(sv->loop, put_wait_deadline, sv, &sv->put_wait_timer);
 	if (r == 0)
-		r = mapper_start(&sv->mapper);
+		r = mapper_start(sv->loop, &sv->mapper);
 	if (r == 0)
 		ask_spares(sv);
 	if (r == 0)

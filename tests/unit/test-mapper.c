@@ -91,7 +91,7 @@ int main(void)
 	/* a length that is no multiple of the step */
 	const size_t odd = (3u << 20) + 4096;
 
-	CHECK_EQ(mapper_start(&m), 0);
+	CHECK_EQ(mapper_start(NULL, &m), 0);
 
 	/* a large mapping: unmapped, file closed; a call queued after it
 	 * runs after it */

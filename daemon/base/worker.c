@@ -162,6 +162,11 @@ int worker_submit(struct worker *wk, struct work *w)
 	return 0;
 }
 
+bool worker_run_done(struct worker *wk)
+{
+	return wk && wk->loop && worker_poll(wk);
+}
+
 size_t worker_pending(const struct worker *wk)
 {
 	return wk ? __atomic_load_n(&wk->pending, __ATOMIC_ACQUIRE) : 0;

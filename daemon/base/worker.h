@@ -37,5 +37,8 @@ int worker_new(struct loop *loop, const char *name, unsigned n_threads, bool bac
 void worker_free(struct worker *w);
 /* Queue w from any thread: 0, or -ENODEV (no worker: w is not run). */
 int worker_submit(struct worker *wk, struct work *w);
+/* The done() of what finished, run now (on the loop's thread, when it does
+ * not turn: tests, fuzzers); true if any ran. */
+bool worker_run_done(struct worker *wk);
 /* Submitted and not yet done (its done() not yet run). */
 size_t worker_pending(const struct worker *wk);

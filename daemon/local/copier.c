@@ -14,14 +14,12 @@
  * held itself are, without an answer.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "handoff.h"
+#include "worker.h"
 #include "log.h"
 #include "loop.h"
 #include "session.h"
@@ -29,12 +27,7 @@
 #define LOG_TOPIC "copier"
 
 struct copier {
-	pthread_t th;
-	bool running, stop;
-	struct copy_job *jobs, *done;   /* handoff.h stacks */
-	struct handoff_bell wake;       /* the thread sleeps on it */
-	int efd;                        /* wakes a sleeping loop */
-	struct loop_source *bell, *poller;
+	struct worker *wk; /* one thread: copies end in the order given */
 };
 
 void copy_pieces(const struct copy_piece *pieces, uint32_t n, uint8_t *obj, bool to_obj)
@@ -50,22 +43,12 @@ void copy_pieces(const struct copy_piece *pieces, uint32_t n, uint8_t *obj, bool
 	}
 }
 
-static void *copier_main(void *arg)
+/* The copier's thread. */
+static void copy_run(struct work *w)
 {
-	struct copier *cp = arg;
-	struct copy_job *fifo;
+	struct copy_job *j = (struct copy_job *) w;
 
-	loop_helper_thread("copy", false);
-	while ((fifo = handoff_wait_fifo(&cp->jobs, next, &cp->wake, &cp->stop))) {
-		while (fifo) {
-			struct copy_job *j = fifo;
-
-			fifo = j->next;
-			copy_pieces(j->pieces, j->n, j->obj, j->put);
-			handoff_push_wake(&cp->done, j, next, cp->efd);
-		}
-	}
-	return NULL;
+	copy_pieces(j->pieces, j->n, j->obj, j->put);
 }
 
 /* Loop: drop the job's hold on its buffers. */
@@ -79,43 +62,34 @@ static void unref_buffers(struct server *sv, struct copy_job *j)
 	}
 }
 
-/* Loop: copies that ended; answer their requests. */
-static bool copier_poll(void *userdata)
+/* Loop: a copy ended; answer its request. */
+static void copy_done(struct work *w)
 {
-	struct server *sv = userdata;
-	struct copier *cp = sv->copier;
-	struct copy_job *list = handoff_collect(&cp->done, cp->efd);
+	struct copy_job *j = (struct copy_job *) w;
+	struct server *sv = j->sv;
+	char msg[STORE_MSG_MAX] = "";
+	int64_t r;
 
-	if (!list)
-		return false;
-	while (list) {
-		struct copy_job *j = list;
-		char msg[STORE_MSG_MAX] = "";
-		int64_t r;
-
-		list = j->next;
-		unref_buffers(sv, j);
-		if (j->put && j->s)
-			r = store_commit(&sv->copy_h, j->handle, msg);
-		else if (j->put) /* its client went away: as any reservation */
-			r = store_abort(&sv->copy_h, j->handle, msg);
-		else {
-			store_release(&sv->copy_h, j->handle, msg);
-			r = (int64_t) j->len;
-		}
-		sv->copies_in_flight--;
-		if (j->s) {
-			if (j->sprev)
-				j->sprev->snext = j->snext;
-			else
-				j->s->copies = j->snext;
-			if (j->snext)
-				j->snext->sprev = j->sprev;
-			channel_copy_done(j->ch, &j->e, r, msg);
-		}
-		free(j);
+	unref_buffers(sv, j);
+	if (j->put && j->s)
+		r = store_commit(&sv->copy_h, j->handle, msg);
+	else if (j->put) /* its client went away: as any reservation */
+		r = store_abort(&sv->copy_h, j->handle, msg);
+	else {
+		store_release(&sv->copy_h, j->handle, msg);
+		r = (int64_t) j->len;
 	}
-	return true;
+	sv->copies_in_flight--;
+	if (j->s) {
+		if (j->sprev)
+			j->sprev->snext = j->snext;
+		else
+			j->s->copies = j->snext;
+		if (j->snext)
+			j->snext->sprev = j->sprev;
+		channel_copy_done(j->ch, &j->e, r, msg);
+	}
+	free(j);
 }
 
 /* Tests and fuzzing, which run no loop: until every copy has ended and
@@ -123,7 +97,7 @@ static bool copier_poll(void *userdata)
 void copier_settle(struct server *sv)
 {
 	while (sv->copies_in_flight) {
-		if (!copier_poll(sv))
+		if (!worker_run_done(sv->copier->wk))
 			usleep(50);
 	}
 }
@@ -134,6 +108,8 @@ void copier_submit(struct server *sv, struct copy_job *j)
 {
 	struct copier *cp = sv->copier;
 
+	j->sv = sv;
+	j->work = (struct work) { .run = copy_run, .done = copy_done };
 	j->snext = j->s->copies;
 	j->sprev = NULL;
 	if (j->snext)
@@ -141,8 +117,7 @@ void copier_submit(struct server *sv, struct copy_job *j)
 	j->s->copies = j;
 	sv->copies_in_flight++;
 	sv->stats.copies_offloaded++;
-	if (handoff_push(&cp->jobs, j, next))
-		handoff_bell_ring(&cp->wake);
+	worker_submit(cp->wk, &j->work);
 }
 
 /* Loop: a session going away leaves its copies to finish unanswered. */
@@ -158,24 +133,12 @@ void copier_forget(struct session *s)
 int copier_setup(struct server *sv)
 {
 	struct copier *cp = calloc(1, sizeof(*cp));
-	int r;
 
 	if (!cp)
 		return -ENOMEM;
 	sv->copier = cp;
 	holder_init(&sv->copy_h, sv->st, NULL);
-	cp->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (cp->efd < 0)
-		return -errno;
-	r = loop_add_doorbell(sv->loop, cp->efd, &cp->bell);
-	if (r == 0)
-		r = loop_add_poller(sv->loop, copier_poll, NULL, sv, &cp->poller);
-	if (r == 0)
-		r = -pthread_create(&cp->th, NULL, copier_main, cp);
-	if (r < 0)
-		return r;
-	cp->running = true;
-	return 0;
+	return worker_new(sv->loop, "copy", 1, false, &cp->wk);
 }
 
 /* After every session is gone: the thread finishes what it was given, and
@@ -187,17 +150,8 @@ void copier_teardown(struct server *sv)
 
 	if (!cp)
 		return;
-	if (cp->running) {
-		__atomic_store_n(&cp->stop, true, __ATOMIC_RELEASE);
-		handoff_bell_ring(&cp->wake);
-		pthread_join(cp->th, NULL);
-		copier_poll(sv);
-	}
+	worker_free(cp->wk); /* the copies end, and are answered to nobody */
 	holder_done(&sv->copy_h, &res, &views);
-	loop_source_free(cp->bell);
-	loop_source_free(cp->poller);
-	if (cp->efd >= 0)
-		close(cp->efd);
 	free(cp);
 	sv->copier = NULL;
 }

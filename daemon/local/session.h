@@ -180,7 +180,8 @@ struct copy_piece {
 	struct buffer *b;
 };
 struct copy_job {
-	struct copy_job *next;          /* the copier's stacks */
+	struct work work;               /* on the copier, then on the loop */
+	struct server *sv;
 	struct copy_job *snext, *sprev; /* its session's */
 	struct session *s;              /* NULL once it went away */
 	struct channel *ch;

@@ -2,6 +2,7 @@
 /* Helper threads that run the loop's work and hand it back (worker.h). */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -22,7 +23,7 @@ struct worker_thread {
 struct worker {
 	struct loop *loop;
 	char name[16];
-	bool background;
+	enum worker_sched sched;
 	bool stop;         /* atomic */
 	size_t pending;    /* atomic */
 	unsigned next;     /* the thread the next piece goes to (atomic) */
@@ -39,7 +40,13 @@ static void *worker_main(void *arg)
 	struct worker *wk = t->wk;
 	struct work *l;
 
-	loop_helper_thread(wk->name, wk->background);
+	loop_helper_thread(wk->name, wk->sched == WORKER_BATCH);
+	if (wk->sched == WORKER_IDLE) {
+		/* only idle CPU time: lowering one's own policy needs no privilege */
+		struct sched_param sp = { 0 };
+
+		pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+	}
 	while ((l = handoff_wait_fifo(&t->queue, next, &t->wake, &wk->stop))) {
 		while (l) {
 			struct work *w = l;
@@ -89,7 +96,7 @@ static bool worker_poll(void *userdata)
 	return true;
 }
 
-int worker_new(struct loop *loop, const char *name, unsigned n_threads, bool background,
+int worker_new(struct loop *loop, const char *name, unsigned n_threads, enum worker_sched sched,
 	       struct worker **ret)
 {
 	struct worker *wk;
@@ -102,7 +109,7 @@ int worker_new(struct loop *loop, const char *name, unsigned n_threads, bool bac
 	if (!wk)
 		return -ENOMEM;
 	wk->loop = loop;
-	wk->background = background;
+	wk->sched = sched;
 	wk->efd = -1;
 	snprintf(wk->name, sizeof(wk->name), "%s", name);
 	if (loop) {

@@ -20,16 +20,24 @@
 struct loop;
 struct worker;
 
+/* How its threads are scheduled: as any thread; as batch work (a helper
+ * the loop wakes for bulk work); or on CPU time nobody else wants. */
+enum worker_sched {
+	WORKER_NORMAL,
+	WORKER_BATCH,
+	WORKER_IDLE,
+};
+
 struct work {
 	struct work *next;             /* the worker's */
 	void (*run)(struct work *w);   /* on a worker thread */
 	void (*done)(struct work *w);  /* on the loop afterwards; NULL: none */
 };
 
-/* n_threads threads named kvc-<name> (background: at idle priority, as
- * loop_helper_thread() says), whose done() calls run on loop's turns (NULL:
- * no loop, and no work may have a done()).  0 or -errno. */
-int worker_new(struct loop *loop, const char *name, unsigned n_threads, bool background,
+/* n_threads threads named kvc-<name>, scheduled as sched says, whose
+ * done() calls run on loop's turns (NULL: no loop, and no work may have a
+ * done()).  0 or -errno. */
+int worker_new(struct loop *loop, const char *name, unsigned n_threads, enum worker_sched sched,
 	       struct worker **ret);
 /* What was submitted still runs; then the threads end, and the done() of
  * what finished runs here (the loop's thread, which no longer turns).

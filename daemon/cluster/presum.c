@@ -18,15 +18,12 @@
  * hashed as they are sent.
  */
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "checksum.h"
-#include "handoff.h"
+#include "worker.h"
 #include "log.h"
 #include "node-private.h"
 
@@ -41,7 +38,9 @@
 #define IN_FLIGHT_BYTES (32u << 20)
 
 struct sum_job {
-	struct sum_job *next;
+	struct work work;          /* on the thread, then back on the loop */
+	struct presum *p;
+	struct sum_job *next;      /* p->free_jobs */
 	struct object *o;          /* NULL once it went meanwhile */
 	const uint8_t *bytes;
 	uint64_t len;
@@ -57,47 +56,33 @@ struct presum {
 	struct sum_job jobs[IN_FLIGHT], *free_jobs;
 	unsigned in_flight;
 	uint64_t in_flight_bytes;
-	struct sum_job *incoming, *done; /* handoff.h stacks */
-	struct handoff_bell wake;
-	bool stop, running;
-	pthread_t th;
-	int efd;
-	struct loop_source *bell, *poller;
+	struct worker *wk;         /* one thread, at idle priority */
+	bool stop;
 	uint64_t summed, summed_bytes, skipped;
 	bool off;                  /* tests: KVCACHE_TEST_NO_SUMS_AHEAD=1 */
 	unsigned delay_ms;         /* tests: KVCACHE_TEST_SUMS_AHEAD_DELAY_MS (the thread's) */
 };
 
-static void *presum_main(void *arg)
+/* The thread: one object's hash. */
+static void sum_run(struct work *w)
 {
-	struct presum *p = arg;
-	struct sched_param sp = { 0 };
-	struct sum_job *fifo;
+	struct sum_job *j = (struct sum_job *) w;
+	struct presum *p = j->p;
+	struct csum *h = csum_new();
 
-	loop_helper_thread("sum", false);
-	/* only idle CPU time: lowering one's own policy needs no privilege */
-	pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
-	while ((fifo = handoff_wait_fifo(&p->incoming, next, &p->wake, &p->stop))) {
-		while (fifo) {
-			struct sum_job *j = fifo;
-			struct csum *h = csum_new();
-
-			fifo = j->next;
-			if (p->delay_ms) { /* the first one only */
-				usleep(p->delay_ms * 1000u);
-				p->delay_ms = 0;
-			}
-			j->failed = !h;
-			if (h) {
-				csum_update(h, j->bytes, j->len);
-				j->sum = csum_digest(h);
-				csum_free(h);
-			}
-			handoff_push_wake(&p->done, j, next, p->efd);
-		}
+	if (p->delay_ms) { /* the first one only */
+		usleep(p->delay_ms * 1000u);
+		p->delay_ms = 0;
 	}
-	return NULL;
+	j->failed = !h;
+	if (h) {
+		csum_update(h, j->bytes, j->len);
+		j->sum = csum_digest(h);
+		csum_free(h);
+	}
 }
+
+static void sum_done(struct work *w);
 
 static bool wanted(const struct object *o)
 {
@@ -109,7 +94,6 @@ static bool wanted(const struct object *o)
 static void pump(struct presum *p)
 {
 	struct store *st = p->n->st;
-	struct sum_job *first = NULL, **tail = &first;
 	uint64_t cap = store_tier_capacity(store_tier(st, 0)) / 8;
 
 	if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
@@ -133,6 +117,8 @@ static void pump(struct presum *p)
 		j = p->free_jobs;
 		p->free_jobs = j->next;
 		*j = (struct sum_job) {
+			.work = { .run = sum_run, .done = sum_done },
+			.p = p,
 			.o = o,
 			.bytes = store_object_ptr(o),
 			.len = o->len,
@@ -140,45 +126,28 @@ static void pump(struct presum *p)
 		};
 		p->in_flight++;
 		p->in_flight_bytes += o->len;
-		*tail = j;
-		tail = &j->next;
-	}
-	/* oldest first onto the thread's stack, which it takes in order */
-	while (first) {
-		struct sum_job *j = first;
-
-		first = j->next;
-		if (handoff_push(&p->incoming, j, next))
-			handoff_bell_ring(&p->wake);
+		worker_submit(p->wk, &j->work); /* oldest first: its one thread keeps the order */
 	}
 }
 
-/* Loop: hashes that ended. */
-static bool presum_poll(void *userdata)
+/* Loop: a hash ended. */
+static void sum_done(struct work *w)
 {
-	struct presum *p = userdata;
+	struct sum_job *j = (struct sum_job *) w;
+	struct presum *p = j->p;
 	struct store *st = p->n->st;
-	struct sum_job *list = handoff_collect(&p->done, p->efd);
+	struct object *o = j->o;
 
-	if (!list)
-		return false;
-	while (list) {
-		struct sum_job *j = list;
-		struct object *o = j->o;
-
-		list = j->next;
-		p->in_flight--;
-		p->in_flight_bytes -= j->len;
-		if (!j->failed && !(o->flags & OBJ_DEAD)) {
-			p->summed++;
-			p->summed_bytes += j->len;
-		}
-		store_sum_release(st, o, !j->failed, j->sum, j->used);
-		j->next = p->free_jobs;
-		p->free_jobs = j;
+	p->in_flight--;
+	p->in_flight_bytes -= j->len;
+	if (!j->failed && !(o->flags & OBJ_DEAD)) {
+		p->summed++;
+		p->summed_bytes += j->len;
 	}
+	store_sum_release(st, o, !j->failed, j->sum, j->used);
+	j->next = p->free_jobs;
+	p->free_jobs = j;
 	pump(p);
-	return true;
 }
 
 void presum_add(struct node *n, struct object *o)
@@ -227,13 +196,11 @@ int presum_setup(struct node *n)
 	const char *off = getenv("KVCACHE_TEST_NO_SUMS_AHEAD");
 	const char *delay = getenv("KVCACHE_TEST_SUMS_AHEAD_DELAY_MS");
 	struct presum *p = calloc(1, sizeof(*p));
-	int r;
 
 	if (!p)
 		return -ENOMEM;
 	n->presum = p;
 	p->n = n;
-	p->efd = -1;
 	if (off && *off == '1') {
 		p->off = true;
 		log_warn("KVCACHE_TEST_NO_SUMS_AHEAD: checksums are taken only as objects are sent");
@@ -248,18 +215,7 @@ int presum_setup(struct node *n)
 		p->jobs[i].next = p->free_jobs;
 		p->free_jobs = &p->jobs[i];
 	}
-	p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (p->efd < 0)
-		return -errno;
-	r = loop_add_doorbell(n->loop, p->efd, &p->bell);
-	if (r == 0)
-		r = loop_add_poller(n->loop, presum_poll, NULL, p, &p->poller);
-	if (r == 0)
-		r = -pthread_create(&p->th, NULL, presum_main, p);
-	if (r < 0)
-		return r;
-	p->running = true;
-	return 0;
+	return worker_new(n->loop, "sum", 1, WORKER_IDLE, &p->wk);
 }
 
 /* The thread finishes what it was given; the views it held are let go
@@ -270,23 +226,15 @@ void presum_teardown(struct node *n)
 
 	if (!p)
 		return;
-	if (p->running) {
-		__atomic_store_n(&p->stop, true, __ATOMIC_RELEASE);
-		handoff_bell_ring(&p->wake);
-		pthread_join(p->th, NULL);
-		while (p->in_flight && presum_poll(p))
-			;
-	}
+	/* nothing more is handed over; what was ends and is given back */
+	__atomic_store_n(&p->stop, true, __ATOMIC_RELEASE);
+	worker_free(p->wk);
 	for (unsigned i = 0; i < p->count; i++) {
 		struct object *o = p->ring[(p->head + i) % RING];
 
 		if (o)
 			o->flags &= ~OBJ_SUM_QUEUED;
 	}
-	loop_source_free(p->bell);
-	loop_source_free(p->poller);
-	if (p->efd >= 0)
-		close(p->efd);
 	free(p);
 	n->presum = NULL;
 }

@@ -92,7 +92,7 @@ static void test_worker(void)
 	unsigned n_threads = 0;
 
 	CHECK_EQ(loop_new(0, &the_loop), 0);
-	CHECK_EQ(worker_new(the_loop, "test", 2, false, &wk), 0);
+	CHECK_EQ(worker_new(the_loop, "test", 2, WORKER_NORMAL, &wk), 0);
 	for (unsigned i = 0; i < N; i++) {
 		jobs[i] = (struct job) { .id = i };
 		jobs[i].work = (struct work) { .run = job_run, .done = job_done };
@@ -124,7 +124,7 @@ static void test_worker(void)
 
 	/* one thread: in the order given; worker_free() runs what is queued
 	 * and the done() of all of it, without a loop turn */
-	CHECK_EQ(worker_new(the_loop, "test", 1, true, &wk), 0);
+	CHECK_EQ(worker_new(the_loop, "test", 1, WORKER_BATCH, &wk), 0);
 	for (unsigned i = 0; i < N; i++) {
 		jobs[i] = (struct job) { .id = i };
 		jobs[i].work = (struct work) { .run = ordered_run, .done = ordered_done };

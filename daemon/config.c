@@ -24,6 +24,36 @@ static void warn_unknown(const char *key)
 	log_warn("ignoring unknown config key \"%s\"", key);
 }
 
+static bool env_is(const char *name, const char *value)
+{
+	const char *v = getenv(name);
+
+	return v && (value ? !strcmp(v, value) : true);
+}
+
+static unsigned long env_ulong(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? strtoul(v, NULL, 10) : 0;
+}
+
+static void test_hooks_read(struct test_hooks *t)
+{
+	const char *bogus = getenv("KVCACHE_TEST_BOGUS_RDMA");
+
+	t->no_channel_push = env_is("KVCACHE_TEST_NO_CHANNEL_PUSH", NULL);
+	t->no_sums_ahead = env_is("KVCACHE_TEST_NO_SUMS_AHEAD", "1");
+	t->sums_ahead_delay_ms = (unsigned) (env_ulong("KVCACHE_TEST_SUMS_AHEAD_DELAY_MS") % 60000);
+	t->recovery_pause_ms = (unsigned) (env_ulong("KVCACHE_TEST_RECOVERY_PAUSE_MS") % 60000);
+	t->corrupt_peer_send = env_is("KVCACHE_TEST_CORRUPT_PEER_SEND", "1");
+	if (bogus && (!strcmp(bogus, "rkey") || !strcmp(bogus, "address")))
+		t->bogus_rdma = bogus[0];
+	t->rdma_over_tcp = env_is("KVCACHE_TEST_RDMA_OVER_TCP", "1");
+	t->no_eager_push = env_is("KVCACHE_TEST_NO_EAGER_PUSH", "1");
+	t->directory_queue = env_ulong("KVCACHE_TEST_DIRECTORY_QUEUE");
+}
+
 void config_init(struct config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -47,6 +77,7 @@ void config_init(struct config *c)
 	c->spill_wait_ms = CONFIG_DEFAULT_SPILL_WAIT_MS;
 	c->lookup_wait_ms = CONFIG_DEFAULT_LOOKUP_WAIT_MS;
 	c->max_channels = CONFIG_DEFAULT_MAX_CHANNELS;
+	test_hooks_read(&c->test);
 }
 
 int config_parse_hugepages(const char *s, enum shm_hugepages *ret)

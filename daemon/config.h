@@ -23,6 +23,23 @@
 #define CONFIG_DEFAULT_REMOTE_TIMEOUT_MS 2000
 #define CONFIG_DEFAULT_DATA_STREAMS 2
 
+/*
+ * Switches the test suites set in the environment to reach paths a
+ * healthy setup never takes; read once, by config_init(), and listed in
+ * docs/operating.rst.  Never for production.
+ */
+struct test_hooks {
+	bool no_channel_push;         /* KVCACHE_TEST_NO_CHANNEL_PUSH: a daemon before SHM_SQE_PUSH */
+	bool no_sums_ahead;           /* KVCACHE_TEST_NO_SUMS_AHEAD=1 */
+	unsigned sums_ahead_delay_ms; /* KVCACHE_TEST_SUMS_AHEAD_DELAY_MS: the first one waits */
+	unsigned recovery_pause_ms;   /* KVCACHE_TEST_RECOVERY_PAUSE_MS: per record recovered */
+	bool corrupt_peer_send;       /* KVCACHE_TEST_CORRUPT_PEER_SEND=1: objects sent damaged */
+	char bogus_rdma;              /* KVCACHE_TEST_BOGUS_RDMA=rkey|address: 'r', 'a' or 0 */
+	bool rdma_over_tcp;           /* KVCACHE_TEST_RDMA_OVER_TCP=1: UCX on its tcp transport */
+	bool no_eager_push;           /* KVCACHE_TEST_NO_EAGER_PUSH=1 */
+	unsigned long directory_queue; /* KVCACHE_TEST_DIRECTORY_QUEUE: a node's queue per master */
+};
+
 struct config {
 	char socket[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* "" = default */
 	uint64_t dram_size;
@@ -65,6 +82,7 @@ struct config {
 
 	uint32_t metrics_port;             /* GET /metrics and /health; 0 = off */
 	char metrics_address[64];
+	struct test_hooks test;            /* from the environment, not flags */
 };
 
 void config_init(struct config *c);

@@ -563,10 +563,9 @@ int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32
 }
 
 /* QUEUE_MAX; tests make it small to see the queue overflow */
-size_t link_queue_max(void)
+size_t link_queue_max(const struct config *cfg)
 {
-	const char *t = getenv("KVCACHE_TEST_DIRECTORY_QUEUE");
-	unsigned long v = t ? strtoul(t, NULL, 10) : 0;
+	unsigned long v = cfg->test.directory_queue;
 
 	return v >= 1024 && v < QUEUE_MAX ? v : QUEUE_MAX;
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct config;
 struct link;
 struct node;
 
@@ -28,7 +29,7 @@ bool link_flush(struct link *k);
 /* A slice of k's re-publish; true if any. */
 bool link_resync_some(struct node *n, struct link *k);
 /* How many bytes of updates a link queues at most. */
-size_t link_queue_max(void);
+size_t link_queue_max(const struct config *cfg);
 /* Fuzzing: fd (taken) as k's connection to its master, its Hello sent:
  * every frame that can be read from it handled, then the link down as if
  * the master had gone. */

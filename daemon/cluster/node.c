@@ -469,9 +469,8 @@ static int choose_transport(struct node *n, const struct config *cfg, const char
 static int pick_transport(struct node *n, const struct config *cfg, const char *host, char *err,
 			  size_t err_len)
 {
-	const char *t = getenv("KVCACHE_TEST_RDMA_OVER_TCP");
 	char ifname[64];
-	struct rdma_opts o = { .devices = cfg->device_name, .over_tcp = t && !strcmp(t, "1"),
+	struct rdma_opts o = { .devices = cfg->device_name, .over_tcp = cfg->test.rdma_over_tcp,
 			       .tcp_ifname = ifname };
 	bool want = !strcmp(cfg->protocol, "rdma");
 	char why[RDMA_ERR_MAX];
@@ -603,7 +602,7 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 		k->n = n;
 		k->index = n->n_links++;
 		k->pc.fd = -1;
-		k->q_max = link_queue_max();
+		k->q_max = link_queue_max(cfg);
 		net_addr_format(&k->addr, k->name, sizeof(k->name));
 	}
 	if (!n->n_links) {

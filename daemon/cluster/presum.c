@@ -193,21 +193,20 @@ void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64
 
 int presum_setup(struct node *n)
 {
-	const char *off = getenv("KVCACHE_TEST_NO_SUMS_AHEAD");
-	const char *delay = getenv("KVCACHE_TEST_SUMS_AHEAD_DELAY_MS");
+	const struct test_hooks *t = &n->cfg->test;
 	struct presum *p = calloc(1, sizeof(*p));
 
 	if (!p)
 		return -ENOMEM;
 	n->presum = p;
 	p->n = n;
-	if (off && *off == '1') {
+	if (t->no_sums_ahead) {
 		p->off = true;
 		log_warn("KVCACHE_TEST_NO_SUMS_AHEAD: checksums are taken only as objects are sent");
 		return 0;
 	}
-	if (delay && *delay) {
-		p->delay_ms = (unsigned) strtoul(delay, NULL, 10) % 60000;
+	if (t->sums_ahead_delay_ms) {
+		p->delay_ms = t->sums_ahead_delay_ms;
 		log_warn("KVCACHE_TEST_SUMS_AHEAD_DELAY_MS: the first checksum taken ahead waits %u ms",
 			 p->delay_ms);
 	}

@@ -457,8 +457,7 @@ bool xfer_poll(void *u)
 int xfer_setup(struct node *n)
 {
 	struct xfer *x = calloc(1, sizeof(*x));
-	const char *corrupt = getenv("KVCACHE_TEST_CORRUPT_PEER_SEND");
-	const char *bogus = getenv("KVCACHE_TEST_BOGUS_RDMA");
+	const struct test_hooks *t = &n->cfg->test;
 	int r;
 
 	if (!x)
@@ -467,14 +466,14 @@ int xfer_setup(struct node *n)
 	pthread_mutex_init(&x->lock, NULL);
 	for (unsigned i = 0; i < 2; i++)
 		x->q[i].tail = &x->q[i].head;
-	x->corrupt = corrupt && *corrupt == '1';
+	x->corrupt = t->corrupt_peer_send;
 	if (x->corrupt)
 		log_warn("KVCACHE_TEST_CORRUPT_PEER_SEND: every object served is sent damaged");
-	x->no_eager = getenv("KVCACHE_TEST_NO_EAGER_PUSH") &&
-		      !strcmp(getenv("KVCACHE_TEST_NO_EAGER_PUSH"), "1");
-	if (bogus && (!strcmp(bogus, "rkey") || !strcmp(bogus, "address"))) {
-		x->bogus_rdma = bogus[0];
-		log_warn("KVCACHE_TEST_BOGUS_RDMA: peers are told a damaged %s", bogus);
+	x->no_eager = t->no_eager_push;
+	if (t->bogus_rdma) {
+		x->bogus_rdma = t->bogus_rdma;
+		log_warn("KVCACHE_TEST_BOGUS_RDMA: peers are told a damaged %s",
+			 t->bogus_rdma == 'r' ? "rkey" : "address");
 	}
 	x->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (x->bell < 0)

@@ -257,8 +257,7 @@ static void *recover_main(void *arg)
 {
 	struct disk *k = arg;
 	uint8_t *buf = aligned_alloc(DISK_ALIGN, DISK_ALIGN);
-	const char *pause_env = getenv("KVCACHE_TEST_RECOVERY_PAUSE_MS");
-	unsigned pause_ms = pause_env ? (unsigned) atoi(pause_env) : 0;
+	unsigned pause_ms = store_config(k->st)->test.recovery_pause_ms;
 	uint64_t one = 1;
 
 	loop_helper_thread("recover", true);

@@ -97,7 +97,7 @@ struct chan_mem {
 	uint8_t *base;
 };
 
-static int chan_mem_new(int *ret_fd, uint8_t **ret_base)
+static int chan_mem_new(const struct config *cfg, int *ret_fd, uint8_t **ret_base)
 {
 	struct shm_chan_header *h;
 	int r = shm_memfd_new("kvcache-channel", SHM_CHAN_SIZE, false, ret_fd, (void **) ret_base);
@@ -108,7 +108,7 @@ static int chan_mem_new(int *ret_fd, uint8_t **ret_base)
 	*h = (struct shm_chan_header) {
 		.version = SHM_CHAN_VERSION,
 		/* tests: a daemon without it, as before SHM_SQE_PUSH */
-		.features = getenv("KVCACHE_TEST_NO_CHANNEL_PUSH") ? 0 : SHM_CHAN_FEAT_PUSH,
+		.features = cfg->test.no_channel_push ? 0 : SHM_CHAN_FEAT_PUSH,
 		.entries = SHM_CHAN_ENTRIES,
 		.arena_slot = SHM_CHAN_ARENA_SLOT,
 		.size = SHM_CHAN_SIZE,
@@ -129,7 +129,7 @@ static void make_spare(void *arg)
 {
 	struct chan_mem *cm = arg;
 
-	if (chan_mem_new(&cm->memfd, &cm->base) < 0)
+	if (chan_mem_new(cm->sv->cfg, &cm->memfd, &cm->base) < 0)
 		cm->base = NULL;
 	handoff_push(&cm->sv->spares_ready, cm, next);
 }
@@ -179,7 +179,7 @@ static int chan_mem_take(struct server *sv, int *ret_fd, uint8_t **ret_base)
 		free(cm);
 		r = 0;
 	} else
-		r = chan_mem_new(ret_fd, ret_base);
+		r = chan_mem_new(sv->cfg, ret_fd, ret_base);
 	ask_spares(sv);
 	return r;
 }

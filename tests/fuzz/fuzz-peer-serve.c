@@ -60,7 +60,7 @@ static void setup(void)
 	log_configure("error");
 	/* with RDMA in this build, the node answers RDMA fetches and pushes
 	 * too (on UCX's tcp transport: no device here) */
-	setenv("KVCACHE_TEST_RDMA_OVER_TCP", "1", 1);
+	cfg.test.rdma_over_tcp = true;
 	/* a loop that never runs: the node's sources register with it */
 	if (loop_new(0, &loop) < 0 || store_new(&cfg, loop, -1, &st) < 0)
 		abort();

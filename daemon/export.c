@@ -170,8 +170,8 @@ int export_setup(struct server *sv, const struct config *cfg, struct exporter **
 	e->sv = sv;
 	r = metrics_start(cfg->metrics_address, (uint16_t) cfg->metrics_port, &e->m);
 	if (r < 0) {
-		log_error("Cannot serve metrics on %s:%u: %s", cfg->metrics_address,
-			  cfg->metrics_port, strerror(-r));
+		log_error_errno(r, "Cannot serve metrics on %s:%u", cfg->metrics_address,
+				cfg->metrics_port);
 		free(e);
 		return r;
 	}

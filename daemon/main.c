@@ -124,7 +124,7 @@ int main(int argc, char **argv)
 	}
 	r = loop_new(cfg.poll_us, &loop);
 	if (r < 0) {
-		log_error("Failed to set up the event loop: %s", strerror(-r));
+		log_error_errno(r, "Failed to set up the event loop");
 		return 1;
 	}
 	sv.loop = loop;

@@ -80,17 +80,16 @@ void log_set_ident(const char *name)
 	ident = name;
 }
 
-void log_msg(enum log_level lvl, const char *topic, const char *fmt, ...)
+static void log_vmsg(enum log_level lvl, const char *topic, int err, const char *suffix,
+		     const char *fmt, va_list ap)
 {
 	int saved = errno; /* so %m still means the caller's errno */
 	char line[1024];
 	struct timespec ts;
 	struct tm tm;
-	va_list ap;
+	size_t used;
 	int n;
 
-	if (!log_enabled(lvl, topic))
-		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
 	n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s %s: ",
@@ -99,9 +98,65 @@ void log_msg(enum log_level lvl, const char *topic, const char *fmt, ...)
 	if (n < 0 || (size_t) n >= sizeof(line))
 		n = 0;
 	errno = saved;
-	va_start(ap, fmt);
 	vsnprintf(line + n, sizeof(line) - (size_t) n, fmt, ap);
-	va_end(ap);
+	used = strlen(line);
+	if (err)
+		snprintf(line + used, sizeof(line) - used, ": %s", strerror(err < 0 ? -err : err));
+	used = strlen(line);
+	if (suffix)
+		snprintf(line + used, sizeof(line) - used, "%s", suffix);
 	fprintf(stderr, "%s\n", line);
 	errno = saved;
+}
+
+void log_msg(enum log_level lvl, const char *topic, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!log_enabled(lvl, topic))
+		return;
+	va_start(ap, fmt);
+	log_vmsg(lvl, topic, 0, NULL, fmt, ap);
+	va_end(ap);
+}
+
+int log_msg_errno(enum log_level lvl, const char *topic, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (log_enabled(lvl, topic)) {
+		va_start(ap, fmt);
+		log_vmsg(lvl, topic, err, NULL, fmt, ap);
+		va_end(ap);
+	}
+	return err < 0 ? err : -err;
+}
+
+void log_msg_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *topic,
+			 const char *fmt, ...)
+{
+	struct timespec ts;
+	uint64_t now, next, suppressed;
+	char note[64] = "";
+	va_list ap;
+
+	if (!log_enabled(lvl, topic))
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+	next = __atomic_load_n(&rl->next_ms, __ATOMIC_RELAXED);
+	/* one caller in an interval wins the line; the others count */
+	if (now < next ||
+	    !__atomic_compare_exchange_n(&rl->next_ms, &next, now + LOG_RATELIMIT_MS, false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+		__atomic_add_fetch(&rl->suppressed, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	suppressed = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
+	if (suppressed)
+		snprintf(note, sizeof(note), " (%llu more like it in the last %d s)",
+			 (unsigned long long) suppressed, LOG_RATELIMIT_MS / 1000);
+	va_start(ap, fmt);
+	log_vmsg(lvl, topic, 0, suppressed ? note : NULL, fmt, ap);
+	va_end(ap);
 }

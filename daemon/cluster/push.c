@@ -277,7 +277,8 @@ static void push_ended(struct node *n, struct xjob *j)
 		xfer_count_bytes(n, false, p->via_rdma, p->len);
 	} else if (j->res != -EEXIST) {
 		n->c.push_errors++;
-		log_warn("push of %s to %s failed: %s", p->key, p->addr, strerror(-j->res));
+		log_warn_ratelimited("push of %s to %s failed: %s", p->key, p->addr,
+				     strerror(-j->res));
 	}
 	free(p);
 }

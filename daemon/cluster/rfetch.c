@@ -448,8 +448,8 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 				n->c.remote_errors++;
 			if (res == -EBADMSG) {
 				n->c.remote_corrupt++;
-				log_warn("%s from %s: checksum mismatch; not served", o->key,
-					 rf->addr[0]);
+				log_warn_ratelimited("%s from %s: checksum mismatch; not served",
+						     o->key, rf->addr[0]);
 			}
 		}
 		fetch_done(st, o, res > 0 ? 0 : res);

@@ -517,7 +517,7 @@ static int ps_auth(struct pserve *ps, uint8_t type, uint32_t seq, ProtobufCMessa
 	if (!peer_proof_ok(sec, ps->nonce, sizeof(ps->nonce),
 			   ((const Kvc__Peer__Auth *) m)->proof.data,
 			   ((const Kvc__Peer__Auth *) m)->proof.len)) {
-		log_warn("peer connection refused: wrong cluster secret");
+		log_warn_ratelimited("peer connection refused: wrong cluster secret");
 		return -EACCES;
 	}
 	ps->authed = true;
@@ -640,7 +640,8 @@ static int push_finish(struct pserve *ps, int res)
 		} else {
 			if (res == -EBADMSG) {
 				n->c.remote_corrupt++;
-				log_warn("pushed %s: checksum mismatch; not stored", o->key);
+				log_warn_ratelimited("pushed %s: checksum mismatch; not stored",
+						     o->key);
 			}
 			store_land_free(n->st, o);
 		}
@@ -686,7 +687,8 @@ static void ps_process(struct pserve *ps)
 		}
 		if (h.type != PEER_FETCH || (ps->n->secret.len && !ps->authed)) {
 			if (h.type == PEER_FETCH)
-				log_warn("peer connection refused: no proof of the cluster secret");
+				log_warn_ratelimited("peer connection refused: no proof of the "
+						     "cluster secret");
 			protobuf_c_message_free_unpacked(m, NULL);
 			r = h.type == PEER_FETCH ? -EACCES : -EPROTO;
 			break;

@@ -168,8 +168,8 @@ static int rdma_learn(struct node *n, int fd, uint64_t deadline, const char *add
 	protobuf_c_message_free_unpacked(m, NULL);
 	if (r < 0) {
 		__atomic_fetch_add(&n->c.rdma_fallbacks, 1, __ATOMIC_RELAXED);
-		log_warn("%s: its RDMA description was refused (%s); tcp with it", address,
-			 strerror(-r));
+		log_warn_ratelimited("%s: its RDMA description was refused (%s); tcp with it",
+				     address, strerror(-r));
 		return 0;
 	}
 	*rdma = true;

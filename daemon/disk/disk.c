@@ -467,8 +467,7 @@ int disk_new(struct store *st, struct disk **ret)
 	snprintf(k->dir, sizeof(k->dir), "%s", store_config(st)->disk_dir);
 	k->dirfd = open(k->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (k->dirfd < 0) {
-		r = -errno;
-		log_error("Failed to open disk directory %s: %s", k->dir, strerror(-r));
+		r = log_error_errno(errno, "Failed to open disk directory %s", k->dir);
 		free(k);
 		return r;
 	}
@@ -489,7 +488,7 @@ int disk_new(struct store *st, struct disk **ret)
 		k->dctx = ZSTD_createDCtx(); /* records written with zstd earlier */
 	r = io_uring_queue_init(RING_ENTRIES, &k->ring, 0);
 	if (r < 0) {
-		log_error("Failed to set up io_uring for the disk tier: %s", strerror(-r));
+		log_error_errno(r, "Failed to set up io_uring for the disk tier");
 		close(k->dirfd);
 		free(k);
 		return r;
@@ -1155,7 +1154,7 @@ static void read_finish(struct disk *k, struct disk_io *io, int r)
 				  io->name, o->key);
 		} else if (r != -ENOSPC) {
 			k->c.io_errors++;
-			log_warn("Failed to read %s/%s: %s", k->dir, io->name, strerror(-r));
+			log_warn_errno(r, "Failed to read %s/%s", k->dir, io->name);
 		}
 	}
 	io->block = NULL;

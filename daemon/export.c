@@ -156,7 +156,7 @@ static void on_timer(struct loop_source *s, void *u)
 	loop_timer_arm(s, loop_now_ms(e->sv->loop) + EXPORT_PERIOD_MS);
 }
 
-int export_setup(struct server *sv, const struct config *cfg, struct exporter **ret)
+int export_new(struct server *sv, const struct config *cfg, struct exporter **ret)
 {
 	struct exporter *e;
 	int r;
@@ -193,7 +193,7 @@ void export_serving(struct exporter *e, bool serving)
 		metrics_set_serving(e->m, serving);
 }
 
-void export_teardown(struct exporter *e)
+void export_free(struct exporter *e)
 {
 	if (!e)
 		return;

@@ -11,7 +11,7 @@
 struct exporter;
 
 /* Serve --metrics-port (nothing when it is 0; *ret = NULL). */
-int export_setup(struct server *sv, const struct config *cfg, struct exporter **ret);
+int export_new(struct server *sv, const struct config *cfg, struct exporter **ret);
 /* /health answers 200 while serving. */
 void export_serving(struct exporter *e, bool serving);
-void export_teardown(struct exporter *e); /* NULL-safe; before the loop is freed */
+void export_free(struct exporter *e); /* NULL-safe; before the loop is freed */

@@ -130,7 +130,7 @@ int main(int argc, char **argv)
 	sv.loop = loop;
 	/* placement first: every thread started after it (the copier's, the
 	 * data threads) and the tiers' pages are on that node */
-	r = placement_setup(&cfg, &numa_node, err, sizeof(err));
+	r = placement_resolve(&cfg, &numa_node, err, sizeof(err));
 	if (r < 0) {
 		log_error("%s", err);
 		bad_config = true;
@@ -140,10 +140,10 @@ int main(int argc, char **argv)
 	if (r < 0)
 		goto out;
 	sv.st = st;
-	r = server_setup(&sv);
+	r = server_init(&sv);
 	if (r < 0)
 		goto out;
-	r = channel_setup(&sv);
+	r = channel_init(&sv);
 	if (r < 0)
 		goto out;
 	r = prefault_start(st, &prefault);
@@ -152,7 +152,7 @@ int main(int argc, char **argv)
 	r = disk_new(st, &disk);
 	if (r < 0)
 		goto out;
-	r = node_setup(st, &cfg, &node, err, sizeof(err));
+	r = node_new(st, &cfg, &node, err, sizeof(err));
 	if (r < 0) {
 		log_error("%s", err);
 		if (r == -EINVAL)
@@ -160,7 +160,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	sv.admin = node_admin(node);
-	r = export_setup(&sv, &cfg, &exporter);
+	r = export_new(&sv, &cfg, &exporter);
 	if (r < 0) {
 		bad_config = r == -EINVAL;
 		goto out;
@@ -175,10 +175,10 @@ int main(int argc, char **argv)
 	r = loop_run(loop);
 	sd_notify(0, "STOPPING=1");
 out:
-	export_teardown(exporter);
+	export_free(exporter);
 	/* sessions first: nothing waits on a remote fetch after this */
-	server_teardown(&sv);
-	node_teardown(node);
+	server_done(&sv);
+	node_free(node);
 	/* Wait for disk I/O in flight, then free every object without
 	 * touching its record: records are what survives a restart. */
 	disk_free(disk);

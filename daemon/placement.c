@@ -43,7 +43,7 @@ static int device_node(const char *dev)
 }
 #endif
 
-int placement_setup(const struct config *cfg, int *ret_node, char *err, size_t err_len)
+int placement_resolve(const struct config *cfg, int *ret_node, char *err, size_t err_len)
 {
 	const char *want = cfg->numa_node;
 

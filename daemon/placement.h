@@ -10,4 +10,4 @@
  * -1: placement left alone) and bind the calling thread (and so every
  * thread it starts later) there.  Before store_new().  -EINVAL with err
  * for a node that does not exist. */
-int placement_setup(const struct config *cfg, int *ret_node, char *err, size_t err_len);
+int placement_resolve(const struct config *cfg, int *ret_node, char *err, size_t err_len);

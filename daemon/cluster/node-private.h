@@ -179,8 +179,8 @@ int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32
  * taken in the background after their commit (smaller ones the loop
  * hashes as it sends them, in cache) */
 #define PRESUM_MIN (64u << 10)
-int presum_setup(struct node *n);
-void presum_teardown(struct node *n);
+int presum_init(struct node *n);
+void presum_done(struct node *n);
 void presum_add(struct node *n, struct object *o);
 void presum_forget(struct node *n, struct object *o);
 void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64_t v), void *u);
@@ -188,8 +188,8 @@ void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64
 /* the remote backend: rfetch.c (setup, locate, located, expire, fetch_all),
  * dircache.c (holders, where), serve.c (accept, feed, hs_deadline), push.c
  * (push) */
-int remote_setup(struct node *n);
-void remote_teardown(struct node *n);
+int remote_init(struct node *n);
+void remote_done(struct node *n);
 int remote_locate(void *be, const void *key, size_t len, struct fetch **ret);
 int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap, bool settle,
 		   struct fetch **ret);

@@ -522,7 +522,7 @@ static int pick_transport(struct node *n, const struct config *cfg, const char *
 	return 0;
 }
 
-int node_setup(struct store *st, const struct config *cfg, struct node **ret, char *err,
+int node_new(struct store *st, const struct config *cfg, struct node **ret, char *err,
 	       size_t err_len)
 {
 	struct net_addr listen = { .port = DEFAULT_PEER_PORT };
@@ -643,9 +643,9 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 	r = loop_add_timer(n->loop, node_timer, n, &n->timer);
 	if (r < 0)
 		goto fail_msg;
-	r = remote_setup(n);
+	r = remote_init(n);
 	if (r == 0)
-		r = presum_setup(n);
+		r = presum_init(n);
 	if (r < 0)
 		goto fail_msg;
 	for (unsigned i = 0; i < n->n_links; i++)
@@ -660,16 +660,16 @@ int node_setup(struct store *st, const struct config *cfg, struct node **ret, ch
 fail_msg:
 	snprintf(err, err_len, "cannot set up the cluster: %s", strerror(-r));
 fail:
-	node_teardown(n);
+	node_free(n);
 	return r;
 }
 
-void node_teardown(struct node *n)
+void node_free(struct node *n)
 {
 	if (!n)
 		return;
-	presum_teardown(n);
-	remote_teardown(n);
+	presum_done(n);
+	remote_done(n);
 	store_remote_detach(n->st, n);
 	store_remove_listener(n->st, &n->listener);
 	for (unsigned i = 0; i < n->n_links; i++)

@@ -19,9 +19,9 @@ struct node;
 /* 0 with *ret NULL when cfg names no master; -EINVAL with err filled in
  * for a configuration that cannot work (etcd://, no secret on a public
  * address, bad addresses). */
-int node_setup(struct store *st, const struct config *cfg, struct node **ret, char *err,
+int node_new(struct store *st, const struct config *cfg, struct node **ret, char *err,
 	       size_t err_len);
-void node_teardown(struct node *n);
+void node_free(struct node *n);
 /* What the local side may ask of the cluster, for the node's lifetime
  * (NULL without a node). */
 const struct cluster_admin *node_admin(struct node *n);

@@ -191,7 +191,7 @@ void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64
 	emit(u, "sums_ahead_skipped", p->skipped);
 }
 
-int presum_setup(struct node *n)
+int presum_init(struct node *n)
 {
 	const struct test_hooks *t = &n->cfg->test;
 	struct presum *p = calloc(1, sizeof(*p));
@@ -219,7 +219,7 @@ int presum_setup(struct node *n)
 
 /* The thread finishes what it was given; the views it held are let go
  * (objects that went meanwhile are freed). */
-void presum_teardown(struct node *n)
+void presum_done(struct node *n)
 {
 	struct presum *p = n->presum;
 

@@ -756,12 +756,12 @@ static const struct xjob_ops fetch_ops = {
 
 static const struct holder_ops push_holder_ops = { 0 };
 
-int remote_setup(struct node *n)
+int remote_init(struct node *n)
 {
 	int r;
 
 	n->dc.pend_poll.far = true;
-	r = xfer_setup(n);
+	r = xfer_init(n);
 	if (r < 0)
 		return r;
 	if (dircache_init(n) < 0)
@@ -770,11 +770,11 @@ int remote_setup(struct node *n)
 	return store_landing_init(n->st);
 }
 
-void remote_teardown(struct node *n)
+void remote_done(struct node *n)
 {
 	if (!n->xfer)
 		return;
-	xfer_teardown(n); /* the threads stop first; the jobs they had go */
+	xfer_done(n); /* the threads stop first; the jobs they had go */
 	{
 		uint64_t res, views;
 

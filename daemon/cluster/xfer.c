@@ -454,7 +454,7 @@ bool xfer_poll(void *u)
 	return true;
 }
 
-int xfer_setup(struct node *n)
+int xfer_init(struct node *n)
 {
 	struct xfer *x = calloc(1, sizeof(*x));
 	const struct test_hooks *t = &n->cfg->test;
@@ -496,7 +496,7 @@ int xfer_setup(struct node *n)
 	return 0;
 }
 
-void xfer_teardown(struct node *n)
+void xfer_done(struct node *n)
 {
 	struct xfer *x = n->xfer;
 

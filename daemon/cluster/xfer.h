@@ -140,9 +140,9 @@ bool xfer_poll(void *u);
 uint64_t xfer_moved(struct xfer *x, const char *address);
 uint64_t xfer_note_moved(struct xfer *x, const char *address);
 /* The data threads and their queues (n->xfer); all of it goes, the jobs
- * not run or not collected dropped (xfer_teardown, after which no job's
+ * not run or not collected dropped (xfer_done, after which no job's
  * done runs). */
-int xfer_setup(struct node *n);
-void xfer_teardown(struct node *n);
+int xfer_init(struct node *n);
+void xfer_done(struct node *n);
 /* Loop: an object's bytes moved in or out, and by which transport. */
 void xfer_count_bytes(struct node *n, bool in, bool rdma, uint64_t len);

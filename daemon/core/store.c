@@ -51,7 +51,7 @@ int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store
 	}
 	r = loop_add_idle(loop, maintain, st, &st->maintain_src);
 	if (r == 0)
-		r = tier_setup(st);
+		r = tiers_init(st);
 	if (r < 0) {
 		store_free(st);
 		return r;
@@ -79,7 +79,7 @@ void store_free(struct store *st)
 	store_wake_puts(st); /* waiters went with their sessions: frees the rest */
 	if (st->reserving.buckets)
 		index_done(&st->reserving);
-	tier_teardown(st);
+	tiers_done(st);
 	index_done(&st->index);
 	loop_source_free(st->maintain_src);
 	free(st);

@@ -599,7 +599,7 @@ uint64_t store_walk(struct store *st, uint64_t cursor, size_t max_buckets, size_
 	return index_walk_some(&st->index, cursor, max_buckets, max_objects, fn, u);
 }
 
-int tier_setup(struct store *st)
+int tiers_init(struct store *st)
 {
 	struct tier *dram = &st->tiers[0];
 	int r;
@@ -616,7 +616,7 @@ int tier_setup(struct store *st)
 
 		r = tier_init(st, dev, "device", SHM_TIER_DEVICE, 1, st->cfg->device_size);
 		if (r < 0) {
-			tier_teardown(st);
+			tiers_done(st);
 			return r;
 		}
 		dev->below = dram;
@@ -627,7 +627,7 @@ int tier_setup(struct store *st)
 	return 0;
 }
 
-void tier_teardown(struct store *st)
+void tiers_done(struct store *st)
 {
 	for (unsigned i = 0; i < st->n_tiers; i++) {
 		shm_alloc_done(&st->tiers[i].alloc);

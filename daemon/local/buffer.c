@@ -278,7 +278,7 @@ static void warm_ended(void *data)
 	buffer_job_done(data);
 }
 
-int buffer_setup(struct server *sv)
+int buffer_init(struct server *sv)
 {
 	struct buffer_maker *m = calloc(1, sizeof(*m));
 
@@ -289,7 +289,7 @@ int buffer_setup(struct server *sv)
 }
 
 /* After the mapper stopped: jobs it ended are let go. */
-void buffer_teardown(struct server *sv)
+void buffer_done(struct server *sv)
 {
 	struct buffer_maker *m = sv->maker;
 

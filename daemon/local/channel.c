@@ -1217,7 +1217,7 @@ void channel_copy_done(struct channel *ch, const struct shm_sqe *e, int64_t r, c
 	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED, ch);
 }
 
-int channel_setup(struct server *sv)
+int channel_init(struct server *sv)
 {
 	int r = loop_add_poller(sv->loop, poll_channels, channels_sleeping, sv, &sv->channels_src);
 
@@ -1230,6 +1230,6 @@ int channel_setup(struct server *sv)
 	if (r == 0)
 		ask_spares(sv);
 	if (r == 0)
-		r = buffer_setup(sv);
-	return r < 0 ? r : copier_setup(sv);
+		r = buffer_init(sv);
+	return r < 0 ? r : copier_init(sv);
 }

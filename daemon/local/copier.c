@@ -130,7 +130,7 @@ void copier_forget(struct session *s)
 	s->copies = NULL;
 }
 
-int copier_setup(struct server *sv)
+int copier_init(struct server *sv)
 {
 	struct copier *cp = calloc(1, sizeof(*cp));
 
@@ -143,7 +143,7 @@ int copier_setup(struct server *sv)
 
 /* After every session is gone: the thread finishes what it was given, and
  * what it held is let go. */
-void copier_teardown(struct server *sv)
+void copier_done(struct server *sv)
 {
 	struct copier *cp = sv->copier;
 	uint64_t res = 0, views = 0;

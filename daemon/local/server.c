@@ -141,7 +141,7 @@ static void on_signal(struct loop_source *src, int fd, uint32_t revents, void *u
 	}
 }
 
-int server_setup(struct server *sv)
+int server_init(struct server *sv)
 {
 	sigset_t mask;
 	int r;
@@ -167,15 +167,15 @@ int server_setup(struct server *sv)
 	return loop_add_io(sv->loop, sv->listen_fd, EPOLLIN, on_accept, sv, &sv->listen_src);
 }
 
-void server_teardown(struct server *sv)
+void server_done(struct server *sv)
 {
 	while (sv->sessions)
 		session_free(sv->sessions);
-	copier_teardown(sv);
+	copier_done(sv);
 	mapper_stop(sv->mapper);
 	sv->mapper = NULL;
 	channel_spares_free(sv);
-	buffer_teardown(sv);
+	buffer_done(sv);
 	loop_source_free(sv->listen_src);
 	loop_source_free(sv->signal_src);
 	sv->listen_src = sv->signal_src = NULL;

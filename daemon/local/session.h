@@ -152,8 +152,8 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
 int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t *ret_handle,
 			int *ret_fd, char *msg);
 void buffer_forget(struct session *s);
-int buffer_setup(struct server *sv);
-void buffer_teardown(struct server *sv);
+int buffer_init(struct server *sv);
+void buffer_done(struct server *sv);
 /* Bytes of registered buffers faulted in so far (--prefault). */
 uint64_t buffer_warmed_bytes(struct server *sv);
 void session_buffer_made(struct session *s, uint32_t seq, int r, uint64_t handle, int fd,
@@ -195,8 +195,8 @@ struct copy_job {
 };
 /* Between obj and the pieces, in order (to_obj: pieces -> obj). */
 void copy_pieces(const struct copy_piece *pieces, uint32_t n, uint8_t *obj, bool to_obj);
-int copier_setup(struct server *sv);
-void copier_teardown(struct server *sv);
+int copier_init(struct server *sv);
+void copier_done(struct server *sv);
 void copier_submit(struct server *sv, struct copy_job *j);
 void copier_forget(struct session *s);
 void copier_settle(struct server *sv);
@@ -210,7 +210,7 @@ void channel_spares_free(struct server *sv);
 /* Run what every channel has queued; returns how many requests it handled. */
 unsigned channel_poll_all(struct server *sv);
 /* Register the channels' poller (and their timer) with the loop. */
-int channel_setup(struct server *sv);
+int channel_init(struct server *sv);
 /* Going to sleep (true) or awake (false): tells clients whether to ring. */
 void channel_set_sleeping(struct server *sv, bool sleeping);
 
@@ -223,8 +223,8 @@ void session_free(struct session *s);
 void session_event(struct session *s, uint32_t events);
 
 /* The listening socket and the signals (server.c). */
-int server_setup(struct server *sv);
-void server_teardown(struct server *sv);
+int server_init(struct server *sv);
+void server_done(struct server *sv);
 
 /* Copy key to the node named node in the background (kvc_push(), a put's
  * push_to): 0, or -ENOTCONN (no cluster), -EHOSTUNREACH, -EINVAL (this

@@ -45,7 +45,7 @@ static void setup(void)
 	if (loop_new(0, &srv.loop) < 0 || store_new(&cfg, srv.loop, -1, &st) < 0)
 		abort();
 	srv.st = st;
-	if (channel_setup(&srv) < 0)
+	if (channel_init(&srv) < 0)
 		abort();
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		abort();

@@ -33,8 +33,8 @@ static inline struct node *fuzz_node_start(struct store **st, struct config *cfg
 
 	if (loop_new(0, &loop) < 0 || store_new(cfg, loop, -1, st) < 0)
 		abort();
-	if (node_setup(*st, cfg, &n, err, sizeof(err)) < 0) {
-		fprintf(stderr, "node_setup: %s\n", err);
+	if (node_new(*st, cfg, &n, err, sizeof(err)) < 0) {
+		fprintf(stderr, "node_new: %s\n", err);
 		abort();
 	}
 	return n;

@@ -64,8 +64,8 @@ static void setup(void)
 	/* a loop that never runs: the node's sources register with it */
 	if (loop_new(0, &loop) < 0 || store_new(&cfg, loop, -1, &st) < 0)
 		abort();
-	if (node_setup(st, &cfg, &node, err, sizeof(err)) < 0) {
-		fprintf(stderr, "node_setup: %s\n", err);
+	if (node_new(st, &cfg, &node, err, sizeof(err)) < 0) {
+		fprintf(stderr, "node_new: %s\n", err);
 		abort();
 	}
 	put("k", 100);

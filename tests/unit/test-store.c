@@ -178,7 +178,7 @@ int main(void)
 	log_configure("error");
 	CHECK_EQ(loop_new(0, &st.loop), 0);
 	CHECK_EQ(index_init(&st.index), 0);
-	CHECK_EQ(tier_setup(&st), 0);
+	CHECK_EQ(tiers_init(&st), 0);
 	holder_init(&a, &st, NULL);
 	holder_init(&b, &st, NULL);
 
@@ -191,7 +191,7 @@ int main(void)
 	holder_done(&b, &r, &v);
 	CHECK_EQ(r + v, 0);
 	tier_evict(&st, NULL, 0, true, EVICT_MANUAL, NULL, NULL);
-	tier_teardown(&st);
+	tiers_done(&st);
 	index_done(&st.index);
 	store_wake_puts(&st);
 	if (st.reserving.buckets)

@@ -11,8 +11,8 @@
 
 #include "store-private.h"
 
-int tier_setup(struct store *st);
-void tier_teardown(struct store *st);
+int tiers_init(struct store *st);
+void tiers_done(struct store *st);
 
 struct tier *tier_for(struct store *st, int requested);
 struct object *object_new(const void *key, size_t key_len);

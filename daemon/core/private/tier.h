@@ -53,6 +53,9 @@ void tier_evict(struct store *st, struct tier *t, uint64_t bytes, bool all,
  * 0 or -EAGAIN. */
 int tier_evict_some(struct store *st, struct tier *t, uint64_t bytes, bool all, unsigned max,
 		    enum evict_reason why, uint64_t *freed, uint64_t *n);
+/* The oldest lease in t ends (it yields to a request, or to
+ * --max-leased-ratio); the object it protected, or NULL. */
+struct object *tier_break_lease(struct store *st, struct tier *t);
 /* Why nothing more can be evicted from t, for error messages. */
 void tier_explain(const struct store *st, const struct tier *t, char *buf, size_t len);
 /* Background work: watermarks, promotions.  True if it did something. */

@@ -6,7 +6,7 @@
 
 #include "config.h"
 #include "metrics.h"
-#include "session.h"
+#include "server.h"
 
 struct exporter;
 

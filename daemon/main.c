@@ -17,7 +17,8 @@
 #include "node.h"
 #include "placement.h"
 #include "prefault.h"
-#include "session.h"
+#include "channel.h"
+#include "server.h"
 
 #define LOG_TOPIC "main"
 

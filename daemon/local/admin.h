@@ -9,6 +9,7 @@
 #pragma once
 
 #include "kvcache.pb-c.h"
+#include "buffer.h"
 #include "session.h"
 
 /* A response being built, and what goes with it. */

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "loop.h"
-#include "session.h"
+#include "buffer.h"
 
 /* Per client; the pages are only touched when used. */
 #define BUFFER_MAX_TOTAL (UINT64_C(64) << 30)

@@ -27,7 +27,9 @@
 #include "handoff.h"
 #include "log.h"
 #include "ring.h"
-#include "session.h"
+#include "buffer.h"
+#include "channel.h"
+#include "copier.h"
 
 #define LOG_TOPIC "channel"
 

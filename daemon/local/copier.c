@@ -22,7 +22,8 @@
 #include "worker.h"
 #include "log.h"
 #include "loop.h"
-#include "session.h"
+#include "channel.h"
+#include "copier.h"
 
 #define LOG_TOPIC "copier"
 

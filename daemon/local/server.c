@@ -19,6 +19,10 @@
 
 #include "accept.h"
 #include "log.h"
+#include "buffer.h"
+#include "copier.h"
+#include "server.h"
+#include "channel.h"
 #include "session.h"
 
 #define LOG_TOPIC "server"

@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "buffer.h"
+#include "channel.h"
+#include "copier.h"
 #include "session.h"
 #include "kvc-config.h"
 #include "log.h"

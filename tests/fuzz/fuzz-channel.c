@@ -16,6 +16,9 @@
 
 #include "log.h"
 #include "ring.h"
+#include "buffer.h"
+#include "channel.h"
+#include "copier.h"
 #include "session.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

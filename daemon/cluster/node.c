@@ -291,19 +291,6 @@ void node_feed_link(struct node *n, int fd)
 		;
 }
 
-struct peer_stat *node_peer_stat(struct node *n, const char *addr)
-{
-	for (unsigned i = 0; i < n->n_peer_stats; i++)
-		if (strcmp(n->peer_stats[i].addr, addr) == 0)
-			return &n->peer_stats[i];
-	if (n->n_peer_stats == MAX_PEER_STATS)
-		return NULL;
-	struct peer_stat *p = &n->peer_stats[n->n_peer_stats++];
-	*p = (struct peer_stat) { 0 };
-	snprintf(p->addr, sizeof(p->addr), "%s", addr);
-	return p;
-}
-
 static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u)
 {
 	struct node *n = be;

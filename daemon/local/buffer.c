@@ -103,7 +103,7 @@ int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *r
  * A buffer mapped on the mapper thread (mapper.h: an mmap() on the loop
  * waits for page faults anywhere in the daemon).  The request is counted
  * against the limits when made; the session reads nothing more until it
- * is answered (session_buffer_made()).  A client that goes away meanwhile
+ * is answered (the job's made()).  A client that goes away meanwhile
  * leaves the job to end unanswered; its mapping is then given back.
  */
 struct buffer_job {
@@ -111,6 +111,7 @@ struct buffer_job {
 	struct buffer *warm; /* a buffer's warming, ended (not a mapping) */
 	struct server *sv;
 	struct session *s; /* NULL once its client went away */
+	buffer_made_fn made;
 	uint32_t seq;
 	uint64_t size, total;
 	int fd, r;
@@ -203,8 +204,8 @@ static void buffer_job_run(struct work *w)
 	j->r = buffer_map(j->sv->cfg, j->total, &j->fd, &j->base);
 }
 
-int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t *ret_handle,
-			int *ret_fd, char *msg)
+int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, buffer_made_fn made,
+			uint64_t *ret_handle, int *ret_fd, char *msg)
 {
 	struct server *sv = s->sv;
 	struct buffer_job *j;
@@ -215,8 +216,8 @@ int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t
 		return r;
 	j = sv->maker ? calloc(1, sizeof(*j)) : NULL;
 	if (j) {
-		*j = (struct buffer_job) { .sv = sv, .s = s, .seq = seq, .size = size,
-					   .total = total, .fd = -1 };
+		*j = (struct buffer_job) { .sv = sv, .s = s, .made = made, .seq = seq,
+					   .size = size, .total = total, .fd = -1 };
 		j->work = (struct work) { .run = buffer_job_run, .done = buffer_job_done };
 		s->buffer_bytes += size;
 		sv->registered_bytes += total;
@@ -264,7 +265,7 @@ static void buffer_job_done(struct work *w)
 			s->buffer_bytes -= j->size;
 			sv->registered_bytes -= j->total;
 		}
-		session_buffer_made(s, j->seq, r, handle, j->fd, j->size);
+		j->made(s, j->seq, r, handle, j->fd, j->size);
 	} else {
 		if (r == 0)
 			unmap_later(sv->mapper, j->base, j->total, j->fd);

@@ -12,10 +12,13 @@ struct buffer {
 	bool warm_stop;   /* atomic: given back, its warming may stop */
 };
 int buffer_create(struct session *s, uint64_t size, uint64_t *ret_handle, int *ret_fd, char *msg);
-/* The same with the mapping made on the mapper: -EINPROGRESS, and
- * session_buffer_made() answers (0 with *ret_*: made here at once). */
-int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, uint64_t *ret_handle,
-			int *ret_fd, char *msg);
+/* What answers a buffer made on the mapper (r 0) or not, on the loop. */
+typedef void (*buffer_made_fn)(struct session *s, uint32_t seq, int r, uint64_t handle, int fd,
+			       uint64_t size);
+/* The same with the mapping made on the mapper: -EINPROGRESS, and made()
+ * answers (0 with *ret_*: made here at once). */
+int buffer_create_start(struct session *s, uint32_t seq, uint64_t size, buffer_made_fn made,
+			uint64_t *ret_handle, int *ret_fd, char *msg);
 void buffer_forget(struct session *s);
 int buffer_init(struct server *sv);
 void buffer_done(struct server *sv);

@@ -568,6 +568,8 @@ static int copy_iovs(struct channel *ch, const struct shm_iov *iovs, uint32_t n,
  * cover them, each checked and its buffer counted; -EFAULT as copy_iovs(),
  * or -ENOMEM.  The caller fills in the handle and submits it.
  */
+static void channel_copy_done(struct copy_job *j, int64_t r, const char *msg);
+
 static int copy_job_new(struct channel *ch, const struct shm_sqe *e, const struct shm_iov *iovs,
 			uint8_t *obj, uint64_t obj_len, bool put, struct copy_job **ret)
 {
@@ -582,6 +584,7 @@ static int copy_job_new(struct channel *ch, const struct shm_sqe *e, const struc
 	for (uint32_t i = 0; i < j->n; i++)
 		j->pieces[i].b->copies++;
 	j->s = ch->s;
+	j->answer = channel_copy_done;
 	j->ch = ch;
 	j->e = *e;
 	j->put = put;
@@ -1201,8 +1204,11 @@ static void put_wait_deadline(struct loop_source *s, void *userdata)
 {
 }
 
-void channel_copy_done(struct channel *ch, const struct shm_sqe *e, int64_t r, const char *msg)
+/* A copy ended (copier.c); r is the request's result. */
+static void channel_copy_done(struct copy_job *j, int64_t r, const char *msg)
 {
+	struct channel *ch = j->ch;
+	const struct shm_sqe *e = &j->e;
 	struct shm_cqe c = { 0 };
 	char m[STORE_MSG_MAX], key[WIRE_MAX_KEY + 1];
 

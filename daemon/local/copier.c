@@ -22,7 +22,6 @@
 #include "worker.h"
 #include "log.h"
 #include "loop.h"
-#include "channel.h"
 #include "copier.h"
 
 #define LOG_TOPIC "copier"
@@ -88,7 +87,7 @@ static void copy_done(struct work *w)
 			j->s->copies = j->snext;
 		if (j->snext)
 			j->snext->sprev = j->sprev;
-		channel_copy_done(j->ch, &j->e, r, msg);
+		j->answer(j, r, msg);
 	}
 	free(j);
 }

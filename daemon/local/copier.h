@@ -22,8 +22,11 @@ struct copy_job {
 	struct server *sv;
 	struct copy_job *snext, *sprev; /* its session's */
 	struct session *s;              /* NULL once it went away */
-	struct channel *ch;
-	struct shm_sqe e;               /* the request, for its answer */
+	/* the request's answer, on the loop, when its client is still there
+	 * (whoever made the job says how: the copier knows no channel) */
+	void (*answer)(struct copy_job *j, int64_t r, const char *msg);
+	struct channel *ch;             /* the answer's */
+	struct shm_sqe e;
 	bool put;                       /* buffer -> object (put_from) */
 	uint64_t handle;                /* in sv->copy_h */
 	uint8_t *obj;
@@ -38,5 +41,3 @@ void copier_done(struct server *sv);
 void copier_submit(struct server *sv, struct copy_job *j);
 void copier_forget(struct session *s);
 void copier_settle(struct server *sv);
-/* channel.c: a copy ended; r is the request's result. */
-void channel_copy_done(struct channel *ch, const struct shm_sqe *e, int64_t r, const char *msg);

@@ -186,6 +186,8 @@ static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply
 
 static void process(struct session *s);
 static void parked_done(struct waiter *w, int res);
+static void session_buffer_made(struct session *s, uint32_t seq, int r, uint64_t handle,
+				int fd, uint64_t size);
 
 /* The request waits on f (parked_done() answers it); the session reads
  * nothing more until then (a hang-up is still reported).  -EINPROGRESS. */
@@ -482,8 +484,8 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		}
 		break;
 	case KVC__OP__OP_BUFFER_ALLOC:
-		r = buffer_create_start(s, h->seq, q->buffer->size, &rep.extent.handle, rep.fds,
-					rep.msg);
+		r = buffer_create_start(s, h->seq, q->buffer->size, session_buffer_made,
+					&rep.extent.handle, rep.fds, rep.msg);
 		if (r == -EINPROGRESS) {
 			/* answered by session_buffer_made() */
 			s->parked.op = KVC__OP__OP_BUFFER_ALLOC;
@@ -534,8 +536,8 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 
 /* A buffer the mapper made (r 0) or could not: answer, then go on with
  * what the client sent meanwhile. */
-void session_buffer_made(struct session *s, uint32_t seq, int r, uint64_t handle, int fd,
-			 uint64_t size)
+static void session_buffer_made(struct session *s, uint32_t seq, int r, uint64_t handle,
+				int fd, uint64_t size)
 {
 	struct reply rep = { .resp = KVC__RESPONSE__INIT, .extent = KVC__EXTENT__INIT,
 			     .exists = KVC__EXISTS_RESP__INIT };

@@ -54,5 +54,3 @@ struct session {
 int session_new(struct server *sv, int fd);
 void session_free(struct session *s);
 void session_event(struct session *s, uint32_t events);
-void session_buffer_made(struct session *s, uint32_t seq, int r, uint64_t handle, int fd,
-			 uint64_t size);

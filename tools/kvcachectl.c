@@ -630,6 +630,270 @@ static int parse_tier(const char *s, int *ret)
 	return 0;
 }
 
+/* The command line, parsed: the command, its arguments, its options. */
+struct ctl {
+	const char *cmd;
+	int nargs;
+	char **args;     /* the command's arguments (nargs) */
+	const char *a1, *a2;
+	const char *prefix;
+	bool force, all, hard, have_soft, have_bytes, have_limit, have_tier, have_refreshes;
+	uint64_t limit, bytes, soft_ttl;
+	int tier;
+	long refreshes;
+};
+
+/* Options only some commands take (the others refuse them, saying which
+ * take them). */
+enum {
+	TAKES_REFRESHES = 1u << 0, /* -n: top */
+	TAKES_LIMIT = 1u << 1,     /* --limit: ls */
+	TAKES_EVICT = 1u << 2,     /* --tier, --bytes: evict */
+	TAKES_ALL = 1u << 3,       /* --all: evict, rm */
+	TAKES_PUSH_TO = 1u << 4,   /* --push-to: put */
+	TAKES_RM = 1u << 5,        /* --force, --prefix: rm */
+	TAKES_PIN = 1u << 6,       /* --soft, --hard: pin */
+	NO_JSON = 1u << 7,         /* top: no --json */
+	ARG_PREFIX = 1u << 8,      /* its argument is a prefix (ls), not a key */
+};
+
+struct verb {
+	const char *name;
+	unsigned flags;
+	/* the arguments' shape: EXIT_OK, or a usage error said */
+	int (*check)(const struct ctl *a);
+	int (*run)(struct kvc_client *c, const struct ctl *a);
+};
+
+static int check_none(const struct ctl *a)
+{
+	return a->nargs ? usage_error("%s takes no arguments", a->cmd) : EXIT_OK;
+}
+
+static int check_key(const struct ctl *a)
+{
+	return a->nargs != 1 ? usage_error("usage: %s KEY", a->cmd) : EXIT_OK;
+}
+
+static int check_ls(const struct ctl *a)
+{
+	return a->nargs > 1 ? usage_error("%s", "usage: ls [PREFIX] [--limit N]") : EXIT_OK;
+}
+
+static int check_put_get(const struct ctl *a)
+{
+	return a->nargs < 1 || a->nargs > 2 ? usage_error("usage: %s KEY [FILE|-]", a->cmd) : EXIT_OK;
+}
+
+static int check_pin(const struct ctl *a)
+{
+	if (a->nargs != 1 || (a->hard && a->have_soft))
+		return usage_error("%s", "usage: pin KEY [--soft TTL|--hard]");
+	return EXIT_OK;
+}
+
+static int check_rm(const struct ctl *a)
+{
+	if ((a->prefix || a->all) ? a->nargs != 0 || (a->prefix && a->all) : a->nargs != 1)
+		return usage_error("%s", "usage: rm [--force] (KEY | --prefix P | --all)");
+	if (a->prefix && strlen(a->prefix) > KVC_KEY_MAX)
+		return usage_error("invalid prefix of %zu bytes: keys are at most 511 bytes",
+				   strlen(a->prefix));
+	return EXIT_OK;
+}
+
+static int check_prefetch(const struct ctl *a)
+{
+	if (a->nargs < 1 || a->nargs > 4096)
+		return usage_error("%s", "usage: prefetch KEY...");
+	for (int i = 0; i < a->nargs; i++)
+		if (!*a->args[i] || strlen(a->args[i]) > KVC_KEY_MAX)
+			return usage_error("invalid key '%s': keys are 1..511 bytes", a->args[i]);
+	return EXIT_OK;
+}
+
+static int check_evict(const struct ctl *a)
+{
+	if (a->nargs != 0 || (a->all == a->have_bytes))
+		return usage_error("%s", "usage: evict [--tier T] (--bytes N | --all)");
+	return EXIT_OK;
+}
+
+static int run_status(struct kvc_client *c, const struct ctl *a)
+{
+	(void) a;
+	return cmd_status(c);
+}
+
+static int run_cluster(struct kvc_client *c, const struct ctl *a)
+{
+	(void) a;
+	return cmd_cluster(c);
+}
+
+static int run_where(struct kvc_client *c, const struct ctl *a)
+{
+	return cmd_where(c, a->a1);
+}
+
+static int run_prefetch(struct kvc_client *c, const struct ctl *a)
+{
+	int n = kvc_prefetch(c, (const char *const *) a->args, (size_t) a->nargs);
+
+	if (n < 0)
+		return fail("prefetch", n);
+	printf("%d fetch%s started\n", n, n == 1 ? "" : "es");
+	return EXIT_OK;
+}
+
+static int run_stats(struct kvc_client *c, const struct ctl *a)
+{
+	(void) a;
+	return cmd_stats(c);
+}
+
+static int run_top(struct kvc_client *c, const struct ctl *a)
+{
+	int r = ctl_top(c, a->refreshes);
+
+	return r < 0 && r != -EPIPE ? fail("top", r) : EXIT_OK;
+}
+
+static int run_ls(struct kvc_client *c, const struct ctl *a)
+{
+	return cmd_ls(c, a->a1, (size_t) a->limit);
+}
+
+static int run_put(struct kvc_client *c, const struct ctl *a)
+{
+	return cmd_put(c, a->a1, a->a2);
+}
+
+static int run_get(struct kvc_client *c, const struct ctl *a)
+{
+	return cmd_get(c, a->a1, a->a2);
+}
+
+static int run_exists(struct kvc_client *c, const struct ctl *a)
+{
+	int r = kvc_exists(c, a->a1);
+
+	if (r < 0)
+		return fail(a->a1, r);
+	if (arg_json) {
+		struct json_object *k = json_object_new_string(a->a1);
+
+		printf("{\"key\": %s, \"exists\": %s}\n", json_object_to_json_string(k),
+		       r ? "true" : "false");
+		json_object_put(k);
+	}
+	return r ? EXIT_OK : EXIT_NOTFOUND;
+}
+
+static int run_rm(struct kvc_client *c, const struct ctl *a)
+{
+	uint64_t skipped = 0;
+	int64_t n;
+	int r;
+
+	if (!a->prefix && !a->all) {
+		r = a->force ? kvc_remove_force(c, a->a1) : kvc_remove(c, a->a1);
+		return r < 0 ? fail(a->a1, r) : EXIT_OK;
+	}
+	n = kvc_remove_prefix(c, a->prefix, a->force ? KVC_REMOVE_FORCE : 0, &skipped);
+	if (n < 0)
+		return fail("rm", (int) n);
+	if (arg_json)
+		printf("{\"removed\": %" PRId64 ", \"skipped\": %" PRIu64 "}\n", n, skipped);
+	else
+		printf("removed %" PRId64 " objects\n", n);
+	if (skipped && !arg_json)
+		fprintf(stderr, "kvcachectl: %" PRIu64 " objects in use were kept (viewed%s)\n",
+			skipped, a->force ? "" : " or leased; --force removes leased ones");
+	return EXIT_OK;
+}
+
+static int run_pin(struct kvc_client *c, const struct ctl *a)
+{
+	int r = kvc_pin(c, a->a1, a->hard ? KVC_PIN_HARD : 0, (uint32_t) a->soft_ttl);
+
+	return r < 0 ? fail(a->a1, r) : EXIT_OK;
+}
+
+static int run_unpin(struct kvc_client *c, const struct ctl *a)
+{
+	int r = kvc_unpin(c, a->a1);
+
+	return r < 0 ? fail(a->a1, r) : EXIT_OK;
+}
+
+static int run_flush(struct kvc_client *c, const struct ctl *a)
+{
+	int r = kvc_flush(c, -1);
+
+	(void) a;
+	return r < 0 ? fail("flush", r) : EXIT_OK;
+}
+
+static int run_evict(struct kvc_client *c, const struct ctl *a)
+{
+	uint64_t freed, objs;
+	int r = kvc_evict(c, a->tier, a->bytes, a->all ? KVC_EVICT_ALL : 0, &freed, &objs);
+
+	if (r < 0)
+		return fail("evict", r);
+	if (arg_json)
+		printf("{\"bytes\": %" PRIu64 ", \"objects\": %" PRIu64 "}\n", freed, objs);
+	else
+		printf("evicted %" PRIu64 " objects, %" PRIu64 " bytes\n", objs, freed);
+	return EXIT_OK;
+}
+
+static const struct verb verbs[] = {
+	{ "status", 0, check_none, run_status },
+	{ "stats", 0, check_none, run_stats },
+	{ "flush", 0, check_none, run_flush },
+	{ "cluster", 0, check_none, run_cluster },
+	{ "top", TAKES_REFRESHES | NO_JSON, check_none, run_top },
+	{ "ls", TAKES_LIMIT | ARG_PREFIX, check_ls, run_ls },
+	{ "put", TAKES_PUSH_TO, check_put_get, run_put },
+	{ "get", 0, check_put_get, run_get },
+	{ "pin", TAKES_PIN, check_pin, run_pin },
+	{ "rm", TAKES_ALL | TAKES_RM, check_rm, run_rm },
+	{ "exists", 0, check_key, run_exists },
+	{ "unpin", 0, check_key, run_unpin },
+	{ "where", 0, check_key, run_where },
+	{ "prefetch", 0, check_prefetch, run_prefetch },
+	{ "evict", TAKES_EVICT | TAKES_ALL, check_evict, run_evict },
+};
+
+/* Options given to a command that does not take them: the first, said. */
+static int check_options(const struct verb *v, const struct ctl *a)
+{
+	if (a->have_refreshes && !(v->flags & TAKES_REFRESHES))
+		return usage_error("%s", "-n applies to top only");
+	if (arg_json && (v->flags & NO_JSON))
+		return usage_error("%s", "top has no --json (see stats --json)");
+	if (a->have_limit && !(v->flags & TAKES_LIMIT))
+		return usage_error("%s", "--limit applies to ls only");
+	if ((a->have_tier || a->have_bytes) && !(v->flags & TAKES_EVICT))
+		return usage_error("%s", "--tier and --bytes apply to evict only");
+	if (a->all && !(v->flags & TAKES_ALL))
+		return usage_error("%s", "--all applies to evict and rm only");
+	if (arg_push_to && !(v->flags & TAKES_PUSH_TO))
+		return usage_error("%s", "--push-to applies to put only");
+	if ((a->force || a->prefix) && !(v->flags & TAKES_RM))
+		return usage_error("%s", "--force and --prefix apply to rm only");
+	if ((a->hard || a->have_soft) && !(v->flags & TAKES_PIN))
+		return usage_error("%s", "--soft and --hard apply to pin only");
+	if (a->a1 && !(v->flags & ARG_PREFIX) && (strlen(a->a1) == 0 || strlen(a->a1) > KVC_KEY_MAX))
+		return usage_error("invalid key '%s': keys are 1..511 bytes", a->a1);
+	if (a->a1 && (v->flags & ARG_PREFIX) && strlen(a->a1) > KVC_KEY_MAX)
+		return usage_error("invalid prefix of %zu bytes: keys are at most 511 bytes",
+				   strlen(a->a1));
+	return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -651,17 +915,10 @@ int main(int argc, char **argv)
 		{ "peek", no_argument, NULL, 'K' },
 		{ 0 },
 	};
-	const char *prefix = NULL;
-	bool force = false;
+	struct ctl a = { .tier = KVC_TIER_DEFAULT };
+	const struct verb *v = NULL;
 	struct kvc_client *c = NULL;
-	const char *cmd, *a1, *a2;
-	uint64_t limit = 0, bytes = 0;
-	bool all = false, have_bytes = false, have_limit = false, have_tier = false;
-	bool hard = false, have_soft = false;
-	uint64_t soft_ttl = 0;
-	int tier = KVC_TIER_DEFAULT, opt, r, nargs;
-	long refreshes = 0;
-	bool have_refreshes = false;
+	int opt, r;
 
 	/* "+" would stop at the command; options may also follow it. */
 	while ((opt = getopt_long(argc, argv, "s:jhVn:", opts, NULL)) != -1) {
@@ -682,49 +939,49 @@ int main(int argc, char **argv)
 			char *end;
 
 			errno = 0;
-			limit = strtoull(optarg, &end, 10);
-			if (errno || *end || !*optarg || optarg[0] == '-' || limit == 0 ||
-			    limit > 4096)
+			a.limit = strtoull(optarg, &end, 10);
+			if (errno || *end || !*optarg || optarg[0] == '-' || a.limit == 0 ||
+			    a.limit > 4096)
 				return usage_error("invalid --limit '%s': expected 1..4096", optarg);
-			have_limit = true;
+			a.have_limit = true;
 			break;
 		}
 		case 't':
-			if (parse_tier(optarg, &tier) < 0)
+			if (parse_tier(optarg, &a.tier) < 0)
 				return usage_error("invalid --tier '%s': expected device, dram or disk",
 						   optarg);
-			have_tier = true;
+			a.have_tier = true;
 			break;
 		case 'b':
-			if (kvc_parse_size(optarg, &bytes) < 0)
+			if (kvc_parse_size(optarg, &a.bytes) < 0)
 				return usage_error("invalid --bytes '%s': expected a size like 64MB",
 						   optarg);
-			have_bytes = true;
+			a.have_bytes = true;
 			break;
 		case 'a':
-			all = true;
+			a.all = true;
 			break;
 		case 'S': {
 			char *end;
 
 			errno = 0;
-			soft_ttl = strtoull(optarg, &end, 10);
-			if (errno || *end || !*optarg || optarg[0] == '-' || soft_ttl > UINT32_MAX)
+			a.soft_ttl = strtoull(optarg, &end, 10);
+			if (errno || *end || !*optarg || optarg[0] == '-' || a.soft_ttl > UINT32_MAX)
 				return usage_error("invalid --soft '%s': expected a TTL in ms", optarg);
-			have_soft = true;
+			a.have_soft = true;
 			break;
 		}
 		case 'H':
-			hard = true;
+			a.hard = true;
 			break;
 		case 'U':
 			arg_push_to = optarg;
 			break;
 		case 'f':
-			force = true;
+			a.force = true;
 			break;
 		case 'P':
-			prefix = optarg;
+			a.prefix = optarg;
 			break;
 		case 'o':
 			arg_local_only = true;
@@ -736,10 +993,10 @@ int main(int argc, char **argv)
 			char *end;
 
 			errno = 0;
-			refreshes = strtol(optarg, &end, 10);
-			if (errno || *end || !*optarg || refreshes < 1 || refreshes > 1000000)
+			a.refreshes = strtol(optarg, &end, 10);
+			if (errno || *end || !*optarg || a.refreshes < 1 || a.refreshes > 1000000)
 				return usage_error("invalid -n '%s': expected 1..1000000", optarg);
-			have_refreshes = true;
+			a.have_refreshes = true;
 			break;
 		}
 		default:
@@ -749,157 +1006,30 @@ int main(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return usage_error("%s", "no command given");
-	cmd = argv[optind];
-	nargs = argc - optind - 1;
-	a1 = nargs > 0 ? argv[optind + 1] : NULL;
-	a2 = nargs > 1 ? argv[optind + 2] : NULL;
+	a.cmd = argv[optind];
+	a.nargs = argc - optind - 1;
+	a.args = argv + optind + 1;
+	a.a1 = a.nargs > 0 ? a.args[0] : NULL;
+	a.a2 = a.nargs > 1 ? a.args[1] : NULL;
 
 	/* Check the command line fully before touching the daemon. */
-	if (strcmp(cmd, "status") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "flush") == 0 ||
-	    strcmp(cmd, "cluster") == 0 || strcmp(cmd, "top") == 0) {
-		if (nargs != 0)
-			return usage_error("%s takes no arguments", cmd);
-	} else if (strcmp(cmd, "ls") == 0) {
-		if (nargs > 1)
-			return usage_error("%s", "usage: ls [PREFIX] [--limit N]");
-	} else if (strcmp(cmd, "put") == 0 || strcmp(cmd, "get") == 0) {
-		if (nargs < 1 || nargs > 2)
-			return usage_error("usage: %s KEY [FILE|-]", cmd);
-	} else if (strcmp(cmd, "pin") == 0) {
-		if (nargs != 1 || (hard && have_soft))
-			return usage_error("%s", "usage: pin KEY [--soft TTL|--hard]");
-	} else if (strcmp(cmd, "rm") == 0) {
-		if ((prefix || all) ? nargs != 0 || (prefix && all) : nargs != 1)
-			return usage_error("%s", "usage: rm [--force] (KEY | --prefix P | --all)");
-		if (prefix && strlen(prefix) > KVC_KEY_MAX)
-			return usage_error("invalid prefix of %zu bytes: keys are at most 511 bytes",
-					   strlen(prefix));
-	} else if (strcmp(cmd, "exists") == 0 || strcmp(cmd, "unpin") == 0 ||
-		   strcmp(cmd, "where") == 0) {
-		if (nargs != 1)
-			return usage_error("usage: %s KEY", cmd);
-	} else if (strcmp(cmd, "prefetch") == 0) {
-		if (nargs < 1 || nargs > 4096)
-			return usage_error("%s", "usage: prefetch KEY...");
-		for (int i = 0; i < nargs; i++)
-			if (!*argv[optind + 1 + i] || strlen(argv[optind + 1 + i]) > KVC_KEY_MAX)
-				return usage_error("invalid key '%s': keys are 1..511 bytes",
-						   argv[optind + 1 + i]);
-	} else if (strcmp(cmd, "evict") == 0) {
-		if (nargs != 0 || (all == have_bytes))
-			return usage_error("%s", "usage: evict [--tier T] (--bytes N | --all)");
-	} else
-		return usage_error("unknown command '%s'", cmd);
-	if (have_refreshes && strcmp(cmd, "top") != 0)
-		return usage_error("%s", "-n applies to top only");
-	if (arg_json && strcmp(cmd, "top") == 0)
-		return usage_error("%s", "top has no --json (see stats --json)");
-	if (have_limit && strcmp(cmd, "ls") != 0)
-		return usage_error("%s", "--limit applies to ls only");
-	if ((have_tier || have_bytes) && strcmp(cmd, "evict") != 0)
-		return usage_error("%s", "--tier and --bytes apply to evict only");
-	if (all && strcmp(cmd, "evict") != 0 && strcmp(cmd, "rm") != 0)
-		return usage_error("%s", "--all applies to evict and rm only");
-	if (arg_push_to && strcmp(cmd, "put") != 0)
-		return usage_error("%s", "--push-to applies to put only");
-	if ((force || prefix) && strcmp(cmd, "rm") != 0)
-		return usage_error("%s", "--force and --prefix apply to rm only");
-	if ((hard || have_soft) && strcmp(cmd, "pin") != 0)
-		return usage_error("%s", "--soft and --hard apply to pin only");
-	if (a1 && strcmp(cmd, "ls") != 0 && (strlen(a1) == 0 || strlen(a1) > KVC_KEY_MAX))
-		return usage_error("invalid key '%s': keys are 1..511 bytes", a1);
-	if (a1 && strcmp(cmd, "ls") == 0 && strlen(a1) > KVC_KEY_MAX)
-		return usage_error("invalid prefix of %zu bytes: keys are at most 511 bytes",
-				   strlen(a1));
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]) && !v; i++)
+		if (strcmp(a.cmd, verbs[i].name) == 0)
+			v = &verbs[i];
+	if (!v)
+		return usage_error("unknown command '%s'", a.cmd);
+	r = v->check(&a);
+	if (r == EXIT_OK)
+		r = check_options(v, &a);
+	if (r != EXIT_OK)
+		return r;
 
 	r = connect_daemon(&c);
 	if (r != EXIT_OK)
 		return r;
 	if (arg_local_only || arg_peek)
 		kvc_set_get_flags(c, (arg_local_only ? KVC_LOCAL_ONLY : 0) | (arg_peek ? KVC_PEEK : 0));
-
-	if (strcmp(cmd, "status") == 0)
-		r = cmd_status(c);
-	else if (strcmp(cmd, "cluster") == 0)
-		r = cmd_cluster(c);
-	else if (strcmp(cmd, "where") == 0)
-		r = cmd_where(c, a1);
-	else if (strcmp(cmd, "prefetch") == 0) {
-		int n = kvc_prefetch(c, (const char *const *) argv + optind + 1, (size_t) nargs);
-
-		if (n < 0)
-			r = fail("prefetch", n);
-		else
-			printf("%d fetch%s started\n", n, n == 1 ? "" : "es");
-	}
-	else if (strcmp(cmd, "stats") == 0)
-		r = cmd_stats(c);
-	else if (strcmp(cmd, "top") == 0) {
-		r = ctl_top(c, refreshes);
-		r = r < 0 && r != -EPIPE ? fail("top", r) : EXIT_OK;
-	}
-	else if (strcmp(cmd, "ls") == 0)
-		r = cmd_ls(c, a1, (size_t) limit);
-	else if (strcmp(cmd, "put") == 0)
-		r = cmd_put(c, a1, a2);
-	else if (strcmp(cmd, "get") == 0)
-		r = cmd_get(c, a1, a2);
-	else if (strcmp(cmd, "exists") == 0) {
-		r = kvc_exists(c, a1);
-		if (r < 0)
-			r = fail(a1, r);
-		else {
-			if (arg_json) {
-				struct json_object *k = json_object_new_string(a1);
-
-				printf("{\"key\": %s, \"exists\": %s}\n", json_object_to_json_string(k),
-				       r ? "true" : "false");
-				json_object_put(k);
-			}
-			r = r ? EXIT_OK : EXIT_NOTFOUND;
-		}
-	} else if (strcmp(cmd, "rm") == 0 && (prefix || all)) {
-		uint64_t skipped = 0;
-		int64_t n = kvc_remove_prefix(c, prefix, force ? KVC_REMOVE_FORCE : 0, &skipped);
-
-		if (n < 0)
-			r = fail("rm", (int) n);
-		else {
-			if (arg_json)
-				printf("{\"removed\": %" PRId64 ", \"skipped\": %" PRIu64 "}\n", n, skipped);
-			else
-				printf("removed %" PRId64 " objects\n", n);
-			if (skipped && !arg_json)
-				fprintf(stderr, "kvcachectl: %" PRIu64 " objects in use were kept (viewed%s)\n",
-					skipped, force ? "" : " or leased; --force removes leased ones");
-			r = EXIT_OK;
-		}
-	} else if (strcmp(cmd, "rm") == 0) {
-		r = force ? kvc_remove_force(c, a1) : kvc_remove(c, a1);
-		r = r < 0 ? fail(a1, r) : EXIT_OK;
-	} else if (strcmp(cmd, "pin") == 0) {
-		r = kvc_pin(c, a1, hard ? KVC_PIN_HARD : 0, (uint32_t) soft_ttl);
-		r = r < 0 ? fail(a1, r) : EXIT_OK;
-	} else if (strcmp(cmd, "unpin") == 0) {
-		r = kvc_unpin(c, a1);
-		r = r < 0 ? fail(a1, r) : EXIT_OK;
-	} else if (strcmp(cmd, "flush") == 0) {
-		r = kvc_flush(c, -1);
-		r = r < 0 ? fail("flush", r) : EXIT_OK;
-	} else {
-		uint64_t freed, objs;
-
-		r = kvc_evict(c, tier, bytes, all ? KVC_EVICT_ALL : 0, &freed, &objs);
-		if (r < 0)
-			r = fail("evict", r);
-		else {
-			if (arg_json)
-				printf("{\"bytes\": %" PRIu64 ", \"objects\": %" PRIu64 "}\n", freed, objs);
-			else
-				printf("evicted %" PRIu64 " objects, %" PRIu64 " bytes\n", objs, freed);
-			r = EXIT_OK;
-		}
-	}
+	r = v->run(c, &a);
 	kvc_disconnect(c);
 	return finish_stdout(r);
 }

@@ -30,6 +30,8 @@ struct worker {
 	struct work *done; /* handoff.h stack, for the loop */
 	int efd;
 	struct loop_source *bell, *poller;
+	void (*after)(void *data);
+	void *after_data;
 	unsigned n;
 	struct worker_thread t[];
 };
@@ -93,7 +95,15 @@ static bool worker_poll(void *userdata)
 		__atomic_sub_fetch(&wk->pending, 1, __ATOMIC_RELEASE);
 		w->done(w);
 	}
+	if (wk->after)
+		wk->after(wk->after_data);
 	return true;
+}
+
+void worker_set_after(struct worker *wk, void (*after)(void *data), void *data)
+{
+	wk->after = after;
+	wk->after_data = data;
 }
 
 int worker_new(struct loop *loop, const char *name, unsigned n_threads, enum worker_sched sched,

@@ -43,6 +43,9 @@ int worker_new(struct loop *loop, const char *name, unsigned n_threads, enum wor
  * what finished runs here (the loop's thread, which no longer turns).
  * NULL-safe. */
 void worker_free(struct worker *w);
+/* after(data) runs on the loop after each batch of done() calls (one
+ * turn's): work done() queues for later can go out together. */
+void worker_set_after(struct worker *wk, void (*after)(void *data), void *data);
 /* Queue w from any thread: 0, or -ENODEV (no worker: w is not run). */
 int worker_submit(struct worker *wk, struct work *w);
 /* The done() of what finished, run now (on the loop's thread, when it does

@@ -36,6 +36,7 @@
 #include "disk.h"
 #include "disk-record.h"
 #include "handoff.h"
+#include "worker.h"
 #include "loop.h"
 #include "log.h"
 
@@ -54,8 +55,10 @@ enum io_kind {
 };
 
 struct disk_io {
+	struct work work;              /* on the worker, then back on the loop */
+	struct disk *k;
 	struct disk_io *next, *prev;   /* all I/O in flight */
-	struct disk_io *qnext;         /* the worker's queues */
+	struct disk_io *qnext;         /* k->space_wait */
 	enum io_kind kind;
 	bool preparing;                /* write: the worker is building the record */
 	bool cancelled;                /* its object went away while it was */
@@ -105,13 +108,11 @@ struct disk {
 	XXH3_state_t *hash;            /* the worker's */
 	uint8_t *scratch;              /* the worker's: decompressed values */
 	uint64_t scratch_cap;
-	/* the worker thread builds records (copy, hash, compress) so the loop
-	 * never spends milliseconds on a large value */
-	pthread_t worker;
-	bool worker_running, stop;
-	/* lock-free stacks (handoff.h): the loop never waits for the worker */
-	struct disk_io *jobs, *done;
-	struct handoff_bell wake;      /* the worker sleeps on it */
+	/* the worker builds records (copy, hash, compress) and checks what
+	 * is read back, so the loop never spends milliseconds on a large
+	 * value */
+	struct worker *wk;
+	bool stopping;                 /* disk_free(): what the worker ends is let be */
 	char dir[4096];
 	struct io_uring ring;
 	int efd;
@@ -142,6 +143,8 @@ struct disk {
 };
 
 static void queue_job(struct disk *k, struct disk_io *io);
+static void io_prepared(struct work *w);
+static void submit_after(void *data);
 static bool disk_poll(struct disk *k);
 static void disk_submit(struct disk *k);
 static void disk_flush_start(struct disk *k);
@@ -438,7 +441,6 @@ static int recover(struct disk *k)
 	return 0;
 }
 
-static void *worker_main(void *arg);
 
 static bool disk_poller(void *userdata)
 {
@@ -527,10 +529,10 @@ int disk_new(struct store *st, struct disk **ret)
 	r = recover(k);
 	if (r < 0)
 		return r;
-	r = -pthread_create(&k->worker, NULL, worker_main, k);
+	r = worker_new(store_loop(st), "disk", 1, WORKER_BATCH, &k->wk);
 	if (r < 0)
 		return r;
-	k->worker_running = true;
+	worker_set_after(k->wk, submit_after, k);
 	/* a directory we cannot write to still serves what it holds */
 	{
 		int fd = openat(k->dirfd, ".kvcache-probe", O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
@@ -615,15 +617,11 @@ void disk_free(struct disk *k)
 		}
 		free(k->rec_found);
 	}
-	if (k->worker_running) {
-		__atomic_store_n(&k->stop, true, __ATOMIC_RELEASE);
-		handoff_bell_ring(&k->wake);
-		pthread_join(k->worker, NULL);
-		/* records it built (it finishes what it was given): their
-		 * objects are freed with everything else at shutdown */
-		for (struct disk_io *io = k->done; io; io = io->qnext)
-			k->inflight--;
-	}
+	/* the worker finishes what it was given; what it built is let be
+	 * (io_prepared() with stopping) */
+	k->stopping = true;
+	worker_free(k->wk);
+	k->wk = NULL;
 	/* wait for what is in flight: its buffers are ours */
 	while (k->inflight) {
 		struct io_uring_cqe *cqe;
@@ -741,30 +739,19 @@ static void build_record(struct disk *k, struct disk_io *io)
 	memset(buf + off + stored, 0, io->len - off - stored);
 }
 
-static void *worker_main(void *arg)
+/* The worker: a record built, or one read back checked. */
+static void io_run(struct work *w)
 {
-	struct disk *k = arg;
-	struct disk_io *fifo;
+	struct disk_io *io = (struct disk_io *) w;
+	struct disk *k = io->k;
 
-	loop_helper_thread("disk", true);
-	while ((fifo = handoff_wait_fifo(&k->jobs, qnext, &k->wake, &k->stop))) {
-		while (fifo) {
-			struct disk_io *io = fifo;
-
-			fifo = io->qnext;
-			if (io->kind == IO_WRITE) {
-				build_record(k, io);
-				/* creating a file can take a while in a big
-				 * directory: here, never on the loop thread */
-				io->fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
-			} else
-				decode_record(k, io);
-			/* wake the loop if it sleeps: the ring's eventfd is
-			 * in its set */
-			handoff_push_wake(&k->done, io, qnext, k->efd);
-		}
-	}
-	return NULL;
+	if (io->kind == IO_WRITE) {
+		build_record(k, io);
+		/* creating a file can take a while in a big directory: here,
+		 * never on the loop thread */
+		io->fd = open_record(k, io->name, O_WRONLY | O_CREAT | O_TRUNC);
+	} else
+		decode_record(k, io);
 }
 
 static int disk_spill(struct disk *k, struct object *o)
@@ -809,88 +796,89 @@ static int disk_spill(struct disk *k, struct object *o)
 
 static void queue_job(struct disk *k, struct disk_io *io)
 {
-	if (handoff_push(&k->jobs, io, qnext))
-		handoff_bell_ring(&k->wake);
+	io->k = k;
+	io->work = (struct work) { .run = io_run, .done = io_prepared };
+	worker_submit(k->wk, &io->work);
 }
 
-/* Loop: records the worker finished go to the device. */
-static bool prepared(struct disk *k)
+/* Loop, after a turn's records came back: out together. */
+static void submit_after(void *data)
 {
+	disk_submit(data);
+}
+
+/* Loop: a record the worker built goes to the device (disk_submit()
+ * sends a turn's together, while the next is being built), or one read
+ * back lands. */
+static void io_prepared(struct work *w)
+{
+	struct disk_io *io = (struct disk_io *) w;
+	struct disk *k = io->k;
 	struct store *st = k->st;
-	struct disk_io *list;
-	bool any = false;
+	struct object *o = io->o;
+	struct io_uring_sqe *sqe;
+	int fd;
 
-	if (!__atomic_load_n(&k->done, __ATOMIC_RELAXED))
-		return false;
-	list = handoff_take(&k->done);
-
-	while (list) {
-		struct disk_io *io = list;
-		struct object *o = io->o;
-		struct io_uring_sqe *sqe;
-		int fd;
-
-		list = io->qnext;
-		any = true;
-		io->preparing = false;
-		if (io->kind == IO_READ) {
-			read_finish(k, io, io->res);
-			k->inflight--;
-			io_free(k, io);
-			continue;
-		}
-		if (io->cancelled || store_object_gone(o)) {
-			if (io->fd >= 0) {
-				close(io->fd);
-				io->fd = -1;
-				unlinkat(k->dirfd, io->name, 0);
-			}
-			if (o->below_io == io)
-				o->below_io = NULL;
-			store_below_unhold(st, o); /* freed if it was its last hold */
-			goto drop;
-		}
-		store_below_unhold(st, o);
-		/* spilling picks the oldest objects: back to the old end */
-		store_below_changed(st, o, true);
-		fd = io->fd; /* opened by the worker */
-		io->fd = -1;
-		if (fd < 0) {
-			k->c.io_errors++;
-			k->last_err = -fd;
-			if (fd == -ENOSPC)
-				k->c.enospc++;
-			if (now_ms(st) >= k->backoff_until)
-				log_warn("Failed to create a record in %s: %s; spilling paused", k->dir,
-					 strerror(-fd));
-			k->backoff_until = now_ms(st) + BACKOFF_MS;
-			o->below_io = NULL;
-			store_below_changed(st, o, false);
-			goto drop;
-		}
-		io->fd = fd;
-		sqe = get_sqe(k);
-		if (!sqe) {
-			close(fd);
-			unlinkat(k->dirfd, io->name, 0);
-			o->below_io = NULL;
-			store_below_changed(st, o, false);
-			goto drop;
-		}
-		io_uring_prep_write(sqe, fd, io->buf, (unsigned) io->len, 0);
-		io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
-		io_uring_sqe_set_data(sqe, io);
-		k->queued++;
-		continue;
-drop:
+	io->preparing = false;
+	if (k->stopping) {
+		/* its object is freed with everything else at shutdown */
 		k->inflight--;
-		k->inflight_bytes -= io->vlen;
-		io_free(k, io);
-		store_space_freed(st);
+		return;
 	}
-	/* out at once: the next record is being built meanwhile */
-	disk_submit(k);
-	return any;
+	if (io->kind == IO_READ) {
+		read_finish(k, io, io->res);
+		k->inflight--;
+		io_free(k, io);
+		return;
+	}
+	if (io->cancelled || store_object_gone(o)) {
+		if (io->fd >= 0) {
+			close(io->fd);
+			io->fd = -1;
+			unlinkat(k->dirfd, io->name, 0);
+		}
+		if (o->below_io == io)
+			o->below_io = NULL;
+		store_below_unhold(st, o); /* freed if it was its last hold */
+		goto drop;
+	}
+	store_below_unhold(st, o);
+	/* spilling picks the oldest objects: back to the old end */
+	store_below_changed(st, o, true);
+	fd = io->fd; /* opened by the worker */
+	io->fd = -1;
+	if (fd < 0) {
+		k->c.io_errors++;
+		k->last_err = -fd;
+		if (fd == -ENOSPC)
+			k->c.enospc++;
+		if (now_ms(st) >= k->backoff_until)
+			log_warn("Failed to create a record in %s: %s; spilling paused", k->dir,
+				 strerror(-fd));
+		k->backoff_until = now_ms(st) + BACKOFF_MS;
+		o->below_io = NULL;
+		store_below_changed(st, o, false);
+		goto drop;
+	}
+	io->fd = fd;
+	sqe = get_sqe(k);
+	if (!sqe) {
+		close(fd);
+		unlinkat(k->dirfd, io->name, 0);
+		o->below_io = NULL;
+		store_below_changed(st, o, false);
+		goto drop;
+	}
+	io_uring_prep_write(sqe, fd, io->buf, (unsigned) io->len, 0);
+	io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+	io_uring_sqe_set_data(sqe, io);
+	k->queued++;
+	return;
+drop:
+	k->inflight--;
+	k->inflight_bytes -= io->vlen;
+	io_free(k, io);
+	store_space_freed(st);
 }
 
 static void disk_submit(struct disk *k)
@@ -1243,8 +1231,6 @@ static bool disk_poll(struct disk *k)
 	struct io_uring_cqe *cqe;
 	unsigned n = 0;
 
-	if (prepared(k))
-		n++;
 	if (k->recovering && recover_poll(k))
 		n++;
 	if (!io_uring_cq_ready(&k->ring))

@@ -105,37 +105,6 @@ void object_place(struct store *st, struct object *o, bool at_tail)
 	o->list = (uint8_t) l;
 }
 
-void object_dirty_update(struct store *st, struct object *o)
-{
-	bool want = st->below.ops && (o->flags & OBJ_COMMITTED) && o->block && !o->below_ref && !o->below_io;
-
-	if (want == o->dirty)
-		return;
-	if (want) {
-		/* newest at the head: spilling takes the oldest, at the tail */
-		o->dirty_prev = NULL;
-		o->dirty_next = st->dirty.head;
-		if (st->dirty.head)
-			st->dirty.head->dirty_prev = o;
-		else
-			st->dirty.tail = o;
-		st->dirty.head = o;
-		st->dirty.n++;
-	} else {
-		if (o->dirty_prev)
-			o->dirty_prev->dirty_next = o->dirty_next;
-		else
-			st->dirty.head = o->dirty_next;
-		if (o->dirty_next)
-			o->dirty_next->dirty_prev = o->dirty_prev;
-		else
-			st->dirty.tail = o->dirty_prev;
-		o->dirty_prev = o->dirty_next = NULL;
-		st->dirty.n--;
-	}
-	o->dirty = want;
-}
-
 /* ---- objects ---- */
 
 struct object *object_new(const void *key, size_t key_len)
@@ -206,7 +175,6 @@ void object_publish(struct store *st, struct object *o)
 			object_place(st, p, false);
 	}
 	object_place(st, o, false);
-	object_dirty_update(st, o);
 	object_announce(st, o);
 }
 
@@ -243,7 +211,6 @@ void object_drop(struct store *st, struct object *o)
 	unlink_child(st, o);
 	o->flags &= ~OBJ_COMMITTED;
 	o->flags |= OBJ_DEAD;
-	object_dirty_update(st, o);
 	if (o->views == 0)
 		object_free(st, o);
 }

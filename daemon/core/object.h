@@ -109,7 +109,9 @@ enum object_where {
 struct object {
 	struct object *hnext;             /* hash chain */
 	struct object *lru_prev, *lru_next; /* in its tier's list o->list */
-	struct object *dirty_prev, *dirty_next; /* st->dirty: no copy on disk yet */
+	/* the tier below's own list (the disk's: memory objects without a
+	 * copy there yet, the next to copy at its tail); core never reads it */
+	struct object *below_prev, *below_next;
 	/* prefix chains: the previous block of the same prompt, if it was
 	 * stored when this one was committed, and this block's own children */
 	struct object *parent;
@@ -139,7 +141,7 @@ struct object {
 	uint32_t flags;
 	uint8_t list;                     /* enum obj_list */
 	uint8_t where;                    /* enum object_where */
-	bool dirty;                       /* on st->dirty */
+	bool below_listed;                /* on that list */
 	uint32_t hits;                    /* in this tier, for promotion */
 	uint32_t key_len;
 	char *parent_key;                 /* asked for at reserve; linked at commit */

@@ -219,10 +219,6 @@ bool store_below_trim(struct store *st, uint64_t used);
 /* Is the lowest memory tier past its low watermark (less a margin), so
  * that copies should be taken ahead of eviction? */
 bool store_spill_due(const struct store *st);
-/* The memory objects without a copy below, oldest first: the next to
- * copy (NULL: none), and how many there are. */
-struct object *store_dirty_oldest(const struct store *st);
-uint64_t store_dirty_count(const struct store *st);
 /* A copy of o is being taken: o is held in place like a view while its
  * bytes are read; the hold ends with store_below_unhold(), after which o
  * may be gone (false: it went meanwhile and was freed now). */
@@ -244,6 +240,9 @@ int store_readmit_place(struct store *st, struct object *o, struct shm_block **r
 			uint8_t **ret_dst);
 void store_readmit(struct store *st, struct object *o, struct shm_block *place, uint64_t sum);
 void store_readmit_cancel(struct store *st, struct object *o, struct shm_block *place);
+/* Is o committed, still stored and in memory (a copy of it can be
+ * taken)? */
+bool store_object_resident(const struct object *o);
 /* Is o gone from the index (its last view or hold frees it)? */
 bool store_object_gone(const struct object *o);
 /* Tiers for status: memory tiers, then disk; each read-only. */

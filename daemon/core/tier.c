@@ -285,21 +285,10 @@ bool store_spill_due(const struct store *st)
 	return lowest->alloc.used > lowest->low - lowest->low / 8;
 }
 
-struct object *store_dirty_oldest(const struct store *st)
-{
-	return st->dirty.tail;
-}
-
-uint64_t store_dirty_count(const struct store *st)
-{
-	return st->dirty.n;
-}
-
 void store_below_hold(struct store *st, struct object *o)
 {
 	o->views++;
 	object_place(st, o, false);
-	object_dirty_update(st, o);
 }
 
 bool store_below_unhold(struct store *st, struct object *o)
@@ -315,7 +304,11 @@ bool store_below_unhold(struct store *st, struct object *o)
 void store_below_changed(struct store *st, struct object *o, bool at_tail)
 {
 	object_place(st, o, at_tail);
-	object_dirty_update(st, o);
+}
+
+bool store_object_resident(const struct object *o)
+{
+	return (o->flags & OBJ_COMMITTED) && !(o->flags & OBJ_DEAD) && o->block;
 }
 
 void store_space_freed(struct store *st)

@@ -113,6 +113,11 @@ struct disk {
 	 * value */
 	struct worker *wk;
 	bool stopping;                 /* disk_free(): what the worker ends is let be */
+	struct {
+		struct object *head, *tail;
+		uint64_t n;
+	} dirty;                       /* the objects to copy (dirty_update()) */
+	struct store_listener listener; /* objects published */
 	char dir[4096];
 	struct io_uring ring;
 	int efd;
@@ -155,6 +160,61 @@ static int disk_load(struct disk *k, struct object *o);
 static bool disk_accepting(const struct disk *k, const struct object *o);
 static bool disk_maintain(struct disk *k);
 static const struct below_ops disk_backend;
+
+/*
+ * The objects to copy: memory objects without a copy here yet (nor one
+ * being taken), newest at the head; spilling takes the oldest, at the
+ * tail, with no walk.  Kept here from what the store tells (an object
+ * published; forget()) and what the tier does itself (a copy begun,
+ * failed).
+ */
+static void dirty_unlist(struct disk *k, struct object *o)
+{
+	if (!o->below_listed)
+		return;
+	if (o->below_prev)
+		o->below_prev->below_next = o->below_next;
+	else
+		k->dirty.head = o->below_next;
+	if (o->below_next)
+		o->below_next->below_prev = o->below_prev;
+	else
+		k->dirty.tail = o->below_prev;
+	o->below_prev = o->below_next = NULL;
+	k->dirty.n--;
+	o->below_listed = false;
+}
+
+static void dirty_update(struct disk *k, struct object *o)
+{
+	bool want = store_object_resident(o) && !o->below_ref && !o->below_io;
+
+	if (want == o->below_listed)
+		return;
+	if (!want) {
+		dirty_unlist(k, o);
+		return;
+	}
+	o->below_prev = NULL;
+	o->below_next = k->dirty.head;
+	if (k->dirty.head)
+		k->dirty.head->below_prev = o;
+	else
+		k->dirty.tail = o;
+	k->dirty.head = o;
+	k->dirty.n++;
+	o->below_listed = true;
+}
+
+static void on_published(void *data, struct object *o)
+{
+	dirty_update(data, o);
+}
+
+static const struct store_events disk_events = {
+	.version = STORE_EVENTS_VERSION,
+	.published = on_published,
+};
 static void decode_record(struct disk *k, struct disk_io *io);
 static void read_finish(struct disk *k, struct disk_io *io, int r);
 
@@ -516,6 +576,7 @@ int disk_new(struct store *st, struct disk **ret)
 	*ret = k;
 	/* the lowest memory tier spills here */
 	store_below_attach(st, &disk_backend, k, store_config(st)->disk_size);
+	store_add_listener(st, &k->listener, &disk_events, k);
 	/* completions and the worker's results: the loop polls for them,
 	 * and the eventfd wakes it when it sleeps */
 	r = loop_add_doorbell(store_loop(st), k->efd, &k->bell);
@@ -651,6 +712,7 @@ void disk_free(struct disk *k)
 	free(k->scratch);
 	for (unsigned i = 0; i < k->n_pool; i++)
 		free(k->pool[i].buf);
+	store_remove_listener(k->st, &k->listener);
 	store_below_detach(k->st);
 	free(k);
 }
@@ -788,6 +850,7 @@ static int disk_spill(struct disk *k, struct object *o)
 	/* pinned like a view: not moved, not freed while the worker reads it */
 	o->below_io = io;
 	store_below_hold(st, o);
+	dirty_update(k, o); /* off the list while its copy is taken */
 	k->inflight++;
 	k->inflight_bytes += io->vlen;
 	queue_job(k, io);
@@ -858,6 +921,7 @@ static void io_prepared(struct work *w)
 		k->backoff_until = now_ms(st) + BACKOFF_MS;
 		o->below_io = NULL;
 		store_below_changed(st, o, false);
+		dirty_update(k, o);
 		goto drop;
 	}
 	io->fd = fd;
@@ -867,6 +931,7 @@ static void io_prepared(struct work *w)
 		unlinkat(k->dirfd, io->name, 0);
 		o->below_io = NULL;
 		store_below_changed(st, o, false);
+		dirty_update(k, o);
 		goto drop;
 	}
 	io_uring_prep_write(sqe, fd, io->buf, (unsigned) io->len, 0);
@@ -921,6 +986,7 @@ static bool write_done(struct disk *k, struct disk_io *io, int res)
 		if (o) {
 			o->below_io = NULL;
 			store_below_changed(st, o, false);
+			dirty_update(k, o);
 		}
 		store_space_freed(st); /* whoever waits for a spill looks again */
 		return false;
@@ -932,6 +998,7 @@ static bool write_done(struct disk *k, struct disk_io *io, int res)
 		if (o) {
 			o->below_io = NULL;
 			store_below_changed(st, o, false);
+			dirty_update(k, o);
 		}
 		store_space_freed(st);
 		return false;
@@ -959,6 +1026,7 @@ static void rename_done(struct disk *k, struct disk_io *io, int res)
 		if (o) {
 			o->below_io = NULL;
 			store_below_changed(st, o, false);
+			dirty_update(k, o);
 		}
 		return;
 	}
@@ -1006,6 +1074,7 @@ static void disk_forget(struct disk *k, struct object *o)
 {
 	struct store *st = k->st;
 
+	dirty_unlist(k, o);
 	if (o->below_io) {
 		struct disk_io *io = o->below_io;
 
@@ -1280,12 +1349,12 @@ static bool disk_maintain(struct disk *k)
 	did = retry_landing(k) || did;
 	/* Spill ahead: clean copies of the oldest objects without one, once
 	 * dram is past its low watermark less a margin, or all of them on a
-	 * flush.  store_dirty_oldest() names the next of those: no walk. */
+	 * flush.  The tail of k->dirty is the next of those: no walk. */
 	if (now_ms(st) >= k->backoff_until && store_below_has_room(st, k->c.bytes) &&
 	    (k->flushing || store_spill_due(st))) {
 		struct object *o;
 
-		while ((o = store_dirty_oldest(st))) {
+		while ((o = k->dirty.tail)) {
 			int r = disk_spill(k, o); /* takes o off the dirty list */
 
 			if (r < 0)
@@ -1294,11 +1363,11 @@ static bool disk_maintain(struct disk *k)
 		}
 	}
 	if (k->flushing && k->inflight == 0 && !did) {
-		bool left = store_dirty_count(st) > 0;
+		bool left = k->dirty.n > 0;
 
 		if (!left || now_ms(st) < k->backoff_until) {
 			k->flushing = false;
-			k->c.flush_unwritten = store_dirty_count(st);
+			k->c.flush_unwritten = k->dirty.n;
 			k->c.flush_error = left ? (uint64_t) (k->last_err ? k->last_err : EIO) : 0;
 			if (left)
 				log_warn("flush failed: %llu objects could not be written to %s: %s",

@@ -38,8 +38,6 @@ void object_unplace(struct store *st, struct object *o);
 /* Put o back by its last use, `used` (ms, as used_ms), after a hold that
  * was no use: near the least recent end when that is where it falls. */
 void object_place_used(struct store *st, struct object *o, uint32_t used);
-/* On st->dirty exactly when it is in memory with no copy on disk. */
-void object_dirty_update(struct store *st, struct object *o);
 /* Allocate len bytes in t, evicting unused objects when it is full.
  * -ENOSPC: everything left is protected; -EAGAIN: what could give way has
  * not reached the disk tier yet (its spill was started: retry when a spill

@@ -28,18 +28,11 @@
 #include <unistd.h>
 
 #include "client-private.h"
+#include "clock.h"
 
 #define SPIN_NS 50000             /* spin this long before sleeping */
 #define SPIN_SHORT_NS 2000        /* ...after a wait that outlasted that */
 #define SLEEP_TIMEOUT_NS 100000000 /* then check the daemon is alive */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
-}
 
 int chan_open(struct kvc_client *c)
 {
@@ -202,7 +195,7 @@ static int wait_until(struct kvc_client *c, bool (*ready)(struct kvc_client *, u
 		      uint32_t arg, int64_t timeout_ns)
 {
 	struct chan *ch = &c->chan;
-	uint64_t start = now_ns(), slept = 0, spin = SPIN_NS;
+	uint64_t start = mono_ns(), slept = 0, spin = SPIN_NS;
 
 	for (unsigned spins = 0;; spins++) {
 		uint64_t now;
@@ -217,7 +210,7 @@ static int wait_until(struct kvc_client *c, bool (*ready)(struct kvc_client *, u
 			cpu_relax();
 			continue;
 		}
-		now = now_ns();
+		now = mono_ns();
 		if (timeout_ns >= 0 && now - start >= (uint64_t) timeout_ns)
 			return -ETIMEDOUT;
 		if (now - start < spin) {

@@ -2,7 +2,7 @@
 /*
  * Bounded blocking socket I/O, for threads that may wait (never a loop):
  * every call ends by an absolute deadline in ms of CLOCK_MONOTONIC
- * (blk_now_ms()), and a value's bytes travel in checksummed chunks.
+ * (mono_ms()), and a value's bytes travel in checksummed chunks.
  */
 #include <endian.h>
 #include <errno.h>
@@ -15,27 +15,16 @@
 #include <time.h>
 
 #include "blocking.h"
+#include "clock.h"
 #include "checksum.h"
 
-uint64_t blk_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
-}
-
-uint64_t blk_now_ms(void)
-{
-	return blk_now_us() / 1000;
-}
 
 /* Wait for fd to be ready until deadline: 0, -ETIMEDOUT or -errno. */
 int blk_wait(int fd, short ev, uint64_t deadline)
 {
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = ev };
-		uint64_t now = blk_now_ms();
+		uint64_t now = mono_ms();
 		int r;
 
 		if (now >= deadline)
@@ -63,7 +52,7 @@ int blk_set_blocking(int fd, bool on)
 
 static int bound(int fd, int opt, uint64_t deadline)
 {
-	uint64_t now = blk_now_ms(), left;
+	uint64_t now = mono_ms(), left;
 	struct timeval tv;
 
 	if (now >= deadline)
@@ -132,7 +121,7 @@ void blk_set_poll_window(uint64_t us)
  * -errno (-EAGAIN: none came). */
 static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint64_t deadline)
 {
-	uint64_t start = blk_now_us(), last = start;
+	uint64_t start = mono_us(), last = start;
 	size_t got = 0;
 
 	while (got < len) {
@@ -141,7 +130,7 @@ static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint64_t deadline)
 
 		if (n > 0) {
 			got += (size_t) n;
-			last = blk_now_us();
+			last = mono_us();
 			continue;
 		}
 		if (n == 0)
@@ -150,7 +139,7 @@ static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint64_t deadline)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return -errno;
-		now = blk_now_us();
+		now = mono_us();
 		if (now - last >= poll_window_us || now - start >= POLL_MAX_US ||
 		    now / 1000 >= deadline)
 			break;
@@ -198,7 +187,7 @@ int blk_recv(int fd, void *buf, size_t len, uint64_t deadline)
 
 struct blk_pace blk_pace(uint64_t idle_ms, uint64_t deadline, uint64_t len)
 {
-	uint64_t now = blk_now_ms();
+	uint64_t now = mono_ms();
 
 	return (struct blk_pace) { .idle_ms = idle_ms,
 				   .cap = (deadline > now ? deadline : now) + len / 1000 };
@@ -207,7 +196,7 @@ struct blk_pace blk_pace(uint64_t idle_ms, uint64_t deadline, uint64_t len)
 /* The deadline of the next chunk. */
 uint64_t blk_pace_next(const struct blk_pace *p)
 {
-	uint64_t d = blk_now_ms() + p->idle_ms;
+	uint64_t d = mono_ms() + p->idle_ms;
 
 	return d < p->cap ? d : p->cap;
 }

@@ -2,7 +2,7 @@
 /*
  * Bounded blocking socket I/O, for threads that may wait (never a loop):
  * every call ends by an absolute deadline in ms of CLOCK_MONOTONIC
- * (blk_now_ms(), the clock the daemon's loop reads too).  Each returns 0
+ * (mono_ms(), clock.h: the clock the daemon's loop reads too).  Each returns 0
  * (or a count), -ETIMEDOUT at the deadline, -ECONNRESET when the peer is
  * gone, or another -errno.
  */
@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-uint64_t blk_now_ms(void);
-uint64_t blk_now_us(void);
+#include "clock.h"
+
 
 /* fd ready for ev (POLLIN, POLLOUT) by deadline. */
 int blk_wait(int fd, short ev, uint64_t deadline);
@@ -45,7 +45,7 @@ void blk_set_poll_window(uint64_t us);
  */
 struct blk_pace {
 	uint64_t idle_ms;
-	uint64_t cap; /* blk_now_ms() */
+	uint64_t cap; /* mono_ms() */
 };
 
 struct blk_pace blk_pace(uint64_t idle_ms, uint64_t deadline, uint64_t len);

@@ -15,6 +15,7 @@
 #include <ucp/api/ucp.h>
 #include <ucs/config/global_opts.h>
 
+#include "clock.h"
 #include "rdma.h"
 
 #define PEER_NAME_MAX 256
@@ -629,14 +630,6 @@ static void post(struct rdma *r, struct cmd *c)
 	*r->q_tail = c;
 	r->q_tail = &c->next;
 	wake(r);
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
 }
 
 /* Run c on the worker thread and wait for it: until deadline_ms (0: no

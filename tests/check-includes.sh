@@ -15,7 +15,7 @@ where() {
 	esac
 	for d in daemon/base daemon/core daemon/core/private daemon/local daemon/disk daemon/cluster daemon/master daemon/metrics \
 		daemon net proto \
-		shmem client \
+		shmem client common \
 		client/include tools tools/bench tests/common; do
 		[ -f "$d/$1" ] && { echo "$d"; return; }
 	done
@@ -25,21 +25,21 @@ where() {
 # allowed DIR: the directories a source directory may include from
 allowed() {
 	case $1 in
-	daemon/base) echo "daemon/base build" ;;
-	daemon/core) echo "daemon/base daemon/core daemon/core/private daemon shmem proto build" ;;
-	daemon/core/private) echo "daemon/base daemon/core daemon/core/private daemon shmem proto build" ;;
-	daemon/local) echo "daemon/base daemon/core daemon/local daemon shmem proto build" ;;
-	daemon/disk) echo "daemon/base daemon/core daemon/disk daemon shmem proto build" ;;
-	daemon/cluster) echo "daemon/base daemon/core daemon/cluster daemon/metrics daemon net proto shmem build" ;;
-	daemon/master) echo "daemon/base daemon/master daemon/metrics net proto build" ;;
-	daemon/metrics) echo "daemon/metrics build" ;;
-	daemon) echo "daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/metrics daemon net shmem proto build" ;;
-	net) echo "net proto build" ;;
-	proto) echo "proto build" ;;
-	shmem) echo "shmem build" ;;
-	client) echo "client client/include public shmem proto build" ;;
-	tools) echo "tools public build" ;;
-	tools/bench) echo "tools tools/bench public build net" ;;
+	daemon/base) echo "daemon/base build common" ;;
+	daemon/core) echo "daemon/base daemon/core daemon/core/private daemon shmem proto build common" ;;
+	daemon/core/private) echo "daemon/base daemon/core daemon/core/private daemon shmem proto build common" ;;
+	daemon/local) echo "daemon/base daemon/core daemon/local daemon shmem proto build common" ;;
+	daemon/disk) echo "daemon/base daemon/core daemon/disk daemon shmem proto build common" ;;
+	daemon/cluster) echo "daemon/base daemon/core daemon/cluster daemon/metrics daemon net proto shmem build common" ;;
+	daemon/master) echo "daemon/base daemon/master daemon/metrics net proto build common" ;;
+	daemon/metrics) echo "daemon/metrics build common" ;;
+	daemon) echo "daemon/base daemon/core daemon/local daemon/disk daemon/cluster daemon/metrics daemon net shmem proto build common" ;;
+	net) echo "net proto build common" ;;
+	proto) echo "proto build common" ;;
+	shmem) echo "shmem build common" ;;
+	client) echo "client client/include public shmem proto build common" ;;
+	tools) echo "tools public build common" ;;
+	tools/bench) echo "tools tools/bench public build net common" ;;
 	esac
 }
 

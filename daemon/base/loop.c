@@ -102,14 +102,6 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
-	return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
-}
-
 void loop_helper_thread(const char *name, bool yield)
 {
 	struct sched_param sp = { 0 };
@@ -138,16 +130,6 @@ void loop_tune_malloc(void)
 	mallopt(M_MMAP_THRESHOLD, 64 << 20);
 	mallopt(M_TOP_PAD, 64 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
-}
-
-uint64_t mono_ms(void)
-{
-	return now_us() / 1000;
-}
-
-uint64_t mono_us(void)
-{
-	return now_us();
 }
 
 /* How often the scheduler took the CPU from this thread, and how often it
@@ -205,7 +187,7 @@ int loop_new(uint32_t poll_us, struct loop **ret)
 	if (!l)
 		return -ENOMEM;
 	l->poll_us = l->window_us = poll_us;
-	l->now_ms = now_us() / 1000;
+	l->now_ms = mono_us() / 1000;
 	l->epfd = epoll_create1(EPOLL_CLOEXEC);
 	l->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	l->post_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -499,7 +481,7 @@ static void mark(struct loop *l, uint64_t wall_us, bool working);
 static void step_aside(struct loop *l, uint64_t *prev)
 {
 	cpu_set_t allowed, others;
-	uint64_t now = *prev = now_us();
+	uint64_t now = *prev = mono_us();
 	int cpu = sched_getcpu();
 
 	l->step = false;
@@ -516,7 +498,7 @@ static void step_aside(struct loop *l, uint64_t *prev)
 		return;
 	sched_setaffinity(0, sizeof(allowed), &allowed);
 	l->steps++;
-	*prev = now_us();
+	*prev = mono_us();
 	mark(l, *prev, false); /* the move waited: not the loop's blocking */
 }
 
@@ -574,7 +556,7 @@ static void mark(struct loop *l, uint64_t wall_us, bool working)
  */
 static uint64_t tick(struct loop *l, uint64_t *prev)
 {
-	uint64_t t = now_us(), turn = t - *prev;
+	uint64_t t = mono_us(), turn = t - *prev;
 
 	if (turn > l->longest_turn_us)
 		l->longest_turn_us = turn;
@@ -717,7 +699,7 @@ int loop_run(struct loop *l)
 	struct epoll_event evs[64];
 	/* last_work: the last client turn; woke: when the loop last woke
 	 * (0 once a client turn came since) */
-	uint64_t last_work = now_us(), prev = last_work, woke = 0, spin_since = 0;
+	uint64_t last_work = mono_us(), prev = last_work, woke = 0, spin_since = 0;
 	bool spin = false; /* the last client turn was one to spin after */
 
 	l->quit = false; /* a loop may run again after it quit */
@@ -792,7 +774,7 @@ int loop_run(struct loop *l)
 		}
 		n = epoll_wait(l->epfd, evs, 64, timeout);
 		set_sleeping(l, false);
-		now = prev = now_us(); /* sleeping is not a turn */
+		now = prev = mono_us(); /* sleeping is not a turn */
 		mark(l, now, false);
 		/* whatever woke us is judged by the time now, not by the time
 		 * we went to sleep (leases expire meanwhile) */

@@ -29,6 +29,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
+
 struct loop;
 struct loop_source;
 
@@ -100,10 +102,8 @@ void loop_mm_pause(void);
  * loop never waits in brk() or mmap() for it (loop.c). */
 void loop_tune_malloc(void);
 
-/* Monotonic ms now, from any thread (data threads, background work):
- * the clock loop_now_ms() reads; mono_us() the same clock in us. */
-uint64_t mono_ms(void);
-uint64_t mono_us(void);
+/* mono_ms() and mono_us() (clock.h) read, from any thread, the clock
+ * loop_now_ms() reads. */
 
 /* Monotonic ms, read at the start of the current turn and again after
  * every sleep: what requests are judged against. */

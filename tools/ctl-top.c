@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ctl.h"
 
 struct sample {
@@ -48,10 +49,7 @@ static void restore_terminal(void)
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+	return (double) mono_ns() / 1e9;
 }
 
 static uint64_t get(const struct sample *s, const char *name)

@@ -21,6 +21,8 @@
 
 #include <kvcache/kvcache.h>
 
+#include "clock.h"
+
 static const char *arg_socket;
 static const char *arg_cluster; /* engine B's daemon, on another node */
 static double arg_link_gbs;     /* the link's GB/s measured in the same run (0: none) */
@@ -31,10 +33,7 @@ static uint64_t arg_block_size = 16 * 32 * 2 * 8 * 128 * 2;
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+	return (double) mono_ns() / 1e9;
 }
 
 static uint64_t mix(uint64_t x)

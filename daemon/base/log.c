@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 
 #define MAX_TOPICS 16
@@ -135,15 +136,13 @@ int log_msg_errno(enum log_level lvl, const char *topic, int err, const char *fm
 void log_msg_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *topic,
 			 const char *fmt, ...)
 {
-	struct timespec ts;
 	uint64_t now, next, suppressed;
 	char note[64] = "";
 	va_list ap;
 
 	if (!log_enabled(lvl, topic))
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+	now = mono_ms();
 	next = __atomic_load_n(&rl->next_ms, __ATOMIC_RELAXED);
 	/* one caller in an interval wins the line; the others count */
 	if (now < next ||

@@ -820,14 +820,6 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 	return r;
 }
 
-static uint64_t clock_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
-	return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
-}
-
 static void ophist_add(struct ophist *h, uint64_t ns)
 {
 	unsigned i = 0;
@@ -1120,10 +1112,10 @@ static unsigned poll_channel(struct channel *ch)
 		msg[0] = '\0';
 		f = NULL;
 		if (++ch->s->sv->ophist_tick % OPHIST_SAMPLE == 0 && e.opcode < SHM_OP_MAX) {
-			uint64_t t0 = clock_ns();
+			uint64_t t0 = mono_ns();
 
 			r = run(ch, &e, &c, &f, msg);
-			ophist_add(&ch->s->sv->ophist[e.opcode], clock_ns() - t0);
+			ophist_add(&ch->s->sv->ophist[e.opcode], mono_ns() - t0);
 		} else {
 			r = run(ch, &e, &c, &f, msg);
 		}

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "kvc-config.h"
 #include <kvcache/kvcache.h>
 
@@ -65,10 +66,7 @@ extern char tmpdir[64];
 
 static inline uint64_t now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+	return mono_ns();
 }
 
 #define MAX_THREADS 64

@@ -389,7 +389,6 @@ static void rf_unlink(struct node *n, struct rfetch *rf)
 	if (rf->next)
 		rf->next->prev = rf->prev;
 	n->fetches.n_rfetches--;
-	store_landing_remove(n->st, rf->o);
 }
 
 /* A holder that let a fetch time out is passed over this long (the
@@ -414,6 +413,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 {
 	struct store *st = n->st;
 	struct object *o = rf->o;
+	uint64_t len = o->len;
 
 	rf_unlink(n, rf);
 	rf_unprobe(rf);
@@ -430,30 +430,25 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 				ps->sick_until = loop_now_ms(n->loop) + SICK_MS(n);
 		}
 	}
+	if (res < 0) {
+		if (res == -ENOENT)
+			n->c.remote_misses++;
+		else
+			n->c.remote_errors++;
+		if (res == -EBADMSG) {
+			n->c.remote_corrupt++;
+			log_warn_ratelimited("%s from %s: checksum mismatch; not served", o->key,
+					     rf->addr[0]);
+		}
+	}
 	if (res == 0) {
 		o->ver = rf->ver;
 		store_version_seen(st, rf->ver);
-		if (store_land_publish(st, o, rf->summed, rf->sum) == -EEXIST)
-			res = 1; /* stored here meanwhile: waiters find that one */
 	}
-	if (res == 0) {
+	/* (-EEXIST: stored here meanwhile; its waiters find that one) */
+	if (store_land_done(st, o, res, rf->summed, rf->sum) == 0) {
 		n->c.remote_hits++;
-		xfer_count_bytes(n, true, rf->via_rdma, o->len);
-		fetch_done(st, o, 0);
-	} else {
-		if (res < 0) {
-			if (res == -ENOENT)
-				n->c.remote_misses++;
-			else
-				n->c.remote_errors++;
-			if (res == -EBADMSG) {
-				n->c.remote_corrupt++;
-				log_warn_ratelimited("%s from %s: checksum mismatch; not served",
-						     o->key, rf->addr[0]);
-			}
-		}
-		fetch_done(st, o, res > 0 ? 0 : res);
-		store_land_free(st, o);
+		xfer_count_bytes(n, true, rf->via_rdma, len);
 	}
 	free(rf);
 	backlog_pump(n);
@@ -527,13 +522,11 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 static void backlog_drop(struct node *n, struct rfetch *rf, int res)
 {
 	rf_unprobe(rf);
-	store_landing_remove(n->st, rf->o);
 	if (res == -ENOENT)
 		n->c.remote_misses++;
 	else
 		n->c.remote_errors++;
-	fetch_done(n->st, rf->o, res);
-	store_land_free(n->st, rf->o);
+	store_land_done(n->st, rf->o, res, false, 0);
 	free(rf);
 }
 
@@ -573,13 +566,13 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	}
 	if ((n->fetches.n_rfetches >= MAX_RFETCHES || n->fetches.backlog) && n->fetches.n_backlog >= MAX_BACKLOG)
 		return -ENOENT;
-	o = store_land_object(key, len);
-	f = calloc(1, sizeof(*f));
 	rf = calloc(1, sizeof(*rf));
-	if (!o || !f || !rf)
-		goto fail;
-	f->o = o;
-	f->far = true;
+	if (!rf)
+		return -ENOENT;
+	if (store_land_begin(n->st, key, len, true, &o, &f) != 0) {
+		free(rf);
+		return -ENOENT;
+	}
 	rf->n = n;
 	rf->o = o;
 	/* from the request: lookup, a place, a thread and the answer all count */
@@ -595,19 +588,13 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 		n->c.fetch_waited++;
 		loop_timer_arm_by(n->timer, rf->deadline);
 	} else if (rf_begin(n, rf) < 0) {
-		goto fail;
+		rf_unprobe(rf);
+		store_land_abandon(n->st, o); /* nobody waits yet */
+		free(rf);
+		return -ENOENT;
 	}
-	o->fetch = f;
-	store_landing_add(n->st, o);
 	*ret = f;
 	return 0;
-fail:
-	if (rf)
-		rf_unprobe(rf);
-	free(o);
-	free(f);
-	free(rf);
-	return -ENOENT;
 }
 
 
@@ -784,15 +771,11 @@ void remote_done(struct node *n)
 	while (n->fetches.rfetches || n->fetches.backlog) {
 		struct rfetch *rf = n->fetches.rfetches;
 
-		if (rf) {
+		if (rf)
 			rf_unlink(n, rf);
-		} else {
+		else
 			rf = backlog_pop(n);
-			store_landing_remove(n->st, rf->o);
-		}
-		free(rf->o->fetch); /* no waiter is left: sessions went first */
-		rf->o->fetch = NULL;
-		store_land_free(n->st, rf->o);
+		store_land_abandon(n->st, rf->o); /* no waiter is left: sessions went first */
 		free(rf);
 	}
 	store_landing_done(n->st);

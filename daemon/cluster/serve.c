@@ -630,20 +630,18 @@ static int push_finish(struct pserve *ps, int res)
 		if (res == 0)
 			rep.error = ps->push_err;
 	} else {
-		if (res == 0 && store_land_publish(n->st, o, summed, ps->digest) == -EEXIST) {
-			rep.error = -EEXIST; /* stored here meanwhile */
-			n->c.pushes_refused++;
+		uint64_t len = o->len;
+
+		if (res == -EBADMSG) {
+			n->c.remote_corrupt++;
+			log_warn_ratelimited("pushed %s: checksum mismatch; not stored", o->key);
 		}
+		rep.error = store_land_done(n->st, o, res, summed, ps->digest);
+		if (rep.error == -EEXIST && res == 0)
+			n->c.pushes_refused++; /* stored here meanwhile */
 		if (rep.error == 0) {
 			n->c.pushes_received++;
-			xfer_count_bytes(n, true, ps->want_rdma, o->len);
-		} else {
-			if (res == -EBADMSG) {
-				n->c.remote_corrupt++;
-				log_warn_ratelimited("pushed %s: checksum mismatch; not stored",
-						     o->key);
-			}
-			store_land_free(n->st, o);
+			xfer_count_bytes(n, true, ps->want_rdma, len);
 		}
 	}
 	if (res < 0 && res != -EBADMSG)

@@ -261,6 +261,25 @@ int store_evict(struct store *st, int tier_kind, uint64_t bytes, bool all,
  * what a node tells the masters of its load. */
 void store_load(const struct store *st, uint64_t *ret_capacity, uint64_t *ret_used,
 		uint64_t *ret_objects);
+/*
+ * Landing a copy that comes from elsewhere, in one pair of calls: begin,
+ * then done when the bytes are in or will not come.
+ *   store_land_begin(): the placeholder of key for a fetch (far: from
+ *   another node), one per key: 0 and a new one, or 1 and the one already
+ *   landing (its fetch to wait on too); -ENOMEM.  Its place comes with
+ *   store_land_place() once its size is known.
+ *   store_land_done(): res 0, the bytes are in (checked against sum when
+ *   summed): published, 0, unless the key was stored here meanwhile,
+ *   -EEXIST; res < 0, they are not coming.  Its waiters run (a stored
+ *   copy is theirs either way) and anything not published goes.  Also for
+ *   a copy made with store_land_object() (a received push: no waiters).
+ *   store_land_abandon(): a placeholder that nobody waits for any more
+ *   (shutdown) goes.
+ */
+int store_land_begin(struct store *st, const void *key, size_t len, bool far,
+		     struct object **ret_o, struct fetch **ret_f);
+int store_land_done(struct store *st, struct object *o, int res, bool summed, uint64_t sum);
+void store_land_abandon(struct store *st, struct object *o);
 /* A copy to land: a new object of key (not in the index), or NULL; and
  * one that will not land after all (its place, if any, goes with it). */
 struct object *store_land_object(const void *key, size_t key_len);

@@ -397,6 +397,57 @@ void store_land_free(struct store *st, struct object *o)
 	object_free(st, o);
 }
 
+int store_land_begin(struct store *st, const void *key, size_t len, bool far,
+		     struct object **ret_o, struct fetch **ret_f)
+{
+	struct object *o = store_landing_find(st, key, len);
+	struct fetch *f;
+
+	if (o) { /* single flight */
+		*ret_o = o;
+		*ret_f = o->fetch;
+		return 1;
+	}
+	o = object_new(key, len);
+	f = calloc(1, sizeof(*f));
+	if (!o || !f) {
+		free(o);
+		free(f);
+		return -ENOMEM;
+	}
+	f->o = o;
+	f->far = far;
+	o->fetch = f;
+	store_landing_add(st, o);
+	*ret_o = o;
+	*ret_f = f;
+	return 0;
+}
+
+int store_land_done(struct store *st, struct object *o, int res, bool summed, uint64_t sum)
+{
+	bool fetched = o->fetch != NULL;
+
+	if (fetched)
+		store_landing_remove(st, o);
+	if (res == 0 && store_land_publish(st, o, summed, sum) == -EEXIST)
+		res = -EEXIST;
+	/* waiters find a copy stored meanwhile in the index */
+	if (fetched)
+		fetch_done(st, o, res == -EEXIST ? 0 : res);
+	if (res != 0)
+		object_free(st, o);
+	return res;
+}
+
+void store_land_abandon(struct store *st, struct object *o)
+{
+	store_landing_remove(st, o);
+	free(o->fetch); /* nobody waits: sessions went first */
+	o->fetch = NULL;
+	object_free(st, o);
+}
+
 void store_drop(struct store *st, struct object *o)
 {
 	object_drop(st, o);

@@ -188,10 +188,6 @@ int store_land_place(struct store *st, struct object *o);
 /* The landing's bytes: where they go (store_land_place() done), and their
  * offset in segment 0 (an RDMA read's destination). */
 uint64_t store_land_offset(const struct object *o);
-/* The bytes are in: o is published (with its checksum when summed), 0; or
- * -EEXIST when the key was stored here meanwhile (o is the caller's to
- * free, as on any failure). */
-int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t sum);
 /* Disk recovery: a record found below (its id, newest first, and its
  * size there) of key, indexed as committed and older than anything stored
  * since the start.  0; -EEXIST when key is stored already and that copy
@@ -296,12 +292,10 @@ uint32_t store_sum_hold(struct store *st, struct object *o);
 void store_sum_release(struct store *st, struct object *o, bool ok, uint64_t sum, uint32_t used);
 /* Copies landing from another node, by key (one fetch per key): the
  * index made (0 or -ENOMEM) and let go (empty by then); the placeholder
- * of key or NULL; a placeholder added, removed. */
+ * of key or NULL. */
 int store_landing_init(struct store *st);
 void store_landing_done(struct store *st);
 struct object *store_landing_find(struct store *st, const void *key, size_t len);
-void store_landing_add(struct store *st, struct object *o);
-void store_landing_remove(struct store *st, struct object *o);
 /* The object stored under key (in any state), or NULL: one lookup. */
 struct object *store_find(struct store *st, const void *key, size_t len);
 /* A bounded slice of a walk over every object: fn(u, o) for the objects

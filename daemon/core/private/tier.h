@@ -54,6 +54,12 @@ int tier_evict_some(struct store *st, struct tier *t, uint64_t bytes, bool all, 
 /* The oldest lease in t ends (it yields to a request, or to
  * --max-leased-ratio); the object it protected, or NULL. */
 struct object *tier_break_lease(struct store *st, struct tier *t);
+/* Landing (store_land_begin()/_done()): o published (with its checksum
+ * when summed), 0, or -EEXIST when the key was stored meanwhile; the
+ * landing index's placeholders added and removed. */
+int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t sum);
+void store_landing_add(struct store *st, struct object *o);
+void store_landing_remove(struct store *st, struct object *o);
 /* Why nothing more can be evicted from t, for error messages. */
 void tier_explain(const struct store *st, const struct tier *t, char *buf, size_t len);
 /* Background work: watermarks, promotions.  True if it did something. */

@@ -6,34 +6,6 @@
 #include "tier.h"
 #include "fetch.h"
 
-int store_fetch(struct store *st, struct object *o, struct fetch **ret)
-{
-	struct fetch *f;
-	int r;
-
-	if (o->fetch) { /* single flight */
-		*ret = o->fetch;
-		return 0;
-	}
-	if (!st->below.ops || !st->below.ops->fetch)
-		return -EIO;
-	f = calloc(1, sizeof(*f));
-	if (!f)
-		return -ENOMEM;
-	f->o = o;
-	o->fetch = f;
-	r = st->below.ops->fetch(st->below.be, o);
-	if (r < 0) {
-		o->fetch = NULL;
-		free(f);
-		return r;
-	}
-	o->where = OBJ_FETCHING;
-	object_place(st, o, false); /* held while it comes back */
-	*ret = f;
-	return 0;
-}
-
 void fetch_wait(struct fetch *f, struct waiter *w)
 {
 	w->fetch = f;
@@ -60,28 +32,6 @@ void fetch_unwait(struct waiter *w)
 		w->fetch->oldest = w->prev;
 	w->fetch = NULL;
 	w->next = w->prev = NULL;
-}
-
-void fetch_done(struct store *st, struct object *o, int res)
-{
-	struct fetch *f = o->fetch;
-
-	if (!f)
-		return;
-	o->fetch = NULL;
-	if (o->where == OBJ_FETCHING)
-		o->where = OBJ_BELOW; /* it did not come: still only below */
-	if (o->flags & OBJ_COMMITTED)
-		object_place(st, o, false);
-	/* each waiter leaves the list before its done() runs, which may
-	 * start a new fetch of o, or free its owner (and unwait others) */
-	while (f->waiters) {
-		struct waiter *w = f->waiters;
-
-		fetch_unwait(w);
-		w->done(w, res);
-	}
-	free(f);
 }
 
 void fetch_wake(struct fetch *f, int res)

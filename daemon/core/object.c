@@ -234,7 +234,7 @@ void object_hit(struct store *st, struct object *o, bool lease, bool counts)
 		for (unsigned k = 0; k < 4 && t->lists[OL_LEASED].bytes > most &&
 				     t->lists[OL_LEASED].tail != o;
 		     k++)
-			tier_break_lease(st, t);
+			object_break_lease(st, t);
 	}
 	if (!counts)
 		return;
@@ -318,4 +318,67 @@ void object_place_used(struct store *st, struct object *o, uint32_t used)
 	}
 	o->used_ms = used;
 	ol->aged = o;
+}
+
+struct object *object_break_lease(struct store *st, struct tier *t)
+{
+	struct object *o = t->lists[OL_LEASED].tail;
+
+	if (!o)
+		return NULL;
+	o->lease_until = 0;
+	object_place_used(st, o, o->used_ms);
+	st->stats.leases_broken++;
+	return o;
+}
+
+/* fetch.h: o's fetch is over; o goes back on its list, its waiters run */
+void fetch_done(struct store *st, struct object *o, int res)
+{
+	struct fetch *f = o->fetch;
+
+	if (!f)
+		return;
+	o->fetch = NULL;
+	if (o->where == OBJ_FETCHING)
+		o->where = OBJ_BELOW; /* it did not come: still only below */
+	if (o->flags & OBJ_COMMITTED)
+		object_place(st, o, false);
+	/* each waiter leaves the list before its done() runs, which may
+	 * start a new fetch of o, or free its owner (and unwait others) */
+	while (f->waiters) {
+		struct waiter *w = f->waiters;
+
+		fetch_unwait(w);
+		w->done(w, res);
+	}
+	free(f);
+}
+
+int store_fetch(struct store *st, struct object *o, struct fetch **ret)
+{
+	struct fetch *f;
+	int r;
+
+	if (o->fetch) { /* single flight */
+		*ret = o->fetch;
+		return 0;
+	}
+	if (!st->below.ops || !st->below.ops->fetch)
+		return -EIO;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->o = o;
+	o->fetch = f;
+	r = st->below.ops->fetch(st->below.be, o);
+	if (r < 0) {
+		o->fetch = NULL;
+		free(f);
+		return r;
+	}
+	o->where = OBJ_FETCHING;
+	object_place(st, o, false); /* held while it comes back */
+	*ret = f;
+	return 0;
 }

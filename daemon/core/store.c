@@ -90,11 +90,6 @@ uint64_t store_key_hash(const void *key, size_t len)
 	return index_hash(key, len);
 }
 
-uint64_t now_ms(const struct store *st)
-{
-	return loop_now_ms(st->loop);
-}
-
 const struct config *store_config(const struct store *st)
 {
 	return st->cfg;
@@ -186,38 +181,6 @@ static void set_extent(struct extent *e, uint64_t handle, const struct object *o
 	};
 }
 
-static void announced_over(struct store *st, struct object *a, bool tell);
-
-/* A put of key begins here, or one that began ends without landing: the
- * cluster's lookups of it wait for it, or no more. */
-static void tell_pending(struct store *st, const void *key, size_t len, bool on)
-{
-	store_emit_pending(st, key, len, on);
-}
-
-/* Is a put of key still on its way here (reserved or announced)? */
-static bool still_coming(struct store *st, const void *key, size_t len)
-{
-	uint64_t h = index_hash(key, len);
-
-	return (st->reserving.buckets && index_find(&st->reserving, key, len, h)) ||
-	       (st->announced.buckets && index_find(&st->announced, key, len, h)) ||
-	       index_find(&st->index, key, len, h);
-}
-
-/* The put of key failed for good: who waits for it (announced) misses now
- * rather than at the deadline. */
-static void announced_failed(struct store *st, const void *key, size_t len)
-{
-	struct object *a;
-
-	if (!st->announced.buckets || !st->announced.n_objects)
-		return;
-	a = index_find(&st->announced, key, len, index_hash(key, len));
-	if (a)
-		announced_over(st, a, true);
-}
-
 int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret, char *msg)
 {
 	struct store *st = h->st;
@@ -240,7 +203,7 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 		return -EINVAL;
 	}
 	if (a->len > (UINT64_C(1) << 30) || a->len > t->alloc.size) {
-		announced_failed(st, a->key, a->key_len);
+		put_announced_failed(st, a->key, a->key_len);
 		MSG("value of %llu bytes is larger than the %s tier can hold (%llu bytes)",
 		    (unsigned long long) a->len, t->name, (unsigned long long) t->alloc.size);
 		return -E2BIG;
@@ -273,7 +236,7 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 		if (r == -ENOSPC) {
 			char why[200];
 
-			announced_failed(st, a->key, a->key_len);
+			put_announced_failed(st, a->key, a->key_len);
 			tier_explain(st, t, why, sizeof(why));
 			MSG("no space for %llu bytes in the %s tier: %s", (unsigned long long) a->len,
 			    t->name, why);
@@ -292,166 +255,14 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 	h->slots[(uint32_t) handle - 1].replace = (a->flags & WIRE_PUT_REPLACE) != 0;
 	st->stats.reserves++;
 	if (st->cfg->lookup_wait_ms && (st->reserving.buckets || index_init(&st->reserving) == 0)) {
-		if (st->remote.ops && !still_coming(st, a->key, a->key_len))
-			tell_pending(st, a->key, a->key_len, true);
+		if (st->remote.ops && !put_still_coming(st, a->key, a->key_len))
+			put_tell_pending(st, a->key, a->key_len, true);
 		index_insert(&st->reserving, o);
 		o->flags |= OBJ_IN_FLIGHT;
 		o->reserver = h;
 	}
 	set_extent(ret, handle, o);
 	return 0;
-}
-
-/*
- * Puts in flight.  PD disaggregation through the pool asks for a prefill's
- * blocks as soon as the prefill answers, while its store may still be
- * copying: a lookup of a key reserved and not yet committed waits (at most
- * --lookup-wait-ms, the caller's deadline) instead of missing.  The waiters
- * hang on a fetch of the reserved object; when the put commits or goes, the
- * fetch moves to st->woken and the loop runs them again between requests.
- */
-int store_put_in_flight(struct store *st, const void *key, size_t len, const struct holder *asker,
-			struct fetch **ret)
-{
-	uint64_t hash = index_hash(key, len);
-	struct object *o = NULL;
-
-	if (st->reserving.buckets && st->reserving.n_objects)
-		o = index_find(&st->reserving, key, len, hash);
-	if (o && o->reserver == asker)
-		o = NULL; /* its own put: the asker would wait for itself */
-	if (!o && st->announced.buckets && st->announced.n_objects)
-		o = index_find(&st->announced, key, len, hash);
-	if (!o)
-		return -ENOENT;
-	if (!o->fetch) {
-		o->fetch = calloc(1, sizeof(*o->fetch));
-		if (!o->fetch)
-			return -ENOMEM;
-		o->fetch->o = o;
-	}
-	st->stats.lookup_waits++;
-	*ret = o->fetch;
-	return 0;
-}
-
-/* What waits on o goes to st->woken. */
-static void wake_later(struct store *st, struct object *o)
-{
-	struct fetch *f = o->fetch;
-
-	if (!f)
-		return;
-	o->fetch = NULL;
-	f->o = NULL;
-	f->next_woken = st->woken;
-	st->woken = f;
-}
-
-#define ANNOUNCED_MAX 65536
-
-int store_announce(struct store *st, const void *key, size_t len)
-{
-	struct object *o;
-
-	if (!st->cfg->lookup_wait_ms || lookup(st, key, len))
-		return 0;
-	if (!st->announced.buckets && index_init(&st->announced) < 0)
-		return -ENOMEM;
-	if (index_find(&st->announced, key, len, index_hash(key, len)))
-		return 0;
-	if (st->announced.n_objects >= ANNOUNCED_MAX)
-		return -ENOSPC;
-	o = object_new(key, len);
-	if (!o)
-		return -ENOMEM;
-	o->flags = OBJ_IN_FLIGHT | OBJ_ANNOUNCED;
-	o->where = OBJ_RESERVED;
-	o->lease_until = now_ms(st) + st->cfg->lookup_wait_ms; /* until then */
-	index_insert(&st->announced, o);
-	o->lru_prev = st->announced_tail;
-	o->lru_next = NULL;
-	if (st->announced_tail)
-		st->announced_tail->lru_next = o;
-	else
-		st->announced_head = o;
-	st->announced_tail = o;
-	if (!(st->reserving.buckets && index_find(&st->reserving, key, len, o->hash)))
-		tell_pending(st, key, len, true);
-	return 0;
-}
-
-/* An announcement is over: its put committed, or its time is up (tell:
- * the cluster's lookups stop waiting, unless a put of it is on its way). */
-static void announced_over(struct store *st, struct object *a, bool tell)
-{
-	if (a->lru_prev)
-		a->lru_prev->lru_next = a->lru_next;
-	else
-		st->announced_head = a->lru_next;
-	if (a->lru_next)
-		a->lru_next->lru_prev = a->lru_prev;
-	else
-		st->announced_tail = a->lru_prev;
-	index_unlink(&st->announced, a);
-	wake_later(st, a);
-	if (tell && !still_coming(st, a->key, a->key_len))
-		tell_pending(st, a->key, a->key_len, false);
-	object_free(st, a);
-}
-
-unsigned store_expire_announced(struct store *st)
-{
-	unsigned n = 0;
-
-	while (st->announced_head && st->announced_head->lease_until <= now_ms(st)) {
-		announced_over(st, st->announced_head, true);
-		n++;
-	}
-	return n;
-}
-
-void store_announced_done(struct store *st)
-{
-	while (st->announced_head)
-		announced_over(st, st->announced_head, false);
-	store_wake_puts(st);
-	if (st->announced.buckets)
-		index_done(&st->announced);
-}
-
-void store_put_landed(struct store *st, struct object *o)
-{
-	if (!(o->flags & OBJ_IN_FLIGHT))
-		return;
-	index_unlink(&st->reserving, o);
-	o->flags &= ~OBJ_IN_FLIGHT;
-	o->reserver = NULL; /* spill, from now on */
-	wake_later(st, o);
-}
-
-void store_put_abandoned(struct store *st, struct object *o)
-{
-	bool was = (o->flags & OBJ_IN_FLIGHT) != 0;
-
-	store_put_landed(st, o);
-	if (was && st->remote.ops && !still_coming(st, o->key, o->key_len))
-		tell_pending(st, o->key, o->key_len, false);
-}
-
-unsigned store_wake_puts(struct store *st)
-{
-	unsigned n = 0;
-
-	while (st->woken) {
-		struct fetch *f = st->woken;
-
-		st->woken = f->next_woken;
-		fetch_wake(f, FETCH_PUT_LANDED); /* each runs its request again */
-		free(f);
-		n++;
-	}
-	return n;
 }
 
 int store_commit(struct holder *h, uint64_t handle, char *msg)
@@ -494,7 +305,7 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 		struct object *a = index_find(&st->announced, o->key, o->key_len, o->hash);
 
 		if (a)
-			announced_over(st, a, false); /* the put it announced is here */
+			put_announced_over(st, a, false); /* the put it announced is here */
 	}
 	st->stats.puts++;
 	st->stats.bytes_in += o->len;
@@ -617,54 +428,6 @@ void store_version_seen(struct store *st, uint64_t v)
 static void removed_elsewhere(struct store *st, const void *key, size_t len, bool prefix)
 {
 	store_emit_removed(st, key, len, prefix);
-}
-
-void store_add_listener(struct store *st, struct store_listener *l,
-			const struct store_events *events, void *data)
-{
-	struct store_listener **at = &st->listeners;
-
-	while (*at)
-		at = &(*at)->next;
-	*l = (struct store_listener) { .events = events, .data = data };
-	*at = l;
-}
-
-void store_remove_listener(struct store *st, struct store_listener *l)
-{
-	for (struct store_listener **at = &st->listeners; *at; at = &(*at)->next)
-		if (*at == l) {
-			*at = l->next;
-			l->next = NULL;
-			return;
-		}
-}
-
-/* Each listener's handler of an event, if its table is new enough to have
- * that slot (a table is never shorter than its version says). */
-#define EMIT(st, slot, ...)                                                         \
-	for (struct store_listener *l_ = (st)->listeners; l_; l_ = l_->next)        \
-		if (l_->events->version >= 1 && l_->events->slot)                   \
-			l_->events->slot(l_->data, __VA_ARGS__)
-
-void store_emit_published(struct store *st, struct object *o)
-{
-	EMIT(st, published, o);
-}
-
-void store_emit_forgotten(struct store *st, struct object *o)
-{
-	EMIT(st, forgotten, o);
-}
-
-void store_emit_pending(struct store *st, const char *key, size_t len, bool on)
-{
-	EMIT(st, pending, key, len, on);
-}
-
-void store_emit_removed(struct store *st, const void *key, size_t len, bool prefix)
-{
-	EMIT(st, removed, key, len, prefix);
 }
 
 int store_remove(struct store *st, const void *key, size_t key_len, bool force, bool local,

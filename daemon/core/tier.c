@@ -730,18 +730,6 @@ static struct object *leased_clean(struct store *st, struct tier *t)
 
 /* The oldest lease in t, broken: its object goes back among the others,
  * as used when the lease began (NULL: no lease). */
-struct object *tier_break_lease(struct store *st, struct tier *t)
-{
-	struct object *o = t->lists[OL_LEASED].tail;
-
-	if (!o)
-		return NULL;
-	o->lease_until = 0;
-	object_place_used(st, o, o->used_ms);
-	st->stats.leases_broken++;
-	return o;
-}
-
 /* Evict from t until `bytes` are freed (or everything evictable with all),
  * at most max objects.  0, or -EAGAIN (see evict_one()). */
 int tier_evict_some(struct store *st, struct tier *t, uint64_t bytes, bool all, unsigned max,
@@ -756,7 +744,7 @@ int tier_evict_some(struct store *st, struct tier *t, uint64_t bytes, bool all, 
 			 * one whose bytes are on disk first */
 			o = leased_clean(st, t);
 			if (!o)
-				o = tier_break_lease(st, t);
+				o = object_break_lease(st, t);
 		}
 		if (!o)
 			return 0;

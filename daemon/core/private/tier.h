@@ -53,13 +53,21 @@ int tier_evict_some(struct store *st, struct tier *t, uint64_t bytes, bool all, 
 		    enum evict_reason why, uint64_t *freed, uint64_t *n);
 /* The oldest lease in t ends (it yields to a request, or to
  * --max-leased-ratio); the object it protected, or NULL. */
-struct object *tier_break_lease(struct store *st, struct tier *t);
+struct object *object_break_lease(struct store *st, struct tier *t);
 /* Landing (store_land_begin()/_done()): o published (with its checksum
  * when summed), 0, or -EEXIST when the key was stored meanwhile; the
  * landing index's placeholders added and removed. */
 int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t sum);
 void store_landing_add(struct store *st, struct object *o);
 void store_landing_remove(struct store *st, struct object *o);
+/* Puts in flight (puts.c), for the store's reserve and commit: the
+ * cluster told a put of key began or ended; is one still on its way here;
+ * an announced put of key that failed; an announcement that is over (its
+ * put is here, or its time is up: tell the cluster when tell). */
+void put_tell_pending(struct store *st, const void *key, size_t len, bool on);
+bool put_still_coming(struct store *st, const void *key, size_t len);
+void put_announced_failed(struct store *st, const void *key, size_t len);
+void put_announced_over(struct store *st, struct object *a, bool tell);
 /* Why nothing more can be evicted from t, for error messages. */
 void tier_explain(const struct store *st, const struct tier *t, char *buf, size_t len);
 /* Background work: watermarks, promotions.  True if it did something. */

@@ -17,7 +17,6 @@
  * The loop never waits for the disk.
  */
 #include <dirent.h>
-#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -136,7 +135,8 @@ struct disk {
 	int last_err;                  /* errno of the latest failed write */
 	/* recovery (see recover()): the thread's stack, and the loop's part
 	 * of it not indexed yet, in order */
-	pthread_t rec_thread;
+	struct worker *rec_wk;         /* one thread while recovering */
+	struct work rec_work;          /* its one piece: the whole walk */
 	bool rec_running, rec_stop, rec_thread_done, recovering;
 	struct found *rec_found;
 	size_t rec_n;
@@ -316,14 +316,12 @@ struct rec_item {
 
 #define RECOVER_BATCH 1024
 
-static void *recover_main(void *arg)
+static void recover_run(struct work *w)
 {
-	struct disk *k = arg;
+	struct disk *k = (struct disk *) ((char *) w - offsetof(struct disk, rec_work));
 	uint8_t *buf = aligned_alloc(DISK_ALIGN, DISK_ALIGN);
 	unsigned pause_ms = store_config(k->st)->test.recovery_pause_ms;
 	uint64_t one = 1;
-
-	loop_helper_thread("recover", true);
 
 	for (size_t i = 0; buf && i < k->rec_n && !__atomic_load_n(&k->rec_stop, __ATOMIC_ACQUIRE);
 	     i++) {
@@ -366,9 +364,9 @@ static void *recover_main(void *arg)
 	}
 	free(buf);
 	__atomic_store_n(&k->rec_thread_done, true, __ATOMIC_RELEASE);
-	if (write(k->efd, &one, sizeof(one)) < 0)
-		return NULL;
-	return NULL;
+	if (write(k->efd, &one, sizeof(one)) < 0) {
+		/* the counter is full: the loop is awake anyway */
+	}
 }
 
 /* Loop: index one recovered record. */
@@ -426,7 +424,8 @@ static bool recover_poll(struct disk *k)
 		return true;
 	if (__atomic_load_n(&k->rec_thread_done, __ATOMIC_ACQUIRE) &&
 	    k->rec_taken == __atomic_load_n(&k->rec_posted, __ATOMIC_ACQUIRE)) {
-		pthread_join(k->rec_thread, NULL);
+		worker_free(k->rec_wk); /* its walk is over: the thread ends */
+		k->rec_wk = NULL;
 		k->rec_running = false;
 		k->recovering = false;
 		k->c.skipped += __atomic_load_n(&k->rec_skipped, __ATOMIC_RELAXED);
@@ -489,8 +488,14 @@ static int recover(struct disk *k)
 	k->rec_found = f;
 	k->rec_n = n;
 	k->recovering = true;
-	r = -pthread_create(&k->rec_thread, NULL, recover_main, k);
+	r = worker_new(NULL, "recover", 1, WORKER_BATCH, &k->rec_wk); /* no done() */
+	if (r == 0) {
+		k->rec_work = (struct work) { .run = recover_run };
+		r = worker_submit(k->rec_wk, &k->rec_work);
+	}
 	if (r < 0) {
+		worker_free(k->rec_wk);
+		k->rec_wk = NULL;
 		k->recovering = false;
 		free(f);
 		k->rec_found = NULL;
@@ -667,7 +672,7 @@ void disk_free(struct disk *k)
 		return;
 	if (k->rec_running) {
 		__atomic_store_n(&k->rec_stop, true, __ATOMIC_RELEASE);
-		pthread_join(k->rec_thread, NULL);
+		worker_free(k->rec_wk); /* the walk stops at its next record */
 		for (int i = 0; i < 2; i++) {
 			struct rec_item *it = i ? k->rec_mine : k->rec_ready, *next;
 

@@ -36,10 +36,11 @@ void store_remove_listener(struct store *st, struct store_listener *l)
 
 /* Each listener's handler of an event, if its table is new enough to have
  * that slot (a table is never shorter than its version says). */
-#define EMIT(st, slot, ...)                                                         \
+#define EMIT_V(st, v, slot, ...)                                                    \
 	for (struct store_listener *l_ = (st)->listeners; l_; l_ = l_->next)        \
-		if (l_->events->version >= 1 && l_->events->slot)                   \
-			l_->events->slot(l_->data, __VA_ARGS__)
+		if (l_->events->version >= (v) && l_->events->slot)                 \
+			l_->events->slot(__VA_ARGS__)
+#define EMIT(st, slot, ...) EMIT_V(st, 1, slot, l_->data, __VA_ARGS__)
 
 void store_emit_published(struct store *st, struct object *o)
 {
@@ -59,4 +60,9 @@ void store_emit_pending(struct store *st, const char *key, size_t len, bool on)
 void store_emit_removed(struct store *st, const void *key, size_t len, bool prefix)
 {
 	EMIT(st, removed, key, len, prefix);
+}
+
+void store_emit_space_freed(struct store *st)
+{
+	EMIT_V(st, 2, space_freed, l_->data);
 }

@@ -42,7 +42,7 @@ struct stats {
  * loop, inside the call that caused it: a listener queues its work and
  * never calls back into the store.
  */
-#define STORE_EVENTS_VERSION 1
+#define STORE_EVENTS_VERSION 2
 
 struct store_events {
 	uint32_t version; /* STORE_EVENTS_VERSION the listener was built with */
@@ -56,6 +56,9 @@ struct store_events {
 	/* a client removed key (prefix: every key starting with it; empty:
 	 * all): every other copy goes too */
 	void (*removed)(void *data, const void *key, size_t len, bool prefix);
+	/* (version 2) a copy below ended, written or not: memory may have
+	 * room now for what waited for it (parked puts, reads back) */
+	void (*space_freed)(void *data);
 };
 
 struct store_listener {
@@ -78,6 +81,7 @@ void store_emit_published(struct store *st, struct object *o);
 void store_emit_forgotten(struct store *st, struct object *o);
 void store_emit_pending(struct store *st, const char *key, size_t len, bool on);
 void store_emit_removed(struct store *st, const void *key, size_t len, bool prefix);
+void store_emit_space_freed(struct store *st);
 
 /* A store for cfg on loop: its index, its memory tiers (their pages from
  * NUMA node numa_node only, when >= 0), its maintenance on the loop's idle
@@ -223,10 +227,9 @@ bool store_below_unhold(struct store *st, struct object *o);
 /* o's copy below began, ended or failed: o is put on the lists its state
  * calls for (the least recent end with at_tail). */
 void store_below_changed(struct store *st, struct object *o, bool at_tail);
-/* A copy ended (written or not): requests waiting for space look again;
- * and the count of those ends, to tell whether one happened since. */
+/* A copy ended (written or not): whoever waits for space hears of it
+ * (the space_freed event). */
 void store_space_freed(struct store *st);
-uint64_t store_space_seq(const struct store *st);
 /* Reading o's copy back into memory: a place in the first memory tier
  * (0, or -EAGAIN while what could give way has no copy below yet: retry
  * after a copy ends, or -ENOSPC); then the bytes are in and checked

@@ -313,12 +313,7 @@ bool store_object_resident(const struct object *o)
 
 void store_space_freed(struct store *st)
 {
-	st->space_seq++;
-}
-
-uint64_t store_space_seq(const struct store *st)
-{
-	return st->space_seq;
+	store_emit_space_freed(st);
 }
 
 int store_readmit_place(struct store *st, struct object *o, struct shm_block **ret_place,

@@ -143,7 +143,8 @@ struct disk {
 	uint64_t rec_posted, rec_taken, rec_skipped;
 	struct rec_item *rec_ready, *rec_mine, **rec_mine_tail;
 	struct disk_io *space_wait;    /* reads waiting for dram (qnext) */
-	uint64_t space_seen, space_check_ms;
+	bool space_freed;              /* a copy ended since reads last looked */
+	uint64_t space_check_ms;
 	struct disk_counters c;
 };
 
@@ -211,9 +212,15 @@ static void on_published(void *data, struct object *o)
 	dirty_update(data, o);
 }
 
+static void on_space_freed(void *data)
+{
+	((struct disk *) data)->space_freed = true;
+}
+
 static const struct store_events disk_events = {
 	.version = STORE_EVENTS_VERSION,
 	.published = on_published,
+	.space_freed = on_space_freed,
 };
 static void decode_record(struct disk *k, struct disk_io *io);
 static void read_finish(struct disk *k, struct disk_io *io, int r);
@@ -1256,9 +1263,9 @@ static bool retry_landing(struct disk *k)
 	struct disk_io *list = k->space_wait;
 	bool did = false;
 
-	if (!list || (k->space_seen == store_space_seq(st) && now_ms(st) < k->space_check_ms))
+	if (!list || (!k->space_freed && now_ms(st) < k->space_check_ms))
 		return false;
-	k->space_seen = store_space_seq(st);
+	k->space_freed = false;
 	k->space_check_ms = now_ms(st) + 100;
 	k->space_wait = NULL;
 	while (list) {

@@ -1044,9 +1044,9 @@ static unsigned retry_space(struct server *sv)
 	struct parked *list = sv->space_head;
 	unsigned n = 0;
 
-	if (!list || (sv->space_seen == store_space_seq(sv->st) && now_ms(sv->st) < list->deadline))
+	if (!list || (!sv->space_freed && now_ms(sv->st) < list->deadline))
 		return 0;
-	sv->space_seen = store_space_seq(sv->st);
+	sv->space_freed = false;
 	sv->space_head = sv->space_tail = NULL;
 	while (list) {
 		struct parked *p = list;
@@ -1217,9 +1217,22 @@ static void channel_copy_done(struct copy_job *j, int64_t r, const char *msg)
 	loop_client_turn(ch->s->sv->loop, LOOP_CLIENT_ANSWERED, ch);
 }
 
+static void on_space_freed(void *data)
+{
+	((struct server *) data)->space_freed = true;
+}
+
+/* Puts parked for space hear when a copy below ends. */
+static const struct store_events server_events = {
+	.version = STORE_EVENTS_VERSION,
+	.space_freed = on_space_freed,
+};
+
 int channel_init(struct server *sv)
 {
 	int r = loop_add_poller(sv->loop, poll_channels, channels_sleeping, sv, &sv->channels_src);
+
+	store_add_listener(sv->st, &sv->space_listener, &server_events, sv);
 
 	if (r == 0)
 		r = loop_add_timer(sv->loop, space_deadline, sv, &sv->space_timer);

@@ -173,6 +173,8 @@ int server_init(struct server *sv)
 
 void server_done(struct server *sv)
 {
+	if (sv->st)
+		store_remove_listener(sv->st, &sv->space_listener);
 	while (sv->sessions)
 		session_free(sv->sessions);
 	copier_done(sv);

@@ -79,7 +79,8 @@ struct server {
 	struct server_stats stats;
 
 	struct parked *space_head, *space_tail; /* puts waiting for a spill (channel.c) */
-	uint64_t space_seen;                    /* store's space_seq when last retried */
+	bool space_freed;                       /* a copy below ended since the last retry */
+	struct store_listener space_listener;   /* ...which the store tells */
 	/* lookups waiting for a put in flight, oldest (first to give up) first */
 	struct parked *put_wait_head, *put_wait_tail;
 	struct session *sessions; /* doubly linked through session->next/prev */

@@ -30,7 +30,6 @@ struct store {
 	struct below below;    /* what holds copies below memory: the disk tier */
 	struct remote remote;  /* other nodes (the cluster), or nothing */
 	struct store_listener *listeners; /* in the order they were added */
-	uint64_t space_seq;        /* bumped when a spill ends: waiters retry */
 	struct object **promote_q; /* objects waiting to move up */
 	size_t n_promote, cap_promote;
 	struct loop_source *maintain_src;

@@ -41,7 +41,7 @@ void object_place_used(struct store *st, struct object *o, uint32_t used);
 /* Allocate len bytes in t, evicting unused objects when it is full.
  * -ENOSPC: everything left is protected; -EAGAIN: what could give way has
  * not reached the disk tier yet (its spill was started: retry when a spill
- * ends, st->space_seq). */
+ * ends: the space_freed event). */
 int tier_alloc(struct store *st, struct tier *t, uint64_t len, struct shm_block **ret);
 /* Evict from t (NULL = every tier): leaves of prefix chains first, least
  * recently used first, unpinned before soft-pinned, never protected ones. */

@@ -15,7 +15,6 @@
 struct worker_thread {
 	struct worker *wk;
 	pthread_t th;
-	bool started;
 	struct work *queue; /* handoff.h stack */
 	struct handoff_bell wake;
 };
@@ -134,10 +133,8 @@ int worker_new(struct loop *loop, const char *name, unsigned n_threads, enum wor
 	for (unsigned i = 0; r == 0 && i < n_threads; i++) {
 		wk->t[i].wk = wk;
 		r = -pthread_create(&wk->t[i].th, NULL, worker_main, &wk->t[i]);
-		if (r == 0) {
-			wk->t[i].started = true;
-			wk->n++;
-		}
+		if (r == 0)
+			wk->n++; /* threads 0..n-1 run */
 	}
 	if (r < 0) {
 		worker_free(wk);
@@ -155,8 +152,7 @@ void worker_free(struct worker *wk)
 	for (unsigned i = 0; i < wk->n; i++)
 		handoff_bell_ring(&wk->t[i].wake);
 	for (unsigned i = 0; i < wk->n; i++)
-		if (wk->t[i].started)
-			pthread_join(wk->t[i].th, NULL);
+		pthread_join(wk->t[i].th, NULL);
 	if (wk->loop)
 		worker_poll(wk);
 	loop_source_free(wk->bell);

@@ -137,7 +137,7 @@ struct disk {
 	 * of it not indexed yet, in order */
 	struct worker *rec_wk;         /* one thread while recovering */
 	struct work rec_work;          /* its one piece: the whole walk */
-	bool rec_running, rec_stop, rec_thread_done, recovering;
+	bool rec_stop, rec_thread_done, recovering;
 	struct found *rec_found;
 	size_t rec_n;
 	uint64_t rec_posted, rec_taken, rec_skipped;
@@ -433,7 +433,6 @@ static bool recover_poll(struct disk *k)
 	    k->rec_taken == __atomic_load_n(&k->rec_posted, __ATOMIC_ACQUIRE)) {
 		worker_free(k->rec_wk); /* its walk is over: the thread ends */
 		k->rec_wk = NULL;
-		k->rec_running = false;
 		k->recovering = false;
 		k->c.skipped += __atomic_load_n(&k->rec_skipped, __ATOMIC_RELAXED);
 		free(k->rec_found);
@@ -508,7 +507,6 @@ static int recover(struct disk *k)
 		k->rec_found = NULL;
 		return r;
 	}
-	k->rec_running = true;
 	log_info("recovering %zu records from %s while serving", n, k->dir);
 	return 0;
 }
@@ -677,7 +675,7 @@ void disk_free(struct disk *k)
 {
 	if (!k)
 		return;
-	if (k->rec_running) {
+	if (k->rec_wk) { /* still recovering */
 		__atomic_store_n(&k->rec_stop, true, __ATOMIC_RELEASE);
 		worker_free(k->rec_wk); /* the walk stops at its next record */
 		for (int i = 0; i < 2; i++) {

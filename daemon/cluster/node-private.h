@@ -133,7 +133,6 @@ struct node {
 	struct xfer *xfer;
 	struct presum *presum;         /* checksums taken ahead (presum.c) */
 	struct holder h;               /* views of objects being pushed */
-	struct loop_source *xfer_poller;
 	struct {
 		uint64_t remote_hits, remote_misses, remote_bytes_in, remote_bytes_out;
 		uint64_t remote_errors, remote_corrupt, served, serve_errors;

@@ -213,7 +213,7 @@ static void run_pushes(struct node *n, struct xjob **jobs, unsigned k, uint64_t 
 		} else {
 			break;
 		}
-		handoff_push_wake(&x->done, jobs[done], next, x->bell);
+		xfer_hand_back(n, jobs[done]);
 	}
 	if (fd >= 0 && r == 0)
 		xfer_idle_put(x, address, fd, rd);
@@ -222,14 +222,14 @@ static void run_pushes(struct node *n, struct xjob **jobs, unsigned k, uint64_t 
 	for (; r == -ETIMEDOUT && done < k; done++) {
 		/* the target is not answering: the ones behind end too */
 		jobs[done]->res = -ETIMEDOUT;
-		handoff_push_wake(&x->done, jobs[done], next, x->bell);
+		xfer_hand_back(n, jobs[done]);
 	}
 	for (; done < k; done++) { /* the connection broke: each on its own */
 		struct rpush *p = jobs[done]->owner;
 
 		p->digested = false;
 		run_push(p, jobs[done], timeout_ms, corrupt);
-		handoff_push_wake(&x->done, jobs[done], next, x->bell);
+		xfer_hand_back(n, jobs[done]);
 	}
 }
 

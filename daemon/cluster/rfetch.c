@@ -260,11 +260,11 @@ static uint64_t fetch_deadline(const struct rfetch *rf, uint64_t moved)
 
 /* A fetch out of time before it was asked for: it ends without a word to
  * its holder (which is not thereby sick: it may be the one ahead that is). */
-static void fetch_expire(struct xfer *x, struct xjob *j)
+static void fetch_expire(struct node *n, struct xjob *j)
 {
 	((struct rfetch *) j->owner)->expired = true;
 	j->res = -ETIMEDOUT;
-	handoff_push_wake(&x->done, j, next, x->bell);
+	xfer_hand_back(n, j);
 }
 
 /* moved: when the holder last answered (0: not lately). */
@@ -285,7 +285,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 	memcpy(address, ((struct rfetch *) jobs[0]->owner)->addr[0], sizeof(address));
 	for (unsigned i = 0; i < k; i++)
 		if (fetch_deadline(jobs[i]->owner, moved) <= now)
-			fetch_expire(x, jobs[i]);
+			fetch_expire(n, jobs[i]);
 		else
 			jobs[live++] = jobs[i];
 	k = live;
@@ -345,7 +345,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 			if (r < 0)
 				break;
 			fetch_result(j);
-			handoff_push_wake(&x->done, j, next, x->bell);
+			xfer_hand_back(n, j);
 		}
 	}
 	if (fd >= 0 && r == 0)
@@ -356,11 +356,11 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 		/* no second try for this one; the holder is not answering
 		 * the ones behind it in time either after a timeout */
 		jobs[done]->res = r;
-		handoff_push_wake(&x->done, jobs[done], next, x->bell);
+		xfer_hand_back(n, jobs[done]);
 		done++;
 		for (; r == -ETIMEDOUT && done < k; done++) {
 			jobs[done]->res = -ETIMEDOUT;
-			handoff_push_wake(&x->done, jobs[done], next, x->bell);
+			xfer_hand_back(n, jobs[done]);
 		}
 	}
 	for (unsigned i = 0; i < n_again; i++) {
@@ -370,11 +370,11 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 			run_fetch(rf, again[i], mono_ms() + timeout_ms, 1);
 		else
 			fetch_result(again[i]); /* -ENOENT or -EIO, as the holder said */
-		handoff_push_wake(&x->done, again[i], next, x->bell);
+		xfer_hand_back(n, again[i]);
 	}
 	for (; done < k; done++) { /* the connection broke: each on its own */
 		run_fetch(jobs[done]->owner, jobs[done], mono_ms() + timeout_ms, 0);
-		handoff_push_wake(&x->done, jobs[done], next, x->bell);
+		xfer_hand_back(n, jobs[done]);
 	}
 }
 
@@ -677,16 +677,16 @@ void remote_expire(struct node *n, uint64_t now)
 void remote_fetch_all(struct node *n, const char *const *keys, const uint64_t *lens, size_t k,
 		      const char *address, void (*tick)(void *u), void *u, bool *got)
 {
-	/* the data threads find them queued together (a loop never takes
-	 * this lock; a fuzzer wants the same run every time) */
-	pthread_mutex_lock(&n->xfer->lock);
+	/* the data threads find them queued together (a fuzzer wants the
+	 * same run every time) */
+	xfer_hold(n);
 	for (size_t i = 0; i < k; i++) {
 		struct fetch *f;
 
 		dc_put(n, keys[i], strlen(keys[i]), true, "peer", address, lens[i]);
 		remote_locate(n, keys[i], strlen(keys[i]), &f);
 	}
-	pthread_mutex_unlock(&n->xfer->lock);
+	xfer_release(n);
 	while (n->fetches.n_rfetches || n->fetches.n_backlog) {
 		tick(u);
 		if (!xfer_poll(n))
@@ -722,7 +722,7 @@ static void fetch_run(struct node *n, struct xjob **jobs, unsigned k)
 		return;
 	}
 	if (fetch_deadline(rf, moved) <= mono_ms()) {
-		fetch_expire(x, jobs[0]);
+		fetch_expire(n, jobs[0]);
 		return;
 	}
 	run_fetch(rf, jobs[0], fetch_deadline(rf, moved), 0);

@@ -12,13 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "blocking.h"
 #include "handoff.h"
 #include "log.h"
+#include "worker.h"
 #include "node-private.h"
 #include "xfer.h"
 
@@ -261,41 +262,6 @@ uint64_t xfer_moved(struct xfer *x, const char *address)
 	return v;
 }
 
-/* Of the `same` jobs like jobs[0] at the head of queue qi, this thread's
- * share (the queue's other threads take the rest), at most PIPE_MAX in
- * all, into jobs behind jobs[0]; how many in all.  Under x->lock. */
-static unsigned take_share(struct node *n, unsigned qi, struct xjob **jobs, unsigned same)
-{
-	struct xfer *x = n->xfer;
-	unsigned streams = n->streams ? n->streams : 2, k = 1;
-	unsigned share = (same + 1 + streams - 1) / streams;
-
-	while (k < share && k < PIPE_MAX) {
-		jobs[k++] = x->q[qi].head;
-		x->q[qi].head = x->q[qi].head->next;
-	}
-	if (!x->q[qi].head)
-		x->q[qi].tail = &x->q[qi].head;
-	return k;
-}
-
-/* Data thread: j (taken from queue qi) and the jobs right behind it that
- * may run with it, its share of them (the queue's other threads take the
- * rest), into jobs; how many.  Under x->lock. */
-static unsigned take_batch(struct node *n, unsigned qi, struct xjob *j, struct xjob **jobs)
-{
-	struct xfer *x = n->xfer;
-	unsigned same = 0;
-
-	jobs[0] = j;
-	if (!j->ops->joins)
-		return 1;
-	for (struct xjob *q = x->q[qi].head;
-	     q && q->ops == j->ops && j->ops->joins(n, j, q) && same < 4 * PIPE_MAX; q = q->next)
-		same++;
-	return same ? take_share(n, qi, jobs, same) : 1;
-}
-
 /* The peer a job of queue 0 works for (NULL: none). */
 static const char *job_peer(const struct xjob *j)
 {
@@ -303,7 +269,7 @@ static const char *job_peer(const struct xjob *j)
 }
 
 /* The count of threads at work for peer (NULL: no peer, or the table is
- * full: not limited).  Under x->lock. */
+ * full: not limited).  Under the fetch worker's lock. */
 static unsigned *peer_busy(struct xfer *x, const char *peer)
 {
 	unsigned *free_slot = NULL;
@@ -324,100 +290,147 @@ static unsigned *peer_busy(struct xfer *x, const char *peer)
 	return free_slot;
 }
 
-/* The first job of queue qi this thread may run: one for a peer with
- * fewer than per_peer threads at work (queue 1, serving, is not limited),
- * out of the queue, with *ret_busy its peer's count and *ret_head whether
- * it was first; NULL when there is none.  Under x->lock. */
-static struct xjob *take_next(struct xfer *x, unsigned qi, unsigned **ret_busy, bool *ret_head)
+_Static_assert(PIPE_MAX <= WORKER_TAKE_MAX, "a run of jobs fits what a worker takes");
+
+static struct xjob *job_of(struct work *w)
 {
-	struct xjob **pp = &x->q[qi].head, *j;
+	return (struct xjob *) ((char *) w - offsetof(struct xjob, w));
+}
+
+/* Of the jobs right behind j that may run with it (one connection, asked
+ * ahead), this thread's share (the queue's other threads take the rest),
+ * with j at most max in all, into run[1..); how many in all. */
+static unsigned take_batch(struct node *n, struct xjob *j, struct work **run, unsigned max)
+{
+	unsigned streams = n->streams ? n->streams : 2, same = 0, share, k = 1;
+	struct work *q;
+
+	run[0] = &j->w;
+	if (!j->ops->joins)
+		return 1;
+	for (q = j->w.next; q && job_of(q)->ops == j->ops && j->ops->joins(n, j, job_of(q)) &&
+			    same < 4 * PIPE_MAX;
+	     q = q->next)
+		same++;
+	share = (same + 1 + streams - 1) / streams;
+	for (q = j->w.next; k < share && k < max && k < PIPE_MAX; q = q->next)
+		run[k++] = q;
+	return k;
+}
+
+/* A data thread's next jobs: the first one for a peer with fewer than
+ * per_peer threads at work (serving is not limited), with the ones right
+ * behind it that may share its connection when it is first in the queue;
+ * *hold: its peer's count, taken.  Under the worker's lock. */
+static unsigned xfer_take(void *data, struct work *head, struct work **run, unsigned max,
+			  void **hold)
+{
+	struct xqueue *xq = data;
+	struct xfer *x = xq->n->xfer;
 	unsigned scanned = 0;
 
-	*ret_busy = NULL;
-	for (; *pp && scanned < PEER_SCAN_MAX; pp = &(*pp)->next, scanned++) {
-		unsigned *b = qi == 0 ? peer_busy(x, job_peer(*pp)) : NULL;
+	for (struct work *w = head; w && scanned < PEER_SCAN_MAX; w = w->next, scanned++) {
+		struct xjob *j = job_of(w);
+		unsigned *b = xq->qi == 0 ? peer_busy(x, job_peer(j)) : NULL;
 
 		if (b && *b >= x->per_peer)
 			continue;
-		j = *pp;
-		*pp = j->next;
-		if (x->q[qi].tail == &j->next)
-			x->q[qi].tail = pp;
-		*ret_busy = b;
-		*ret_head = scanned == 0;
-		return j;
+		if (b)
+			(*b)++;
+		*hold = b;
+		if (scanned == 0)
+			return take_batch(xq->n, j, run, max);
+		run[0] = w;
+		return 1;
 	}
-	return NULL;
+	return 0;
 }
 
-static void *data_main(void *arg)
+/* Its peer may take a thread again.  Under the worker's lock. */
+static void xfer_ran(void *data, void *hold)
 {
-	const struct thread_arg *ta = arg;
-	struct node *n = ta->n;
-	struct xfer *x = n->xfer;
-	unsigned qi = ta->q;
+	(void) data;
+	(*(unsigned *) hold)--;
+}
 
-	loop_helper_thread(qi ? "serve" : "fetch", false);
-	blk_set_poll_window(POLL_WINDOW_X * (uint64_t) n->cfg->poll_us);
-	for (;;) {
-		uint32_t seq = handoff_bell_seq(&x->q[qi].wake);
-		/* read before the queue: a job queued before the stop is run */
-		bool stopping = __atomic_load_n(&x->stop, __ATOMIC_ACQUIRE);
-		struct xjob *in, *j, *run[PIPE_MAX];
-		unsigned k = 1, *busy = NULL;
-		bool more, head = false, any;
+static void xfer_run(void *data, struct work **run, unsigned k)
+{
+	struct xqueue *xq = data;
+	struct xjob *jobs[WORKER_TAKE_MAX];
 
-		pthread_mutex_lock(&x->lock);
-		in = handoff_take_fifo(&x->q[qi].incoming, next);
-		if (in) {
-			*x->q[qi].tail = in;
-			while (in->next)
-				in = in->next;
-			x->q[qi].tail = &in->next;
-		}
-		j = take_next(x, qi, &busy, &head);
-		if (j && head)
-			k = take_batch(n, qi, j, run);
-		else if (j)
-			run[0] = j;
-		if (busy)
-			(*busy)++;
-		more = x->q[qi].head != NULL;
-		any = more;
-		pthread_mutex_unlock(&x->lock);
-		if (!j) {
-			/* nothing, or only jobs for peers at their limit: a
-			 * thread that ends its job rings */
-			if (stopping && !any)
-				break;
-			handoff_bell_wait(&x->q[qi].wake, seq, 0);
-			continue;
-		}
-		if (more) /* the next job for another thread of this queue */
-			handoff_bell_ring(&x->q[qi].wake);
-		j->ops->run(n, run, k); /* each handed back as it ends */
-		if (busy) {
-			/* its peer may take a thread again: the jobs left wait
-			 * for one */
-			pthread_mutex_lock(&x->lock);
-			(*busy)--;
-			more = x->q[qi].head != NULL;
-			pthread_mutex_unlock(&x->lock);
-			if (more)
-				handoff_bell_ring(&x->q[qi].wake);
-		}
-	}
-	return NULL;
+	for (unsigned i = 0; i < k; i++)
+		jobs[i] = job_of(run[i]);
+	jobs[0]->ops->run(xq->n, jobs, k); /* each handed back as it ends */
+}
+
+static void xfer_thread_start(void *data)
+{
+	struct xqueue *xq = data;
+
+	blk_set_poll_window(POLL_WINDOW_X * (uint64_t) xq->n->cfg->poll_us);
+}
+
+static const struct worker_choice xfer_choice = {
+	.thread_start = xfer_thread_start,
+	.take = xfer_take,
+	.run = xfer_run,
+	.ran = xfer_ran,
+};
+
+static void xjob_done(struct work *w)
+{
+	struct xjob *j = job_of(w);
+
+	j->ops->done(j->n, j);
+}
+
+static void xjob_drop(struct work *w)
+{
+	struct xjob *j = job_of(w);
+
+	if (j->ops->drop)
+		j->ops->drop(j); /* a push's view goes with the holder */
 }
 
 /* Loop: never waits. */
 void xfer_queue(struct node *n, struct xjob *j)
 {
 	struct xfer *x = n->xfer;
-	unsigned qi = j->ops->queue;
 
-	if (handoff_push(&x->q[qi].incoming, j, next))
-		handoff_bell_ring(&x->q[qi].wake);
+	j->n = n;
+	j->w.run = NULL; /* the worker's choice runs it */
+	j->w.done = xjob_done;
+	j->w.next = NULL;
+	if (x->holding && j->ops->queue == 0) {
+		*x->held_tail = &j->w;
+		x->held_tail = &j->w.next;
+		x->n_held++;
+		return;
+	}
+	worker_submit(x->q[j->ops->queue].wk, &j->w);
+}
+
+void xfer_hold(struct node *n)
+{
+	struct xfer *x = n->xfer;
+
+	x->holding = true;
+	x->held = NULL;
+	x->held_tail = &x->held;
+	x->n_held = 0;
+}
+
+void xfer_release(struct node *n)
+{
+	struct xfer *x = n->xfer;
+	struct work *last = x->held;
+
+	x->holding = false;
+	for (size_t i = 1; i < x->n_held; i++)
+		last = last->next;
+	if (x->n_held)
+		worker_submit_chain(x->q[0].wk, x->held, last, x->n_held);
+	x->held = NULL;
 }
 
 /* An object's bytes moved in or out, and by which transport. */
@@ -434,38 +447,29 @@ void xfer_count_bytes(struct node *n, bool in, bool rdma, uint64_t len)
 
 void xfer_hand_back(struct node *n, struct xjob *j)
 {
-	handoff_push_wake(&n->xfer->done, j, next, n->xfer->bell);
+	worker_hand_back(n->xfer->q[j->ops->queue].wk, &j->w);
 }
 
 bool xfer_poll(void *u)
 {
 	struct node *n = u;
 	struct xfer *x = n->xfer;
-	struct xjob *list = handoff_collect(&x->done, x->bell);
+	bool a = worker_run_done(x->q[0].wk), b = worker_run_done(x->q[1].wk);
 
-	if (!list)
-		return false;
-	while (list) {
-		struct xjob *j = list;
-
-		list = j->next;
-		j->ops->done(n, j);
-	}
-	return true;
+	return a || b;
 }
 
 int xfer_init(struct node *n)
 {
 	struct xfer *x = calloc(1, sizeof(*x));
 	const struct test_hooks *t = &n->cfg->test;
+	unsigned streams = n->streams ? n->streams : 2;
 	int r;
 
 	if (!x)
 		return -ENOMEM;
 	n->xfer = x;
 	pthread_mutex_init(&x->lock, NULL);
-	for (unsigned i = 0; i < 2; i++)
-		x->q[i].tail = &x->q[i].head;
 	x->corrupt = t->corrupt_peer_send;
 	if (x->corrupt)
 		log_warn("KVCACHE_TEST_CORRUPT_PEER_SEND: every object served is sent damaged");
@@ -475,25 +479,17 @@ int xfer_init(struct node *n)
 		log_warn("KVCACHE_TEST_BOGUS_RDMA: peers are told a damaged %s",
 			 t->bogus_rdma == 'r' ? "rkey" : "address");
 	}
-	x->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (x->bell < 0)
-		return -errno;
-	r = loop_add_doorbell(n->loop, x->bell, &x->bell_src);
-	if (r < 0)
-		return r;
-	r = loop_add_poller(n->loop, xfer_poll, NULL, n, &n->xfer_poller);
-	if (r < 0)
-		return r;
-	x->per_peer = n->streams ? n->streams : 2;
+	x->per_peer = streams;
+	for (unsigned i = 0; i < 2; i++)
+		x->q[i] = (struct xqueue) { .n = n, .qi = i };
 	/* a thread per stream and queue, and one more fetching for the
 	 * peers another one is not holding up */
-	for (unsigned streams = n->streams ? n->streams : 2; x->n_th < 2 * streams + 1; x->n_th++) {
-		x->args[x->n_th] = (struct thread_arg) { n, x->n_th < 2 * streams ? x->n_th % 2 : 0 };
-		r = -pthread_create(&x->th[x->n_th], NULL, data_main, &x->args[x->n_th]);
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	r = worker_new_shared(n->loop, "fetch", streams + 1, WORKER_NORMAL, &xfer_choice, &x->q[0],
+			      &x->q[0].wk);
+	if (r == 0)
+		r = worker_new_shared(n->loop, "serve", streams, WORKER_NORMAL, &xfer_choice,
+				      &x->q[1], &x->q[1].wk);
+	return r;
 }
 
 void xfer_done(struct node *n)
@@ -502,43 +498,11 @@ void xfer_done(struct node *n)
 
 	if (!x)
 		return;
-	__atomic_store_n(&x->stop, true, __ATOMIC_RELEASE);
-	for (unsigned i = 0; i < x->n_th; i++) /* one sleeper each */
-		handoff_bell_ring(&x->q[i % 2].wake);
-	for (unsigned i = 0; i < x->n_th; i++)
-		pthread_join(x->th[i], NULL);
+	/* the threads run what was queued; jobs whose end was not heard go */
+	for (unsigned i = 0; i < 2; i++)
+		worker_free_dropping(x->q[i].wk, xjob_drop);
 	for (unsigned i = 0; i < x->n_idle; i++)
 		close(x->idle[i].fd);
-	/* jobs never started or never collected: their owners go */
-	for (unsigned i = 0; i < 2; i++) {
-		struct xjob *in = handoff_take(&x->q[i].incoming);
-
-		if (in) { /* the threads run everything queued; for form's sake */
-			*x->q[i].tail = in;
-			while (in->next)
-				in = in->next;
-			x->q[i].tail = &in->next;
-		}
-		while (x->q[i].head) {
-			struct xjob *j = x->q[i].head;
-
-			x->q[i].head = j->next;
-			if (j->ops->drop)
-				j->ops->drop(j); /* a push's view goes with the holder */
-		}
-	}
-	while (x->done) {
-		struct xjob *j = x->done;
-
-		x->done = j->next;
-		if (j->ops->drop)
-			j->ops->drop(j);
-	}
-	loop_source_free(n->xfer_poller);
-	n->xfer_poller = NULL;
-	loop_source_free(x->bell_src);
-	if (x->bell >= 0)
-		close(x->bell);
 	pthread_mutex_destroy(&x->lock);
 	free(x);
 	n->xfer = NULL;

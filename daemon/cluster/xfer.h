@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "handoff.h"
+#include "worker.h"
 #include "peer.pb-c.h"
 #include "peer-wire.h"
 
@@ -45,10 +45,11 @@ struct xjob_ops {
 };
 
 struct xjob {
-	struct xjob *next;
+	struct work w;       /* the data threads' (worker.h) */
 	const struct xjob_ops *ops;
 	int res;
 	void *owner;         /* struct rfetch, rpush or pserve */
+	struct node *n;
 };
 
 /* Data connections kept open between fetches (a fresh TCP connection
@@ -61,35 +62,33 @@ struct idle_conn {
 	char addr[PEER_MAX_ID + 1];
 };
 
+/* A queue and its threads (a shared worker, worker.h). */
+struct xqueue {
+	struct node *n;
+	unsigned qi;
+	struct worker *wk;
+};
+
 struct xfer {
-	struct idle_conn idle[IDLE_MAX];
-	unsigned n_idle;
-	/* data threads only (the loop never takes it): the idle connections
-	 * and the queues' jobs in order */
-	pthread_mutex_t lock;
 	/* two queues, each with its own threads, so that a slow peer being
 	 * served never holds up this node's own fetches, nor the reverse:
 	 * [0] fetches and pushes out, [1] serving (sends, pushed receives).
-	 * The loop pushes jobs onto `incoming` and rings `wake` (handoff.h):
-	 * it shares no lock or condition variable with the threads, so it
-	 * never waits on one (it was seen asleep in pthread_cond_signal()). */
-	struct {
-		struct xjob *incoming;
-		struct xjob *head, **tail;
-		struct handoff_bell wake;
-	} q[2];
-	struct xjob *done;      /* lock-free (handoff.h): the loop never waits */
-	bool stop;              /* atomic */
-	pthread_t th[2 * MAX_STREAMS + 1];
-	unsigned n_th;
-	struct thread_arg {
-		struct node *n;
-		unsigned q;
-	} args[2 * MAX_STREAMS + 1];
-	/* threads of queue 0 at work for each peer (under lock; a slot whose
-	 * count is 0 is free): at most per_peer at once, so the queue's one
-	 * thread more is always there for the others (a holder that stopped
-	 * answering held every thread until its deadline) */
+	 * The loop hands jobs over without a lock (worker.h): it was once
+	 * seen asleep in pthread_cond_signal(). */
+	struct xqueue q[2];
+	/* xfer_hold(): jobs kept to go together (loop) */
+	bool holding;
+	struct work *held, **held_tail;
+	size_t n_held;
+	/* data threads only (the loop never takes it): */
+	pthread_mutex_t lock;
+	struct idle_conn idle[IDLE_MAX]; /* under lock */
+	unsigned n_idle;
+	/* threads of queue 0 at work for each peer (under queue 0's worker's
+	 * lock; a slot whose count is 0 is free): at most per_peer at once,
+	 * so the queue's one thread more is always there for the others (a
+	 * holder that stopped answering held every thread until its
+	 * deadline) */
 	struct {
 		char addr[PEER_MAX_ID + 1];
 		unsigned busy;
@@ -102,8 +101,6 @@ struct xfer {
 		char addr[PEER_MAX_ID + 1];
 		uint64_t ms;
 	} moved[PEER_BUSY_MAX];
-	int bell;
-	struct loop_source *bell_src;
 	bool corrupt; /* tests: flip the first byte of what is served */
 	bool no_eager; /* tests: KVCACHE_TEST_NO_EAGER_PUSH=1, pushes wait for PushReady */
 	char bogus_rdma; /* tests: 'r' damaged rkeys, 'a' a damaged worker address */
@@ -111,6 +108,10 @@ struct xfer {
 
 /* Loop: a job for the data threads of its queue (never waits). */
 void xfer_queue(struct node *n, struct xjob *j);
+/* Loop: the fetches and pushes queued from here until xfer_release() go to the data
+ * threads together (fuzzers want the same run every time). */
+void xfer_hold(struct node *n);
+void xfer_release(struct node *n);
 /* Data thread: j ended (j->res): its ops' done runs on the loop. */
 void xfer_hand_back(struct node *n, struct xjob *j);
 /* A data connection to address kept from before, or -1 (*rdma: whether

@@ -572,7 +572,7 @@ int kvc_flush(struct kvc_client *c, int timeout_ms)
 {
 	Kvc__Request q = KVC__REQUEST__INIT;
 	Kvc__Response *resp;
-	struct timespec start, now;
+	usec_t start;
 	char msg[160];
 	int r;
 
@@ -583,7 +583,7 @@ int kvc_flush(struct kvc_client *c, int timeout_ms)
 	if (r < 0)
 		return r;
 	kvc__response__free_unpacked(resp, NULL);
-	clock_gettime(CLOCK_MONOTONIC, &start);
+	start = mono_us();
 	for (;;) {
 		uint64_t flushing = 0, pending = 0;
 
@@ -605,9 +605,7 @@ int kvc_flush(struct kvc_client *c, int timeout_ms)
 			client_set_msg(msg);
 			return err && err < 4096 ? -(int) err : -EIO;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (timeout_ms >= 0 && (now.tv_sec - start.tv_sec) * 1000 +
-					       (now.tv_nsec - start.tv_nsec) / 1000000 >= timeout_ms)
+		if (timeout_ms >= 0 && mono_us() - start >= (uint64_t) timeout_ms * USEC_PER_MSEC)
 			return -ETIMEDOUT;
 		nanosleep(&(struct timespec) { 0, 5 * 1000 * 1000 }, NULL);
 	}

@@ -703,17 +703,13 @@ int kvc_poll(struct kvc_client *c, struct kvc_completion *ret, size_t max)
 int kvc_wait(struct kvc_client *c, struct kvc_completion *ret, size_t min, size_t max,
 	     int timeout_ms)
 {
-	struct timespec ts;
-	uint64_t deadline = 0;
+	usec_t deadline = 0;
 	size_t got = 0;
 
 	if (!c || !ret || min > max || max == 0)
 		return -EINVAL;
-	if (timeout_ms >= 0) {
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		deadline = (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec +
-			   (uint64_t) timeout_ms * 1000000;
-	}
+	if (timeout_ms >= 0)
+		deadline = mono_us() + (uint64_t) timeout_ms * USEC_PER_MSEC;
 	for (;;) {
 		int r = chan_pop_async(c, ret + got, max - got);
 		int64_t left = -1;
@@ -722,9 +718,7 @@ int kvc_wait(struct kvc_client *c, struct kvc_completion *ret, size_t min, size_
 		if (got >= min && (got > 0 || min == 0))
 			return (int) got;
 		if (timeout_ms >= 0) {
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			left = (int64_t) (deadline - ((uint64_t) ts.tv_sec * 1000000000 +
-						      (uint64_t) ts.tv_nsec));
+			left = (int64_t) (deadline - mono_us());
 			if (left <= 0)
 				return got ? (int) got : -ETIMEDOUT;
 		}

@@ -30,9 +30,9 @@
 #include "client-private.h"
 #include "clock.h"
 
-#define SPIN_NS 50000             /* spin this long before sleeping */
-#define SPIN_SHORT_NS 2000        /* ...after a wait that outlasted that */
-#define SLEEP_TIMEOUT_NS 100000000 /* then check the daemon is alive */
+#define SPIN 50                   /* us: spin this long before sleeping */
+#define SPIN_SHORT 2              /* us: ...after a wait that outlasted that */
+#define SLEEP_MAX (100 * USEC_PER_MSEC) /* then check the daemon is alive */
 
 int chan_open(struct kvc_client *c)
 {
@@ -166,12 +166,13 @@ static bool daemon_gone(struct kvc_client *c)
 	return c->broken;
 }
 
-/* Sleep until something happens on the completion ring (or a timeout). */
+/* Sleep until something happens on the completion ring, or for `most`. */
 static void sleep_on_cq(struct kvc_client *c, bool (*ready)(struct kvc_client *, uint32_t),
-			uint32_t arg)
+			uint32_t arg, usec_t most)
 {
 	struct chan *ch = &c->chan;
-	struct timespec ts = { 0, SLEEP_TIMEOUT_NS };
+	struct timespec ts = { (time_t) (most / USEC_PER_SEC),
+			       (long) (most % USEC_PER_SEC * NSEC_PER_USEC) };
 	uint32_t seq;
 
 	__atomic_add_fetch(&ch->waiters, 1, __ATOMIC_SEQ_CST);
@@ -187,37 +188,39 @@ static void sleep_on_cq(struct kvc_client *c, bool (*ready)(struct kvc_client *,
 /*
  * Spin (reaping), then sleep, until ready(c, arg).  While any of the
  * channel's requests wait on another node (the daemon counts them in the
- * completion ring) the spin is SPIN_SHORT_NS: a client streaming a batch
+ * completion ring) the spin is SPIN_SHORT: a client streaming a batch
  * from another node waited out each answer's whole spin, on a two-CPU node
  * the CPU the transfers needed.
  */
 static int wait_until(struct kvc_client *c, bool (*ready)(struct kvc_client *, uint32_t),
-		      uint32_t arg, int64_t timeout_ns)
+		      uint32_t arg, int64_t timeout_us)
 {
 	struct chan *ch = &c->chan;
-	uint64_t start = mono_ns(), slept = 0, spin = SPIN_NS;
+	usec_t start = mono_us(), spin = SPIN, now, most;
+	uint64_t slept = 0;
 
 	for (unsigned spins = 0;; spins++) {
-		uint64_t now;
-
 		if (ready(c, arg))
 			return 0;
 		if (chan_reap(c) && ready(c, arg))
 			return 0;
 		if (spins == 64 && __atomic_load_n(&ch->cq.r->far, __ATOMIC_RELAXED))
-			spin = SPIN_SHORT_NS;
+			spin = SPIN_SHORT;
 		if (spins < 64) {
 			cpu_relax();
 			continue;
 		}
-		now = mono_ns();
-		if (timeout_ns >= 0 && now - start >= (uint64_t) timeout_ns)
+		now = mono_us();
+		if (timeout_us >= 0 && now - start >= (uint64_t) timeout_us)
 			return -ETIMEDOUT;
 		if (now - start < spin) {
 			cpu_relax();
 			continue;
 		}
-		sleep_on_cq(c, ready, arg);
+		most = SLEEP_MAX;
+		if (timeout_us >= 0 && (uint64_t) timeout_us - (now - start) < most)
+			most = (uint64_t) timeout_us - (now - start);
+		sleep_on_cq(c, ready, arg, most);
 		if (++slept % 4 == 0 && !ready(c, arg) && daemon_gone(c))
 			return -ECONNRESET;
 	}
@@ -454,7 +457,7 @@ static void *completion_fd_thread(void *arg)
 	uint64_t one = 1;
 
 	for (;;) {
-		int r = chan_wait_async(c, 20 * 1000000);
+		int r = chan_wait_async(c, 20 * USEC_PER_MSEC);
 
 		pthread_mutex_lock(&ch->cfd_lock);
 		if (ch->cfd_stop) {
@@ -568,7 +571,7 @@ int chan_pop_async(struct kvc_client *c, struct kvc_completion *ret, size_t max)
 	return (int) n;
 }
 
-int chan_wait_async(struct kvc_client *c, int64_t timeout_ns)
+int chan_wait_async(struct kvc_client *c, int64_t timeout_us)
 {
-	return wait_until(c, async_ready, 0, timeout_ns);
+	return wait_until(c, async_ready, 0, timeout_us);
 }

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include "clock.h"
 #include "kvcache/kvcache.h"
 #include "ring.h"
 #include "shmem.h"
@@ -134,7 +135,7 @@ int chan_push_to(struct chan *ch, uint32_t t, struct shm_sqe *e, uint32_t at, co
 /* Async completions (chan.c). */
 int chan_pop_async(struct kvc_client *c, struct kvc_completion *ret, size_t max);
 /* Until one is ready: 0, -ETIMEDOUT, -ECONNRESET. */
-int chan_wait_async(struct kvc_client *c, int64_t timeout_ns);
+int chan_wait_async(struct kvc_client *c, int64_t timeout_us);
 /* Stop kvc_completion_fd()'s thread and close its fd (before the channel
  * goes away). */
 void chan_completion_fd_done(struct kvc_client *c);

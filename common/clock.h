@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The one clock every part reads for deadlines, timeouts and durations:
- * the daemon, its network code, the client library and the tools.
- * CLOCK_MONOTONIC through the vDSO (no system call).  Its unit is the
- * microsecond; the millisecond and nanosecond forms are the same clock,
- * for the timeouts users give in ms and the client's sub-microsecond
- * spins.
+ * The one clock and the one unit.  Every part (the daemon, its network
+ * code, the master, the client library, the tools) reads CLOCK_MONOTONIC
+ * through this header (the vDSO: no system call), and every time point,
+ * deadline, timeout and duration a program keeps is a usec_t, in
+ * microseconds: the loop's timers, requests' deadlines, blocking calls'
+ * bounds, leases, back-offs.  Other units live only at the edges:
+ *   - what users give (--remote-timeout-ms, "lease_ttl_ms", kvc_wait()'s
+ *     timeout_ms) and what the wire carries is converted where it is read;
+ *   - a system call's own unit (poll()'s ms, a timespec) where it is made;
+ *   - a field packed for size says its unit in its name (an object's
+ *     used_ms: 32 bits of ms);
+ *   - mono_ns() only measures (latency histograms, benches).
  */
 #pragma once
 
@@ -31,7 +37,3 @@ static inline usec_t mono_us(void)
 	return mono_ns() / NSEC_PER_USEC;
 }
 
-static inline uint64_t mono_ms(void)
-{
-	return mono_us() / USEC_PER_MSEC;
-}

@@ -17,7 +17,7 @@
 #include "log.h"
 
 #define LOG_TOPIC "metrics"
-#define EXPORT_PERIOD_MS 500
+#define EXPORT_PERIOD (500 * USEC_PER_MSEC)
 #define MAX_FIGURES 768
 
 struct figure {
@@ -131,7 +131,7 @@ static void build(struct exporter *e, struct mtext *t)
 	mtext_sample(t, "kvcache_info", "gauge", "kvcached's version.", "version=\"" KVC_VERSION "\"",
 		     1);
 	mtext_sample(t, "kvcache_uptime_seconds", "gauge", "Seconds since kvcached started.", "",
-		     loop_now_ms(sv->loop) / 1000 - (uint64_t) sv->started.tv_sec);
+		     (loop_now(sv->loop) - sv->started) / USEC_PER_SEC);
 	mtext_sample(t, "kvcache_clients", "gauge", "Connected clients.", "", sv->n_sessions);
 	mtext_sample(t, "kvcache_objects", "gauge", "Objects stored, all tiers.", "",
 		     info.objects);
@@ -153,7 +153,7 @@ static void on_timer(struct loop_source *s, void *u)
 
 	build(e, &t);
 	metrics_publish(e->m, &t);
-	loop_timer_arm(s, loop_now_ms(e->sv->loop) + EXPORT_PERIOD_MS);
+	loop_timer_arm(s, loop_now(e->sv->loop) + EXPORT_PERIOD);
 }
 
 int export_new(struct server *sv, const struct config *cfg, struct exporter **ret)

@@ -186,7 +186,7 @@ int main(int argc, char **argv)
 			sizeof(d.sv.socket_path) - 1);
 		return 2;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &d.sv.started);
+	d.sv.started = mono_us();
 	if (d.cfg.config_path[0])
 		log_info("configuration read from %s", d.cfg.config_path);
 	set_up_process();

@@ -55,7 +55,8 @@ static void *prefault_main(void *arg)
 
 	loop_helper_thread("prefault", true);
 	for (unsigned i = 0; i < pf->n; i++) {
-		uint64_t t0 = mono_ms(), off, size = pf->mem[i].size;
+		usec_t t0 = mono_us();
+		uint64_t off, size = pf->mem[i].size;
 		uint8_t *base = pf->mem[i].base;
 
 		for (off = 0; off < size && !__atomic_load_n(&pf->stop, __ATOMIC_RELAXED);
@@ -70,7 +71,7 @@ static void *prefault_main(void *arg)
 		if (off >= size)
 			log_info("%s tier: %llu MiB faulted in (%llu ms)", pf->mem[i].name,
 				 (unsigned long long) (size >> 20),
-				 (unsigned long long) (mono_ms() - t0));
+				 (unsigned long long) ((mono_us() - t0) / USEC_PER_MSEC));
 		before += size;
 	}
 	return NULL;

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Bounded blocking socket I/O, for threads that may wait (never a loop):
- * every call ends by an absolute deadline in ms of CLOCK_MONOTONIC
- * (mono_ms()), and a value's bytes travel in checksummed chunks.
+ * every call ends by an absolute deadline on the one clock (mono_us()),
+ * and a value's bytes travel in checksummed chunks.
  */
 #include <endian.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -20,16 +21,18 @@
 
 
 /* Wait for fd to be ready until deadline: 0, -ETIMEDOUT or -errno. */
-int blk_wait(int fd, short ev, uint64_t deadline)
+int blk_wait(int fd, short ev, usec_t deadline)
 {
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = ev };
-		uint64_t now = mono_ms();
+		usec_t now = mono_us(), left;
 		int r;
 
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		r = poll(&p, 1, (int) (deadline - now));
+		/* poll() counts ms: rounded up, not to spin through the last one */
+		left = (deadline - now + USEC_PER_MSEC - 1) / USEC_PER_MSEC;
+		r = poll(&p, 1, left < INT_MAX ? (int) left : INT_MAX);
 		if (r > 0)
 			return 0;
 		if (r < 0 && errno != EINTR)
@@ -50,20 +53,20 @@ int blk_set_blocking(int fd, bool on)
 	return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
 }
 
-static int bound(int fd, int opt, uint64_t deadline)
+static int bound(int fd, int opt, usec_t deadline)
 {
-	uint64_t now = mono_ms(), left;
+	usec_t now = mono_us(), left;
 	struct timeval tv;
 
 	if (now >= deadline)
 		return -ETIMEDOUT;
-	left = deadline - now;
-	tv.tv_sec = (time_t) (left / 1000);
-	tv.tv_usec = (suseconds_t) (left % 1000) * 1000;
+	left = deadline - now; /* not 0: a timeval of 0 is no bound at all */
+	tv.tv_sec = (time_t) (left / USEC_PER_SEC);
+	tv.tv_usec = (suseconds_t) (left % USEC_PER_SEC);
 	return setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv)) < 0 ? -errno : 0;
 }
 
-int blk_send(int fd, const void *buf, size_t len, uint64_t deadline)
+int blk_send(int fd, const void *buf, size_t len, usec_t deadline)
 {
 	const uint8_t *p = buf;
 
@@ -104,9 +107,9 @@ int blk_send(int fd, const void *buf, size_t len, uint64_t deadline)
  * thread (blk_set_poll_window(): the cluster's data threads set it from
  * --poll-us); a thread that sets nothing sleeps at once.
  */
-static __thread uint64_t poll_window_us;
+static __thread usec_t poll_window_us;
 
-void blk_set_poll_window(uint64_t us)
+void blk_set_poll_window(usec_t us)
 {
 	poll_window_us = us;
 }
@@ -117,9 +120,9 @@ void blk_set_poll_window(uint64_t us)
 #define POLL_MAX_US 20000
 
 /* Poll for up to len bytes into p until poll_window_us pass without any,
- * POLL_MAX_US pass in all or deadline (ms) comes: the bytes taken, or
+ * POLL_MAX_US pass in all or deadline comes: the bytes taken, or
  * -errno (-EAGAIN: none came). */
-static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint64_t deadline)
+static ssize_t recv_polled(int fd, uint8_t *p, size_t len, usec_t deadline)
 {
 	uint64_t start = mono_us(), last = start;
 	size_t got = 0;
@@ -141,14 +144,14 @@ static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint64_t deadline)
 			return -errno;
 		now = mono_us();
 		if (now - last >= poll_window_us || now - start >= POLL_MAX_US ||
-		    now / 1000 >= deadline)
+		    now >= deadline)
 			break;
 		sched_yield();
 	}
 	return got ? (ssize_t) got : -EAGAIN;
 }
 
-int blk_recv(int fd, void *buf, size_t len, uint64_t deadline)
+int blk_recv(int fd, void *buf, size_t len, usec_t deadline)
 {
 	uint8_t *p = buf;
 
@@ -185,18 +188,17 @@ int blk_recv(int fd, void *buf, size_t len, uint64_t deadline)
 	return 0;
 }
 
-struct blk_pace blk_pace(uint64_t idle_ms, uint64_t deadline, uint64_t len)
+struct blk_pace blk_pace(usec_t idle, usec_t deadline, uint64_t len)
 {
-	uint64_t now = mono_ms();
+	usec_t now = mono_us();
 
-	return (struct blk_pace) { .idle_ms = idle_ms,
-				   .cap = (deadline > now ? deadline : now) + len / 1000 };
+	return (struct blk_pace) { .idle = idle, .cap = (deadline > now ? deadline : now) + len };
 }
 
 /* The deadline of the next chunk. */
-uint64_t blk_pace_next(const struct blk_pace *p)
+usec_t blk_pace_next(const struct blk_pace *p)
 {
-	uint64_t d = mono_ms() + p->idle_ms;
+	usec_t d = mono_us() + p->idle;
 
 	return d < p->cap ? d : p->cap;
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Bounded blocking socket I/O, for threads that may wait (never a loop):
- * every call ends by an absolute deadline in ms of CLOCK_MONOTONIC
- * (mono_ms(), clock.h: the clock the daemon's loop reads too).  Each returns 0
+ * every call ends by an absolute deadline on the one clock (mono_us(),
+ * clock.h: the clock the daemon's loop reads too).  Each returns 0
  * (or a count), -ETIMEDOUT at the deadline, -ECONNRESET when the peer is
  * gone, or another -errno.
  */
@@ -16,14 +16,14 @@
 
 
 /* fd ready for ev (POLLIN, POLLOUT) by deadline. */
-int blk_wait(int fd, short ev, uint64_t deadline);
+int blk_wait(int fd, short ev, usec_t deadline);
 int blk_set_blocking(int fd, bool on);
 /* All of len, or an error: each system call bounded by what is left. */
-int blk_send(int fd, const void *buf, size_t len, uint64_t deadline);
-int blk_recv(int fd, void *buf, size_t len, uint64_t deadline);
+int blk_send(int fd, const void *buf, size_t len, usec_t deadline);
+int blk_recv(int fd, void *buf, size_t len, usec_t deadline);
 /* This thread's receives poll for up to us without a byte before they
  * sleep (0: sleep at once).  Why: blocking.c. */
-void blk_set_poll_window(uint64_t us);
+void blk_set_poll_window(usec_t us);
 
 /*
  * A value's bytes travel in chunks of BLK_CHUNK with the checksum after
@@ -36,21 +36,21 @@ void blk_set_poll_window(uint64_t us);
 
 /*
  * How long a value's bytes may take once they move: silence, not size,
- * ends a transfer.  Each chunk must move within idle_ms of the one before,
+ * ends a transfer.  Each chunk must move within idle of the one before,
  * and the whole by cap: the deadline the transfer began under plus a
- * millisecond per KB (1 MB/s on average), so a 64 MiB value crosses a
- * slow, lossy link (14 MB/s) whole, and a stalled one ends idle_ms after
+ * microsecond per byte (1 MB/s on average), so a 64 MiB value crosses a
+ * slow, lossy link (14 MB/s) whole, and a stalled one ends idle after
  * its last byte.  What comes before the bytes (the connection, the
  * request, the answer's frame) is bounded by the deadline itself.
  */
 struct blk_pace {
-	uint64_t idle_ms;
-	uint64_t cap; /* mono_ms() */
+	usec_t idle;
+	usec_t cap;
 };
 
-struct blk_pace blk_pace(uint64_t idle_ms, uint64_t deadline, uint64_t len);
+struct blk_pace blk_pace(usec_t idle, usec_t deadline, uint64_t len);
 /* The deadline of the next chunk. */
-uint64_t blk_pace_next(const struct blk_pace *p);
+usec_t blk_pace_next(const struct blk_pace *p);
 
 /* The checksum of len bytes at p, in one pass (for RDMA, whose bytes no
  * copy of this process touches). */

@@ -70,18 +70,18 @@ void rdma_peer_drop(struct rdma *r, const char *peer)
 }
 
 int rdma_get(struct rdma *r, const char *peer, uint32_t rid, uint64_t roff, uint32_t lid,
-	     uint64_t loff, uint64_t len, uint64_t deadline_ms)
+	     uint64_t loff, uint64_t len, usec_t deadline)
 {
 	(void) r, (void) peer, (void) rid, (void) roff, (void) lid, (void) loff, (void) len;
-	(void) deadline_ms;
+	(void) deadline;
 	return -ENOTSUP;
 }
 
 int rdma_put(struct rdma *r, const char *peer, uint32_t rid, uint64_t roff, uint32_t lid,
-	     uint64_t loff, uint64_t len, uint64_t deadline_ms)
+	     uint64_t loff, uint64_t len, usec_t deadline)
 {
 	(void) r, (void) peer, (void) rid, (void) roff, (void) lid, (void) loff, (void) len;
-	(void) deadline_ms;
+	(void) deadline;
 	return -ENOTSUP;
 }
 

@@ -632,20 +632,20 @@ static void post(struct rdma *r, struct cmd *c)
 	wake(r);
 }
 
-/* Run c on the worker thread and wait for it: until deadline_ms (0: no
+/* Run c on the worker thread and wait for it: until deadline (mono_us(); 0: no
  * deadline), then abort it and wait for UCX to let go. */
-static int call(struct rdma *r, struct cmd *c, uint64_t deadline_ms)
+static int call(struct rdma *r, struct cmd *c, usec_t deadline)
 {
 	pthread_mutex_lock(&r->lock);
 	post(r, c);
 	while (!c->done) {
 		struct timespec ts;
 
-		if (!deadline_ms) {
+		if (!deadline) {
 			pthread_cond_wait(&r->cond, &r->lock);
 			continue;
 		}
-		if (mono_ms() >= deadline_ms) {
+		if (mono_us() >= deadline) {
 			struct cmd ab = { .kind = C_ABORT, .victim = c };
 
 			/* still queued: it never started */
@@ -666,8 +666,8 @@ static int call(struct rdma *r, struct cmd *c, uint64_t deadline_ms)
 				c->res = -ETIMEDOUT;
 			break;
 		}
-		ts.tv_sec = (time_t) (deadline_ms / 1000);
-		ts.tv_nsec = (long) (deadline_ms % 1000) * 1000000;
+		ts.tv_sec = (time_t) (deadline / USEC_PER_SEC);
+		ts.tv_nsec = (long) (deadline % USEC_PER_SEC * NSEC_PER_USEC);
 		pthread_cond_timedwait(&r->cond, &r->lock, &ts);
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -879,26 +879,26 @@ void rdma_peer_drop(struct rdma *r, const char *peer)
 }
 
 static int transfer(struct rdma *r, enum cmd_kind kind, const char *peer, uint32_t rid,
-		    uint64_t roff, uint32_t lid, uint64_t loff, uint64_t len, uint64_t deadline_ms)
+		    uint64_t roff, uint32_t lid, uint64_t loff, uint64_t len, usec_t deadline)
 {
 	struct cmd c = { .kind = kind, .peer = peer, .rid = rid, .roff = roff, .lid = lid,
 			 .loff = loff, .len = len };
 
 	if (!len)
 		return 0;
-	return call(r, &c, deadline_ms);
+	return call(r, &c, deadline);
 }
 
 int rdma_get(struct rdma *r, const char *peer, uint32_t rid, uint64_t roff, uint32_t lid,
-	     uint64_t loff, uint64_t len, uint64_t deadline_ms)
+	     uint64_t loff, uint64_t len, usec_t deadline)
 {
-	return transfer(r, C_GET, peer, rid, roff, lid, loff, len, deadline_ms);
+	return transfer(r, C_GET, peer, rid, roff, lid, loff, len, deadline);
 }
 
 int rdma_put(struct rdma *r, const char *peer, uint32_t rid, uint64_t roff, uint32_t lid,
-	     uint64_t loff, uint64_t len, uint64_t deadline_ms)
+	     uint64_t loff, uint64_t len, usec_t deadline)
 {
-	return transfer(r, C_PUT, peer, rid, roff, lid, loff, len, deadline_ms);
+	return transfer(r, C_PUT, peer, rid, roff, lid, loff, len, deadline);
 }
 
 void rdma_get_stats(struct rdma *r, struct rdma_stats *s)

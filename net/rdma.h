@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
+
 #define RDMA_MAX_REGIONS 8
 #define RDMA_ERR_MAX 256
 
@@ -89,12 +91,12 @@ void rdma_peer_drop(struct rdma *r, const char *peer);
  * region rid into this node's region lid at loff (get), or the reverse
  * (put, flushed: on return the bytes are in the peer's memory).
  * 0; -ENOENT (no such peer: handshake first); -EINVAL (no such region, or
- * out of its bounds); -ETIMEDOUT at deadline_ms (CLOCK_MONOTONIC ms);
+ * out of its bounds); -ETIMEDOUT at deadline (mono_us());
  * -ECONNRESET (the peer's endpoint failed); -EIO.
  */
 int rdma_get(struct rdma *r, const char *peer, uint32_t rid, uint64_t roff, uint32_t lid,
-	     uint64_t loff, uint64_t len, uint64_t deadline_ms);
+	     uint64_t loff, uint64_t len, usec_t deadline);
 int rdma_put(struct rdma *r, const char *peer, uint32_t rid, uint64_t roff, uint32_t lid,
-	     uint64_t loff, uint64_t len, uint64_t deadline_ms);
+	     uint64_t loff, uint64_t len, usec_t deadline);
 
 void rdma_get_stats(struct rdma *r, struct rdma_stats *s);

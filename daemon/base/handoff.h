@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 /* Push item onto the stack at *head through its `field` pointer: true if
  * the stack was empty. */
 #define handoff_push(head, item, field)                                                     \
@@ -84,13 +86,14 @@ static inline uint32_t handoff_bell_seq(struct handoff_bell *b)
 	return __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE);
 }
 
-/* Sleep unless the bell rang since seq was read (at most timeout_ms, 0:
- * no limit). */
-static inline void handoff_bell_wait(struct handoff_bell *b, uint32_t seq, unsigned timeout_ms)
+/* Sleep unless the bell rang since seq was read (at most timeout, 0: no
+ * limit). */
+static inline void handoff_bell_wait(struct handoff_bell *b, uint32_t seq, usec_t timeout)
 {
-	struct timespec ts = { timeout_ms / 1000, (long) (timeout_ms % 1000) * 1000000 };
+	struct timespec ts = { (time_t) (timeout / USEC_PER_SEC),
+			       (long) (timeout % USEC_PER_SEC * NSEC_PER_USEC) };
 
-	syscall(SYS_futex, &b->seq, FUTEX_WAIT_PRIVATE, seq, timeout_ms ? &ts : NULL, NULL, 0);
+	syscall(SYS_futex, &b->seq, FUTEX_WAIT_PRIVATE, seq, timeout ? &ts : NULL, NULL, 0);
 }
 
 /* Wake one sleeper; never blocks. */

@@ -136,25 +136,27 @@ int log_msg_errno(enum log_level lvl, const char *topic, int err, const char *fm
 void log_msg_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *topic,
 			 const char *fmt, ...)
 {
-	uint64_t now, next, suppressed;
+	usec_t now, next;
+	uint64_t suppressed;
 	char note[64] = "";
 	va_list ap;
 
 	if (!log_enabled(lvl, topic))
 		return;
-	now = mono_ms();
-	next = __atomic_load_n(&rl->next_ms, __ATOMIC_RELAXED);
+	now = mono_us();
+	next = __atomic_load_n(&rl->next, __ATOMIC_RELAXED);
 	/* one caller in an interval wins the line; the others count */
 	if (now < next ||
-	    !__atomic_compare_exchange_n(&rl->next_ms, &next, now + LOG_RATELIMIT_MS, false,
+	    !__atomic_compare_exchange_n(&rl->next, &next, now + LOG_RATELIMIT, false,
 					 __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
 		__atomic_add_fetch(&rl->suppressed, 1, __ATOMIC_RELAXED);
 		return;
 	}
 	suppressed = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
 	if (suppressed)
-		snprintf(note, sizeof(note), " (%llu more like it in the last %d s)",
-			 (unsigned long long) suppressed, LOG_RATELIMIT_MS / 1000);
+		snprintf(note, sizeof(note), " (%llu more like it in the last %llu s)",
+			 (unsigned long long) suppressed,
+			 (unsigned long long) (LOG_RATELIMIT / USEC_PER_SEC));
 	va_start(ap, fmt);
 	log_vmsg(lvl, topic, 0, suppressed ? note : NULL, fmt, ap);
 	va_end(ap);

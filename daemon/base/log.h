@@ -4,6 +4,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
+
 enum log_level {
 	LOG_LVL_ERROR,
 	LOG_LVL_WARN,
@@ -28,11 +30,11 @@ int log_msg_errno(enum log_level lvl, const char *topic, int err, const char *fm
 	__attribute__((format(printf, 4, 5)));
 
 /* A line a peer can cause again and again (a bad checksum, a wrong
- * secret): at most one per LOG_RATELIMIT_MS per call site, which says how
+ * secret): at most one per LOG_RATELIMIT per call site, which says how
  * many it stood for.  Safe from any thread. */
-#define LOG_RATELIMIT_MS 10000
+#define LOG_RATELIMIT (10 * USEC_PER_SEC)
 struct log_ratelimit {
-	uint64_t next_ms;    /* atomic */
+	usec_t next;         /* atomic */
 	uint64_t suppressed; /* atomic */
 };
 void log_msg_ratelimited(struct log_ratelimit *rl, enum log_level lvl, const char *topic,

@@ -44,7 +44,7 @@ struct loop_source {
 	loop_sleep_fn sleep;
 	loop_timer_fn timer;
 	void *userdata;
-	uint64_t at_ms;                  /* timers: 0 = disarmed */
+	usec_t at;                       /* timers: 0 = disarmed */
 };
 
 enum { L_IO, L_DOORBELL, L_POLLER, L_IDLE, L_TIMER, L_DEAD, L_COUNT };
@@ -54,7 +54,7 @@ struct loop {
 	int ctl_epfd; /* io sources */
 	uint64_t ctl_looked; /* when the awake loop last looked at ctl_epfd */
 	struct loop_source *lists[L_COUNT];
-	uint64_t now_ms;
+	usec_t now;
 	uint64_t longest_turn_us;
 	/* how often the loop thread had been preempted at mark_us (wall),
 	 * re-read at most every MARK_US while it works: see tick() */
@@ -187,7 +187,7 @@ int loop_new(uint32_t poll_us, struct loop **ret)
 	if (!l)
 		return -ENOMEM;
 	l->poll_us = l->window_us = poll_us;
-	l->now_ms = mono_us() / 1000;
+	l->now = mono_us();
 	l->epfd = epoll_create1(EPOLL_CLOEXEC);
 	l->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	l->post_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -389,15 +389,15 @@ int loop_add_timer(struct loop *l, loop_timer_fn fn, void *userdata, struct loop
 	return 0;
 }
 
-void loop_timer_arm(struct loop_source *s, uint64_t at_ms)
+void loop_timer_arm(struct loop_source *s, usec_t at)
 {
-	s->at_ms = at_ms;
+	s->at = at;
 }
 
-void loop_timer_arm_by(struct loop_source *s, uint64_t at_ms)
+void loop_timer_arm_by(struct loop_source *s, usec_t at)
 {
-	if (!s->at_ms || at_ms < s->at_ms)
-		s->at_ms = at_ms;
+	if (!s->at || at < s->at)
+		s->at = at;
 }
 
 void loop_source_free(struct loop_source *s)
@@ -434,9 +434,9 @@ void loop_quit(struct loop *l)
 	l->quit = true;
 }
 
-uint64_t loop_now_ms(const struct loop *l)
+usec_t loop_now(const struct loop *l)
 {
-	return l->now_ms;
+	return l->now;
 }
 
 uint64_t loop_longest_turn_us(const struct loop *l)
@@ -569,7 +569,7 @@ static uint64_t tick(struct loop *l, uint64_t *prev)
 	} else if (t - l->mark_us >= MARK_US)
 		mark(l, t, true);
 	*prev = t;
-	l->now_ms = t / 1000;
+	l->now = t;
 	return t;
 }
 
@@ -603,25 +603,27 @@ static bool idle_all(struct loop *l)
 	return run_list(l, L_IDLE);
 }
 
-/* Timers due now run; returns ms until the next one (-1: none). */
+/* Timers due now run; returns the ms to sleep until the next one,
+ * rounded up (-1: none). */
 static int timers(struct loop *l)
 {
-	uint64_t next = 0;
+	usec_t next = 0, left;
 
 	for (struct loop_source *s = l->lists[L_TIMER], *n; s; s = n) {
 		n = s->next;
-		if (!s->at_ms)
+		if (!s->at)
 			continue;
-		if (s->at_ms <= l->now_ms) {
-			s->at_ms = 0;
+		if (s->at <= l->now) {
+			s->at = 0;
 			s->timer(s, s->userdata); /* may re-arm */
 		}
-		if (s->at_ms && !s->dead && (!next || s->at_ms < next))
-			next = s->at_ms;
+		if (s->at && !s->dead && (!next || s->at < next))
+			next = s->at;
 	}
 	if (!next)
 		return -1;
-	return next > l->now_ms ? (int) (next - l->now_ms < 60000 ? next - l->now_ms : 60000) : 0;
+	left = next > l->now ? next - l->now : 0;
+	return left < 60 * USEC_PER_SEC ? (int) ((left + USEC_PER_MSEC - 1) / USEC_PER_MSEC) : 60000;
 }
 
 /*
@@ -704,7 +706,7 @@ int loop_run(struct loop *l)
 
 	l->quit = false; /* a loop may run again after it quit */
 	l->window_us = base;
-	l->now_ms = last_work / 1000;
+	l->now = last_work;
 	l->client_spin = l->client_asked = l->client_waits = false;
 	mark(l, last_work, false);
 	while (!l->quit) {
@@ -778,7 +780,7 @@ int loop_run(struct loop *l)
 		mark(l, now, false);
 		/* whatever woke us is judged by the time now, not by the time
 		 * we went to sleep (leases expire meanwhile) */
-		l->now_ms = now / 1000;
+		l->now = now;
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;

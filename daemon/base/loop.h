@@ -51,11 +51,11 @@ int loop_add_poller(struct loop *l, loop_poll_fn poll, loop_sleep_fn sleep, void
 		    struct loop_source **ret);
 int loop_add_idle(struct loop *l, loop_poll_fn fn, void *userdata, struct loop_source **ret);
 int loop_add_timer(struct loop *l, loop_timer_fn fn, void *userdata, struct loop_source **ret);
-/* Run the timer once at (monotonic) ms; 0 disarms it. */
-void loop_timer_arm(struct loop_source *s, uint64_t at_ms);
-/* Run it no later than at_ms: an earlier arming stands.  For a timer that
+/* Run the timer once at `at` (mono_us()); 0 disarms it. */
+void loop_timer_arm(struct loop_source *s, usec_t at);
+/* Run it no later than at: an earlier arming stands.  For a timer that
  * several deadlines share; its callback computes the next one itself. */
-void loop_timer_arm_by(struct loop_source *s, uint64_t at_ms);
+void loop_timer_arm_by(struct loop_source *s, usec_t at);
 /* Run fn(data) on the loop's thread at its next turn, after the calls
  * posted before it: from any thread, never blocking (malloc aside).  0, or
  * -ENOMEM (not run).  Calls not run when the loop is freed are dropped. */
@@ -102,12 +102,9 @@ void loop_mm_pause(void);
  * loop never waits in brk() or mmap() for it (loop.c). */
 void loop_tune_malloc(void);
 
-/* mono_ms() and mono_us() (clock.h) read, from any thread, the clock
- * loop_now_ms() reads. */
-
-/* Monotonic ms, read at the start of the current turn and again after
- * every sleep: what requests are judged against. */
-uint64_t loop_now_ms(const struct loop *l);
+/* The clock (mono_us(), clock.h), read at the start of the current turn
+ * and again after every sleep: what requests are judged against. */
+usec_t loop_now(const struct loop *l);
 /* The longest turn so far (wall clock, preemption included). */
 uint64_t loop_longest_turn_us(const struct loop *l);
 /* The longest turn in which the loop thread was not preempted (wall

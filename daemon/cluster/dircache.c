@@ -23,14 +23,14 @@
 
 #define DC_SLOTS 65536
 #define DC_WAYS 8
-#define DC_HIT_MS 1000   /* "held elsewhere" is believed this long */
-#define DC_MISS_MS 100   /* "held nowhere" */
+#define DC_HIT (1000 * USEC_PER_MSEC) /* "held elsewhere" is believed this long */
+#define DC_MISS (100 * USEC_PER_MSEC) /* "held nowhere" */
 #define MAX_QUERIES 256
 
 struct dslot {
-	uint64_t until;
+	usec_t until;
 	uint64_t len;   /* the value's */
-	uint64_t pend_since; /* pending: first heard of it then */
+	usec_t pend_since; /* pending: first heard of it then */
 	bool present;
 	bool pending;   /* not present: another node is storing it */
 	uint16_t key_len;
@@ -58,7 +58,7 @@ struct lpart {
 struct lquery {
 	struct lquery *next, *prev;
 	struct fetch f;          /* f.o NULL: waiters only */
-	uint64_t deadline;
+	usec_t deadline;
 	size_t n;
 	char **keys;             /* into kbuf */
 	size_t *lens;
@@ -107,7 +107,7 @@ static struct dslot *dc_find(struct node *n, const char *key, size_t len, uint64
 {
 	struct dslot *d = dc_slot(n, key, len, h);
 
-	return d && d->until > loop_now_ms(n->loop) ? d : NULL;
+	return d && d->until > loop_now(n->loop) ? d : NULL;
 }
 
 /* 1 present elsewhere, 0 not, 2 being stored elsewhere (wait and ask
@@ -144,7 +144,7 @@ bool dc_addresses(struct node *n, const char *key, size_t len, uint64_t h,
 void dc_put(struct node *n, const char *key, size_t len, bool present, const char *ids,
 	    const char *addrs, uint64_t vlen)
 {
-	uint64_t h = store_key_hash(key, len), now = loop_now_ms(n->loop);
+	uint64_t h = store_key_hash(key, len), now = loop_now(n->loop);
 	struct dcache *c = n->dc.slots;
 	size_t set = dc_set(h), li = ids ? strlen(ids) + 1 : 0, la = addrs ? strlen(addrs) + 1 : 0;
 	struct dslot *d = dc_slot(n, key, len, h);
@@ -172,7 +172,7 @@ void dc_put(struct node *n, const char *key, size_t len, bool present, const cha
 		memcpy(mem + len + 1 + li, addrs, la);
 	free(d->mem);
 	*d = (struct dslot) {
-		.until = now + (present ? DC_HIT_MS : DC_MISS_MS),
+		.until = now + (present ? DC_HIT : DC_MISS),
 		.len = vlen,
 		.present = present,
 		.key_len = (uint16_t) len,
@@ -188,17 +188,17 @@ void dc_put(struct node *n, const char *key, size_t len, bool present, const cha
  * again every DC_PENDING_MS; after that it is absent. */
 static void dc_pending(struct node *n, const char *key, size_t len)
 {
-	uint64_t h = store_key_hash(key, len), now = loop_now_ms(n->loop);
+	uint64_t h = store_key_hash(key, len), now = loop_now(n->loop);
 	struct dslot *d = dc_slot(n, key, len, h);
-	uint64_t since = d && d->pending ? d->pend_since : now;
+	usec_t since = d && d->pending ? d->pend_since : now;
 
 	dc_put(n, key, len, false, NULL, NULL, 0);
 	d = dc_slot(n, key, len, h);
-	if (!d || now >= since + n->cfg->lookup_wait_ms)
+	if (!d || now >= since + n->cfg->lookup_wait_ms * USEC_PER_MSEC)
 		return; /* waited long enough: absent */
 	d->pending = true;
 	d->pend_since = since;
-	d->until = now + DC_PENDING_MS;
+	d->until = now + DC_PENDING;
 }
 
 static void query_free(struct node *n, struct lquery *q)
@@ -233,7 +233,7 @@ static void query_finish(struct node *n, struct lquery *q)
 	n->dc.room_turn = false;
 }
 
-void queries_expire(struct node *n, uint64_t now)
+void queries_expire(struct node *n, usec_t now)
 {
 	for (struct lquery *q = n->dc.queries, *next; q; q = next) {
 		next = q->next;
@@ -316,7 +316,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 		/* another node is storing some: ask again shortly (the
 		 * directory cache's answer is old by then) */
 		if (!n->dc.pend_poll.waiters) {
-			n->dc.pend_poll_at = loop_now_ms(n->loop) + DC_PENDING_MS;
+			n->dc.pend_poll_at = loop_now(n->loop) + DC_PENDING;
 			loop_timer_arm_by(n->timer, n->dc.pend_poll_at);
 		}
 		n->c.pending_waits++;
@@ -369,7 +369,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 	if (!q->n_parts)
 		goto fail;
 	q->left = q->n_parts;
-	q->deadline = loop_now_ms(n->loop) + n->timeout_ms;
+	q->deadline = loop_now(n->loop) + n->timeout;
 	q->next = n->dc.queries;
 	if (q->next)
 		q->next->prev = q;

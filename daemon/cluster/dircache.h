@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "fetch.h"
 #include "peer.pb-c.h"
 #include "peer-wire.h"
@@ -28,10 +29,10 @@ struct dircache {
 	struct fetch query_room;  /* requests waiting for a place in queries */
 	bool room_turn;           /* one of them runs again now */
 	struct fetch pend_poll;   /* lookups of keys another node is storing */
-	uint64_t pend_poll_at;    /* when they ask again */
+	usec_t pend_poll_at;      /* when they ask again */
 };
 
-#define DC_PENDING_MS 20 /* "being stored elsewhere": asked again this often */
+#define DC_PENDING (20 * USEC_PER_MSEC) /* "being stored elsewhere": asked again this often */
 
 int dircache_init(struct node *n);
 /* Every question out and every answer kept goes (no waiter is left). */
@@ -48,4 +49,4 @@ void dc_put(struct node *n, const char *key, size_t len, bool present, const cha
 /* A master's answer: true if it answered a question of this file's. */
 bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp);
 /* Questions out of time: what they did not learn is absent. */
-void queries_expire(struct node *n, uint64_t now);
+void queries_expire(struct node *n, usec_t now);

@@ -42,7 +42,7 @@ void link_down(struct link *k, const char *why)
 	k->src = NULL;
 	pconn_done(&k->pc);
 	k->state = L_DOWN;
-	k->retry_at = loop_now_ms(k->n->loop) + RETRY_MS;
+	k->retry_at = loop_now(k->n->loop) + RETRY;
 	k->q_len = 0; /* what it missed comes with the next re-publish */
 	k->resync = false;
 	k->more = false;
@@ -165,7 +165,7 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 		if (k->members)
 			kvc__peer__members__free_unpacked(k->members, NULL);
 		k->members = ms;
-		k->heard_ms = loop_now_ms(n->loop);
+		k->heard = loop_now(n->loop);
 		return 0; /* kept */
 	}
 	case PEER_DROP:

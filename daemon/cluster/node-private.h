@@ -22,7 +22,8 @@
 #define MAX_MASTERS 8
 #define DEFAULT_PEER_PORT 50052
 #define DEFAULT_MASTER_PORT 50051
-#define RETRY_MS 500
+#define RETRY_MS 500 /* (ms) */
+#define RETRY (RETRY_MS * USEC_PER_MSEC)
 #define LINK_MAX_OUT (64u << 20)
 #define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
 #define BATCH_BYTES (1u << 20)      /* keys per frame, about */
@@ -67,7 +68,7 @@ struct link {
 	enum link_state state;
 	struct pconn pc;
 	struct loop_source *src;
-	uint64_t retry_at, hb_at, heard_ms;
+	usec_t retry_at, hb_at, heard;
 	uint32_t seq;
 	bool warned;
 	uint32_t features;           /* the master's HelloAck */
@@ -90,7 +91,7 @@ struct peer_stat {
 	char addr[PEER_MAX_ID + 1];
 	uint64_t fetches, fetch_bytes, fetch_errors;
 	uint64_t pushes, push_bytes, push_errors;
-	uint64_t sick_until; /* a fetch from it timed out: others' first until then */
+	usec_t sick_until; /* a fetch from it timed out: others' first until then */
 	bool probing;        /* a fetch from it is under way meanwhile (rf->probe) */
 };
 
@@ -118,7 +119,7 @@ struct node {
 	void (*lookup_answered)(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);
 	void (*dropped)(struct node *n, const Kvc__Peer__Drop *d);
 	uint32_t ttl_s;
-	uint64_t timeout_ms;           /* --remote-timeout-ms */
+	usec_t timeout;                /* --remote-timeout-ms */
 	unsigned streams;              /* --data-streams: transfers at once, each way */
 	struct peer_secret secret;     /* len 0: none */
 	struct rdma *rdma;             /* one-sided transfers with RDMA peers, or NULL */
@@ -193,11 +194,11 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret);
 int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap, bool settle,
 		   struct fetch **ret);
 /* When the oldest connection yet to prove itself is closed (n->srv.hs_head). */
-uint64_t remote_hs_deadline(const struct node *n);
+usec_t remote_hs_deadline(const struct node *n);
 int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n,
 		 uint8_t *present, bool settle, struct fetch **ret);
 void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);
-void remote_expire(struct node *n, uint64_t now);
+void remote_expire(struct node *n, usec_t now);
 void remote_accept(struct node *n, int fd);
 /* A peer connection refused at accept: counted, and logged once in 10 s. */
 void remote_refused(struct node *n, const char *why);

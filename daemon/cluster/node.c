@@ -65,11 +65,11 @@ static bool node_poll(void *u)
 static void node_timer(struct loop_source *s, void *u)
 {
 	struct node *n = u;
-	uint64_t now = loop_now_ms(n->loop), next = now + 1000;
-	uint64_t period = n->ttl_s ? n->ttl_s * 1000 / 3 : 1000;
+	usec_t now = loop_now(n->loop), next = now + USEC_PER_SEC;
+	usec_t period = n->ttl_s ? n->ttl_s * USEC_PER_SEC / 3 : USEC_PER_SEC;
 
-	if (period < 100)
-		period = 100;
+	if (period < 100 * USEC_PER_MSEC)
+		period = 100 * USEC_PER_MSEC;
 	for (unsigned i = 0; i < n->n_links; i++) {
 		struct link *k = &n->links[i];
 
@@ -86,7 +86,7 @@ static void node_timer(struct loop_source *s, void *u)
 			loop_set_io_events(k->src,
 					   EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
 		}
-		if (k->state == L_UP && k->heard_ms && now - k->heard_ms > 3 * period + 1000) {
+		if (k->state == L_UP && k->heard && now - k->heard > 3 * period + USEC_PER_SEC) {
 			link_down(k, "no answer to heartbeats");
 			continue;
 		}
@@ -96,8 +96,9 @@ static void node_timer(struct loop_source *s, void *u)
 			next = k->hb_at;
 	}
 	remote_expire(n, now);
-	if ((n->fetches.n_rfetches || n->fetches.n_backlog || n->dc.n_queries) && now + 50 < next)
-		next = now + 50;
+	if ((n->fetches.n_rfetches || n->fetches.n_backlog || n->dc.n_queries) &&
+	    now + 50 * USEC_PER_MSEC < next)
+		next = now + 50 * USEC_PER_MSEC;
 	if (n->dc.pend_poll.waiters && n->dc.pend_poll_at < next)
 		next = n->dc.pend_poll_at;
 	if (n->srv.hs_head && remote_hs_deadline(n) < next)
@@ -559,7 +560,7 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 	n->loop = store_loop(st);
 	n->listen_fd = n->spare_fd = -1;
 	n->ttl_s = 10;
-	n->timeout_ms = cfg->remote_timeout_ms;
+	n->timeout = cfg->remote_timeout_ms * USEC_PER_MSEC;
 	n->streams = cfg->data_streams;
 
 	if (cfg->secret_file[0]) {
@@ -570,7 +571,7 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 		}
 	}
 	if (getrandom(&n->generation, sizeof(n->generation), 0) != sizeof(n->generation))
-		n->generation = (uint64_t) getpid() << 32 ^ (uint64_t) loop_now_ms(n->loop);
+		n->generation = (uint64_t) getpid() << 32 ^ (loop_now(n->loop) / USEC_PER_MSEC);
 	snprintf(list, sizeof(list), "%s", cfg->master_server_address);
 	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		struct link *k;
@@ -637,7 +638,7 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 		goto fail_msg;
 	for (unsigned i = 0; i < n->n_links; i++)
 		link_connect(&n->links[i]);
-	loop_timer_arm(n->timer, loop_now_ms(n->loop) + 1);
+	loop_timer_arm(n->timer, loop_now(n->loop) + 1);
 	store_remote_attach(st, &remote_ops, n);
 	store_add_listener(st, &n->listener, &node_events, n);
 	log_notice("node %s: serving peers at %s, %u master(s) from %s", n->id, n->address,

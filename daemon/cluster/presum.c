@@ -71,7 +71,7 @@ static void sum_run(struct work *w)
 	struct csum *h = csum_new();
 
 	if (p->delay_ms) { /* the first one only */
-		usleep(p->delay_ms * 1000u);
+		usleep(p->delay_ms * (useconds_t) USEC_PER_MSEC);
 		p->delay_ms = 0;
 	}
 	j->failed = !h;

@@ -42,10 +42,10 @@ struct rpush {
 
 /* With RDMA: write the object where the target said, then its checksum
  * on the connection. */
-static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, uint64_t deadline,
+static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, usec_t deadline,
 		     bool corrupt)
 {
-	struct blk_pace pace = blk_pace(p->n->timeout_ms, deadline, p->len);
+	struct blk_pace pace = blk_pace(p->n->timeout, deadline, p->len);
 	uint64_t sum;
 	int r;
 
@@ -60,12 +60,12 @@ static int push_rdma(struct rpush *p, int fd, const Kvc__Peer__PushReply *rep, u
 		return r;
 	sum = htole64((p->known ? p->known_sum : p->digest) ^ (corrupt ? 1 : 0));
 	p->via_rdma = true;
-	return blk_send(fd, &sum, sizeof(sum), mono_ms() + p->n->timeout_ms);
+	return blk_send(fd, &sum, sizeof(sum), mono_us() + p->n->timeout);
 }
 
 /* The target's PushDone: 0, -EEXIST or -ENOENT (it did not keep the copy;
  * the connection is fine), or another error. */
-static int push_done(int fd, uint8_t *buf, size_t cap, uint64_t deadline)
+static int push_done(int fd, uint8_t *buf, size_t cap, usec_t deadline)
 {
 	ProtobufCMessage *m;
 	int r = xfer_recv_frame(fd, PEER_PUSH_DONE, buf, cap, deadline, &m);
@@ -80,7 +80,7 @@ static int push_done(int fd, uint8_t *buf, size_t cap, uint64_t deadline)
 }
 
 /* An eager push's frame, bytes and checksum (PushDone comes later). */
-static int push_eager(struct rpush *p, int fd, uint64_t deadline, bool corrupt)
+static int push_eager(struct rpush *p, int fd, usec_t deadline, bool corrupt)
 {
 	Kvc__Peer__Push q = KVC__PEER__PUSH__INIT;
 	int r;
@@ -91,7 +91,7 @@ static int push_eager(struct rpush *p, int fd, uint64_t deadline, bool corrupt)
 	q.version = p->ver;
 	r = xfer_send_msg(fd, PEER_PUSH, &q.base, deadline);
 	if (r == 0) {
-		struct blk_pace pace = blk_pace(p->n->timeout_ms, deadline, p->len);
+		struct blk_pace pace = blk_pace(p->n->timeout, deadline, p->len);
 
 		r = blk_send_checked(fd, p->bytes, p->len, &pace, corrupt,
 				 p->known ? &p->known_sum : NULL, &p->digest);
@@ -103,7 +103,7 @@ static int push_eager(struct rpush *p, int fd, uint64_t deadline, bool corrupt)
 
 /* On a data thread: offer the object, and send it if the target wants it
  * (with eager, send it at once). */
-static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool corrupt)
+static int push_on(struct rpush *p, int fd, bool rdma, usec_t deadline, bool corrupt)
 {
 	Kvc__Peer__Push q = KVC__PEER__PUSH__INIT;
 	Kvc__Peer__PushReply *rep;
@@ -114,7 +114,7 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	if (p->eager && !rdma) {
 		/* the bytes at once; the answer says whether they were kept */
 		r = push_eager(p, fd, deadline, corrupt);
-		return r < 0 ? r : push_done(fd, buf, sizeof(buf), mono_ms() + p->n->timeout_ms);
+		return r < 0 ? r : push_done(fd, buf, sizeof(buf), mono_us() + p->n->timeout);
 	}
 	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
 	q.len = p->len;
@@ -136,7 +136,7 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	else if (rep->rdma)
 		r = push_rdma(p, fd, rep, deadline, corrupt);
 	else {
-		struct blk_pace pace = blk_pace(p->n->timeout_ms, deadline, p->len);
+		struct blk_pace pace = blk_pace(p->n->timeout, deadline, p->len);
 
 		r = blk_send_checked(fd, p->bytes, p->len, &pace, corrupt,
 				 p->known ? &p->known_sum : NULL, &p->digest);
@@ -144,13 +144,13 @@ static int push_on(struct rpush *p, int fd, bool rdma, uint64_t deadline, bool c
 	if (r == 0 && !p->known)
 		p->digested = true;
 	protobuf_c_message_free_unpacked(m, NULL);
-	return r < 0 ? r : push_done(fd, buf, sizeof(buf), mono_ms() + p->n->timeout_ms);
+	return r < 0 ? r : push_done(fd, buf, sizeof(buf), mono_us() + p->n->timeout);
 }
 
-static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool corrupt)
+static void run_push(struct rpush *p, struct xjob *j, usec_t timeout, bool corrupt)
 {
 	struct xfer *x = p->n->xfer;
-	uint64_t deadline = mono_ms() + timeout_ms;
+	usec_t deadline = mono_us() + timeout;
 	bool rd = false;
 	int fd = xfer_idle_take(x, p->addr, &rd), r;
 
@@ -182,7 +182,7 @@ static void run_push(struct rpush *p, struct xjob *j, uint64_t timeout_ms, bool 
  * connection breaks, the pushes not yet answered go again on their own (a
  * copy the target kept meanwhile is then -EEXIST, not an error).
  */
-static void run_pushes(struct node *n, struct xjob **jobs, unsigned k, uint64_t timeout_ms,
+static void run_pushes(struct node *n, struct xjob **jobs, unsigned k, usec_t timeout,
 		       bool corrupt)
 {
 	struct xfer *x = n->xfer;
@@ -195,15 +195,15 @@ static void run_pushes(struct node *n, struct xjob **jobs, unsigned k, uint64_t 
 	memcpy(address, ((struct rpush *) jobs[0]->owner)->addr, sizeof(address));
 	fd = xfer_idle_take(x, address, &rd);
 	if (fd < 0)
-		r = xfer_open_conn(n, address, mono_ms() + timeout_ms, &fd, &rd);
+		r = xfer_open_conn(n, address, mono_us() + timeout, &fd, &rd);
 	if (r == 0 && rd)
 		r = -EPROTO; /* (never: a node with RDMA pushes one by one) */
 	for (; r == 0 && sent < k; sent++)
-		r = push_eager(jobs[sent]->owner, fd, mono_ms() + timeout_ms, corrupt);
+		r = push_eager(jobs[sent]->owner, fd, mono_us() + timeout, corrupt);
 	if (r == 0)
 		__atomic_fetch_add(&n->c.pushes_ahead, k - 1, __ATOMIC_RELAXED);
 	for (; r == 0 && done < k; done++) {
-		r = push_done(fd, buf, sizeof(buf), mono_ms() + timeout_ms);
+		r = push_done(fd, buf, sizeof(buf), mono_us() + timeout);
 		if (r == 0 || r == -EEXIST || r == -ENOENT) {
 			jobs[done]->res = r; /* kept, or refused cleanly */
 			r = 0;
@@ -228,7 +228,7 @@ static void run_pushes(struct node *n, struct xjob **jobs, unsigned k, uint64_t 
 		struct rpush *p = jobs[done]->owner;
 
 		p->digested = false;
-		run_push(p, jobs[done], timeout_ms, corrupt);
+		run_push(p, jobs[done], timeout, corrupt);
 		xfer_hand_back(n, jobs[done]);
 	}
 }
@@ -249,10 +249,10 @@ static bool push_joins(const struct node *n, const struct xjob *first, const str
 static void push_run(struct node *n, struct xjob **jobs, unsigned k)
 {
 	if (k > 1) {
-		run_pushes(n, jobs, k, n->timeout_ms, n->xfer->corrupt);
+		run_pushes(n, jobs, k, n->timeout, n->xfer->corrupt);
 		return;
 	}
-	run_push(jobs[0]->owner, jobs[0], n->timeout_ms, n->xfer->corrupt);
+	run_push(jobs[0]->owner, jobs[0], n->timeout, n->xfer->corrupt);
 	xfer_hand_back(n, jobs[0]);
 }
 

@@ -53,7 +53,7 @@ struct rfetch {
 	struct object *o;        /* placeholder: not in the index; o->fetch set */
 	uint32_t seq;
 	bool transferring;
-	uint64_t deadline;
+	usec_t deadline;
 	char addr[MAX_HOLDERS_TRIED][PEER_MAX_ID + 1];
 	unsigned n_addr;
 	unsigned tried;          /* the holder the data thread asked last */
@@ -68,11 +68,11 @@ struct rfetch {
 };
 
 static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
-		    uint64_t deadline);
+		    usec_t deadline);
 
 /* One fetch from one holder, on a data thread: on a kept connection if
  * there is one (once more on a new one if it went stale), else a new one. */
-static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
+static int fetch_from(struct rfetch *rf, const char *address, usec_t deadline)
 {
 	struct xfer *x = rf->n->xfer;
 	bool rd = false;
@@ -102,13 +102,13 @@ static int fetch_from(struct rfetch *rf, const char *address, uint64_t deadline)
 /* The object the holder said is at resp's place: read it by RDMA into
  * rf->dst, check it, and tell the holder it may let it go. */
 static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *resp,
-		      const char *address, uint64_t deadline)
+		      const char *address, usec_t deadline)
 {
 	struct node *n = rf->n;
 	struct object *o = rf->o;
 	Kvc__Peer__FetchDone done = KVC__PEER__FETCH_DONE__INIT;
 	uint64_t loff = store_land_offset(o);
-	struct blk_pace pace = blk_pace(n->timeout_ms, deadline, o->len);
+	struct blk_pace pace = blk_pace(n->timeout, deadline, o->len);
 	int r = xfer_rdma(n, true, address, resp->region, resp->offset, 0, loff, o->len, &pace);
 
 	if (r == 0)
@@ -118,7 +118,7 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	done.error = r;
 	/* a read that succeeded stands even if this does not go out: the
 	 * holder lets the view go when the connection drops */
-	xfer_send_msg(fd, PEER_FETCH_DONE, &done.base, mono_ms() + n->timeout_ms);
+	xfer_send_msg(fd, PEER_FETCH_DONE, &done.base, mono_us() + n->timeout);
 	if (r == -ECONNRESET || r == -ETIMEDOUT || r == -EINVAL) {
 		/* the endpoint is gone or the place was wrong: the next
 		 * connection shakes hands afresh; this one is not kept */
@@ -146,7 +146,7 @@ static Kvc__Peer__Fetch fetch_msg(const struct rfetch *rf, bool rdma)
  * -ENOENT or -EIO (cleanly, the connection is still usable), or another
  * error (it is not). */
 static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, const char *address,
-			uint64_t deadline)
+			usec_t deadline)
 {
 	struct object *o = rf->o;
 	Kvc__Peer__FetchResp *resp;
@@ -184,7 +184,7 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 	} else if (resp->rdma)
 		r = fetch_rdma(rf, fd, resp, address, deadline);
 	else {
-		struct blk_pace pace = blk_pace(rf->n->timeout_ms, deadline, o->len);
+		struct blk_pace pace = blk_pace(rf->n->timeout, deadline, o->len);
 
 		r = blk_recv_checked(fd, rf->dst, o->len, &pace, &rf->sum);
 	}
@@ -197,7 +197,7 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 /* The exchange on a connected fd: 0, -ENOENT (cleanly, the connection is
  * still usable), or another error (it is not). */
 static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
-		    uint64_t deadline)
+		    usec_t deadline)
 {
 	Kvc__Peer__Fetch q = fetch_msg(rf, rdma);
 	int r = xfer_send_msg(fd, PEER_FETCH, &q.base, deadline);
@@ -216,7 +216,7 @@ static void fetch_result(struct xjob *j)
 }
 
 /* rf from its holders in turn, from the one at first on, by deadline. */
-static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t deadline, unsigned first)
+static void run_fetch(struct rfetch *rf, struct xjob *j, usec_t deadline, unsigned first)
 {
 	j->res = -ENOENT;
 	for (unsigned i = first; i < rf->n_addr; i++) {
@@ -251,9 +251,9 @@ static void run_fetch(struct rfetch *rf, struct xjob *j, uint64_t deadline, unsi
  * at its deadline, not one wave of the data threads after another, and a
  * large batch from a holder that is sending is not cut.
  */
-static uint64_t fetch_deadline(const struct rfetch *rf, uint64_t moved)
+static usec_t fetch_deadline(const struct rfetch *rf, usec_t moved)
 {
-	uint64_t d = moved + rf->n->timeout_ms;
+	usec_t d = moved + rf->n->timeout;
 
 	return moved && d > rf->deadline ? d : rf->deadline;
 }
@@ -268,7 +268,7 @@ static void fetch_expire(struct node *n, struct xjob *j)
 }
 
 /* moved: when the holder last answered (0: not lately). */
-static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t moved)
+static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, usec_t moved)
 {
 	struct xfer *x = n->xfer;
 	char address[PEER_MAX_ID + 1]; /* a copy: each job goes back, and is freed, as it ends */
@@ -279,7 +279,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 	bool rd = false, kept;
 	int fd, r = 0;
 
-	uint64_t timeout_ms = n->timeout_ms, now = mono_ms();
+	usec_t timeout = n->timeout, now = mono_us();
 	unsigned live = 0;
 
 	memcpy(address, ((struct rfetch *) jobs[0]->owner)->addr[0], sizeof(address));
@@ -367,13 +367,13 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, uint64_t
 		struct rfetch *rf = again[i]->owner;
 
 		if (rf->n_addr > 1)
-			run_fetch(rf, again[i], mono_ms() + timeout_ms, 1);
+			run_fetch(rf, again[i], mono_us() + timeout, 1);
 		else
 			fetch_result(again[i]); /* -ENOENT or -EIO, as the holder said */
 		xfer_hand_back(n, again[i]);
 	}
 	for (; done < k; done++) { /* the connection broke: each on its own */
-		run_fetch(jobs[done]->owner, jobs[done], mono_ms() + timeout_ms, 0);
+		run_fetch(jobs[done]->owner, jobs[done], mono_us() + timeout, 0);
 		xfer_hand_back(n, jobs[done]);
 	}
 }
@@ -395,7 +395,7 @@ static void rf_unlink(struct node *n, struct rfetch *rf)
  * deadline again, at least 1 s): the key's other holders are asked, and
  * when it has none the fetch misses at once instead of holding a data
  * thread for another deadline.  The first fetch after it is a probe. */
-#define SICK_MS(n) ((n)->timeout_ms > 1000 ? (n)->timeout_ms : 1000)
+#define SICK(n) ((n)->timeout > USEC_PER_SEC ? (n)->timeout : USEC_PER_SEC)
 
 /* The fetch ends, or never began: its probe's place is free. */
 static void rf_unprobe(struct rfetch *rf)
@@ -427,7 +427,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 		} else if (ps && res < 0 && res != -ENOENT) {
 			ps->fetch_errors++;
 			if (res == -ETIMEDOUT) /* silent for a whole deadline */
-				ps->sick_until = loop_now_ms(n->loop) + SICK_MS(n);
+				ps->sick_until = loop_now(n->loop) + SICK(n);
 		}
 	}
 	if (res < 0) {
@@ -458,7 +458,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
  * it asks last (its probe); false when none is left. */
 static bool rf_healthy(struct node *n, struct rfetch *rf)
 {
-	uint64_t now = loop_now_ms(n->loop);
+	usec_t now = loop_now(n->loop);
 	unsigned k = 0, probe = MAX_HOLDERS_TRIED;
 
 	for (unsigned i = 0; i < rf->n_addr; i++) {
@@ -576,7 +576,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	rf->n = n;
 	rf->o = o;
 	/* from the request: lookup, a place, a thread and the answer all count */
-	rf->deadline = loop_now_ms(n->loop) + n->timeout_ms;
+	rf->deadline = loop_now(n->loop) + n->timeout;
 	if (n->fetches.n_rfetches >= MAX_RFETCHES || n->fetches.backlog) {
 		/* in the order asked, each bounded like a lookup */
 		if (n->fetches.backlog_tail)
@@ -640,7 +640,7 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 	xfer_queue(n, &rf->job);
 }
 
-void remote_expire(struct node *n, uint64_t now)
+void remote_expire(struct node *n, usec_t now)
 {
 	queries_expire(n, now);
 	serve_expire(n, now);
@@ -654,7 +654,7 @@ void remote_expire(struct node *n, uint64_t now)
 		while (k-- && fetch_wake_oldest(&n->dc.pend_poll, FETCH_AGAIN))
 			;
 		if (n->dc.pend_poll.waiters) {
-			n->dc.pend_poll_at = now + DC_PENDING_MS;
+			n->dc.pend_poll_at = now + DC_PENDING;
 			loop_timer_arm_by(n->timer, n->dc.pend_poll_at);
 		}
 	}
@@ -714,14 +714,14 @@ static void fetch_run(struct node *n, struct xjob **jobs, unsigned k)
 {
 	struct xfer *x = n->xfer;
 	struct rfetch *rf = jobs[0]->owner;
-	uint64_t moved;
+	usec_t moved;
 
 	moved = xfer_moved(x, rf->addr[0]);
 	if (k > 1) {
 		run_fetches(n, jobs, k, moved);
 		return;
 	}
-	if (fetch_deadline(rf, moved) <= mono_ms()) {
+	if (fetch_deadline(rf, moved) <= mono_us()) {
 		fetch_expire(n, jobs[0]);
 		return;
 	}

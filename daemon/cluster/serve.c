@@ -27,7 +27,7 @@
 #define LOG_TOPIC "remote"
 
 #define MAX_SERVING 1024   /* peers' data connections */
-#define HANDSHAKE_MS 2000  /* a peer's Hello (and proof) arrives within this */
+#define HANDSHAKE (2 * USEC_PER_SEC) /* a peer's Hello (and proof) arrives within this */
 #define HANDSHAKE_MAX 128  /* connections yet to prove themselves, at most */
 #define SERVE_MAX_FRAME (16u << 10) /* a frame an asker sends */
 
@@ -45,7 +45,7 @@ struct pserve {
 	bool hs_wait;            /* on n's handshake list */
 	struct pserve *hs_next, *hs_prev;
 	struct hs_source from;   /* where it came from (the budget per source) */
-	uint64_t hs_deadline;
+	usec_t hs_deadline;
 	bool rdma;               /* RDMA agreed: Fetch.rdma is answered with a place */
 	bool want_rdma;          /* this request asked for the place */
 	uint32_t segment;        /* where the object served is */
@@ -75,7 +75,7 @@ struct pserve {
 
 /* Data thread, owning a serving connection: what the loop queued on it
  * and could not send yet goes out first. */
-static int send_queued(struct pserve *ps, uint64_t deadline)
+static int send_queued(struct pserve *ps, usec_t deadline)
 {
 	int r;
 
@@ -88,9 +88,9 @@ static int send_queued(struct pserve *ps, uint64_t deadline)
 	return r;
 }
 
-static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, bool corrupt)
+static void run_send(struct pserve *ps, struct xjob *j, usec_t timeout, bool corrupt)
 {
-	uint64_t deadline = mono_ms() + timeout_ms;
+	usec_t deadline = mono_us() + timeout;
 	Kvc__Peer__FetchResp resp = KVC__PEER__FETCH_RESP__INIT;
 	uint8_t *frame;
 	size_t flen;
@@ -168,7 +168,7 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 			protobuf_c_message_free_unpacked(m, NULL);
 		}
 	} else if (r == 0) {
-		struct blk_pace pace = blk_pace(timeout_ms, deadline, ps->len);
+		struct blk_pace pace = blk_pace(timeout, deadline, ps->len);
 
 		r = blk_send_checked(ps->pc.fd, ps->bytes, ps->len, &pace, corrupt,
 				 ps->known ? &ps->known_sum : NULL, &ps->digest);
@@ -181,7 +181,7 @@ static void run_send(struct pserve *ps, struct xjob *j, uint64_t timeout_ms, boo
 }
 
 /* n bytes of an eager push: first what the loop read past its frame. */
-static int take_in(struct pserve *ps, uint8_t *to, size_t n, uint64_t deadline)
+static int take_in(struct pserve *ps, uint8_t *to, size_t n, usec_t deadline)
 {
 	size_t have = ps->pc.in_len - ps->pc.in_off, k = have < n ? have : n;
 
@@ -223,10 +223,10 @@ static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, const struc
 }
 
 /* On a data thread: a pushed object's bytes into its block. */
-static void run_recv(struct pserve *ps, struct xjob *j, uint64_t timeout_ms)
+static void run_recv(struct pserve *ps, struct xjob *j, usec_t timeout)
 {
-	uint64_t deadline = mono_ms() + timeout_ms;
-	struct blk_pace pace = blk_pace(timeout_ms, deadline, ps->len);
+	usec_t deadline = mono_us() + timeout;
+	struct blk_pace pace = blk_pace(timeout, deadline, ps->len);
 	struct object *o = ps->push_o;
 	int r = blk_set_blocking(ps->pc.fd, true);
 
@@ -273,7 +273,7 @@ static void hs_done(struct pserve *ps)
 	n->srv.n_hs--;
 }
 
-uint64_t remote_hs_deadline(const struct node *n)
+usec_t remote_hs_deadline(const struct node *n)
 {
 	return n->srv.hs_head ? n->srv.hs_head->hs_deadline : UINT64_MAX;
 }
@@ -577,7 +577,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		if (o && o->len <= LOOP_RECV_MAX && ioctl(ps->pc.fd, FIONREAD, &ready) == 0 &&
 		    ps->pc.in_len - ps->pc.in_off + (size_t) ready >= o->len + 8) {
 			/* small, and all here: taken in at once, by the loop */
-			struct blk_pace now = { .idle_ms = 1000, .cap = mono_ms() + 1000 };
+			struct blk_pace now = { .idle = USEC_PER_SEC, .cap = mono_us() + USEC_PER_SEC };
 
 			r = recv_eager(ps, store_object_ptr(o), o->len,
 				       &now, &ps->digest);
@@ -741,8 +741,8 @@ void remote_refused(struct node *n, const char *why)
 	/* counted and said (once in 10 s), so a flood is told apart from a
 	 * dead holder */
 	n->c.refused++;
-	if (loop_now_ms(n->loop) >= n->srv.refused_logged_ms + 10000) {
-		n->srv.refused_logged_ms = loop_now_ms(n->loop);
+	if (loop_now(n->loop) >= n->srv.refused_logged + 10 * USEC_PER_SEC) {
+		n->srv.refused_logged = loop_now(n->loop);
 		log_warn("refusing peer connections (%u served): %s (stat peer_refused)",
 			 n->srv.n_serving, why);
 	}
@@ -767,8 +767,8 @@ void remote_accept(struct node *n, int fd)
 			oldest = p;
 	if (same >= HS_PER_SOURCE || n->srv.n_hs >= HANDSHAKE_MAX) {
 		n->c.hs_timeouts++;
-		if (loop_now_ms(n->loop) >= n->srv.hs_logged_ms + 10000) {
-			n->srv.hs_logged_ms = loop_now_ms(n->loop);
+		if (loop_now(n->loop) >= n->srv.hs_logged + 10 * USEC_PER_SEC) {
+			n->srv.hs_logged = loop_now(n->loop);
 			log_warn("%u peer connections (%u from one address) have not said Hello: "
 				 "closing the oldest (stat peer_handshake_timeouts)", n->srv.n_hs, same);
 		}
@@ -798,7 +798,7 @@ void remote_accept(struct node *n, int fd)
 	n->srv.n_serving++;
 	ps->hs_wait = true;
 	ps->from = src;
-	ps->hs_deadline = loop_now_ms(n->loop) + HANDSHAKE_MS;
+	ps->hs_deadline = loop_now(n->loop) + HANDSHAKE;
 	ps->hs_prev = n->srv.hs_tail;
 	if (n->srv.hs_tail)
 		n->srv.hs_tail->hs_next = ps;
@@ -815,7 +815,7 @@ void remote_accept(struct node *n, int fd)
 static void send_run(struct node *n, struct xjob **jobs, unsigned k)
 {
 	(void) k;
-	run_send(jobs[0]->owner, jobs[0], n->timeout_ms, n->xfer->corrupt);
+	run_send(jobs[0]->owner, jobs[0], n->timeout, n->xfer->corrupt);
 	xfer_hand_back(n, jobs[0]);
 }
 
@@ -840,7 +840,7 @@ static const struct xjob_ops send_ops = { .queue = 1, .run = send_run, .done = s
 static void recv_run(struct node *n, struct xjob **jobs, unsigned k)
 {
 	(void) k;
-	run_recv(jobs[0]->owner, jobs[0], n->timeout_ms);
+	run_recv(jobs[0]->owner, jobs[0], n->timeout);
 	xfer_hand_back(n, jobs[0]);
 }
 
@@ -888,7 +888,7 @@ void remote_feed(struct node *n, int fd)
 }
 
 /* Connections that did not prove themselves in time, oldest first. */
-void serve_expire(struct node *n, uint64_t now)
+void serve_expire(struct node *n, usec_t now)
 {
 	while (n->srv.hs_head && now >= n->srv.hs_head->hs_deadline) {
 		n->c.hs_timeouts++;

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "clock.h"
+
 struct node;
 struct pserve;
 
@@ -21,11 +23,11 @@ struct peer_server {
 	 * address, or past HANDSHAKE_MAX in all, pushes the oldest out) */
 	struct pserve *hs_head, *hs_tail;
 	unsigned n_hs;
-	uint64_t hs_logged_ms, refused_logged_ms;
+	usec_t hs_logged, refused_logged;
 };
 
 /* Connections that have not said Hello (and proved the secret) in time
  * are closed. */
-void serve_expire(struct node *n, uint64_t now);
+void serve_expire(struct node *n, usec_t now);
 /* Every serving connection goes (teardown). */
 void serve_close_all(struct node *n);

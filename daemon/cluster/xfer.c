@@ -80,11 +80,11 @@ void xfer_idle_put(struct xfer *x, const char *address, int fd, bool rdma)
 	pthread_mutex_unlock(&x->lock);
 }
 
-static int handshake(struct node *n, int fd, uint64_t deadline, const char *address, bool *rdma);
+static int handshake(struct node *n, int fd, usec_t deadline, const char *address, bool *rdma);
 
 /* A new data connection to the holder at address, shaken hands with
  * when there is a secret or RDMA here: 0 with *ret_fd, or -errno. */
-int xfer_open_conn(struct node *n, const char *address, uint64_t deadline, int *ret_fd,
+int xfer_open_conn(struct node *n, const char *address, usec_t deadline, int *ret_fd,
 		     bool *rdma)
 {
 	struct net_addr a;
@@ -114,7 +114,7 @@ int xfer_open_conn(struct node *n, const char *address, uint64_t deadline, int *
 }
 
 /* One frame of at most cap payload bytes, of the type expected. */
-int xfer_recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t deadline,
+int xfer_recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, usec_t deadline,
 		      ProtobufCMessage **ret)
 {
 	uint8_t hdr[PEER_HDR_SIZE];
@@ -132,7 +132,7 @@ int xfer_recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t dea
 	return r;
 }
 
-int xfer_send_msg(int fd, uint8_t type, const ProtobufCMessage *m, uint64_t deadline)
+int xfer_send_msg(int fd, uint8_t type, const ProtobufCMessage *m, usec_t deadline)
 {
 	uint8_t *frame;
 	size_t len;
@@ -148,7 +148,7 @@ int xfer_send_msg(int fd, uint8_t type, const ProtobufCMessage *m, uint64_t dead
 /* The holder's pool as its RdmaInfo frame tells it, for one-sided reads:
  * *rdma stays false (plain tcp on this connection) if this node's UCX does
  * not take it. */
-static int rdma_learn(struct node *n, int fd, uint64_t deadline, const char *address, bool *rdma)
+static int rdma_learn(struct node *n, int fd, usec_t deadline, const char *address, bool *rdma)
 {
 	struct rdma_region regs[PEER_MAX_REGIONS];
 	Kvc__Peer__RdmaInfo *ri;
@@ -180,7 +180,7 @@ static int rdma_learn(struct node *n, int fd, uint64_t deadline, const char *add
 /* On a new data connection, with a secret or with RDMA here: Hello, the
  * holder's proof and ours (with a secret), then the holder's pool when
  * both have RDMA. */
-static int handshake(struct node *n, int fd, uint64_t deadline, const char *address, bool *rdma)
+static int handshake(struct node *n, int fd, usec_t deadline, const char *address, bool *rdma)
 {
 	Kvc__Peer__Hello hello = KVC__PEER__HELLO__INIT;
 	Kvc__Peer__Auth au = KVC__PEER__AUTH__INIT;
@@ -226,25 +226,25 @@ static int handshake(struct node *n, int fd, uint64_t deadline, const char *addr
 
 /* When the holder at address last answered a fetch here (0: not lately).
  * Under x->lock. */
-static uint64_t *moved_at(struct xfer *x, const char *address)
+static usec_t *moved_at(struct xfer *x, const char *address)
 {
 	unsigned oldest = 0;
 
 	for (unsigned i = 0; i < PEER_BUSY_MAX; i++) {
 		if (!strcmp(x->moved[i].addr, address))
-			return &x->moved[i].ms;
-		if (x->moved[i].ms < x->moved[oldest].ms)
+			return &x->moved[i].at;
+		if (x->moved[i].at < x->moved[oldest].at)
 			oldest = i;
 	}
 	snprintf(x->moved[oldest].addr, sizeof(x->moved[oldest].addr), "%s", address);
-	x->moved[oldest].ms = 0;
-	return &x->moved[oldest].ms;
+	x->moved[oldest].at = 0;
+	return &x->moved[oldest].at;
 }
 
 /* The holder at address answered: now. */
-uint64_t xfer_note_moved(struct xfer *x, const char *address)
+usec_t xfer_note_moved(struct xfer *x, const char *address)
 {
-	uint64_t now = mono_ms();
+	usec_t now = mono_us();
 
 	pthread_mutex_lock(&x->lock);
 	*moved_at(x, address) = now;
@@ -252,7 +252,7 @@ uint64_t xfer_note_moved(struct xfer *x, const char *address)
 	return now;
 }
 
-uint64_t xfer_moved(struct xfer *x, const char *address)
+usec_t xfer_moved(struct xfer *x, const char *address)
 {
 	uint64_t v;
 

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "worker.h"
 #include "peer.pb-c.h"
 #include "peer-wire.h"
@@ -99,7 +100,7 @@ struct xfer {
 	 * sending is not out of time (fetch_deadline()) */
 	struct {
 		char addr[PEER_MAX_ID + 1];
-		uint64_t ms;
+		usec_t at;
 	} moved[PEER_BUSY_MAX];
 	bool corrupt; /* tests: flip the first byte of what is served */
 	bool no_eager; /* tests: KVCACHE_TEST_NO_EAGER_PUSH=1, pushes wait for PushReady */
@@ -122,12 +123,12 @@ int xfer_idle_take(struct xfer *x, const char *address, bool *rdma);
 void xfer_idle_put(struct xfer *x, const char *address, int fd, bool rdma);
 /* A new data connection to the node at address, shaken hands with when
  * there is a secret or RDMA here: 0 with *ret_fd, or -errno. */
-int xfer_open_conn(struct node *n, const char *address, uint64_t deadline, int *ret_fd,
+int xfer_open_conn(struct node *n, const char *address, usec_t deadline, int *ret_fd,
 		   bool *rdma);
 /* One frame of message m; one frame of at most cap payload bytes, of the
  * type expected, decoded into *ret. */
-int xfer_send_msg(int fd, uint8_t type, const ProtobufCMessage *m, uint64_t deadline);
-int xfer_recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, uint64_t deadline,
+int xfer_send_msg(int fd, uint8_t type, const ProtobufCMessage *m, usec_t deadline);
+int xfer_recv_frame(int fd, uint8_t type, uint8_t *buf, size_t cap, usec_t deadline,
 		    ProtobufCMessage **ret);
 /* An RDMA read (get) or write of len bytes in steps, paced. */
 struct blk_pace;
@@ -138,8 +139,8 @@ int xfer_rdma(struct node *n, bool get, const char *peer, uint32_t rid, uint64_t
 bool xfer_poll(void *u);
 /* Data thread: when the holder at address last answered a fetch here (0:
  * not lately); that it answered now (returns now). */
-uint64_t xfer_moved(struct xfer *x, const char *address);
-uint64_t xfer_note_moved(struct xfer *x, const char *address);
+usec_t xfer_moved(struct xfer *x, const char *address);
+usec_t xfer_note_moved(struct xfer *x, const char *address);
 /* The data threads and their queues (n->xfer); all of it goes, the jobs
  * not run or not collected dropped (xfer_done, after which no job's
  * done runs). */

@@ -8,9 +8,9 @@
 
 #include "store-private.h"
 
-uint64_t now_ms(const struct store *st)
+usec_t store_now(const struct store *st)
 {
-	return loop_now_ms(st->loop);
+	return loop_now(st->loop);
 }
 
 void store_add_listener(struct store *st, struct store_listener *l,

@@ -56,7 +56,7 @@ static void ol_unlink(struct olist *l, struct object *o)
 
 static bool soft_pinned(const struct store *st, const struct object *o)
 {
-	return (o->flags & OBJ_SOFT_PIN) && (o->pin_until == 0 || o->pin_until > now_ms(st));
+	return (o->flags & OBJ_SOFT_PIN) && (o->pin_until == 0 || o->pin_until > store_now(st));
 }
 
 static enum obj_list object_class(const struct store *st, const struct object *o)
@@ -67,7 +67,7 @@ static enum obj_list object_class(const struct store *st, const struct object *o
 		return OL_PINNED;
 	if (o->views || o->fetch)
 		return OL_HELD;
-	if (o->lease_until > now_ms(st))
+	if (o->lease_until > store_now(st))
 		return OL_LEASED;
 	if (o->n_children)
 		return OL_ANC;
@@ -90,7 +90,7 @@ void object_place(struct store *st, struct object *o, bool at_tail)
 
 	at_tail = at_tail && l != OL_LEASED; /* a lease list stays in lease order */
 	if (!at_tail)
-		o->used_ms = (uint32_t) now_ms(st);
+		o->used_ms = used_stamp(store_now(st));
 	/* the common case of a hit: already the most recent of its list */
 	if (l == o->list && l != OL_NONE && !at_tail && o->tier->lists[l].head == o)
 		return;
@@ -100,7 +100,7 @@ void object_place(struct store *st, struct object *o, bool at_tail)
 	/* behind the least recent: used no later than it */
 	last = o->tier->lists[l].tail;
 	if (at_tail)
-		o->used_ms = last ? last->used_ms : (uint32_t) now_ms(st);
+		o->used_ms = last ? last->used_ms : used_stamp(store_now(st));
 	ol_link(&o->tier->lists[l], o, at_tail);
 	o->list = (uint8_t) l;
 }
@@ -156,7 +156,7 @@ void object_publish(struct store *st, struct object *o)
 
 	o->flags |= OBJ_COMMITTED;
 	o->where = OBJ_MEMORY;
-	o->committed_ms = now_ms(st);
+	o->committed = store_now(st);
 	index_insert(&st->index, o);
 	o->tier->objects++;
 	if (o->parent_key) {
@@ -222,7 +222,7 @@ void object_drop(struct store *st, struct object *o)
 void object_hit(struct store *st, struct object *o, bool lease, bool counts)
 {
 	if (lease && st->cfg->lease_ttl_ms)
-		o->lease_until = now_ms(st) + st->cfg->lease_ttl_ms;
+		o->lease_until = store_now(st) + st->cfg->lease_ttl_ms * USEC_PER_MSEC;
 	/* most recently used: the head of its list */
 	object_place(st, o, false);
 	if (lease && o->tier && o->where == OBJ_MEMORY) {
@@ -270,14 +270,14 @@ const char *object_protected(const struct store *st, const struct object *o, boo
 		return "loading";
 	if (o->flags & OBJ_HARD_PIN)
 		return "hard-pinned";
-	if (o->lease_until > now_ms(st))
+	if (o->lease_until > store_now(st))
 		return "leased";
 	if (!soft_ok && soft_pinned(st, o))
 		return "soft-pinned";
 	return NULL;
 }
 
-/* a no later than b, on the 2^32 ms clock of used_ms */
+/* a no later than b, on the 2^32 ms clock of used_stamp() */
 static bool used_by(uint32_t a, uint32_t b)
 {
 	return (int32_t) (a - b) <= 0;

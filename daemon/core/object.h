@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "shmem.h"
 
 #define DAEMON_MAX_TIERS 3
@@ -117,8 +118,8 @@ struct object {
 	struct object *parent;
 	struct object *first_child, *next_sibling, *prev_sibling;
 	uint32_t n_children;
-	/* when it last went to the head of its list (a use), in ms, modulo
-	 * 2^32: compared as a difference, so good for spans of 24 days */
+	/* when it last went to the head of its list (a use): used_stamp(),
+	 * compared as a difference, so good for spans of 24 days */
 	uint32_t used_ms;
 	uint64_t hash;
 	uint64_t len;
@@ -134,9 +135,9 @@ struct object {
 	uint64_t ver;
 	struct tier *tier;
 	struct shm_block *block;
-	uint64_t lease_until;             /* ms, monotonic; protects while in the future */
-	uint64_t pin_until;               /* soft pin expiry, ms; 0 = until unpinned */
-	uint64_t committed_ms;            /* fresh objects are not dropped in the background */
+	usec_t lease_until;               /* protects while in the future */
+	usec_t pin_until;                 /* soft pin expiry; 0 = until unpinned */
+	usec_t committed;                 /* fresh objects are not dropped in the background */
 	uint32_t views;
 	uint32_t flags;
 	uint8_t list;                     /* enum obj_list */
@@ -161,6 +162,13 @@ struct object {
 	struct fetch *fetch;              /* coming back into memory (fetch.c) */
 	char key[];                       /* NUL-terminated */
 };
+
+/* A use's time packed in 32 bits (object.used_ms): the clock in ms,
+ * modulo 2^32. */
+static inline uint32_t used_stamp(usec_t t)
+{
+	return (uint32_t) (t / USEC_PER_MSEC);
+}
 
 /* The views that stand in the way of removing o: a checksum taken ahead
  * (OBJ_SUMMING) holds one only to keep the bytes until it is done, as a

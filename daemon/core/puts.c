@@ -111,7 +111,7 @@ int store_announce(struct store *st, const void *key, size_t len)
 		return -ENOMEM;
 	o->flags = OBJ_IN_FLIGHT | OBJ_ANNOUNCED;
 	o->where = OBJ_RESERVED;
-	o->lease_until = now_ms(st) + st->cfg->lookup_wait_ms; /* until then */
+	o->lease_until = store_now(st) + st->cfg->lookup_wait_ms * USEC_PER_MSEC; /* until then */
 	index_insert(&st->announced, o);
 	o->lru_prev = st->announced_tail;
 	o->lru_next = NULL;
@@ -148,7 +148,7 @@ unsigned store_expire_announced(struct store *st)
 {
 	unsigned n = 0;
 
-	while (st->announced_head && st->announced_head->lease_until <= now_ms(st)) {
+	while (st->announced_head && st->announced_head->lease_until <= store_now(st)) {
 		put_announced_over(st, st->announced_head, true);
 		n++;
 	}

@@ -217,7 +217,7 @@ int store_reserve(struct holder *h, const struct put_args *a, struct extent *ret
 	o->tier = t;
 	if (a->flags & WIRE_PUT_SOFT_PIN) {
 		o->flags |= OBJ_SOFT_PIN;
-		o->pin_until = a->pin_ttl_ms ? now_ms(st) + a->pin_ttl_ms : 0;
+		o->pin_until = a->pin_ttl ? store_now(st) + a->pin_ttl : 0;
 	}
 	if (a->flags & WIRE_PUT_HARD_PIN)
 		o->flags |= OBJ_HARD_PIN;
@@ -287,9 +287,9 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 		st->stats.put_conflicts++;
 		return -EEXIST;
 	}
-	if (old && old->lease_until > now_ms(st)) {
+	if (old && old->lease_until > store_now(st)) {
 		MSG("the object it would replace is leased for %llu ms more",
-		    (unsigned long long) (old->lease_until - now_ms(st)));
+		    (unsigned long long) ((old->lease_until - store_now(st)) / USEC_PER_MSEC));
 		holder_release(h, i);
 		return -EBUSY;
 	}
@@ -444,8 +444,9 @@ int store_remove(struct store *st, const void *key, size_t key_len, bool force, 
 		MSG("object is held by %u view(s)", object_readers(o));
 		return -EBUSY;
 	}
-	if (!force && o->lease_until > now_ms(st)) {
-		MSG("object is leased for %llu ms more", (unsigned long long) (o->lease_until - now_ms(st)));
+	if (!force && o->lease_until > store_now(st)) {
+		MSG("object is leased for %llu ms more",
+		    (unsigned long long) ((o->lease_until - store_now(st)) / USEC_PER_MSEC));
 		return -EBUSY;
 	}
 	object_drop(st, o);
@@ -455,7 +456,7 @@ int store_remove(struct store *st, const void *key, size_t key_len, bool force, 
 	return 0;
 }
 
-int store_pin(struct store *st, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
+int store_pin(struct store *st, const void *key, size_t key_len, bool hard, usec_t ttl,
 	    char *msg)
 {
 	struct object *o = lookup(st, key, key_len);
@@ -466,7 +467,7 @@ int store_pin(struct store *st, const void *key, size_t key_len, bool hard, uint
 		o->flags |= OBJ_HARD_PIN;
 	} else {
 		o->flags |= OBJ_SOFT_PIN;
-		o->pin_until = ttl_ms ? now_ms(st) + ttl_ms : 0;
+		o->pin_until = ttl ? store_now(st) + ttl : 0;
 	}
 	object_place(st, o, false);
 	return 0;
@@ -546,7 +547,7 @@ static void remove_matching(void *u, struct object *o)
 
 	if (w->prefix_len && (o->key_len < w->prefix_len || memcmp(o->key, w->prefix, w->prefix_len) != 0))
 		return;
-	if (object_readers(o) || (!w->force && o->lease_until > now_ms(w->st))) {
+	if (object_readers(o) || (!w->force && o->lease_until > store_now(w->st))) {
 		w->skipped++;
 		return;
 	}

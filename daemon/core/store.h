@@ -96,7 +96,7 @@ void store_free(struct store *st);
 uint64_t store_key_hash(const void *key, size_t len);
 
 /* The time requests are judged against (the loop's, per turn). */
-uint64_t now_ms(const struct store *st);
+usec_t store_now(const struct store *st);
 
 /* What the store was made with, and what it is. */
 const struct config *store_config(const struct store *st);
@@ -154,7 +154,7 @@ struct put_args {
 	uint32_t flags;
 	const void *parent;   /* may be NULL */
 	size_t parent_len;
-	uint32_t pin_ttl_ms;
+	usec_t pin_ttl;       /* a soft pin's; 0: until unpinned */
 	int tier;
 };
 
@@ -349,8 +349,8 @@ int store_remove(struct store *st, const void *key, size_t key_len, bool force, 
 uint64_t store_remove_prefix(struct store *st, const void *prefix, size_t len, bool force,
 			   bool local, uint64_t cursor, uint64_t *ret_removed,
 			   uint64_t *ret_skipped);
-int store_pin(struct store *st, const void *key, size_t key_len, bool hard, uint32_t ttl_ms,
-	    char *msg);
+int store_pin(struct store *st, const void *key, size_t key_len, bool hard, usec_t ttl,
+	      char *msg);
 int store_unpin(struct store *st, const void *key, size_t key_len, char *msg);
 /* Present or not; a hit counts as a use for LRU and grants a lease, unless
  * peek (it only looks). */

@@ -628,7 +628,7 @@ static bool clean(const struct object *o)
 
 static bool fresh(const struct store *st, const struct object *o)
 {
-	return o->committed_ms + st->cfg->lease_ttl_ms > now_ms(st);
+	return o->committed + st->cfg->lease_ttl_ms * USEC_PER_MSEC > store_now(st);
 }
 
 /* Free one victim's space in t: demote it if there is a tier below, drop it
@@ -684,9 +684,10 @@ static void expire_leases(struct store *st, struct tier *t, unsigned budget)
 {
 	struct object *o;
 
-	while (budget-- && (o = t->lists[OL_LEASED].tail) && o->lease_until <= now_ms(st)) {
+	while (budget-- && (o = t->lists[OL_LEASED].tail) && o->lease_until <= store_now(st)) {
 		st->stats.evict_examined++;
-		object_place_used(st, o, (uint32_t) (o->lease_until - st->cfg->lease_ttl_ms));
+		object_place_used(st, o,
+				  used_stamp(o->lease_until - st->cfg->lease_ttl_ms * USEC_PER_MSEC));
 	}
 }
 

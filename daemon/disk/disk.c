@@ -44,7 +44,8 @@
 #define RING_ENTRIES 64
 #define MAX_INFLIGHT 16
 #define MAX_INFLIGHT_BYTES (UINT64_C(256) << 20)
-#define BACKOFF_MS 1000
+#define BACKOFF_MS 1000 /* (ms) */
+#define BACKOFF (BACKOFF_MS * USEC_PER_MSEC)
 
 enum io_kind {
 	IO_WRITE,
@@ -77,7 +78,7 @@ struct disk_io {
 	uint64_t len;
 	char name[32];
 	char final[32];                /* writes: the name it is renamed to */
-	uint64_t deadline;             /* reads: give up waiting for dram */
+	usec_t deadline;               /* reads: give up waiting for dram */
 };
 
 /* Counters for stats (be_stats()); false when there is no disk tier. */
@@ -130,7 +131,7 @@ struct disk {
 	struct disk_io *ios;
 	unsigned inflight, queued;     /* queued: prepared, not yet submitted */
 	uint64_t inflight_bytes;
-	uint64_t backoff_until;
+	usec_t backoff_until;
 	bool flushing;
 	int last_err;                  /* errno of the latest failed write */
 	/* recovery (see recover()): the thread's stack, and the loop's part
@@ -144,7 +145,7 @@ struct disk {
 	struct rec_item *rec_ready, *rec_mine, **rec_mine_tail;
 	struct disk_io *space_wait;    /* reads waiting for dram (qnext) */
 	bool space_freed;              /* a copy ended since reads last looked */
-	uint64_t space_check_ms;
+	usec_t space_check;
 	struct disk_counters c;
 };
 
@@ -340,7 +341,7 @@ static void recover_run(struct work *w)
 		int fd;
 
 		if (pause_ms && i % 1000 == 0) /* tests: recovery that takes a while */
-			usleep(pause_ms * 1000);
+			usleep(pause_ms * (useconds_t) USEC_PER_MSEC);
 		/* newest first: the first record of a key wins, and each older
 		 * one goes behind it on the LRU */
 		record_name(name, sizeof(name), k->rec_found[k->rec_n - 1 - i].id, false);
@@ -837,7 +838,7 @@ static int disk_spill(struct disk *k, struct object *o)
 		return -EALREADY;
 	if (k->inflight >= MAX_INFLIGHT || k->inflight_bytes + o->len > MAX_INFLIGHT_BYTES)
 		return -EAGAIN;
-	if (now_ms(st) < k->backoff_until)
+	if (store_now(st) < k->backoff_until)
 		return -EAGAIN;
 	bound = disk_record_size(o->key_len, k->zstd ? ZSTD_compressBound(o->len) : o->len);
 	buf = buf_get(k, bound);
@@ -925,10 +926,10 @@ static void io_prepared(struct work *w)
 		k->last_err = -fd;
 		if (fd == -ENOSPC)
 			k->c.enospc++;
-		if (now_ms(st) >= k->backoff_until)
+		if (store_now(st) >= k->backoff_until)
 			log_warn("Failed to create a record in %s: %s; spilling paused", k->dir,
 				 strerror(-fd));
-		k->backoff_until = now_ms(st) + BACKOFF_MS;
+		k->backoff_until = store_now(st) + BACKOFF;
 		o->below_io = NULL;
 		store_below_changed(st, o, false);
 		dirty_update(k, o);
@@ -988,10 +989,10 @@ static bool write_done(struct disk *k, struct disk_io *io, int res)
 		if (err == ENOSPC)
 			k->c.enospc++;
 		/* once per backoff period, not once per record */
-		if (now_ms(st) >= k->backoff_until)
+		if (store_now(st) >= k->backoff_until)
 			log_warn("Failed to write a record to %s: %s; objects stay in memory, "
 				 "spilling paused for %d ms", k->dir, strerror(err), BACKOFF_MS);
-		k->backoff_until = now_ms(st) + BACKOFF_MS;
+		k->backoff_until = store_now(st) + BACKOFF;
 		unlinkat(k->dirfd, io->name, 0);
 		if (o) {
 			o->below_io = NULL;
@@ -1127,7 +1128,7 @@ static int disk_load(struct disk *k, struct object *o)
 		return -ENOMEM;
 	io->id = o->below_ref;
 	io->len = o->below_len;
-	io->deadline = now_ms(st) + store_config(st)->spill_wait_ms;
+	io->deadline = store_now(st) + store_config(st)->spill_wait_ms * USEC_PER_MSEC;
 	io->buf = buf_get(k, io->len);
 	io->cap = io->len;
 	record_name(io->name, sizeof(io->name), io->id, false);
@@ -1238,10 +1239,10 @@ static bool land(struct disk *k, struct disk_io *io)
 	struct store *st = k->st;
 	int r = store_readmit_place(st, io->o, &io->block, &io->dst);
 
-	if (r == -EAGAIN && now_ms(st) < io->deadline) {
+	if (r == -EAGAIN && store_now(st) < io->deadline) {
 		io->qnext = k->space_wait;
 		k->space_wait = io;
-		loop_timer_arm_by(k->space_timer, now_ms(st) + 20);
+		loop_timer_arm_by(k->space_timer, store_now(st) + 20 * USEC_PER_MSEC);
 		return true;
 	}
 	if (r < 0) {
@@ -1261,10 +1262,10 @@ static bool retry_landing(struct disk *k)
 	struct disk_io *list = k->space_wait;
 	bool did = false;
 
-	if (!list || (!k->space_freed && now_ms(st) < k->space_check_ms))
+	if (!list || (!k->space_freed && store_now(st) < k->space_check))
 		return false;
 	k->space_freed = false;
-	k->space_check_ms = now_ms(st) + 100;
+	k->space_check = store_now(st) + 100 * USEC_PER_MSEC;
 	k->space_wait = NULL;
 	while (list) {
 		struct disk_io *io = list;
@@ -1346,7 +1347,7 @@ static bool disk_accepting(const struct disk *k, const struct object *o)
 {
 	const struct store *st = k->st;
 
-	return now_ms(st) >= k->backoff_until &&
+	return store_now(st) >= k->backoff_until &&
 	       k->c.bytes + o->len + DISK_ALIGN <= store_below_size(st);
 }
 
@@ -1360,7 +1361,7 @@ static bool disk_maintain(struct disk *k)
 	/* Spill ahead: clean copies of the oldest objects without one, once
 	 * dram is past its low watermark less a margin, or all of them on a
 	 * flush.  The tail of k->dirty is the next of those: no walk. */
-	if (now_ms(st) >= k->backoff_until && store_below_has_room(st, k->c.bytes) &&
+	if (store_now(st) >= k->backoff_until && store_below_has_room(st, k->c.bytes) &&
 	    (k->flushing || store_spill_due(st))) {
 		struct object *o;
 
@@ -1375,7 +1376,7 @@ static bool disk_maintain(struct disk *k)
 	if (k->flushing && k->inflight == 0 && !did) {
 		bool left = k->dirty.n > 0;
 
-		if (!left || now_ms(st) < k->backoff_until) {
+		if (!left || store_now(st) < k->backoff_until) {
 			k->flushing = false;
 			k->c.flush_unwritten = k->dirty.n;
 			k->c.flush_error = left ? (uint64_t) (k->last_err ? k->last_err : EIO) : 0;
@@ -1389,7 +1390,7 @@ static bool disk_maintain(struct disk *k)
 		}
 	}
 	if (k->space_wait)
-		loop_timer_arm_by(k->space_timer, now_ms(st) + 20);
+		loop_timer_arm_by(k->space_timer, store_now(st) + 20 * USEC_PER_MSEC);
 	disk_submit(k);
 	return did;
 }

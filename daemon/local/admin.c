@@ -44,10 +44,7 @@ int server_push(struct server *sv, const char *key, size_t len, const char *node
 
 static uint64_t uptime_s(struct server *sv)
 {
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (uint64_t) (now.tv_sec - sv->started.tv_sec);
+	return (loop_now(sv->loop) - sv->started) / USEC_PER_SEC;
 }
 
 /* The counters of the backends (the disk tier, the cluster, each peer), by

@@ -51,7 +51,7 @@ struct parked {
 	bool space;
 	bool put_wait;               /* a lookup waiting for a put in flight */
 	bool far;                    /* waiting on another node */
-	uint64_t deadline;           /* space: give up with -EAGAIN; put_wait: miss */
+	usec_t deadline;             /* space: give up with -EAGAIN; put_wait: miss */
 	struct channel *ch;
 	struct shm_sqe e;
 };
@@ -664,7 +664,7 @@ static int64_t run_put_from(struct channel *ch, const struct shm_sqe *e, const c
 		.flags = e->put_flags,
 		.parent = parent,
 		.parent_len = parent ? e->key2_len : 0,
-		.pin_ttl_ms = e->pin_ttl_ms,
+		.pin_ttl = e->pin_ttl_ms * USEC_PER_MSEC,
 		.tier = e->tier,
 	};
 	struct extent x;
@@ -775,7 +775,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 			.flags = e->put_flags,
 			.parent = has_parent ? parent : NULL,
 			.parent_len = has_parent ? e->key2_len : 0,
-			.pin_ttl_ms = e->pin_ttl_ms,
+			.pin_ttl = e->pin_ttl_ms * USEC_PER_MSEC,
 			.tier = e->tier,
 		};
 
@@ -989,7 +989,7 @@ static void park(struct channel *ch, const struct shm_sqe *e, struct fetch *f)
 		/* a lookup waiting for a put: a miss at its deadline (the same
 		 * wait for every one: the list stays in deadline order) */
 		p->put_wait = true;
-		p->deadline = now_ms(sv->st) + sv->cfg->lookup_wait_ms;
+		p->deadline = store_now(sv->st) + sv->cfg->lookup_wait_ms * USEC_PER_MSEC;
 		plist_append(&sv->put_wait_head, &sv->put_wait_tail, p);
 		if (sv->put_wait_head == p && sv->put_wait_timer)
 			loop_timer_arm(sv->put_wait_timer, p->deadline);
@@ -1002,7 +1002,7 @@ static unsigned expire_put_waits(struct server *sv)
 {
 	unsigned n = 0;
 
-	while (sv->put_wait_head && sv->put_wait_head->deadline <= now_ms(sv->st)) {
+	while (sv->put_wait_head && sv->put_wait_head->deadline <= store_now(sv->st)) {
 		struct parked *p = sv->put_wait_head;
 
 		put_wait_unlink(sv, p);
@@ -1030,7 +1030,7 @@ static void park_space(struct channel *ch, const struct shm_sqe *e)
 	if (!p)
 		return;
 	p->space = true;
-	p->deadline = now_ms(sv->st) + sv->cfg->spill_wait_ms;
+	p->deadline = store_now(sv->st) + sv->cfg->spill_wait_ms * USEC_PER_MSEC;
 	sv->stats.spill_waits++;
 	space_append(sv, p);
 	if (!sv->space_head->snext)
@@ -1044,7 +1044,7 @@ static unsigned retry_space(struct server *sv)
 	struct parked *list = sv->space_head;
 	unsigned n = 0;
 
-	if (!list || (!sv->space_freed && now_ms(sv->st) < list->deadline))
+	if (!list || (!sv->space_freed && store_now(sv->st) < list->deadline))
 		return 0;
 	sv->space_freed = false;
 	sv->space_head = sv->space_tail = NULL;
@@ -1059,7 +1059,7 @@ static unsigned retry_space(struct server *sv)
 		list = p->snext;
 		p->snext = p->sprev = NULL;
 		r = run(ch, &p->e, &c, &f, msg);
-		if (r == -EAGAIN && now_ms(sv->st) < p->deadline) {
+		if (r == -EAGAIN && store_now(sv->st) < p->deadline) {
 			space_append(sv, p);
 			continue;
 		}

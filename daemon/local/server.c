@@ -103,10 +103,10 @@ static int open_socket(struct server *sv)
  * descriptors, or of memory) is told so by its connection's end. */
 static void refused(struct server *sv, const char *what)
 {
-	uint64_t now = loop_now_ms(sv->loop);
+	usec_t now = loop_now(sv->loop);
 
-	if (now >= sv->refused_logged_ms + 10000) {
-		sv->refused_logged_ms = now;
+	if (now >= sv->refused_logged + 10 * USEC_PER_SEC) {
+		sv->refused_logged = now;
 		log_warn("refusing clients: %s", what);
 	}
 }

@@ -72,10 +72,10 @@ struct server {
 	char lock_path[sizeof(((struct config *) 0)->socket) + 8];
 	int listen_fd, signal_fd, lock_fd;
 	int spare_fd;               /* kept for accept_next() */
-	uint64_t refused_logged_ms; /* clients refused at accept: logged once in 10 s */
+	usec_t refused_logged; /* clients refused at accept: logged once in 10 s */
 	struct loop_source *listen_src, *signal_src;
 	struct loop_source *channels_src, *space_timer, *put_wait_timer;
-	struct timespec started;
+	usec_t started;       /* mono_us() */
 	struct server_stats stats;
 
 	struct parked *space_head, *space_tail; /* puts waiting for a spill (channel.c) */

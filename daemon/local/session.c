@@ -172,7 +172,7 @@ static int op_reserve(struct session *s, const Kvc__ReserveReq *rq, struct reply
 	if (rq->opts) {
 		a.flags = rq->opts->flags;
 		a.tier = rq->opts->tier;
-		a.pin_ttl_ms = rq->opts->pin_ttl_ms;
+		a.pin_ttl = rq->opts->pin_ttl_ms * USEC_PER_MSEC;
 		if (rq->opts->parent_key.len) {
 			a.parent = rq->opts->parent_key.data;
 			a.parent_len = rq->opts->parent_key.len;
@@ -511,7 +511,8 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = admin_remove_prefix(s, q->remove, &rep);
 		break;
 	case KVC__OP__OP_PIN:
-		r = store_pin(sv->st, q->pin->key.data, q->pin->key.len, q->pin->hard, q->pin->ttl_ms, rep.msg);
+		r = store_pin(sv->st, q->pin->key.data, q->pin->key.len, q->pin->hard,
+			      q->pin->ttl_ms * USEC_PER_MSEC, rep.msg);
 		break;
 	case KVC__OP__OP_UNPIN:
 		r = store_unpin(sv->st, q->key->key.data, q->key->key.len, rep.msg);

@@ -256,7 +256,7 @@ static void on_export(struct loop_source *s, void *u)
 		     "version=\"" KVC_VERSION "\"", 1);
 	master_export(e->m, emit, e);
 	metrics_publish(e->metrics, &e->t);
-	loop_timer_arm(s, loop_now_ms(e->l) + 500);
+	loop_timer_arm(s, loop_now(e->l) + 500 * USEC_PER_MSEC);
 }
 
 static void on_signal(struct loop_source *s, int fd, uint32_t events, void *u)

@@ -30,10 +30,10 @@
 #define MAX_OUT (64u << 20)        /* queued to one connection */
 #define GROW_STEP 64               /* buckets moved per insert while growing */
 #define CONN_MAX 4096
-#define HANDSHAKE_MS 2000          /* a connection's Hello (and proof) within this */
+#define HANDSHAKE (2 * USEC_PER_SEC) /* a connection's Hello (and proof) within this */
 #define HANDSHAKE_MAX 128          /* connections yet to prove themselves, at most */
-#define PENDING_MS 10000           /* a holder's "being stored" stands this long */
-#define TOMB_MS 30000              /* a removal refuses older copies this long */
+#define PENDING (10 * USEC_PER_SEC) /* a holder's "being stored" stands this long */
+#define TOMB (30 * USEC_PER_SEC)     /* a removal refuses older copies this long */
 #define PREFIX_TOMBS 32            /* removals by prefix remembered at once */
 
 struct mconn;
@@ -47,7 +47,7 @@ struct mnode {
 	char transport[PEER_MAX_ID + 1];
 	uint64_t features;      /* its Join's */
 	uint64_t generation;    /* the node's own, per run */
-	uint64_t last_ms;
+	usec_t last;
 	uint64_t capacity, used_bytes, objects;
 	uint64_t entries;       /* directory entries naming it (approximate) */
 	struct mconn *conn;
@@ -64,9 +64,9 @@ struct dentry {
 	uint64_t hash;
 	uint64_t len;
 	uint64_t ver;         /* its last removal's or replacement's version (0: none) */
-	uint64_t tomb_until;  /* removed at ver: older copies are refused until then */
+	usec_t tomb_until;    /* removed at ver: older copies are refused until then */
 	struct dentry *tprev, *tnext; /* on the master's list of removals, oldest first */
-	uint64_t pend_until;  /* its pending holders stand until then */
+	usec_t pend_until;    /* its pending holders stand until then */
 	uint32_t n;
 	struct ref h[MAX_HOLDERS];
 	uint32_t key_len;
@@ -92,7 +92,7 @@ struct mconn {
 	bool hs_wait;         /* on the master's list of those yet to prove themselves */
 	struct mconn *hs_next, *hs_prev;
 	struct hs_source from;         /* where it came from (the budget per source) */
-	uint64_t hs_deadline;
+	usec_t hs_deadline;
 	uint8_t nonce[PEER_NONCE_SIZE];
 	int node;             /* slot, or -1 */
 };
@@ -110,14 +110,17 @@ struct master {
 	uint64_t joins, drops, refused;
 	struct mconn *hs_head, *hs_tail; /* oldest first */
 	unsigned n_hs;
-	uint64_t hs_timeouts, hs_logged_ms;
-	uint64_t full, full_logged_ms; /* connections refused at accept: CONN_MAX in use */
+	uint64_t hs_timeouts;
+	usec_t hs_logged;
+	uint64_t full; /* connections refused at accept: CONN_MAX in use */
+	usec_t full_logged;
 	struct dentry *tomb_head, *tomb_tail;
 	/* removals by prefix (all: an empty one), kept TOMB_MS */
 	struct {
 		uint8_t prefix[PEER_MAX_KEY];
 		uint32_t len;
-		uint64_t ver, until;
+		uint64_t ver;
+		usec_t until;
 	} ptomb[PREFIX_TOMBS];
 	unsigned ptomb_next;
 	uint64_t removals, drops_sent, stale_refused;
@@ -252,7 +255,7 @@ static bool prune(struct master *m, struct dentry *e)
 
 	for (uint32_t i = 0; i < e->n; i++)
 		if (ref_live(m, e->h[i]) &&
-		    (!(e->h[i].gen & REF_PENDING) || loop_now_ms(m->loop) < e->pend_until))
+		    (!(e->h[i].gen & REF_PENDING) || loop_now(m->loop) < e->pend_until))
 			e->h[k++] = e->h[i];
 	e->n = k;
 	return k > 0;
@@ -287,7 +290,7 @@ static void tomb_set(struct master *m, struct dentry *e, uint64_t ver)
 {
 	tomb_unlink(m, e);
 	e->ver = ver;
-	e->tomb_until = loop_now_ms(m->loop) + TOMB_MS;
+	e->tomb_until = loop_now(m->loop) + TOMB;
 	e->tprev = m->tomb_tail;
 	if (m->tomb_tail)
 		m->tomb_tail->tnext = e;
@@ -300,7 +303,8 @@ static void tomb_set(struct master *m, struct dentry *e, uint64_t ver)
  * none). */
 static uint64_t prefix_tomb(const struct master *m, const void *key, size_t len)
 {
-	uint64_t now = loop_now_ms(m->loop), ver = 0;
+	usec_t now = loop_now(m->loop);
+	uint64_t ver = 0;
 
 	for (unsigned i = 0; i < PREFIX_TOMBS; i++)
 		if (m->ptomb[i].until > now && m->ptomb[i].len <= len &&
@@ -317,7 +321,7 @@ static bool removed_since(const struct master *m, const struct dentry *e, uint64
 
 	if (p && (!ver || ver <= p))
 		return true;
-	if (e->tomb_until > loop_now_ms(m->loop))
+	if (e->tomb_until > loop_now(m->loop))
 		return !ver || ver <= e->ver;
 	return false;
 }
@@ -357,7 +361,7 @@ static void drop_holders(struct master *m, struct dentry *e, uint64_t ver, int k
 }
 
 /* Removals whose time is up: an entry with no holder left goes. */
-static void tombs_expire(struct master *m, uint64_t now)
+static void tombs_expire(struct master *m, usec_t now)
 {
 	while (m->tomb_head && m->tomb_head->tomb_until <= now) {
 		struct dentry *e = m->tomb_head;
@@ -394,7 +398,7 @@ static void on_remove(struct mconn *c, const Kvc__Peer__Remove *x)
 			memcpy(m->ptomb[t].prefix, x->prefix.data, len);
 		m->ptomb[t].len = (uint32_t) len;
 		m->ptomb[t].ver = x->version;
-		m->ptomb[t].until = loop_now_ms(m->loop) + TOMB_MS;
+		m->ptomb[t].until = loop_now(m->loop) + TOMB;
 		d.prefix = (ProtobufCBinaryData) { .len = len, .data = x->prefix.data };
 		d.all = x->all;
 		d.version = x->version;
@@ -434,12 +438,12 @@ static int node_find(const struct master *m, const char *id)
  * (silent for two thirds), not when one is a little late. */
 static uint32_t node_state(const struct master *m, const struct mnode *n)
 {
-	uint64_t silent = loop_now_ms(m->loop) - n->last_ms;
+	usec_t silent = loop_now(m->loop) - n->last;
 
 	if (!n->connected)
 		return PEER_STATE_DOWN;
-	return silent > (uint64_t) m->cfg.client_ttl_s * 2000 / 3 ? PEER_STATE_SUSPECT
-								     : PEER_STATE_UP;
+	return silent > m->cfg.client_ttl_s * USEC_PER_SEC * 2 / 3 ? PEER_STATE_SUSPECT
+								  : PEER_STATE_UP;
 }
 
 void master_export(const struct master *m, master_export_fn fn, void *u)
@@ -474,7 +478,7 @@ static void conn_close(struct mconn *c, const char *why);
 static void ttl_check(struct loop_source *s, void *u)
 {
 	struct master *m = u;
-	uint64_t now = loop_now_ms(m->loop);
+	usec_t now = loop_now(m->loop);
 
 	while (m->hs_head && now >= m->hs_head->hs_deadline) {
 		m->hs_timeouts++;
@@ -483,9 +487,9 @@ static void ttl_check(struct loop_source *s, void *u)
 	tombs_expire(m, now);
 	for (int i = 0; i < MAX_NODES; i++)
 		if (m->nodes[i].used &&
-		    now - m->nodes[i].last_ms > (uint64_t) m->cfg.client_ttl_s * 1000)
+		    now - m->nodes[i].last > m->cfg.client_ttl_s * USEC_PER_SEC)
 			node_drop(m, i, "silent longer than --client_ttl");
-	loop_timer_arm(s, now + 250);
+	loop_timer_arm(s, now + 250 * USEC_PER_MSEC);
 }
 
 /* ---- connections ---- */
@@ -581,7 +585,7 @@ static int send_members(struct mconn *c, uint32_t seq, int err, const char *msg)
 			mv[n].features = x->features;
 			mv[n].state = node_state(m, x);
 			mv[n].generation = x->generation;
-			mv[n].silent_ms = (uint32_t) (loop_now_ms(m->loop) - x->last_ms);
+			mv[n].silent_ms = (uint32_t) ((loop_now(m->loop) - x->last) / USEC_PER_MSEC);
 			fill_load(&lv[n], x);
 			mv[n].load = &lv[n];
 			mp[n] = &mv[n];
@@ -644,7 +648,7 @@ static int on_join(struct mconn *c, uint32_t seq, const Kvc__Peer__Join *j)
 	n->features = j->features;
 	n->connected = true;
 	n->conn = c;
-	n->last_ms = loop_now_ms(m->loop);
+	n->last = loop_now(m->loop);
 	set_load(n, j->load);
 	c->node = slot;
 	return send_members(c, seq, 0, NULL);
@@ -684,7 +688,7 @@ static void on_publish(struct mconn *c, const Kvc__Peer__Publish *p)
 		if (x->pending) {
 			/* being stored there: lookups wait for it a while (a
 			 * holder it names already keeps the bytes it holds) */
-			e->pend_until = loop_now_ms(m->loop) + PENDING_MS;
+			e->pend_until = loop_now(m->loop) + PENDING;
 			r.gen |= REF_PENDING;
 		} else
 			e->len = x->len;
@@ -814,7 +818,7 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 		goto out;
 	}
 	if (c->node >= 0)
-		m->nodes[c->node].last_ms = loop_now_ms(m->loop);
+		m->nodes[c->node].last = loop_now(m->loop);
 	switch (h->type) {
 	case PEER_HELLO: {
 		const Kvc__Peer__Hello *x = (const void *) msg;
@@ -935,8 +939,8 @@ static void conn_event(struct loop_source *s, int fd, uint32_t events, void *u)
 static void refused(struct master *m, const char *why)
 {
 	m->full++;
-	if (loop_now_ms(m->loop) >= m->full_logged_ms + 10000) {
-		m->full_logged_ms = loop_now_ms(m->loop);
+	if (loop_now(m->loop) >= m->full_logged + 10 * USEC_PER_SEC) {
+		m->full_logged = loop_now(m->loop);
 		log_warn("refusing connections (%u open): %s (metric connections_refused_full)",
 			 m->n_conns, why);
 	}
@@ -960,8 +964,8 @@ static struct mconn *adopt(struct master *m, int cfd)
 			oldest = p;
 	if (same >= HS_PER_SOURCE || m->n_hs >= HANDSHAKE_MAX) {
 		m->hs_timeouts++;
-		if (loop_now_ms(m->loop) >= m->hs_logged_ms + 10000) {
-			m->hs_logged_ms = loop_now_ms(m->loop);
+		if (loop_now(m->loop) >= m->hs_logged + 10 * USEC_PER_SEC) {
+			m->hs_logged = loop_now(m->loop);
 			log_warn("%u connections (%u from one address) have not said Hello: closing "
 				 "the oldest", m->n_hs, same);
 		}
@@ -988,7 +992,7 @@ static struct mconn *adopt(struct master *m, int cfd)
 	m->n_conns++;
 	c->hs_wait = true;
 	c->from = src;
-	c->hs_deadline = loop_now_ms(m->loop) + HANDSHAKE_MS;
+	c->hs_deadline = loop_now(m->loop) + HANDSHAKE;
 	c->hs_prev = m->hs_tail;
 	if (m->hs_tail)
 		m->hs_tail->hs_next = c;
@@ -1064,7 +1068,7 @@ int master_new(struct loop *l, const struct master_config *cfg, struct master **
 	r = loop_add_timer(l, ttl_check, m, &m->ttl_timer);
 	if (r < 0)
 		goto fail;
-	loop_timer_arm(m->ttl_timer, loop_now_ms(l) + 250);
+	loop_timer_arm(m->ttl_timer, loop_now(l) + 250 * USEC_PER_MSEC);
 	*ret = m;
 	return 0;
 fail:

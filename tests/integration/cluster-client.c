@@ -40,6 +40,7 @@
 
 #include <kvcache/kvcache.h>
 
+#include "clock.h"
 #include "helpers.h"
 
 #define N 12
@@ -140,14 +141,6 @@ static int put_batched(struct kvc_client *a)
  * must come (the whole value, 1 byte), none may be a miss.  With exists,
  * asynchronous exists instead: more than B asks the directory at a time;
  * every key must be found. */
-/* Milliseconds on the monotonic clock. */
-static long long mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int get_many_stalled(const char *b_sock)
 {
@@ -162,7 +155,7 @@ static int get_many_stalled(const char *b_sock)
 		CHECK_EQ(kvc_connect(b_sock, &c[k]), 0);
 		CHECK_EQ(kvc_buffer_alloc(c[k], 4096, &buf[k]), 0);
 	}
-	t0 = mono_ms();
+	t0 = (long long) (mono_us() / USEC_PER_MSEC);
 	for (int k = 0; k < 4; k++) {
 		struct kvc_op ops[256];
 
@@ -184,8 +177,8 @@ static int get_many_stalled(const char *b_sock)
 				ended++;
 			}
 			left -= r;
-			if (mono_ms() - t0 > last)
-				last = mono_ms() - t0;
+			if ((long long) (mono_us() / USEC_PER_MSEC) - t0 > last)
+				last = (long long) (mono_us() / USEC_PER_MSEC) - t0;
 		}
 	for (int k = 0; k < 4; k++) {
 		CHECK_EQ(kvc_buffer_free(c[k], &buf[k]), 0);

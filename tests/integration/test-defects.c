@@ -15,17 +15,10 @@
 
 #include <kvcache/kvcache.h>
 
+#include "clock.h"
 #include "helpers.h"
 #include "raw.h"
 #include "shmem.h"
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
 
 /* The daemon still answers, with bytes intact. */
 static void check_serving(const char *socket)
@@ -180,9 +173,9 @@ static void test_dead_daemon_unread_reply(void)
 	CHECK(child >= 0);
 	if (child == 0) {
 		alarm(30); /* a hang fails the test instead of stalling it */
-		t0 = mono_ms();
+		t0 = (mono_us() / USEC_PER_MSEC);
 		CHECK_EQ(kvc_get(c, "k", buf, sizeof(buf)), -ECONNRESET);
-		CHECK(mono_ms() - t0 < 20000);
+		CHECK((mono_us() / USEC_PER_MSEC) - t0 < 20000);
 		_exit(0);
 	}
 	CHECK_EQ(test_wait(child), 0);
@@ -833,14 +826,14 @@ static void test_serve_while_recovering(void)
 
 	/* the recovery thread pauses 20 ms per 1000 records: about 0.4 s */
 	setenv("KVCACHE_TEST_RECOVERY_PAUSE_MS", "20", 1);
-	t0 = mono_ms();
+	t0 = (mono_us() / USEC_PER_MSEC);
 	test_daemon_start(&td, "--dram-size", "16MB", "--hugepages", "off", "--disk-dir", disk,
 			  "--default-kv-lease-ttl", "0", NULL);
 	unsetenv("KVCACHE_TEST_RECOVERY_PAUSE_MS");
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	CHECK_EQ(kvc_status_get(c, &st), 0);
 	printf("first status %llu ms after start: recovering %d, %llu of %llu indexed\n",
-	       (unsigned long long) (mono_ms() - t0), st->recovering,
+	       (unsigned long long) ((mono_us() / USEC_PER_MSEC) - t0), st->recovering,
 	       (unsigned long long) st->recovered, (unsigned long long) st->recovery_total);
 	CHECK(st->recovering);
 	CHECK_EQ(st->recovery_total, N);

@@ -61,7 +61,7 @@ int main(void)
 		log_msg_ratelimited(&rl, LOG_LVL_WARN, "test", "again %d", 1);
 		log_msg_ratelimited(&rl, LOG_LVL_WARN, "test", "again %d", 2);
 		log_msg_ratelimited(&rl, LOG_LVL_WARN, "test", "again %d", 3);
-		rl.next_ms = 0; /* as if the interval were over */
+		rl.next = 0; /* as if the interval were over */
 		log_msg_ratelimited(&rl, LOG_LVL_WARN, "test", "again %d", 4);
 		CHECK(dup2(saved, 2) == 2);
 		CHECK_EQ(count_lines(f, "again "), 2);

@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include "loop.h"
+
+#define MS USEC_PER_MSEC
 #include "helpers.h"
 
 struct rec {
 	struct loop *l;
 	int calls;
-	uint64_t at;
+	usec_t at;
 };
 
 static void fired(struct loop_source *s, void *u)
@@ -27,7 +29,7 @@ static void fired(struct loop_source *s, void *u)
 
 	(void) s;
 	r->calls++;
-	r->at = loop_now_ms(r->l);
+	r->at = loop_now(r->l);
 	loop_quit(r->l);
 }
 
@@ -50,7 +52,7 @@ static bool push_later(void *u)
 {
 	struct pusher *p = u;
 
-	loop_timer_arm_by(p->timer, loop_now_ms(p->l) + 50);
+	loop_timer_arm_by(p->timer, loop_now(p->l) + 50 * MS);
 	p->armed++;
 	return false;
 }
@@ -60,10 +62,10 @@ static bool push_later(void *u)
 static void run_until_fired(struct loop *l, struct loop_source *dog, struct rec *r, int calls,
 			    uint64_t t0, uint64_t want_ms)
 {
-	loop_timer_arm(dog, t0 + 3000);
+	loop_timer_arm(dog, t0 + 3000 * MS);
 	CHECK_EQ(loop_run(l), 0);
 	CHECK_EQ(r->calls, calls);
-	CHECK(r->at >= t0 + want_ms && r->at < t0 + 4000);
+	CHECK(r->at >= t0 + want_ms * MS && r->at < t0 + 4000 * MS);
 }
 
 /* A poller that sleeps in its work three times (as a blocking call or a
@@ -139,7 +141,7 @@ static void spin_phase(struct loop_source *s, void *u)
 	z->phase++;
 	z->mark_polls = z->polls;
 	z->mark_sleeps = z->sleeps;
-	loop_timer_arm(z->t, loop_now_ms(z->l) + 30);
+	loop_timer_arm(z->t, loop_now(z->l) + 30 * MS);
 }
 
 static void test_spin_policy(void)
@@ -150,7 +152,7 @@ static void test_spin_policy(void)
 	CHECK_EQ(loop_new(1000000, &z.l), 0);
 	CHECK_EQ(loop_add_poller(z.l, count_poll, count_sleep, &z, &ps), 0);
 	CHECK_EQ(loop_add_timer(z.l, spin_phase, &z, &z.t), 0);
-	loop_timer_arm(z.t, loop_now_ms(z.l) + 1);
+	loop_timer_arm(z.t, loop_now(z.l) + 1 * MS);
 	CHECK_EQ(loop_run(z.l), 0);
 	CHECK_EQ(z.phase, 7u);
 	/* after a request that waits, and after a timer: asleep at once (a
@@ -245,7 +247,7 @@ static void step_phase(struct loop_source *s, void *u)
 		loop_quit(z->l);
 		return;
 	}
-	loop_timer_arm(z->t, loop_now_ms(z->l) + (z->phase == 1 ? 1 : 20));
+	loop_timer_arm(z->t, loop_now(z->l) + (z->phase == 1 ? 1 : 20) * MS);
 	z->phase++;
 }
 
@@ -259,7 +261,7 @@ static void test_step_aside(void)
 	CHECK_EQ(loop_new(0, &z.l), 0);
 	CHECK_EQ(loop_add_poller(z.l, watch_steps, NULL, &z, &ps), 0);
 	CHECK_EQ(loop_add_timer(z.l, step_phase, &z, &z.t), 0);
-	loop_timer_arm(z.t, loop_now_ms(z.l) + 1);
+	loop_timer_arm(z.t, loop_now(z.l) + 1 * MS);
 	CHECK_EQ(loop_run(z.l), 0);
 	CHECK_EQ(z.phase, 4u);
 	CHECK_EQ(z.steps[0], 0u);
@@ -351,7 +353,7 @@ static void test_control_while_spinning(void)
 	CHECK_EQ(loop_add_poller(z.l, ctl_poll, ctl_sleep, &z, &ps), 0);
 	CHECK_EQ(loop_add_io(z.l, z.efd, EPOLLIN, ctl_ready, &z, &io), 0);
 	CHECK_EQ(loop_add_timer(z.l, watchdog, z.l, &dog), 0);
-	loop_timer_arm(dog, loop_now_ms(z.l) + 3000);
+	loop_timer_arm(dog, loop_now(z.l) + 3000 * MS);
 	CHECK_EQ(pthread_create(&th, NULL, ctl_later, &z), 0);
 	CHECK_EQ(loop_run(z.l), 0);
 	pthread_join(th, NULL);
@@ -376,15 +378,15 @@ int main(void)
 	CHECK_EQ(loop_add_timer(l, watchdog, l, &dog), 0);
 
 	/* arm_by on a disarmed timer arms it; a later one does not move it */
-	t0 = loop_now_ms(l);
-	loop_timer_arm_by(t, t0 + 30);
-	loop_timer_arm_by(t, t0 + 5000);
+	t0 = loop_now(l);
+	loop_timer_arm_by(t, t0 + 30 * MS);
+	loop_timer_arm_by(t, t0 + 5000 * MS);
 	run_until_fired(l, dog, &r, 1, t0, 30);
 
 	/* an earlier one does */
-	t0 = loop_now_ms(l);
-	loop_timer_arm(t, t0 + 5000);
-	loop_timer_arm_by(t, t0 + 20);
+	t0 = loop_now(l);
+	loop_timer_arm(t, t0 + 5000 * MS);
+	loop_timer_arm_by(t, t0 + 20 * MS);
 	run_until_fired(l, dog, &r, 2, t0, 20);
 
 	/* while something keeps arming it later and later, it still fires
@@ -392,8 +394,8 @@ int main(void)
 	p.timer = t;
 	p.l = l;
 	CHECK_EQ(loop_add_idle(l, push_later, &p, &idle), 0);
-	t0 = loop_now_ms(l);
-	loop_timer_arm(t, t0 + 40);
+	t0 = loop_now(l);
+	loop_timer_arm(t, t0 + 40 * MS);
 	run_until_fired(l, dog, &r, 3, t0, 40);
 	CHECK(p.armed > 0);
 	loop_source_free(idle);
@@ -405,7 +407,7 @@ int main(void)
 		uint64_t before = loop_blocked(l);
 
 		CHECK_EQ(loop_add_poller(l, sleep_in_work, NULL, &z, &ps), 0);
-		loop_timer_arm(dog, loop_now_ms(l) + 3000);
+		loop_timer_arm(dog, loop_now(l) + 3000 * MS);
 		CHECK_EQ(loop_run(l), 0);
 		CHECK_EQ(z.calls, 4);
 		CHECK(loop_blocked(l) >= before + 3);

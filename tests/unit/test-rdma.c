@@ -18,14 +18,6 @@
 
 #define SIZE (8u << 20)
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
-
 static uint8_t *region(void)
 {
 	uint8_t *p = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -77,31 +69,31 @@ int main(void)
 	CHECK_EQ(rdma_register(b, 0, mb, SIZE), -EINVAL); /* once per id */
 
 	/* unknown peer */
-	CHECK_EQ(rdma_get(b, "A", 0, 0, 0, 0, 4096, mono_ms() + 2000), -ENOENT);
+	CHECK_EQ(rdma_get(b, "A", 0, 0, 0, 0, 4096, mono_us() + 2000 * USEC_PER_MSEC), -ENOENT);
 	CHECK_EQ(introduce(b, a, "A"), 0);
 	CHECK_EQ(introduce(a, b, "B"), 0);
 
 	/* a get: B reads 5 MB + 3 of A's region at an offset */
-	r = rdma_get(b, "A", 0, 4096 + 1, 0, 100, 5000003, mono_ms() + 5000);
+	r = rdma_get(b, "A", 0, 4096 + 1, 0, 100, 5000003, mono_us() + 5000 * USEC_PER_MSEC);
 	CHECK_EQ(r, 0);
 	CHECK(memcmp(mb + 100, ma + 4096 + 1, 5000003) == 0);
 	/* a put, flushed: in A's memory when it returns */
 	memset(mb, 0x5c, 65536);
-	CHECK_EQ(rdma_put(b, "A", 0, SIZE - 65536, 0, 0, 65536, mono_ms() + 5000), 0);
+	CHECK_EQ(rdma_put(b, "A", 0, SIZE - 65536, 0, 0, 65536, mono_us() + 5000 * USEC_PER_MSEC), 0);
 	for (size_t i = SIZE - 65536; i < SIZE; i++)
 		CHECK_EQ(ma[i], 0x5c);
 	/* many small ones */
 	for (int i = 0; i < 200; i++) {
 		CHECK_EQ(rdma_get(b, "A", 0, (uint64_t) i * 4096, 0, (uint64_t) i * 4096, 4096,
-				  mono_ms() + 5000), 0);
+				  mono_us() + 5000 * USEC_PER_MSEC), 0);
 		CHECK(memcmp(mb + i * 4096, ma + i * 4096, 4096) == 0);
 	}
 
 	/* out of bounds, either side; a region that is not there */
-	CHECK_EQ(rdma_get(b, "A", 0, SIZE - 10, 0, 0, 11, mono_ms() + 2000), -EINVAL);
-	CHECK_EQ(rdma_get(b, "A", 0, 0, 0, SIZE - 10, 11, mono_ms() + 2000), -EINVAL);
-	CHECK_EQ(rdma_get(b, "A", 3, 0, 0, 0, 11, mono_ms() + 2000), -EINVAL);
-	CHECK_EQ(rdma_get(b, "A", 0, UINT64_MAX - 5, 0, 0, 11, mono_ms() + 2000), -EINVAL);
+	CHECK_EQ(rdma_get(b, "A", 0, SIZE - 10, 0, 0, 11, mono_us() + 2000 * USEC_PER_MSEC), -EINVAL);
+	CHECK_EQ(rdma_get(b, "A", 0, 0, 0, SIZE - 10, 11, mono_us() + 2000 * USEC_PER_MSEC), -EINVAL);
+	CHECK_EQ(rdma_get(b, "A", 3, 0, 0, 0, 11, mono_us() + 2000 * USEC_PER_MSEC), -EINVAL);
+	CHECK_EQ(rdma_get(b, "A", 0, UINT64_MAX - 5, 0, 0, 11, mono_us() + 2000 * USEC_PER_MSEC), -EINVAL);
 
 	/* a peer announcing a malformed rkey or worker address: refused, and
 	 * the peer known before stays usable */
@@ -124,14 +116,14 @@ int main(void)
 		r = rdma_peer_set(b, "bogus", wbad, wl, regs, n);
 		CHECK(r == -EINVAL || r == 0);
 		if (r == 0) /* accepted as an address: it reaches no one */
-			CHECK(rdma_get(b, "bogus", 0, 0, 0, 0, 4096, mono_ms() + 1500) < 0);
+			CHECK(rdma_get(b, "bogus", 0, 0, 0, 0, 4096, mono_us() + 1500 * USEC_PER_MSEC) < 0);
 		free(wbad);
-		CHECK_EQ(rdma_get(b, "A", 0, 0, 0, 0, 4096, mono_ms() + 5000), 0);
+		CHECK_EQ(rdma_get(b, "A", 0, 0, 0, 0, 4096, mono_us() + 5000 * USEC_PER_MSEC), 0);
 	}
 
 	/* re-introducing a peer replaces its endpoint; transfers go on */
 	CHECK_EQ(introduce(b, a, "A"), 0);
-	CHECK_EQ(rdma_get(b, "A", 0, 8192, 0, 0, 65536, mono_ms() + 5000), 0);
+	CHECK_EQ(rdma_get(b, "A", 0, 8192, 0, 0, 65536, mono_us() + 5000 * USEC_PER_MSEC), 0);
 	CHECK(memcmp(mb, ma + 8192, 65536) == 0);
 
 	/* a third worker that goes away: B's transfers to it end in time */
@@ -142,16 +134,16 @@ int main(void)
 		CHECK_EQ(rdma_new(&tcp, &c, err), 0);
 		CHECK_EQ(rdma_register(c, 0, mc, SIZE), 0);
 		CHECK_EQ(introduce(b, c, "C"), 0);
-		CHECK_EQ(rdma_get(b, "C", 0, 0, 0, 0, 4096, mono_ms() + 5000), 0);
+		CHECK_EQ(rdma_get(b, "C", 0, 0, 0, 0, 4096, mono_us() + 5000 * USEC_PER_MSEC), 0);
 		rdma_free(c);
-		t0 = mono_ms();
-		r = rdma_get(b, "C", 0, 0, 0, 0, 1u << 20, t0 + 2000);
+		t0 = mono_us();
+		r = rdma_get(b, "C", 0, 0, 0, 0, 1u << 20, t0 + 2000 * USEC_PER_MSEC);
 		CHECK(r == -ECONNRESET || r == -ETIMEDOUT || r == -EIO);
-		CHECK(mono_ms() - t0 < 4000);
+		CHECK(mono_us() - t0 < 4000 * USEC_PER_MSEC);
 		munmap(mc, SIZE);
 	}
 	/* and A is still fine */
-	CHECK_EQ(rdma_get(b, "A", 0, 0, 0, 0, 4096, mono_ms() + 5000), 0);
+	CHECK_EQ(rdma_get(b, "A", 0, 0, 0, 0, 4096, mono_us() + 5000 * USEC_PER_MSEC), 0);
 
 	rdma_get_stats(b, &st);
 	CHECK(st.gets >= 203);

@@ -107,7 +107,7 @@ static void test_worker(void)
 		CHECK_EQ(worker_submit(wk, w), 0);
 	}
 	CHECK_EQ(loop_add_timer(the_loop, watchdog, the_loop, &dog), 0);
-	loop_timer_arm(dog, mono_ms() + 10000);
+	loop_timer_arm(dog, mono_us() + 10000 * USEC_PER_MSEC);
 	CHECK_EQ(loop_run(the_loop), 0);
 	CHECK_EQ(n_done, N);
 	for (unsigned i = 0; i < N; i++) {
@@ -178,7 +178,7 @@ static void test_post(void)
 
 	CHECK_EQ(loop_new(0, &the_loop), 0);
 	CHECK_EQ(loop_add_timer(the_loop, watchdog, the_loop, &dog), 0);
-	loop_timer_arm(dog, mono_ms() + 10000);
+	loop_timer_arm(dog, mono_us() + 10000 * USEC_PER_MSEC);
 	CHECK_EQ(pthread_create(&th, NULL, poster, NULL), 0);
 	CHECK_EQ(loop_run(the_loop), 0);
 	pthread_join(th, NULL);
@@ -336,7 +336,7 @@ static void test_shared(void)
 		CHECK_EQ(worker_submit(sh.wk, &jobs[i].work), 0);
 	}
 	CHECK_EQ(loop_add_timer(the_loop, watchdog, the_loop, &dog), 0);
-	loop_timer_arm(dog, mono_ms() + 20000);
+	loop_timer_arm(dog, mono_us() + 20000 * USEC_PER_MSEC);
 	CHECK_EQ(loop_run(the_loop), 0);
 	CHECK_EQ(sh.n_done, SHARED_N);
 	CHECK(sh.held_back_ok); /* a stuck peer held one thread, not all */

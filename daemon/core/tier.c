@@ -197,7 +197,7 @@ int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t
 int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t len,
 		    uint64_t below_ref, uint64_t below_len)
 {
-	struct tier *t = &st->disk_tier;
+	struct tier *t = &st->below_tier;
 	uint64_t hash = index_hash(key, key_len);
 	struct object *o, *old = index_find(&st->index, key, key_len, hash);
 
@@ -237,9 +237,10 @@ const struct tier *store_tier(struct store *st, unsigned i)
 void store_below_attach(struct store *st, const struct below_ops *ops, void *be,
 			uint64_t size)
 {
-	struct tier *t = &st->disk_tier;
+	struct tier *t = &st->below_tier;
 
-	*t = (struct tier) { .name = "disk", .kind = SHM_TIER_DISK, .segment = UINT32_MAX };
+	*t = (struct tier) { .name = ops->name ? ops->name : "below", .kind = SHM_TIER_DISK,
+			     .segment = UINT32_MAX };
 	t->alloc.size = size;
 	t->high = (uint64_t) ((double) size * st->cfg->high_watermark);
 	t->low = (uint64_t) ((double) size * (st->cfg->high_watermark - st->cfg->eviction_ratio));
@@ -254,22 +255,22 @@ void store_below_detach(struct store *st)
 
 void store_below_used(struct store *st, uint64_t used)
 {
-	st->disk_tier.alloc.used = used;
+	st->below_tier.alloc.used = used;
 }
 
 uint64_t store_below_size(const struct store *st)
 {
-	return st->disk_tier.alloc.size;
+	return st->below_tier.alloc.size;
 }
 
 bool store_below_has_room(const struct store *st, uint64_t used)
 {
-	return used < st->disk_tier.high;
+	return used < st->below_tier.high;
 }
 
 bool store_below_trim(struct store *st, uint64_t used)
 {
-	struct tier *t = &st->disk_tier;
+	struct tier *t = &st->below_tier;
 	uint64_t freed = 0, n = 0;
 
 	if (used <= t->high)
@@ -609,9 +610,9 @@ static int move(struct store *st, struct object *o, struct tier *to, bool may_ev
 }
 
 /* o's bytes are on disk already: only its memory goes. */
-static uint64_t demote_to_disk(struct store *st, struct tier *t, struct object *o)
+static uint64_t demote_below(struct store *st, struct tier *t, struct object *o)
 {
-	struct tier *disk = &st->disk_tier;
+	struct tier *disk = &st->below_tier;
 	uint64_t size = o->block->size;
 
 	shm_alloc_free(&t->alloc, o->block);
@@ -639,16 +640,16 @@ static int64_t evict_one(struct store *st, struct tier *t, struct object *o, enu
 {
 	uint64_t size;
 
-	if (t == &st->disk_tier) {
+	if (t == &st->below_tier) {
 		/* only asked for by name, or the disk's own watermark: the
 		 * record goes, and the object */
 		size = o->below_len;
 		goto drop;
 	}
 	size = o->block->size;
-	if (t->below == &st->disk_tier) {
+	if (t->below == &st->below_tier) {
 		if (clean(o))
-			return (int64_t) demote_to_disk(st, t, o);
+			return (int64_t) demote_below(st, t, o);
 		if (why != EVICT_MANUAL && st->below.ops->accepting(st->below.be, o)) {
 			/* never drop what has not reached disk while the disk
 			 * can take it: wait for the spill */
@@ -714,7 +715,7 @@ static struct object *leased_clean(struct store *st, struct tier *t)
 {
 	unsigned budget = 16;
 
-	if (t->below != &st->disk_tier)
+	if (t->below != &st->below_tier)
 		return NULL;
 	for (struct object *o = t->lists[OL_LEASED].tail; o && budget--; o = o->lru_prev) {
 		st->stats.evict_examined++;
@@ -832,7 +833,7 @@ unsigned tier_count(const struct store *st)
 
 struct tier *tier_at(struct store *st, unsigned i)
 {
-	return i < st->n_tiers ? &st->tiers[i] : &st->disk_tier;
+	return i < st->n_tiers ? &st->tiers[i] : &st->below_tier;
 }
 
 /* ---- background work ---- */

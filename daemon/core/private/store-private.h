@@ -25,7 +25,12 @@ struct store {
 
 	struct tier tiers[DAEMON_MAX_TIERS]; /* by segment index: dram first */
 	unsigned n_tiers;   /* memory tiers */
-	struct tier disk_tier; /* valid when below.ops is set; no segment */
+	/* core's record of what lies below memory (valid while below.ops is
+	 * set; no segment): the objects whose bytes are only there, by use,
+	 * and its size and watermarks, so eviction below is decided where
+	 * eviction above is.  The backend's own state (records, files, what
+	 * it has still to copy) is its own (daemon/disk). */
+	struct tier below_tier;
 	struct tier *fastest;  /* lookups go fastest first */
 	struct below below;    /* what holds copies below memory: the disk tier */
 	struct remote remote;  /* other nodes (the cluster), or nothing */

@@ -2,7 +2,7 @@
 # packages kvcache builds with, if any is missing.
 KVC_DEPS="gcc meson ninja-build pkg-config protobuf-c-compiler libprotobuf-c-dev
 libjson-c-dev libxxhash-dev liburing-dev libzstd-dev libsodium-dev libmicrohttpd-dev libsystemd-dev scdoc iproute2
-python3 python3-dev libucx-dev libibverbs-dev libnuma-dev"
+python3 python3-dev libucx-dev libibverbs-dev libnuma-dev libcurl4-openssl-dev etcd-server"
 
 kvc_install_deps() {
 	missing=

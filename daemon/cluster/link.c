@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "etcd.h"
 #include "link.h"
 #include "log.h"
 #include "net.h"
@@ -33,6 +34,8 @@
 
 void link_down(struct link *k, const char *why)
 {
+	bool was_up = k->state == L_UP;
+
 	if (k->state == L_UP)
 		k->n->c.master_drops++;
 	if (k->state == L_UP || !k->warned)
@@ -43,6 +46,13 @@ void link_down(struct link *k, const char *why)
 	pconn_done(&k->pc);
 	k->state = L_DOWN;
 	k->retry_at = loop_now(k->n->loop) + RETRY;
+	if (k->etcd[0]) {
+		/* the leader may have changed: read the view again, at once
+		 * when a leader let go (another may lead already) */
+		k->have_sa = false;
+		if (was_up)
+			k->retry_at = loop_now(k->n->loop) + ETCD_RETRY;
+	}
 	k->q_len = 0; /* what it missed comes with the next re-publish */
 	k->resync = false;
 	k->more = false;
@@ -120,6 +130,14 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 			break;
 		}
 		k->features = a->features;
+		k->term = a->term;
+		if (k->etcd[0] && a->term < k->view_term) {
+			log_warn("master %s is of term %llu, the view's is %llu: not the leader",
+				 k->leader, (unsigned long long) a->term,
+				 (unsigned long long) k->view_term);
+			r = -ESTALE;
+			break;
+		}
 		if (n->secret.len) {
 			Kvc__Peer__Auth au = KVC__PEER__AUTH__INIT;
 			uint8_t proof[PEER_PROOF_SIZE];
@@ -268,6 +286,10 @@ static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 struct resolve_req {
 	struct net_addr addr;
 	struct net_sockaddr sa;
+	/* an etcd master view to read first: the address, and its term */
+	char etcd[NET_HOST_MAX + 8], view_key[NET_HOST_MAX];
+	char leader[NET_HOST_MAX + 8];
+	uint64_t term;
 	int res;
 	int refs;  /* atomic: the thread's and the link's */
 	bool done; /* atomic */
@@ -279,12 +301,37 @@ static void resolve_put(struct resolve_req *q)
 		free(q);
 }
 
+/* Resolver thread: the leader's address from etcd's master view. */
+static int read_view(struct resolve_req *q)
+{
+	struct etcd *e;
+	char addr[sizeof(q->leader)];
+	int64_t rev = 0;
+	int r = etcd_new(q->etcd, ETCD_CALL, &e);
+
+	if (r < 0)
+		return r;
+	r = etcd_get(e, q->view_key, addr, sizeof(addr), &rev);
+	etcd_free(e);
+	if (r == -ENOENT)
+		return -EHOSTUNREACH; /* no leader now: an election is under way */
+	if (r < 0)
+		return r;
+	if (net_addr_parse(addr, DEFAULT_MASTER_PORT, &q->addr) < 0 || !q->addr.host[0])
+		return -EINVAL;
+	snprintf(q->leader, sizeof(q->leader), "%s", addr);
+	q->term = (uint64_t) rev;
+	return 0;
+}
+
 static void *resolve_main(void *arg)
 {
 	struct resolve_req *q = arg;
 
 	loop_helper_thread("resolve", true);
-	q->res = net_resolve(&q->addr, false, &q->sa);
+	q->res = q->etcd[0] ? read_view(q) : 0;
+	if (q->res == 0)
+		q->res = net_resolve(&q->addr, false, &q->sa);
 	__atomic_store_n(&q->done, true, __ATOMIC_RELEASE);
 	resolve_put(q);
 	return NULL;
@@ -303,6 +350,8 @@ static void resolve_start(struct link *k)
 	if (!q)
 		return;
 	q->addr = k->addr;
+	snprintf(q->etcd, sizeof(q->etcd), "%s", k->etcd);
+	snprintf(q->view_key, sizeof(q->view_key), "%s", k->view_key);
 	q->refs = 2;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -319,7 +368,7 @@ static void resolve_start(struct link *k)
  * -EINPROGRESS while the first is under way, or its error. */
 static int link_address(struct link *k, struct net_sockaddr *sa)
 {
-	int r = net_resolve(&k->addr, true, sa);
+	int r = k->etcd[0] ? -EAGAIN : net_resolve(&k->addr, true, sa);
 
 	if (r != -EAGAIN)
 		return r;
@@ -328,6 +377,12 @@ static int link_address(struct link *k, struct net_sockaddr *sa)
 		if (r == 0) {
 			k->sa = k->rq->sa;
 			k->have_sa = true;
+			if (k->etcd[0] && (strcmp(k->leader, k->rq->leader) ||
+					   k->view_term != k->rq->term))
+				log_notice("master %s: the leader is %s (term %llu)", k->name,
+					   k->rq->leader, (unsigned long long) k->rq->term);
+			snprintf(k->leader, sizeof(k->leader), "%s", k->rq->leader);
+			k->view_term = k->rq->term;
 		}
 		resolve_put(k->rq);
 		k->rq = NULL;
@@ -348,8 +403,21 @@ void link_connect(struct link *k)
 
 	if (r == 0)
 		r = net_connect_sa(&sa, &fd);
+	if (r == -EINPROGRESS) {
+		/* nothing to say yet: a view comes in a millisecond or two,
+		 * a name may take longer */
+		k->retry_at = loop_now(k->n->loop) + (k->etcd[0] ? ETCD_RETRY : RETRY);
+		loop_timer_arm_by(k->n->timer, k->retry_at);
+		return;
+	}
 	if (r < 0) {
-		link_down(k, r == -EINPROGRESS ? "looking its name up" : strerror(-r));
+		link_down(k, r == -EHOSTUNREACH && k->etcd[0] ? "no leader in etcd's master view"
+							      : strerror(-r));
+		if (r == -EHOSTUNREACH && k->etcd[0]) {
+			/* an election is under way: look again soon */
+			k->retry_at = loop_now(k->n->loop) + ETCD_ELECTION_RETRY;
+			loop_timer_arm_by(k->n->timer, k->retry_at);
+		}
 		return;
 	}
 	pconn_init(&k->pc, fd, LINK_MAX_OUT);

@@ -24,6 +24,9 @@
 #define DEFAULT_MASTER_PORT 50051
 #define RETRY_MS 500 /* (ms) */
 #define RETRY (RETRY_MS * USEC_PER_MSEC)
+#define ETCD_RETRY (50 * USEC_PER_MSEC) /* an etcd link waits for the view this often */
+#define ETCD_CALL (1 * USEC_PER_SEC)    /* each call to etcd */
+#define ETCD_ELECTION_RETRY (100 * USEC_PER_MSEC) /* while the view names no leader */
 #define LINK_MAX_OUT (64u << 20)
 #define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
 #define BATCH_BYTES (1u << 20)      /* keys per frame, about */
@@ -65,6 +68,13 @@ struct link {
 	struct net_sockaddr sa;
 	bool have_sa;
 	char name[NET_HOST_MAX + 8];
+	/* --master etcd://ENDPOINTS[/CLUSTER_ID]: the leader is the one in
+	 * etcd's master view, read on the same thread before each connect;
+	 * a leader of an older term than the view's is refused */
+	char etcd[NET_HOST_MAX + 8];    /* the endpoints; empty: a plain address */
+	char view_key[NET_HOST_MAX];
+	char leader[NET_HOST_MAX + 8];  /* the view's address, the last one read */
+	uint64_t view_term, term;
 	enum link_state state;
 	struct pconn pc;
 	struct loop_source *src;

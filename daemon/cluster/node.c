@@ -510,6 +510,27 @@ static int pick_transport(struct node *n, const struct config *cfg, const char *
 	return 0;
 }
 
+/* --master etcd://HOST:PORT[;HOST:PORT...][/CLUSTER_ID] (Mooncake's
+ * master_server_address for masters with --enable_ha): k follows the
+ * leader etcd's master view names. */
+static int etcd_link(struct link *k, const char *spec, char *err, size_t err_len)
+{
+	const char *eps = spec + 7, *slash = strchr(eps, '/');
+	const char *id = slash && slash[1] ? slash + 1 : "kvcache";
+	size_t len = slash ? (size_t) (slash - eps) : strlen(eps);
+
+	if (!len || len >= sizeof(k->etcd) || strlen(id) > 128 || strchr(id, '/')) {
+		snprintf(err, err_len, "--master %s: expected etcd://HOST:PORT[;HOST:PORT...][/CLUSTER_ID]",
+			 spec);
+		return -EINVAL;
+	}
+	memcpy(k->etcd, eps, len);
+	k->etcd[len] = '\0';
+	snprintf(k->view_key, sizeof(k->view_key), "/kvcache/%s/master_view", id);
+	snprintf(k->name, sizeof(k->name), "%.*s", (int) sizeof(k->name) - 1, spec);
+	return 0;
+}
+
 int node_new(struct store *st, const struct config *cfg, struct node **ret, char *err,
 	       size_t err_len)
 {
@@ -582,7 +603,12 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 			goto fail;
 		}
 		k = &n->links[n->n_links];
-		if (net_addr_parse(tok, DEFAULT_MASTER_PORT, &k->addr) < 0 || !k->addr.host[0]) {
+		if (!strncmp(tok, "etcd://", 7)) {
+			r = etcd_link(k, tok, err, err_len);
+			if (r < 0)
+				goto fail;
+		} else if (net_addr_parse(tok, DEFAULT_MASTER_PORT, &k->addr) < 0 ||
+			   !k->addr.host[0]) {
 			snprintf(err, err_len, "--master: '%s' is not HOST:PORT", tok);
 			r = -EINVAL;
 			goto fail;
@@ -591,7 +617,8 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 		k->index = n->n_links++;
 		k->pc.fd = -1;
 		k->q_max = link_queue_max(cfg);
-		net_addr_format(&k->addr, k->name, sizeof(k->name));
+		if (!k->etcd[0])
+			net_addr_format(&k->addr, k->name, sizeof(k->name));
 	}
 	if (!n->n_links) {
 		snprintf(err, err_len, "--master: no address given");

@@ -14,11 +14,13 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/utsname.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include "kvc-config.h"
 #include "log.h"
+#include "ha.h"
 #include "loop.h"
 #include "master.h"
 #include "metrics.h"
@@ -37,10 +39,17 @@ struct opts {
 	char secret_file[4096];
 	unsigned metrics_port;
 	char metrics_address[64];
+	bool enable_ha;
+	char etcd_endpoints[1024];
+	char cluster_id[128];
+	char ha_backend_type[32];
+	unsigned ha_lease_ttl;
+	char advertise[NET_HOST_MAX];
 };
 
 static struct opts o = { .port = 50051, .address = "0.0.0.0", .client_ttl = 10,
-			 .log_level = "notice", .metrics_address = "127.0.0.1" };
+			 .log_level = "notice", .metrics_address = "127.0.0.1",
+			 .cluster_id = "kvcache", .ha_backend_type = "etcd", .ha_lease_ttl = 5 };
 
 static const struct flag {
 	const char *name;
@@ -71,9 +80,17 @@ static const struct flag {
 	  "the address /metrics listens on (default 127.0.0.1)" },
 	{ "default_kv_soft_pin_ttl", K_IGNORED, NULL, NULL },
 	{ "allow_evict_soft_pinned_objects", K_BOOL, NULL, NULL },
-	{ "enable_ha", K_BOOL, NULL, NULL },
-	{ "etcd_endpoints", K_IGNORED, NULL, NULL },
-	{ "cluster_id", K_IGNORED, NULL, NULL },
+	{ "enable_ha", K_BOOL, &o.enable_ha,
+	  "several masters, one leader elected on etcd (--etcd_endpoints)" },
+	{ "etcd_endpoints", K_STRING, o.etcd_endpoints, "etcd's HOST:PORT[;HOST:PORT...]" },
+	{ "cluster_id", K_STRING, o.cluster_id,
+	  "the cluster's name in etcd: /kvcache/ID/master_view (default kvcache)" },
+	{ "ha_backend_type", K_STRING, o.ha_backend_type, "etcd (the only one)" },
+	{ "ha_backend_connstring", K_STRING, o.etcd_endpoints, "the same as --etcd_endpoints" },
+	{ "ha_lease_ttl", K_UINT, &o.ha_lease_ttl,
+	  "seconds a silent leader keeps its place (default 5)" },
+	{ "advertise", K_STRING, o.advertise,
+	  "the host nodes reach this master at (default --rpc_address, or the host name)" },
 	{ "memory_allocator", K_IGNORED, NULL, NULL },
 	{ "root_fs_dir", K_IGNORED, NULL, NULL },
 	{ "global_file_segment_size", K_IGNORED, NULL, NULL },
@@ -91,7 +108,8 @@ static void usage(FILE *f)
 	fprintf(f, "Usage: kvcache-master [--port N] [--rpc_address ADDR] [--client_ttl S]\n"
 		   "                      [--default_kv_lease_ttl MS] [--eviction_ratio R]\n"
 		   "                      [--eviction_high_watermark_ratio R] [--log-level L]\n"
-		   "                      [--metrics_port N] [--metrics_address ADDR]\n\n"
+		   "                      [--metrics_port N] [--metrics_address ADDR]\n"
+		   "                      [--enable_ha --etcd_endpoints H:P[;H:P] [--cluster_id ID]]\n\n"
 		   "Membership and the directory of a kvcache cluster; data never passes\n"
 		   "through it.  Flags may be written -flag V, --flag V or --flag=V.\n\n");
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
@@ -113,6 +131,29 @@ static bool bool_word(const char *s, bool *ret)
 	return false;
 }
 
+/* The room a string flag has. */
+static size_t string_cap(const void *dst)
+{
+	const struct {
+		const void *p;
+		size_t cap;
+	} caps[] = {
+		{ o.address, sizeof(o.address) },
+		{ o.log_level, sizeof(o.log_level) },
+		{ o.metrics_address, sizeof(o.metrics_address) },
+		{ o.secret_file, sizeof(o.secret_file) },
+		{ o.etcd_endpoints, sizeof(o.etcd_endpoints) },
+		{ o.cluster_id, sizeof(o.cluster_id) },
+		{ o.ha_backend_type, sizeof(o.ha_backend_type) },
+		{ o.advertise, sizeof(o.advertise) },
+	};
+
+	for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++)
+		if (caps[i].p == dst)
+			return caps[i].cap;
+	return 0;
+}
+
 static int set(const struct flag *f, const char *v)
 {
 	char *end;
@@ -127,7 +168,7 @@ static int set(const struct flag *f, const char *v)
 		errno = 0;
 		x = strtoull(v, &end, 10);
 		if (errno || *end || (f->kind == K_PORT && x > 65535) ||
-		    (f->dst == &o.client_ttl && (x == 0 || x > 86400)))
+		    ((f->dst == &o.client_ttl || f->dst == &o.ha_lease_ttl) && (x == 0 || x > 86400)))
 			return -EINVAL;
 		if (f->dst == &o.lease_ttl)
 			o.lease_ttl = x;
@@ -146,13 +187,18 @@ static int set(const struct flag *f, const char *v)
 		return 0;
 	}
 	case K_STRING:
-		if (strlen(v) >= (f->dst == o.address		? sizeof(o.address)
-				  : f->dst == o.log_level	? sizeof(o.log_level)
-				  : f->dst == o.metrics_address ? sizeof(o.metrics_address)
-								: sizeof(o.secret_file)))
+		if (strlen(v) >= string_cap(f->dst))
 			return -EINVAL;
 		strcpy(f->dst, v);
 		return 0;
+	case K_BOOL: {
+		bool b = true;
+
+		if (v && !bool_word(v, &b))
+			return -EINVAL;
+		*(bool *) f->dst = b;
+		return 0;
+	}
 	default:
 		return 0;
 	}
@@ -277,6 +323,7 @@ int main(int argc, char **argv)
 	struct exporter ex = { 0 };
 	struct master *m = NULL;
 	struct loop *l = NULL;
+	struct ha *ha = NULL;
 	sigset_t mask;
 	int r, sfd;
 
@@ -296,6 +343,18 @@ int main(int argc, char **argv)
 	cfg.default_kv_lease_ttl_ms = o.lease_ttl;
 	cfg.eviction_high_watermark_ratio = o.high;
 	cfg.eviction_ratio = o.ratio;
+	if (o.enable_ha) {
+		if (strcmp(o.ha_backend_type, "etcd")) {
+			fprintf(stderr, "kvcache-master: --ha_backend_type %s: only etcd is supported\n",
+				o.ha_backend_type);
+			return 2;
+		}
+		if (!o.etcd_endpoints[0]) {
+			fprintf(stderr, "kvcache-master: --enable_ha needs --etcd_endpoints HOST:PORT[;...]\n");
+			return 2;
+		}
+		cfg.standby = true; /* until elected */
+	}
 	if (o.secret_file[0]) {
 		static struct peer_secret secret;
 		char err[512];
@@ -346,12 +405,35 @@ int main(int argc, char **argv)
 		metrics_set_serving(ex.metrics, true);
 		log_notice("metrics on http://%s:%u/metrics", o.metrics_address, o.metrics_port);
 	}
+	if (o.enable_ha) {
+		struct ha_config hc = { .endpoints = o.etcd_endpoints, .cluster_id = o.cluster_id,
+					.lease_ttl_s = o.ha_lease_ttl };
+		char addr[NET_HOST_MAX + 8];
+		const char *host = o.advertise[0]		  ? o.advertise
+				   : strcmp(o.address, "0.0.0.0") ? o.address
+								  : NULL;
+		struct utsname un;
+
+		if (!host && uname(&un) == 0)
+			host = un.nodename;
+		snprintf(addr, sizeof(addr), "%s:%u", host ? host : "localhost", master_port(m));
+		hc.address = addr;
+		r = ha_start(l, m, &hc, &ha);
+		if (r < 0) {
+			fprintf(stderr, "kvcache-master: cannot campaign on etcd %s (cluster %s): %s\n",
+				o.etcd_endpoints, o.cluster_id, strerror(-r));
+			goto out;
+		}
+		log_notice("standing for cluster %s on etcd %s as %s (lease %u s)", o.cluster_id,
+			   o.etcd_endpoints, addr, o.ha_lease_ttl);
+	}
 	log_notice("kvcache-master %s listening on %s:%u (client_ttl %u s)", KVC_VERSION, o.address,
 		   master_port(m), o.client_ttl);
 	sd_notifyf(0, "READY=1\nSTATUS=listening on %s:%u", o.address, master_port(m));
 	r = loop_run(l);
 	sd_notify(0, "STOPPING=1");
 out:
+	ha_stop(ha);
 	metrics_set_serving(ex.metrics, false);
 	metrics_stop(ex.metrics);
 	loop_source_free(export_src);

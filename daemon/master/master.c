@@ -124,6 +124,9 @@ struct master {
 	} ptomb[PREFIX_TOMBS];
 	unsigned ptomb_next;
 	uint64_t removals, drops_sent, stale_refused;
+	bool standby;  /* --enable_ha, not leading: refuses nodes */
+	uint64_t term; /* the election's, while leading (0: no election) */
+	uint64_t terms, stepdowns;
 };
 
 /* ---- directory ---- */
@@ -471,6 +474,10 @@ void master_export(const struct master *m, master_export_fn fn, void *u)
 	fn(u, "removals", NULL, true, m->removals);
 	fn(u, "drops_sent", NULL, true, m->drops_sent);
 	fn(u, "stale_copies_refused", NULL, true, m->stale_refused);
+	fn(u, "leading", NULL, false, !m->standby);
+	fn(u, "term", NULL, false, m->term);
+	fn(u, "terms_led", NULL, true, m->terms);
+	fn(u, "stepdowns", NULL, true, m->stepdowns);
 }
 
 static void conn_close(struct mconn *c, const char *why);
@@ -836,6 +843,10 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 		if (x->major != PEER_MAJOR) {
 			ack.error = -EPROTONOSUPPORT;
 			ack.error_msg = "unsupported peer protocol version";
+		} else if (m->standby) {
+			ack.error = -EAGAIN;
+			ack.error_msg = "this master is a standby: the leader is the one in "
+					"etcd's master view";
 		} else if (m->cfg.secret && x->nonce.len != PEER_NONCE_SIZE) {
 			ack.error = -EACCES;
 			ack.error_msg = "this master requires the cluster secret "
@@ -849,6 +860,7 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 			ack.nonce = (ProtobufCBinaryData) { .len = sizeof(c->nonce), .data = c->nonce };
 		} else
 			c->authed = true;
+		ack.term = m->term;
 		r = pconn_send(&c->pc, PEER_HELLO_ACK, h->seq, &ack.base);
 		if (ack.error)
 			r = ack.error;
@@ -1051,6 +1063,7 @@ int master_new(struct loop *l, const struct master_config *cfg, struct master **
 		return -ENOMEM;
 	m->loop = l;
 	m->cfg = *cfg;
+	m->standby = cfg->standby;
 	m->listen_fd = m->spare_fd = -1;
 	r = dir_init(&m->dir);
 	if (r < 0)
@@ -1091,6 +1104,40 @@ void master_free(struct master *m)
 	if (m->dir.b)
 		dir_done(&m->dir);
 	free(m);
+}
+
+void master_set_role(struct master *m, bool leading, uint64_t term)
+{
+	if (leading) {
+		if (!m->standby && m->term == term)
+			return;
+		m->standby = false;
+		m->term = term;
+		m->terms++;
+		return;
+	}
+	if (m->standby)
+		return;
+	m->standby = true;
+	m->term = 0;
+	m->stepdowns++;
+	while (m->conns)
+		conn_close(m->conns, "this master stepped down");
+	for (int i = 0; i < MAX_NODES; i++)
+		if (m->nodes[i].used)
+			node_drop(m, i, "this master stepped down");
+	/* the next leader's directory comes from the nodes: this one goes */
+	dir_done(&m->dir);
+	m->dir = (struct dir) { 0 };
+	m->tomb_head = m->tomb_tail = NULL;
+	memset(m->ptomb, 0, sizeof(m->ptomb));
+	if (dir_init(&m->dir) < 0)
+		log_error("no memory for an empty directory");
+}
+
+bool master_leading(const struct master *m)
+{
+	return !m->standby;
 }
 
 uint16_t master_port(const struct master *m)

@@ -23,10 +23,17 @@ struct master_config {
 	double eviction_high_watermark_ratio;  /* 0: unset */
 	double eviction_ratio;                 /* 0: unset */
 	const struct peer_secret *secret;      /* NULL: none; every connection proves it */
+	bool standby;                          /* serves no node until master_set_role() */
 };
 
 int master_new(struct loop *l, const struct master_config *cfg, struct master **ret);
 void master_free(struct master *m);
+/* Lead (term: the election's, stamped on every HelloAck), or stand by: a
+ * standby refuses nodes, and a leader that steps down lets go of every
+ * node and forgets the directory (the next leader's is rebuilt from the
+ * nodes, as after a restart). */
+void master_set_role(struct master *m, bool leading, uint64_t term);
+bool master_leading(const struct master *m);
 /* The port it listens on (the one asked for, or the kernel's for 0). */
 uint16_t master_port(const struct master *m);
 /* The master's figures for /metrics: nodes (state "up", "suspect",

@@ -1438,6 +1438,94 @@ mooncake-json-ascend)
 	expect 2 "$KVCACHED" --socket "$dir/C.sock" --dram-size 16MB --protocol asend
 	grep -q "asend" "$dir/err" || fail "typo not named"
 	;;
+etcd-failover)
+	# three masters, one leader elected on etcd; nodes follow etcd's
+	# master view; the leader killed, then stopped, then etcd itself
+	# stopped: another leads, the nodes follow, B finds A's keys again,
+	# and local service never stops
+	command -v etcd >/dev/null || { echo "no etcd (Debian etcd-server)"; exit 77; }
+	free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+	ep=$(free_port); pp=$(free_port)
+	etcd --name t --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$ep" \
+		--advertise-client-urls "http://127.0.0.1:$ep" --listen-peer-urls "http://127.0.0.1:$pp" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$pp" --initial-cluster "t=http://127.0.0.1:$pp" \
+		>"$dir/etcd.log" 2>&1 &
+	etcd_pid=$!
+	pids="$pids $etcd_pid"
+	until_ok curl -sf -X POST -d '{"key":"AA=="}' "http://127.0.0.1:$ep/v3/kv/range"
+	for m in 1 2 3; do
+		"$KVCACHE_MASTER" --port 0 --rpc_address 127.0.0.1 --client_ttl 3 --log-level info \
+			--enable_ha --etcd_endpoints "127.0.0.1:$ep" --cluster_id t --ha_lease_ttl 2 \
+			2>"$dir/m$m.log" &
+		eval "mpid_$m=\$!"
+		pids="$pids $!"
+	done
+	# leader: the master whose log says it leads now; standby: another
+	leader() { for m in 1 2 3; do
+		[ "$(grep -c 'leading cluster' "$dir/m$m.log")" -gt "$(grep -c 'stepping down' "$dir/m$m.log")" ] &&
+			eval "kill -0 \$mpid_$m" 2>/dev/null && echo "$m"; done; true; }
+	one_leader() { [ "$(leader | wc -l)" = 1 ]; }
+	until_ok one_leader
+	first=$(leader)
+	master_port=0 # the nodes follow etcd's view
+	for n in A B; do
+		env $base_env "$KVCACHED" --socket "$dir/$n.sock" --dram-size 16MB --hugepages off \
+			--master "etcd://127.0.0.1:$ep/t" --listen 127.0.0.1:0 --node-id "$n" 2>"$dir/$n.log" &
+		pids="$pids $!"
+		until_ok "$KVCACHECTL" -s "$dir/$n.sock" status
+	done
+	until_ok member B A up
+	head -c 1048576 /dev/urandom >"$dir/v"
+	ctl A put k1 "$dir/v" || fail "put on A"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k1 | grep -qx A"
+	ctl B get k1 "$dir/k1.b" && cmp "$dir/v" "$dir/k1.b" || fail "B did not read k1 through the leader"
+	# a standby refuses a node that comes to it directly
+	for m in 1 2 3; do [ "$m" = "$first" ] || standby=$m; done
+	sport=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$dir/m$standby.log")
+	"$KVCACHED" --socket "$dir/C.sock" --dram-size 16MB --hugepages off \
+		--master "127.0.0.1:$sport" --listen 127.0.0.1:0 --node-id C 2>"$dir/C.log" &
+	pids="$pids $!"
+	until_ok grep -q "refused this node: this master is a standby" "$dir/C.log"
+	# the leader killed: another leads once its lease ends, the nodes
+	# follow and re-publish, and B finds A's keys again
+	t0=$(date +%s%N)
+	eval "kill -9 \$mpid_$first"
+	ctl A put k2 "$dir/v" || fail "local put while the leader is gone"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k2 | grep -qx A"
+	t1=$(date +%s%N)
+	echo "leader killed: B found a key of A's again after $(( (t1 - t0) / 1000000 )) ms (lease 2 s)"
+	until_ok one_leader
+	second=$(leader)
+	[ "$second" != "$first" ] || fail "the killed master still leads"
+	ctl B get k2 "$dir/k2.b" && cmp "$dir/v" "$dir/k2.b" || fail "k2 after the failover"
+	# the leader stopped: it lets go of its lease, the third leads at once
+	t0=$(date +%s%N)
+	eval "kill -TERM \$mpid_$second"
+	ctl A put k3 "$dir/v"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k3 | grep -qx A"
+	t1=$(date +%s%N)
+	echo "leader stopped: B found a key of A's again after $(( (t1 - t0) / 1000000 )) ms"
+	third=$(leader)
+	[ -n "$third" ] && [ "$third" != "$first" ] && [ "$third" != "$second" ] ||
+		fail "no third leader ($third)"
+	# terms only grow
+	t_first=$(sed -n 's/.*as term \([0-9]*\),.*/\1/p' "$dir/m$first.log" | tail -1)
+	t_third=$(sed -n 's/.*as term \([0-9]*\),.*/\1/p' "$dir/m$third.log" | tail -1)
+	[ "$t_third" -gt "$t_first" ] || fail "term $t_third after $t_first"
+	# etcd stopped for 3 s: the leader steps down before its lease could
+	# end, local service goes on, and once etcd is back a leader is
+	# elected and B finds A's keys again
+	kill -STOP "$etcd_pid"
+	until_ok grep -q "stepping down" "$dir/m$third.log"
+	printf 'local' | ctl A put k-local - || fail "local put while etcd is stopped"
+	[ "$(ctl A get k-local -)" = local ] || fail "local get while etcd is stopped"
+	sleep 1
+	kill -CONT "$etcd_pid"
+	ctl A put k4 "$dir/v"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k4 | grep -qx A"
+	until_ok one_leader
+	ctl B get k1 "$dir/k1.c" && cmp "$dir/v" "$dir/k1.c" || fail "k1 after etcd came back"
+	;;
 *)
 	fail "unknown case $case_name"
 	;;

@@ -97,7 +97,7 @@ int kvc_cluster_get(struct kvc_client *c, struct kvc_cluster **ret)
 		return -EPROTO;
 	}
 	x = resp->cluster;
-	p = calloc(1, sizeof(*p) + x->n_nodes * sizeof(p->nodes[0]));
+	p = calloc(1, sizeof(*p) + x->n_nodes * (sizeof(p->nodes[0]) + sizeof(char *)));
 	if (!p) {
 		kvc__response__free_unpacked(resp, NULL);
 		return -ENOMEM;
@@ -110,6 +110,7 @@ int kvc_cluster_get(struct kvc_client *c, struct kvc_cluster **ret)
 		.masters_up = x->masters_up,
 		.n_nodes = x->n_nodes,
 		.nodes = p->nodes,
+		.versions = (const char *const *) (p->nodes + x->n_nodes),
 	};
 	for (size_t i = 0; i < x->n_nodes; i++)
 		p->nodes[i] = (struct kvc_node) {
@@ -121,6 +122,8 @@ int kvc_cluster_get(struct kvc_client *c, struct kvc_cluster **ret)
 			.used = x->nodes[i]->used,
 			.objects = x->nodes[i]->objects,
 		};
+	for (size_t i = 0; i < x->n_nodes; i++)
+		((const char **) (p->nodes + x->n_nodes))[i] = x->nodes[i]->version;
 	*ret = &p->pub;
 	return 0;
 }

@@ -20,6 +20,7 @@ struct fetch;
 
 struct cluster_member {
 	const char *id, *address, *state, *transport;
+	const char *version; /* its kvcached's ("" when not known) */
 	uint64_t capacity, used, objects;
 };
 

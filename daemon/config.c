@@ -69,6 +69,7 @@ void config_init(struct config *c)
 	c->disk_size = UINT64_C(10) << 30;
 	c->disk_zstd_level = 3;
 	strcpy(c->protocol, "auto");
+	c->client_ttl_s = 10;
 	strcpy(c->metadata_server, "P2PHANDSHAKE");
 	c->remote_timeout_ms = CONFIG_DEFAULT_REMOTE_TIMEOUT_MS;
 	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
@@ -280,7 +281,10 @@ static const struct opt_def opts[] = {
 	  "placement is left alone; default)" },
 	{ "metadata-server", NULL, 0, T_STRING, FIELD(metadata_server), 0, 0, false, false,
 	  "P2PHANDSHAKE", "how members find each other (default P2PHANDSHAKE:\n"
-	  "through the master)" },
+	  "through the master; etcd://HOST:PORT[,...][/ID]: through etcd)" },
+	{ "client-ttl", NULL, 0, T_U32, FIELD(client_ttl_s), 1, 86400, false, false, "S",
+	  "with an etcd metadata server, a node silent this long\n"
+	  "leaves the member list (default 10)" },
 	{ "cluster-secret-file", NULL, 0, T_STRING, FIELD(secret_file), 0, 0, false, false, "FILE",
 	  "every peer and master connection proves this secret" },
 	{ "insecure", NULL, 0, T_FLAG, FIELD(insecure), 0, 0, false, false, NULL,

@@ -79,6 +79,7 @@ struct config {
 	bool insecure;
 	uint64_t remote_timeout_ms;
 	uint32_t data_streams;             /* transfers at once with other nodes, each way */
+	uint32_t client_ttl_s;             /* --client-ttl: this node's etcd lease */
 
 	uint32_t metrics_port;             /* GET /metrics and /health; 0 = off */
 	char metrics_address[64];

@@ -24,6 +24,7 @@ struct etcd {
 	size_t len, cap;
 	/* a watch: what it waits for, and whether it came */
 	const char *watch_key;
+	bool any;  /* any change, not only a deletion */
 	bool gone;
 };
 
@@ -181,7 +182,7 @@ static void watch_line(struct etcd *e, const char *line, size_t len)
 		json_object *x = json_object_array_get_idx(ev, i);
 		json_object *t = child(x, "type");
 
-		if (t && !strcmp(json_object_get_string(t), "DELETE"))
+		if (e->any || (t && !strcmp(json_object_get_string(t), "DELETE")))
 			e->gone = true;
 	}
 	json_object_put(o);
@@ -443,20 +444,29 @@ int etcd_delete(struct etcd *e, const char *key)
 	return r;
 }
 
+/* The first key past every key under prefix: the prefix with its last
+ * byte one more (malloc'd). */
+static char *prefix_end(const char *prefix)
+{
+	size_t len = strlen(prefix);
+	char *end = len ? strdup(prefix) : NULL;
+
+	if (end)
+		end[len - 1]++;
+	return end;
+}
+
 int etcd_list(struct etcd *e, const char *prefix, size_t max,
-	      void (*fn)(void *u, const char *key, const char *value), void *u)
+	      void (*fn)(void *u, const char *key, const char *value), void *u, int64_t *ret_rev)
 {
 	json_object *q = json_object_new_object(), *a, *kvs;
-	size_t len = strlen(prefix);
-	char *end = strdup(prefix);
+	char *end = prefix_end(prefix);
 	int r, n = 0;
 
-	if (!end || !len) {
-		free(end);
+	if (!end) {
 		json_object_put(q);
 		return -EINVAL;
 	}
-	end[len - 1]++; /* the first key past the prefix */
 	add(q, "key", b64(prefix));
 	add(q, "range_end", b64(end));
 	add(q, "limit", json_object_new_int64((int64_t) max));
@@ -466,6 +476,8 @@ int etcd_list(struct etcd *e, const char *prefix, size_t max,
 	r = post(e, "kv/range", q, &a);
 	if (r < 0)
 		return r;
+	if (ret_rev)
+		*ret_rev = num(child(a, "header"), "revision");
 	kvs = child(a, "kvs");
 	for (size_t i = 0; kvs && i < json_object_array_length(kvs); i++) {
 		json_object *kv = json_object_array_get_idx(kvs, i);
@@ -513,6 +525,34 @@ int etcd_wait_gone(struct etcd *e, const char *key, int64_t rev, usec_t wait)
 	json_object_put(q);
 	if (r == 0 && !e->gone)
 		r = -ETIMEDOUT; /* the stream ended without the deletion */
+	json_object_put(a);
+	return r;
+}
+
+int etcd_wait_change(struct etcd *e, const char *prefix, int64_t rev, usec_t wait)
+{
+	json_object *q = json_object_new_object(), *c = json_object_new_object(), *a = NULL;
+	char *end = prefix_end(prefix);
+	int r;
+
+	if (!end) {
+		json_object_put(q);
+		json_object_put(c);
+		return -EINVAL;
+	}
+	add(c, "key", b64(prefix));
+	add(c, "range_end", b64(end));
+	add(c, "start_revision", id_string(rev + 1));
+	add(q, "create_request", c);
+	free(end);
+	e->watch_key = prefix;
+	e->any = true;
+	r = post_within(e, "watch", q, wait, &a);
+	e->watch_key = NULL;
+	e->any = false;
+	json_object_put(q);
+	if (r == 0 && !e->gone)
+		r = -ETIMEDOUT;
 	json_object_put(a);
 	return r;
 }

@@ -46,9 +46,13 @@ int etcd_put(struct etcd *e, const char *key, const char *value, int64_t lease);
 int etcd_get(struct etcd *e, const char *key, char *buf, size_t cap, int64_t *ret_rev);
 int etcd_delete(struct etcd *e, const char *key);
 /* Every key under prefix, sorted, at most max: fn(u, key, value) each
- * (keys and values NUL-terminated); the count. */
+ * (keys and values NUL-terminated); the count, with *ret_rev the revision
+ * it was read at (may be NULL). */
 int etcd_list(struct etcd *e, const char *prefix, size_t max,
-	      void (*fn)(void *u, const char *key, const char *value), void *u);
+	      void (*fn)(void *u, const char *key, const char *value), void *u, int64_t *ret_rev);
+/* Wait at most `wait` for a change under prefix after revision rev (a key
+ * put or deleted): 0 once one came, -ETIMEDOUT if none did. */
+int etcd_wait_change(struct etcd *e, const char *prefix, int64_t rev, usec_t wait);
 /* Wait for key to be deleted (or to be there no more) at most `wait`:
  * 0 once it is gone, -ETIMEDOUT if it still is.  A watch from the
  * revision after `rev` (0: now). */

@@ -308,6 +308,7 @@ static int cmd_cluster(struct kvc_client *c)
 			json_object_object_add(x, "capacity", json_object_new_uint64(n->capacity));
 			json_object_object_add(x, "used", json_object_new_uint64(n->used));
 			json_object_object_add(x, "objects", json_object_new_uint64(n->objects));
+			json_object_object_add(x, "version", json_object_new_string(v->versions[i]));
 			json_object_array_add(nodes, x);
 		}
 		json_object_object_add(o, "nodes", nodes);
@@ -319,14 +320,15 @@ static int cmd_cluster(struct kvc_client *c)
 		for (size_t i = 0; i < v->n_masters; i++)
 			printf("%s %s", i ? "," : "", v->masters[i]);
 		printf(" (%zu of %zu joined)\n", v->masters_up, v->n_masters);
-		printf("%-24s %-24s %-8s %-16s %12s %12s %10s\n", "NODE", "ADDRESS", "STATE",
-		       "TRANSPORT", "CAPACITY", "USED", "OBJECTS");
+		printf("%-24s %-24s %-8s %-16s %12s %12s %10s %s\n", "NODE", "ADDRESS", "STATE",
+		       "TRANSPORT", "CAPACITY", "USED", "OBJECTS", "VERSION");
 		for (size_t i = 0; i < v->n_nodes; i++) {
 			const struct kvc_node *n = &v->nodes[i];
 
-			printf("%-24s %-24s %-8s %-16s %12llu %12llu %10llu\n", n->id, n->address,
+			printf("%-24s %-24s %-8s %-16s %12llu %12llu %10llu %s\n", n->id, n->address,
 			       n->state, n->transport, (unsigned long long) n->capacity,
-			       (unsigned long long) n->used, (unsigned long long) n->objects);
+			       (unsigned long long) n->used, (unsigned long long) n->objects,
+			       v->versions[i][0] ? v->versions[i] : "-");
 		}
 	}
 	kvc_cluster_free(v);

@@ -25,6 +25,7 @@
 
 #include "etcd.h"
 #include "link.h"
+#include "kvc-config.h"
 #include "log.h"
 #include "net.h"
 #include "node-private.h"
@@ -82,6 +83,7 @@ static int send_join(struct link *k)
 	j.generation = n->generation;
 	j.load = &l;
 	j.transport = n->transport;
+	j.version = (char *) KVC_VERSION;
 	j.features = PEER_FEAT_TCP | PEER_FEAT_EAGER_PUSH | (n->rdma ? PEER_FEAT_RDMA : 0);
 	k->state = L_JOINING;
 	return pconn_send(&k->pc, PEER_JOIN, ++k->seq, &j.base);

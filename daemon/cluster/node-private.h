@@ -111,6 +111,7 @@ struct lquery;
 struct rfetch;
 struct pserve;
 struct presum;
+struct members;
 
 struct node {
 	struct store *st;
@@ -143,6 +144,7 @@ struct node {
 	struct peer_server srv;
 	struct xfer *xfer;
 	struct presum *presum;         /* checksums taken ahead (presum.c) */
+	struct members *members;       /* membership through etcd (members.c), or NULL */
 	struct holder h;               /* views of objects being pushed */
 	struct {
 		uint64_t remote_hits, remote_misses, remote_bytes_in, remote_bytes_out;

@@ -26,6 +26,7 @@
 #include "node.h"
 #include "node-private.h"
 #include "link.h"
+#include "members.h"
 #include "peer-conn.h"
 
 #define LOG_TOPIC "cluster"
@@ -237,10 +238,42 @@ static const char *state_name(uint32_t s)
 	return s == PEER_STATE_UP ? "up" : s == PEER_STATE_SUSPECT ? "suspect" : "down";
 }
 
+/* What the two of them use: RDMA needs it at both ends. */
+static const char *pair_transport(const struct node *n, const char *id, const char *transport)
+{
+	return !strcmp(id, n->id)						  ? "local"
+	       : n->rdma && transport && !strncmp(transport, "rdma", 4) ? transport
+									  : "tcp";
+}
+
+/* The member list etcd gives (--metadata-server etcd://), with the loads
+ * the master's list has for the same nodes. */
+static void describe_etcd(struct node *n, const struct member_list *l,
+			  const Kvc__Peer__Members *ms, struct cluster_view *v)
+{
+	for (size_t i = 0; i < l->n && v->n_members < CLUSTER_VIEW_MAX; i++) {
+		const struct member *m = &l->m[i];
+		struct cluster_member *x = &v->members[v->n_members++];
+
+		x->id = m->id;
+		x->address = m->address;
+		x->state = "up"; /* its key is alive */
+		x->transport = pair_transport(n, m->id, m->transport);
+		x->version = m->version;
+		for (size_t k = 0; ms && k < ms->n_members; k++)
+			if (!strcmp(ms->members[k]->node_id, m->id) && ms->members[k]->load) {
+				x->capacity = ms->members[k]->load->capacity;
+				x->used = ms->members[k]->load->used;
+				x->objects = ms->members[k]->load->objects;
+			}
+	}
+}
+
 static int be_describe(void *be, struct cluster_view *v)
 {
 	struct node *n = be;
 	const Kvc__Peer__Members *ms = NULL;
+	const struct member_list *l = members_view(n);
 
 	memset(v, 0, sizeof(*v));
 	v->self = n->id;
@@ -252,6 +285,10 @@ static int be_describe(void *be, struct cluster_view *v)
 				ms = n->links[i].members;
 		}
 	}
+	if (l) {
+		describe_etcd(n, l, ms, v);
+		return 0;
+	}
 	if (!ms)
 		return 0;
 	for (size_t i = 0; i < ms->n_members && v->n_members < CLUSTER_VIEW_MAX; i++) {
@@ -261,10 +298,8 @@ static int be_describe(void *be, struct cluster_view *v)
 		x->id = m->node_id;
 		x->address = m->address;
 		x->state = state_name(m->state);
-		/* what the two of them use: RDMA needs it at both ends */
-		x->transport = !strcmp(m->node_id, n->id) ? "local" :
-			       n->rdma && m->transport && !strncmp(m->transport, "rdma", 4) ?
-			       m->transport : "tcp";
+		x->transport = pair_transport(n, m->node_id, m->transport);
+		x->version = m->version;
 		if (m->load) {
 			x->capacity = m->load->capacity;
 			x->used = m->load->used;
@@ -296,6 +331,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 {
 	struct node *n = be;
 
+	members_stats(n, emit, u);
 	emit(u, "remote_hits", n->c.remote_hits);
 	emit(u, "removals_sent", n->c.removals_sent);
 	emit(u, "removals_unsent", n->c.removals_unsent);
@@ -547,12 +583,8 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 				 "(no --master: nothing moves between nodes)", cfg->protocol_asked);
 		return 0;
 	}
-	if (strncmp(cfg->metadata_server, "etcd://", 7) == 0) {
-		snprintf(err, err_len, "--metadata-server %s: etcd is not supported yet; use "
-			 "P2PHANDSHAKE (membership through the master)", cfg->metadata_server);
-		return -EINVAL;
-	}
-	if (strcasecmp(cfg->metadata_server, "P2PHANDSHAKE") != 0) {
+	if (strncmp(cfg->metadata_server, "etcd://", 7) != 0 &&
+	    strcasecmp(cfg->metadata_server, "P2PHANDSHAKE") != 0) {
 		snprintf(err, err_len, "--metadata-server %s: expected P2PHANDSHAKE or etcd://HOST:PORT",
 			 cfg->metadata_server);
 		return -EINVAL;
@@ -648,6 +680,11 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 	r = choose_transport(n, cfg, listen.host, err, err_len);
 	if (r < 0)
 		goto fail;
+	if (!strncmp(cfg->metadata_server, "etcd://", 7)) {
+		r = members_start(n, cfg->metadata_server, cfg->client_ttl_s, err, err_len);
+		if (r < 0)
+			goto fail;
+	}
 	n->spare_fd = accept_spare(n->listen_fd);
 	r = loop_add_io(n->loop, n->listen_fd, EPOLLIN, on_peer, n, &n->listen_src);
 	if (r < 0)
@@ -683,6 +720,7 @@ void node_free(struct node *n)
 {
 	if (!n)
 		return;
+	members_stop(n);
 	presum_done(n);
 	remote_done(n);
 	store_remote_detach(n->st, n);

@@ -186,6 +186,7 @@ int admin_cluster(struct session *s, struct reply *rep)
 			n->capacity = v->members[i].capacity;
 			n->used = v->members[i].used;
 			n->objects = v->members[i].objects;
+			n->version = (char *) (v->members[i].version ? v->members[i].version : "");
 			x->np[i] = n;
 		}
 		x->resp.n_nodes = v->n_members;

@@ -46,6 +46,7 @@ struct mnode {
 	char address[PEER_MAX_ID + 1];
 	char transport[PEER_MAX_ID + 1];
 	uint64_t features;      /* its Join's */
+	char version[32];       /* its Join's ("" from an older node) */
 	uint64_t generation;    /* the node's own, per run */
 	usec_t last;
 	uint64_t capacity, used_bytes, objects;
@@ -590,6 +591,7 @@ static int send_members(struct mconn *c, uint32_t seq, int err, const char *msg)
 			mv[n].address = (char *) x->address;
 			mv[n].transport = (char *) x->transport;
 			mv[n].features = x->features;
+			mv[n].version = (char *) x->version;
 			mv[n].state = node_state(m, x);
 			mv[n].generation = x->generation;
 			mv[n].silent_ms = (uint32_t) ((loop_now(m->loop) - x->last) / USEC_PER_MSEC);
@@ -652,6 +654,7 @@ static int on_join(struct mconn *c, uint32_t seq, const Kvc__Peer__Join *j)
 	n = &m->nodes[slot];
 	snprintf(n->address, sizeof(n->address), "%s", j->address);
 	snprintf(n->transport, sizeof(n->transport), "%s", j->transport ? j->transport : "tcp");
+	snprintf(n->version, sizeof(n->version), "%s", j->version ? j->version : "");
 	n->features = j->features;
 	n->connected = true;
 	n->conn = c;

@@ -99,6 +99,20 @@ rdma_node() { # rdma_node NAME [FLAGS...]: a node whose RDMA runs over UCX's tcp
 	start_node_env KVCACHE_TEST_RDMA_OVER_TCP=1 "$@"
 }
 stat_of() { ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'; }
+# start_etcd: a private etcd on loopback (Debian etcd-server); sets ep
+# (its client port) and etcd_pid
+start_etcd() {
+	command -v etcd >/dev/null || { echo "no etcd (Debian etcd-server)"; exit 77; }
+	ep=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	pp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	etcd --name t --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$ep" \
+		--advertise-client-urls "http://127.0.0.1:$ep" --listen-peer-urls "http://127.0.0.1:$pp" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$pp" --initial-cluster "t=http://127.0.0.1:$pp" \
+		>"$dir/etcd.log" 2>&1 &
+	etcd_pid=$!
+	pids="$pids $etcd_pid"
+	until_ok curl -sf -X POST -d '{"key":"AA=="}' "http://127.0.0.1:$ep/v3/kv/range"
+}
 # until_stat NODE KEY VALUE: until NODE's counter KEY reads VALUE (20 s)
 until_stat() {
 	i=0
@@ -1382,8 +1396,14 @@ fetch-backlog)
 refused-configs)
 	start_master 0
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \
-		--master "127.0.0.1:$master_port" --metadata-server etcd://127.0.0.1:2379
-	grep -q "etcd is not supported yet" "$dir/err" || fail "etcd:// not explained"
+		--master "127.0.0.1:$master_port" --metadata-server zookeeper://127.0.0.1:2181
+	grep -q "expected P2PHANDSHAKE or etcd://" "$dir/err" || fail "a metadata server not explained"
+	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \
+		--master "127.0.0.1:$master_port" --metadata-server etcd:///x --listen 127.0.0.1:0
+	grep -q "expected etcd://HOST:PORT" "$dir/err" || fail "etcd:// without endpoints not explained"
+	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \
+		--master "etcd://" --listen 127.0.0.1:0
+	grep -q "expected etcd://HOST:PORT" "$dir/err" || fail "--master etcd:// without endpoints"
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \
 		--master "127.0.0.1:$master_port" --listen 0.0.0.0:0
 	grep -q "without --cluster-secret-file" "$dir/err" || fail "public listen not refused"
@@ -1443,16 +1463,7 @@ etcd-failover)
 	# master view; the leader killed, then stopped, then etcd itself
 	# stopped: another leads, the nodes follow, B finds A's keys again,
 	# and local service never stops
-	command -v etcd >/dev/null || { echo "no etcd (Debian etcd-server)"; exit 77; }
-	free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-	ep=$(free_port); pp=$(free_port)
-	etcd --name t --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$ep" \
-		--advertise-client-urls "http://127.0.0.1:$ep" --listen-peer-urls "http://127.0.0.1:$pp" \
-		--initial-advertise-peer-urls "http://127.0.0.1:$pp" --initial-cluster "t=http://127.0.0.1:$pp" \
-		>"$dir/etcd.log" 2>&1 &
-	etcd_pid=$!
-	pids="$pids $etcd_pid"
-	until_ok curl -sf -X POST -d '{"key":"AA=="}' "http://127.0.0.1:$ep/v3/kv/range"
+	start_etcd
 	for m in 1 2 3; do
 		"$KVCACHE_MASTER" --port 0 --rpc_address 127.0.0.1 --client_ttl 3 --log-level info \
 			--enable_ha --etcd_endpoints "127.0.0.1:$ep" --cluster_id t --ha_lease_ttl 2 \
@@ -1525,6 +1536,42 @@ etcd-failover)
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k4 | grep -qx A"
 	until_ok one_leader
 	ctl B get k1 "$dir/k1.c" && cmp "$dir/v" "$dir/k1.c" || fail "k1 after etcd came back"
+	;;
+etcd-members)
+	# membership through etcd: every node keeps its key alive and reads
+	# the others'; a node killed leaves after its lease, one stopped at
+	# once; etcd stopped: the list stays as last read, local service goes
+	# on; each member's version shows
+	start_etcd
+	start_master 0 --client_ttl 2
+	version=$("$KVCACHED" --version | sed -n 's/^kvcached \([^ ]*\).*/\1/p')
+	for n in A B C; do
+		start_node "$n" --metadata-server "etcd://127.0.0.1:$ep/t" --client-ttl 2
+	done
+	for n in A B C; do until_ok member A "$n" up; done
+	ctl A cluster | grep -Eq "^B +[^ ]+ +up +tcp .* $version$" || { ctl A cluster >&2; fail "B's version"; }
+	ctl A --json cluster | grep -q "\"version\": *\"$version\"" || fail "no version in --json cluster"
+	# B stopped: its key goes at once (long before its lease)
+	kill -TERM "$pid_B"
+	until_ok not_member A B
+	# C killed: its key goes when its lease ends
+	kill -9 "$pid_C"
+	until_ok not_member A C
+	member A A up || fail "A left its own list"
+	# etcd stopped: the list stays as last read, local service goes on
+	kill -STOP "$etcd_pid"
+	sleep 3
+	member A A up || fail "the list was not kept while etcd was stopped"
+	printf 'local' | ctl A put k-local - || fail "local put while etcd is stopped"
+	[ "$(ctl A get k-local -)" = local ] || fail "local get while etcd is stopped"
+	etcd_failed() { [ "$(stat_of A etcd_failures)" -gt 0 ]; }
+	until_ok etcd_failed
+	kill -CONT "$etcd_pid"
+	# etcd back: A's key is alive again (its lease may have ended), and a
+	# new node appears
+	start_node D --metadata-server "etcd://127.0.0.1:$ep/t" --client-ttl 2
+	until_ok member A D up
+	until_ok member D A up
 	;;
 *)
 	fail "unknown case $case_name"

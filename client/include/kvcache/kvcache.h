@@ -314,6 +314,9 @@ struct kvc_cluster {
 	size_t masters_up;     /* masters it is joined to now */
 	size_t n_nodes;
 	struct kvc_node *nodes;
+	/* n_nodes: each node's kvcached version, "" when not known (after
+	 * nodes, so a program built against an older header still works) */
+	const char *const *versions;
 };
 
 int kvc_cluster_get(struct kvc_client *c, struct kvc_cluster **ret);

@@ -52,6 +52,7 @@ static void test_hooks_read(struct test_hooks *t)
 	t->rdma_over_tcp = env_is("KVCACHE_TEST_RDMA_OVER_TCP", "1");
 	t->no_eager_push = env_is("KVCACHE_TEST_NO_EAGER_PUSH", "1");
 	t->directory_queue = env_ulong("KVCACHE_TEST_DIRECTORY_QUEUE");
+	t->peer_major = (unsigned) (env_ulong("KVCACHE_TEST_PEER_MAJOR") % 256);
 }
 
 void config_init(struct config *c)

@@ -38,6 +38,7 @@ struct test_hooks {
 	bool rdma_over_tcp;           /* KVCACHE_TEST_RDMA_OVER_TCP=1: UCX on its tcp transport */
 	bool no_eager_push;           /* KVCACHE_TEST_NO_EAGER_PUSH=1 */
 	unsigned long directory_queue; /* KVCACHE_TEST_DIRECTORY_QUEUE: a node's queue per master */
+	unsigned peer_major;          /* KVCACHE_TEST_PEER_MAJOR: speak another (0: ours) */
 };
 
 struct config {

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdio.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,8 @@ int pconn_next(struct pconn *c, struct peer_hdr *ret_hdr, const uint8_t **ret_pa
 	if (avail < PEER_HDR_SIZE)
 		return 0;
 	r = peer_hdr_decode(c->in + c->in_off, c->max_in, &h);
+	if (r == -EPROTONOSUPPORT)
+		c->their_major = h.version;
 	if (r < 0)
 		return r;
 	if (avail - PEER_HDR_SIZE < h.len)
@@ -90,7 +93,7 @@ int pconn_next(struct pconn *c, struct peer_hdr *ret_hdr, const uint8_t **ret_pa
 int pconn_send(struct pconn *c, uint8_t type, uint32_t seq, const ProtobufCMessage *msg)
 {
 	size_t plen = protobuf_c_message_get_packed_size(msg), need;
-	struct peer_hdr h = { .version = PEER_MAJOR, .type = type, .seq = seq };
+	struct peer_hdr h = { .version = peer_major, .type = type, .seq = seq };
 
 	if (plen > PEER_MAX_PAYLOAD)
 		return -EMSGSIZE;
@@ -167,4 +170,17 @@ void hs_source_of(int fd, struct hs_source *ret)
 bool hs_source_eq(const struct hs_source *x, const struct hs_source *y)
 {
 	return memcmp(x->a, y->a, sizeof(x->a)) == 0;
+}
+
+void pconn_refuse_version(struct pconn *c)
+{
+	Kvc__Peer__HelloAck ack = KVC__PEER__HELLO_ACK__INIT;
+	char msg[96];
+
+	snprintf(msg, sizeof(msg), "this side speaks peer protocol %u, yours %u: not compatible",
+		 peer_major, c->their_major);
+	ack.error = -EPROTONOSUPPORT;
+	ack.error_msg = msg;
+	if (pconn_send(c, PEER_HELLO_ACK, 0, &ack.base) == 0)
+		pconn_flush(c);
 }

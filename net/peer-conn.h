@@ -21,6 +21,7 @@ struct pconn {
 	size_t out_len, out_off, out_cap;
 	size_t max_out;     /* queued bytes beyond this: -ENOBUFS */
 	size_t max_in;      /* the largest frame payload taken (PEER_MAX_PAYLOAD) */
+	uint8_t their_major; /* after -EPROTONOSUPPORT: the major its frame had */
 };
 
 void pconn_init(struct pconn *c, int fd, size_t max_out);
@@ -38,6 +39,10 @@ int pconn_read(struct pconn *c);
 int pconn_next(struct pconn *c, struct peer_hdr *ret_hdr, const uint8_t **ret_payload);
 /* Queue one frame and try to send it. */
 int pconn_send(struct pconn *c, uint8_t type, uint32_t seq, const ProtobufCMessage *msg);
+/* After -EPROTONOSUPPORT: tell the other side, in this side's major, why
+ * it is refused (a HelloAck with the error), as far as the socket takes it
+ * now; the caller closes. */
+void pconn_refuse_version(struct pconn *c);
 /* Send what is queued: 0 (all sent or the socket is full) or -errno. */
 int pconn_flush(struct pconn *c);
 bool pconn_wants_write(const struct pconn *c);

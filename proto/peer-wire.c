@@ -8,6 +8,8 @@
 
 #include "peer-wire.h"
 
+uint8_t peer_major = PEER_MAJOR;
+
 void peer_hdr_encode(const struct peer_hdr *h, uint8_t out[PEER_HDR_SIZE])
 {
 	uint16_t magic = htole16(PEER_MAGIC);
@@ -30,8 +32,11 @@ int peer_hdr_decode(const uint8_t in[PEER_HDR_SIZE], size_t max_payload, struct 
 	memcpy(&len, in + 4, 4);
 	memcpy(&seq, in + 8, 4);
 	memcpy(&flags, in + 12, 4);
-	if (le16toh(magic) != PEER_MAGIC || in[2] != PEER_MAJOR || in[3] == 0 ||
-	    in[3] > PEER_TYPE_MAX || flags != 0)
+	if (le16toh(magic) == PEER_MAGIC && in[2] != peer_major) {
+		ret->version = in[2]; /* a peer of another major: say which */
+		return -EPROTONOSUPPORT;
+	}
+	if (le16toh(magic) != PEER_MAGIC || in[3] == 0 || in[3] > PEER_TYPE_MAX || flags != 0)
 		return -EPROTO;
 	if (le32toh(len) > max_payload)
 		return -EMSGSIZE;
@@ -44,7 +49,7 @@ int peer_frame_pack(uint8_t type, uint32_t seq, const ProtobufCMessage *msg, uin
 		    size_t *ret_len)
 {
 	size_t plen = protobuf_c_message_get_packed_size(msg);
-	struct peer_hdr h = { .version = PEER_MAJOR, .type = type, .seq = seq };
+	struct peer_hdr h = { .version = peer_major, .type = type, .seq = seq };
 	uint8_t *buf;
 
 	if (plen > PEER_MAX_PAYLOAD)

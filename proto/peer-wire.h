@@ -18,6 +18,11 @@
 #define PEER_MAGIC 0x504bu /* "KP" */
 #define PEER_MAJOR 1
 #define PEER_MINOR 2
+/* The major this process speaks and takes: PEER_MAJOR (a test makes an
+ * incompatible peer with KVCACHE_TEST_PEER_MAJOR).  Peers of another major
+ * are refused at their first frame, loudly (-EPROTONOSUPPORT); minors
+ * work together through feature bits. */
+extern uint8_t peer_major;
 #define PEER_HDR_SIZE 16u
 #define PEER_MAX_PAYLOAD (4u << 20)  /* one control frame */
 #define PEER_MAX_KEY 511u
@@ -83,7 +88,8 @@ struct peer_hdr {
 
 /* The 16 header bytes, little-endian: magic, version, type, len, seq, flags. */
 void peer_hdr_encode(const struct peer_hdr *h, uint8_t out[PEER_HDR_SIZE]);
-/* -EPROTO: bad magic, version, type or flags; -EMSGSIZE: len > max_payload. */
+/* -EPROTO: bad magic, type or flags; -EPROTONOSUPPORT: a frame of another
+ * major (ret->version says which); -EMSGSIZE: len > max_payload. */
 int peer_hdr_decode(const uint8_t in[PEER_HDR_SIZE], size_t max_payload, struct peer_hdr *ret);
 
 /* Header plus packed msg in one new buffer. */

@@ -249,7 +249,7 @@ static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 			return;
 		}
 		net_tune(k->pc.fd, 1);
-		hello.major = PEER_MAJOR;
+		hello.major = peer_major;
 		hello.minor = PEER_MINOR;
 		hello.features = PEER_FEAT_KNOWN;
 		hello.node_id = k->n->id;
@@ -276,6 +276,11 @@ static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 	x = link_frames(k, r < 0);
 	if (x < 0)
 		r = x;
+	if (x == -EPROTONOSUPPORT) {
+		k->n->c.peer_version_refused++;
+		log_error("master %s speaks peer protocol %u, this node %u: not compatible; "
+			  "upgrade one of them", k->name, k->pc.their_major, peer_major);
+	}
 	if (r < 0) {
 		link_down(k, r == -ECONNRESET ? "connection closed" : strerror(-r));
 		return;

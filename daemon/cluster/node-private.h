@@ -166,6 +166,7 @@ struct node {
 		uint64_t removals_sent;  /* clients' removals told to the masters */
 		uint64_t removals_unsent; /* ... that found no master to tell */
 		uint64_t copies_dropped; /* copies a master said were older than a removal or put */
+		uint64_t peer_version_refused; /* masters and peers of another protocol major */
 		/* object bytes by transport: fetched or pushed here (in), served
 		 * or pushed from here (out) */
 		uint64_t tcp_bytes_in, tcp_bytes_out, rdma_bytes_in, rdma_bytes_out;

@@ -333,6 +333,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 
 	members_stats(n, emit, u);
 	emit(u, "remote_hits", n->c.remote_hits);
+	emit(u, "peer_version_refused", n->c.peer_version_refused);
 	emit(u, "removals_sent", n->c.removals_sent);
 	emit(u, "removals_unsent", n->c.removals_unsent);
 	emit(u, "copies_dropped", n->c.copies_dropped);
@@ -601,6 +602,10 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 		snprintf(err, err_len, "refusing to serve peers on %s without --cluster-secret-file "
 			 "(or --insecure on a trusted network)", listen.host[0] ? listen.host : "every address");
 		return -EINVAL;
+	}
+	if (cfg->test.peer_major) {
+		peer_major = (uint8_t) cfg->test.peer_major;
+		log_warn("KVCACHE_TEST_PEER_MAJOR: this node speaks peer protocol %u", peer_major);
 	}
 	n = calloc(1, sizeof(*n));
 	if (!n)

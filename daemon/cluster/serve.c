@@ -700,6 +700,12 @@ static void ps_process(struct pserve *ps)
 		if (r < 0)
 			break;
 	}
+	if (r == -EPROTONOSUPPORT) {
+		ps->n->c.peer_version_refused++;
+		log_warn_ratelimited("refused a peer speaking peer protocol %u (this node speaks "
+				     "%u): upgrade one of them", ps->pc.their_major, peer_major);
+		pconn_refuse_version(&ps->pc);
+	}
 	if (r < 0) {
 		log_info("peer connection dropped: %s", strerror(-r));
 		ps_free(ps);

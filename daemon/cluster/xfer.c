@@ -192,7 +192,7 @@ static int handshake(struct node *n, int fd, usec_t deadline, const char *addres
 
 	*rdma = false;
 	peer_nonce(nonce);
-	hello.major = PEER_MAJOR;
+	hello.major = peer_major;
 	hello.minor = PEER_MINOR;
 	hello.features = PEER_FEAT_TCP | (n->rdma ? PEER_FEAT_RDMA : 0);
 	hello.node_id = n->id;

@@ -128,6 +128,7 @@ struct master {
 	bool standby;  /* --enable_ha, not leading: refuses nodes */
 	uint64_t term; /* the election's, while leading (0: no election) */
 	uint64_t terms, stepdowns;
+	uint64_t version_refused; /* connections of another peer protocol major */
 };
 
 /* ---- directory ---- */
@@ -479,6 +480,7 @@ void master_export(const struct master *m, master_export_fn fn, void *u)
 	fn(u, "term", NULL, false, m->term);
 	fn(u, "terms_led", NULL, true, m->terms);
 	fn(u, "stepdowns", NULL, true, m->stepdowns);
+	fn(u, "peer_version_refused", NULL, true, m->version_refused);
 }
 
 static void conn_close(struct mconn *c, const char *why);
@@ -843,7 +845,7 @@ static int on_frame(struct mconn *c, const struct peer_hdr *h, const uint8_t *pa
 		c->hello = true;
 		ack.features = x->features & PEER_FEAT_KNOWN;
 		c->features = ack.features;
-		if (x->major != PEER_MAJOR) {
+		if (x->major != peer_major) {
 			ack.error = -EPROTONOSUPPORT;
 			ack.error_msg = "unsupported peer protocol version";
 		} else if (m->standby) {
@@ -942,6 +944,12 @@ static void conn_event(struct loop_source *s, int fd, uint32_t events, void *u)
 			r = k;
 			break;
 		}
+	}
+	if (r == -EPROTONOSUPPORT) {
+		c->m->version_refused++;
+		log_warn_ratelimited("refused a connection speaking peer protocol %u (this master "
+				     "speaks %u): upgrade one of them", c->pc.their_major, peer_major);
+		pconn_refuse_version(&c->pc);
 	}
 	if (r < 0) {
 		conn_close(c, r == -ECONNRESET ? "end of stream" : strerror(-r));

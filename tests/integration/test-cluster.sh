@@ -1573,6 +1573,26 @@ etcd-members)
 	until_ok member A D up
 	until_ok member D A up
 	;;
+version-skew)
+	# a node of another peer protocol major is refused at its first
+	# frame, with a line and a counter on both sides; members show their
+	# versions
+	start_master 0
+	start_node A
+	version=$("$KVCACHED" --version | sed -n 's/^kvcached \([^ ]*\).*/\1/p')
+	until_ok member A A up
+	ctl A cluster | grep -Eq "^A +[^ ]+ +up +local .* $version$" || { ctl A cluster >&2; fail "A's version"; }
+	start_node_env KVCACHE_TEST_PEER_MAJOR=9 Old
+	until_ok grep -q "speaks peer protocol 1, this node 9: not compatible" "$dir/Old.log"
+	until_ok grep -q "refused a connection speaking peer protocol 9 (this master speaks 1)" \
+		"$dir/master.log"
+	refused() { [ "$(stat_of Old peer_version_refused)" -gt 0 ]; }
+	until_ok refused
+	not_member A Old || fail "a node of another major joined"
+	ctl Old cluster | grep -q "(0 of 1 joined)" || fail "Old says it joined"
+	# its local service is untouched
+	printf 'x' | ctl Old put k - && [ "$(ctl Old get k -)" = x ] || fail "Old's local service"
+	;;
 *)
 	fail "unknown case $case_name"
 	;;

@@ -257,18 +257,34 @@ static bool join(char *buf, size_t cap, size_t *used, const char *s)
 	return true;
 }
 
-bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp)
+bool queries_link_lost(struct node *n, const struct link *k)
+{
+	static const Kvc__Peer__LookupResp none = KVC__PEER__LOOKUP_RESP__INIT;
+
+	for (struct lquery *q = n->dc.queries; q; q = q->next)
+		for (unsigned i = 0; i < q->n_parts; i++)
+			if (q->parts[i].k == k && !q->parts[i].done) {
+				/* one at a time: an answer may end the query */
+				query_answered(n, k, q->parts[i].seq, &none);
+				return true;
+			}
+	return false;
+}
+
+bool query_answered(struct node *n, const struct link *k, uint32_t seq,
+		    const Kvc__Peer__LookupResp *resp)
 {
 	for (struct lquery *q = n->dc.queries; q; q = q->next)
 		for (unsigned i = 0; i < q->n_parts; i++) {
 			struct lpart *pt = &q->parts[i];
+			const Kvc__Peer__LookupResp *r = resp;
 
-			if (pt->done || pt->seq != seq)
-				continue;
+			if (pt->done || pt->seq != seq || pt->k != k)
+				continue; /* (each link numbers its frames) */
 			pt->done = true;
-			q->found += resp->n_locations;
-			for (size_t k = 0; k < resp->n_locations; k++) {
-				const Kvc__Peer__Location *l = resp->locations[k];
+			q->found += r->n_locations;
+			for (size_t x = 0; x < r->n_locations; x++) {
+				const Kvc__Peer__Location *l = r->locations[x];
 				char ids[512], addrs[512];
 				size_t used = 0, aused = 0;
 				bool fits = true;

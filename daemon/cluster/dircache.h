@@ -35,6 +35,10 @@ struct dircache {
 #define DC_PENDING (20 * USEC_PER_MSEC) /* "being stored elsewhere": asked again this often */
 
 int dircache_init(struct node *n);
+/* k went down: one of the questions it had out is answered empty (a
+ * clean miss, not a wait for the deadline); false when none is left. */
+struct link;
+bool queries_link_lost(struct node *n, const struct link *k);
 /* Every question out and every answer kept goes (no waiter is left). */
 void dircache_done(struct node *n);
 /* A fresh answer naming holders: their addresses appended to addr (at most
@@ -47,6 +51,7 @@ bool dc_addresses(struct node *n, const char *key, size_t len, uint64_t h,
 void dc_put(struct node *n, const char *key, size_t len, bool present, const char *ids,
 	    const char *addrs, uint64_t vlen);
 /* A master's answer: true if it answered a question of this file's. */
-bool query_answered(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp);
+bool query_answered(struct node *n, const struct link *k, uint32_t seq,
+		    const Kvc__Peer__LookupResp *resp);
 /* Questions out of time: what they did not learn is absent. */
 void queries_expire(struct node *n, usec_t now);

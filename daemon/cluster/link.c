@@ -46,6 +46,8 @@ void link_down(struct link *k, const char *why)
 	k->src = NULL;
 	pconn_done(&k->pc);
 	k->state = L_DOWN;
+	if (was_up) /* what it was asked misses now, not at its deadline */
+		remote_link_lost(k->n, k);
 	k->retry_at = loop_now(k->n->loop) + RETRY;
 	if (k->etcd[0]) {
 		/* the leader may have changed: read the view again, at once
@@ -111,7 +113,7 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 		 * (malloc and free were a third of the loop's time for them) */
 		r = peer_msg_decode_in(&n->answers, h->type, payload, h->len, &m);
 		if (r == 0)
-			n->lookup_answered(n, h->seq, (const void *) m);
+			n->lookup_answered(n, k, h->seq, (const void *) m);
 		peer_arena_reset(&n->answers);
 		return r;
 	}
@@ -373,29 +375,61 @@ static void resolve_start(struct link *k)
 /* k's master's address into *sa: a numeric one as it is; a name's from
  * the last lookup (a new one starts each time, for the next connect), or
  * -EINPROGRESS while the first is under way, or its error. */
+/* The answer of the lookup under way, if it is done (its address and, for
+ * etcd, its leader and term, kept): 0 or its error; -EINPROGRESS while
+ * it runs or when there is none. */
+static int take_lookup(struct link *k)
+{
+	int r;
+
+	if (!k->rq || !__atomic_load_n(&k->rq->done, __ATOMIC_ACQUIRE))
+		return -EINPROGRESS;
+	r = k->rq->res;
+	if (r == 0) {
+		k->sa = k->rq->sa;
+		k->have_sa = true;
+		if (k->etcd[0] && (strcmp(k->leader, k->rq->leader) || k->view_term != k->rq->term))
+			log_notice("master %s: the leader is %s (term %llu)", k->name, k->rq->leader,
+				   (unsigned long long) k->rq->term);
+		snprintf(k->leader, sizeof(k->leader), "%s", k->rq->leader);
+		k->view_term = k->rq->term;
+	}
+	resolve_put(k->rq);
+	k->rq = NULL;
+	return r;
+}
+
+usec_t link_check_view(struct link *k)
+{
+	usec_t now = loop_now(k->n->loop);
+	int r;
+
+	if (!k->etcd[0] || k->state != L_UP)
+		return 0;
+	r = take_lookup(k);
+	if (r == 0 && k->view_term && k->view_term != k->term) {
+		/* another leads now (this one was stopped, or cut off): its
+		 * lease ended, and it cannot answer for the directory */
+		link_down(k, "etcd's master view names another leader");
+		return k->retry_at;
+	}
+	if (!k->rq && now >= k->view_check_at) {
+		resolve_start(k);
+		k->view_check_at = now + ETCD_VIEW_CHECK;
+	}
+	/* a lookup's answer comes in a millisecond or two */
+	return k->rq ? now + ETCD_RETRY : k->view_check_at;
+}
+
 static int link_address(struct link *k, struct net_sockaddr *sa)
 {
 	int r = k->etcd[0] ? -EAGAIN : net_resolve(&k->addr, true, sa);
 
 	if (r != -EAGAIN)
 		return r;
-	if (k->rq && __atomic_load_n(&k->rq->done, __ATOMIC_ACQUIRE)) {
-		r = k->rq->res;
-		if (r == 0) {
-			k->sa = k->rq->sa;
-			k->have_sa = true;
-			if (k->etcd[0] && (strcmp(k->leader, k->rq->leader) ||
-					   k->view_term != k->rq->term))
-				log_notice("master %s: the leader is %s (term %llu)", k->name,
-					   k->rq->leader, (unsigned long long) k->rq->term);
-			snprintf(k->leader, sizeof(k->leader), "%s", k->rq->leader);
-			k->view_term = k->rq->term;
-		}
-		resolve_put(k->rq);
-		k->rq = NULL;
-		if (r < 0 && !k->have_sa)
-			return r;
-	}
+	r = take_lookup(k);
+	if (r < 0 && r != -EINPROGRESS && !k->have_sa)
+		return r;
 	resolve_start(k); /* the answer after this one */
 	if (!k->have_sa)
 		return -EINPROGRESS;

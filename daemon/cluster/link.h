@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
+
 struct config;
 struct link;
 struct node;
@@ -17,6 +19,10 @@ struct node;
 void link_connect(struct link *k);
 /* The link is broken: down, retried every RETRY_MS. */
 void link_down(struct link *k, const char *why);
+/* A link that follows etcd's master view: read the view again now and
+ * then (ETCD_VIEW_CHECK), and go down when it names another leader (one
+ * that was stopped keeps its connections open until heartbeats tell). */
+usec_t link_check_view(struct link *k); /* when to look again; 0: never */
 /* The frames read: all (with all), or up to one lookup's answer a turn
  * (k->more: the rest next turn).  0, or -errno: the link is beyond repair. */
 int link_frames(struct link *k, bool all);

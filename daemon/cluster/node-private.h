@@ -27,6 +27,7 @@
 #define ETCD_RETRY (50 * USEC_PER_MSEC) /* an etcd link waits for the view this often */
 #define ETCD_CALL (1 * USEC_PER_SEC)    /* each call to etcd */
 #define ETCD_ELECTION_RETRY (100 * USEC_PER_MSEC) /* while the view names no leader */
+#define ETCD_VIEW_CHECK (500 * USEC_PER_MSEC) /* a joined link reads the view again */
 #define LINK_MAX_OUT (64u << 20)
 #define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
 #define BATCH_BYTES (1u << 20)      /* keys per frame, about */
@@ -75,6 +76,7 @@ struct link {
 	char view_key[NET_HOST_MAX];
 	char leader[NET_HOST_MAX + 8];  /* the view's address, the last one read */
 	uint64_t view_term, term;
+	usec_t view_check_at;
 	enum link_state state;
 	struct pconn pc;
 	struct loop_source *src;
@@ -127,7 +129,8 @@ struct node {
 	struct link links[MAX_MASTERS];
 	unsigned n_links;
 	/* what the links hand on: a master's answer to a lookup, a Drop */
-	void (*lookup_answered)(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);
+	void (*lookup_answered)(struct node *n, struct link *k, uint32_t seq,
+				const Kvc__Peer__LookupResp *r);
 	void (*dropped)(struct node *n, const Kvc__Peer__Drop *d);
 	uint32_t ttl_s;
 	usec_t timeout;                /* --remote-timeout-ms */
@@ -210,7 +213,10 @@ int remote_holders(void *be, const char *key, size_t len, char *buf, size_t cap,
 usec_t remote_hs_deadline(const struct node *n);
 int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n,
 		 uint8_t *present, bool settle, struct fetch **ret);
-void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r);
+void remote_located(struct node *n, struct link *k, uint32_t seq,
+		    const Kvc__Peer__LookupResp *r);
+/* k went down: what it was asked misses now, cleanly. */
+void remote_link_lost(struct node *n, struct link *k);
 void remote_expire(struct node *n, usec_t now);
 void remote_accept(struct node *n, int fd);
 /* A peer connection refused at accept: counted, and logged once in 10 s. */

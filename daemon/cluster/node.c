@@ -91,6 +91,12 @@ static void node_timer(struct loop_source *s, void *u)
 			link_down(k, "no answer to heartbeats");
 			continue;
 		}
+		{
+			usec_t again = link_check_view(k);
+
+			if (again && again < next)
+				next = again;
+		}
 		if (k->state == L_DOWN && k->retry_at < next)
 			next = k->retry_at;
 		if (k->state == L_UP && k->hb_at < next)

@@ -598,7 +598,28 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 }
 
 
-void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *resp)
+void remote_link_lost(struct node *n, struct link *k)
+{
+	static const Kvc__Peer__LookupResp none = KVC__PEER__LOOKUP_RESP__INIT;
+	bool more = true;
+
+	while (queries_link_lost(n, k))
+		;
+	/* the fetches still asking k who holds their key miss now: they may
+	 * end (and go) as they are answered, so one at a time */
+	while (more) {
+		more = false;
+		for (struct rfetch *rf = n->fetches.rfetches; rf; rf = rf->next)
+			if (!rf->transferring && node_owner(n, rf->o->key, rf->o->key_len) == k) {
+				remote_located(n, k, rf->seq, &none);
+				more = true;
+				break;
+			}
+	}
+}
+
+void remote_located(struct node *n, struct link *k, uint32_t seq,
+		    const Kvc__Peer__LookupResp *resp)
 {
 	struct store *st = n->st;
 	struct rfetch *rf;
@@ -606,10 +627,11 @@ void remote_located(struct node *n, uint32_t seq, const Kvc__Peer__LookupResp *r
 	const Kvc__Peer__Location *loc = resp->n_locations ? resp->locations[0] : NULL;
 	int r;
 
-	if (query_answered(n, seq, resp))
+	if (query_answered(n, k, seq, resp))
 		return;
 	for (rf = n->fetches.rfetches; rf; rf = rf->next)
-		if (!rf->transferring && rf->seq == seq)
+		if (!rf->transferring && rf->seq == seq &&
+		    node_owner(n, rf->o->key, rf->o->key_len) == k)
 			break;
 	if (!rf)
 		return; /* timed out already */

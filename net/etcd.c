@@ -178,6 +178,8 @@ static void watch_line(struct etcd *e, const char *line, size_t len)
 
 	(void) len;
 	ev = child(child(o, "result"), "events");
+	if (ev && !json_object_is_type(ev, json_type_array))
+		ev = NULL;
 	for (size_t i = 0; ev && i < json_object_array_length(ev); i++) {
 		json_object *x = json_object_array_get_idx(ev, i);
 		json_object *t = child(x, "type");
@@ -298,6 +300,122 @@ static int post(struct etcd *e, const char *path, json_object *body, json_object
 	return r;
 }
 
+/* ---- the answers: what etcd (or whatever answers there) sent ---- */
+
+static int parse_grant(json_object *a, int64_t *ret_id)
+{
+	*ret_id = num(a, "ID");
+	return *ret_id ? 0 : -EIO;
+}
+
+static int parse_keepalive(json_object *a, int64_t *ret_ttl)
+{
+	*ret_ttl = num(child(a, "result"), "TTL");
+	return *ret_ttl > 0 ? 0 : -ENOENT; /* an ended lease is renewed to 0 */
+}
+
+/* The first element of array o, or NULL. */
+static json_object *first(json_object *o)
+{
+	return o && json_object_is_type(o, json_type_array) && json_object_array_length(o)
+		       ? json_object_array_get_idx(o, 0)
+		       : NULL;
+}
+
+static int parse_create(json_object *a, int64_t *ret_rev)
+{
+	json_object *kv;
+
+	if (json_object_get_boolean(child(a, "succeeded"))) {
+		*ret_rev = num(child(a, "header"), "revision");
+		return 0;
+	}
+	kv = first(child(child(first(child(a, "responses")), "response_range"), "kvs"));
+	*ret_rev = kv ? num(kv, "create_revision") : 0;
+	return -EEXIST;
+}
+
+static int parse_get(json_object *a, char *buf, size_t cap, int64_t *ret_rev)
+{
+	json_object *kv = first(child(a, "kvs"));
+	char *v;
+	int r = 0;
+
+	if (!kv)
+		return -ENOENT;
+	v = unb64(kv, "value");
+	if (!v)
+		r = -EIO;
+	else if (strlen(v) >= cap)
+		r = -ENOSPC;
+	else
+		strcpy(buf, v);
+	if (ret_rev)
+		*ret_rev = num(kv, "create_revision");
+	free(v);
+	return r;
+}
+
+static int parse_list(json_object *a, void (*fn)(void *u, const char *key, const char *value),
+		      void *u, int64_t *ret_rev)
+{
+	json_object *kvs = child(a, "kvs");
+	int n = 0;
+
+	if (ret_rev)
+		*ret_rev = num(child(a, "header"), "revision");
+	if (!kvs || !json_object_is_type(kvs, json_type_array))
+		return 0;
+	for (size_t i = 0; i < json_object_array_length(kvs); i++) {
+		json_object *kv = json_object_array_get_idx(kvs, i);
+		char *k = unb64(kv, "key"), *v = unb64(kv, "value");
+
+		if (k && v) {
+			fn(u, k, v);
+			n++;
+		}
+		free(k);
+		free(v);
+	}
+	return n;
+}
+
+static void ignore_kv(void *u, const char *key, const char *value)
+{
+	size_t *n = u;
+
+	*n += strlen(key) + strlen(value);
+}
+
+int etcd_fuzz_answer(const uint8_t *data, size_t len)
+{
+	json_tokener *tok = json_tokener_new();
+	struct etcd e = { .watch_key = "k", .any = false };
+	json_object *a;
+	char buf[64];
+	int64_t x;
+	size_t n = 0;
+
+	if (!tok)
+		return -ENOMEM;
+	a = json_tokener_parse_ex(tok, (const char *) data, (int) (len < INT32_MAX ? len : 0));
+	json_tokener_free(tok);
+	if (a) {
+		parse_grant(a, &x);
+		parse_keepalive(a, &x);
+		parse_create(a, &x);
+		parse_get(a, buf, sizeof(buf), &x);
+		parse_list(a, ignore_kv, &n, &x);
+		num(a, "code");
+		json_object_put(a);
+	}
+	/* and as a watch's stream, in two pieces */
+	on_body((char *) data, 1, len / 2, &e);
+	on_body((char *) data + len / 2, 1, len - len / 2, &e);
+	free(e.body);
+	return 0;
+}
+
 /* ---- the calls ---- */
 
 int etcd_lease_grant(struct etcd *e, unsigned ttl_s, int64_t *ret_id)
@@ -309,8 +427,7 @@ int etcd_lease_grant(struct etcd *e, unsigned ttl_s, int64_t *ret_id)
 	r = post(e, "lease/grant", q, &a);
 	if (r < 0)
 		return r;
-	*ret_id = num(a, "ID");
-	r = *ret_id ? 0 : -EIO;
+	r = parse_grant(a, ret_id);
 	json_object_put(a);
 	return r;
 }
@@ -324,8 +441,7 @@ int etcd_lease_keepalive(struct etcd *e, int64_t id, int64_t *ret_ttl)
 	r = post(e, "lease/keepalive", q, &a);
 	if (r < 0)
 		return r;
-	*ret_ttl = num(child(a, "result"), "TTL");
-	r = *ret_ttl > 0 ? 0 : -ENOENT; /* an ended lease is renewed to 0 */
+	r = parse_keepalive(a, ret_ttl);
 	json_object_put(a);
 	return r;
 }
@@ -379,18 +495,7 @@ int etcd_create(struct etcd *e, const char *key, const char *value, int64_t leas
 	r = post(e, "kv/txn", q, &a);
 	if (r < 0)
 		return r;
-	if (json_object_get_boolean(child(a, "succeeded"))) {
-		*ret_rev = num(child(a, "header"), "revision");
-	} else {
-		json_object *res = child(a, "responses"), *kvs;
-
-		res = res && json_object_array_length(res) ? json_object_array_get_idx(res, 0) : NULL;
-		kvs = child(child(res, "response_range"), "kvs");
-		*ret_rev = kvs && json_object_array_length(kvs)
-				   ? num(json_object_array_get_idx(kvs, 0), "create_revision")
-				   : 0;
-		r = -EEXIST;
-	}
+	r = parse_create(a, ret_rev);
 	json_object_put(a);
 	return r;
 }
@@ -406,29 +511,14 @@ int etcd_put(struct etcd *e, const char *key, const char *value, int64_t lease)
 
 int etcd_get(struct etcd *e, const char *key, char *buf, size_t cap, int64_t *ret_rev)
 {
-	json_object *q = json_object_new_object(), *a, *kvs;
-	char *v;
+	json_object *q = json_object_new_object(), *a;
 	int r;
 
 	add(q, "key", b64(key));
 	r = post(e, "kv/range", q, &a);
 	if (r < 0)
 		return r;
-	kvs = child(a, "kvs");
-	if (!kvs || !json_object_array_length(kvs)) {
-		json_object_put(a);
-		return -ENOENT;
-	}
-	v = unb64(json_object_array_get_idx(kvs, 0), "value");
-	if (!v)
-		r = -EIO;
-	else if (strlen(v) >= cap)
-		r = -ENOSPC;
-	else
-		strcpy(buf, v);
-	if (ret_rev)
-		*ret_rev = num(json_object_array_get_idx(kvs, 0), "create_revision");
-	free(v);
+	r = parse_get(a, buf, cap, ret_rev);
 	json_object_put(a);
 	return r;
 }
@@ -459,7 +549,7 @@ static char *prefix_end(const char *prefix)
 int etcd_list(struct etcd *e, const char *prefix, size_t max,
 	      void (*fn)(void *u, const char *key, const char *value), void *u, int64_t *ret_rev)
 {
-	json_object *q = json_object_new_object(), *a, *kvs;
+	json_object *q = json_object_new_object(), *a;
 	char *end = prefix_end(prefix);
 	int r, n = 0;
 
@@ -476,20 +566,7 @@ int etcd_list(struct etcd *e, const char *prefix, size_t max,
 	r = post(e, "kv/range", q, &a);
 	if (r < 0)
 		return r;
-	if (ret_rev)
-		*ret_rev = num(child(a, "header"), "revision");
-	kvs = child(a, "kvs");
-	for (size_t i = 0; kvs && i < json_object_array_length(kvs); i++) {
-		json_object *kv = json_object_array_get_idx(kvs, i);
-		char *k = unb64(kv, "key"), *v = unb64(kv, "value");
-
-		if (k && v) {
-			fn(u, k, v);
-			n++;
-		}
-		free(k);
-		free(v);
-	}
+	n = parse_list(a, fn, u, ret_rev);
 	json_object_put(a);
 	return n;
 }

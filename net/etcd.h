@@ -53,6 +53,10 @@ int etcd_list(struct etcd *e, const char *prefix, size_t max,
 /* Wait at most `wait` for a change under prefix after revision rev (a key
  * put or deleted): 0 once one came, -ETIMEDOUT if none did. */
 int etcd_wait_change(struct etcd *e, const char *prefix, int64_t rev, usec_t wait);
+
+/* Fuzzing: data as every answer etcd's gateway may send, and as a watch's
+ * stream. */
+int etcd_fuzz_answer(const uint8_t *data, size_t len);
 /* Wait for key to be deleted (or to be there no more) at most `wait`:
  * 0 once it is gone, -ETIMEDOUT if it still is.  A watch from the
  * revision after `rev` (0: now). */

@@ -245,8 +245,15 @@ static int post_within(struct etcd *e, const char *path, json_object *body, usec
 		long code = 0;
 		CURLcode c;
 
+		usec_t left, slice;
+
 		if (now >= deadline)
 			break;
+		/* a member that hangs (stopped, cut off) must leave time for
+		 * the others: each gets its share of what is left, but a watch,
+		 * which waits on purpose, all of it */
+		left = deadline - now;
+		slice = e->watch_key ? left : left / (e->n - k);
 		snprintf(url, sizeof(url), "http://%s/v3/%s", e->ep[i], path);
 		curl_easy_reset(e->curl);
 		curl_easy_setopt(e->curl, CURLOPT_URL, url);
@@ -257,11 +264,9 @@ static int post_within(struct etcd *e, const char *path, json_object *body, usec
 		curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_body);
 		curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
 		curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS,
-				 (long) ((deadline - now + USEC_PER_MSEC - 1) / USEC_PER_MSEC));
-		/* a member that is down refuses at once; one that hangs must
-		 * leave time for the next */
+				 (long) ((slice + USEC_PER_MSEC - 1) / USEC_PER_MSEC));
 		curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
-				 (long) ((deadline - now) / e->n / USEC_PER_MSEC + 1));
+				 (long) (left / e->n / USEC_PER_MSEC + 1));
 		e->len = 0;
 		e->gone = false;
 		c = curl_easy_perform(e->curl);
@@ -274,6 +279,7 @@ static int post_within(struct etcd *e, const char *path, json_object *body, usec
 			if (e->watch_key && c == CURLE_OPERATION_TIMEDOUT && e->len == 0 &&
 			    mono_us() >= deadline)
 				return r; /* a watch that saw nothing: its time is up */
+			e->cur = (i + 1) % e->n; /* the next call starts elsewhere */
 			continue;
 		}
 		curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &code);

@@ -99,19 +99,34 @@ rdma_node() { # rdma_node NAME [FLAGS...]: a node whose RDMA runs over UCX's tcp
 	start_node_env KVCACHE_TEST_RDMA_OVER_TCP=1 "$@"
 }
 stat_of() { ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'; }
-# start_etcd: a private etcd on loopback (Debian etcd-server); sets ep
-# (its client port) and etcd_pid
+# start_etcd [N]: a private etcd of N members (default 1) on loopback
+# (Debian etcd-server); sets eps (every client endpoint, ';'-separated),
+# ep (the first's port) and etcd_pids (the first member's pid first)
 start_etcd() {
 	command -v etcd >/dev/null || { echo "no etcd (Debian etcd-server)"; exit 77; }
-	ep=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-	pp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-	etcd --name t --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$ep" \
-		--advertise-client-urls "http://127.0.0.1:$ep" --listen-peer-urls "http://127.0.0.1:$pp" \
-		--initial-advertise-peer-urls "http://127.0.0.1:$pp" --initial-cluster "t=http://127.0.0.1:$pp" \
-		>"$dir/etcd.log" 2>&1 &
-	etcd_pid=$!
-	pids="$pids $etcd_pid"
-	until_ok curl -sf -X POST -d '{"key":"AA=="}' "http://127.0.0.1:$ep/v3/kv/range"
+	members=${1:-1}
+	port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+	cluster= eps= etcd_pids=
+	for i in $(seq 1 "$members"); do
+		eval "cp_$i=\$(port) pp_$i=\$(port)"
+		eval "cluster=\"\${cluster:+\$cluster,}e$i=http://127.0.0.1:\$pp_$i\""
+	done
+	for i in $(seq 1 "$members"); do
+		eval "c=\$cp_$i p=\$pp_$i"
+		etcd --name "e$i" --data-dir "$dir/etcd$i" --listen-client-urls "http://127.0.0.1:$c" \
+			--advertise-client-urls "http://127.0.0.1:$c" --listen-peer-urls "http://127.0.0.1:$p" \
+			--initial-advertise-peer-urls "http://127.0.0.1:$p" --initial-cluster "$cluster" \
+			>"$dir/etcd$i.log" 2>&1 &
+		etcd_pids="$etcd_pids $!"
+		pids="$pids $!"
+		eps="${eps:+$eps;}127.0.0.1:$c"
+	done
+	ep=$cp_1
+	etcd_pid=${etcd_pids# }
+	etcd_pid=${etcd_pid%% *}
+	for i in $(seq 1 "$members"); do
+		eval "until_ok curl -sf -X POST -d '{\"key\":\"AA==\"}' \"http://127.0.0.1:\$cp_$i/v3/kv/range\""
+	done
 }
 # until_stat NODE KEY VALUE: until NODE's counter KEY reads VALUE (20 s)
 until_stat() {
@@ -1463,10 +1478,24 @@ etcd-failover)
 	# master view; the leader killed, then stopped, then etcd itself
 	# stopped: another leads, the nodes follow, B finds A's keys again,
 	# and local service never stops
-	start_etcd
+	start_etcd 3
+	# a member that does not lead etcd's raft goes first in everyone's
+	# list (it is the one frozen below: a raft leader's freeze would stop
+	# every write for an election, and rightly cost the master its lease)
+	raft_leader() { curl -sf -X POST -d '{}' "http://127.0.0.1:$1/v3/maintenance/status" |
+		python3 -c 'import json,sys; d=json.load(sys.stdin); print(int(d["header"]["member_id"]) == int(d["leader"]))'; }
+	for i in 1 2 3; do
+		eval "c=\$cp_$i"
+		until_ok raft_leader "$c"
+		if [ "$(raft_leader "$c")" = False ]; then follower=$i; break; fi
+	done
+	eval "fc=\$cp_$follower"
+	eps="127.0.0.1:$fc"
+	for i in 1 2 3; do [ "$i" = "$follower" ] || eval "eps=\"\$eps;127.0.0.1:\$cp_$i\""; done
+	follower_pid=$(echo $etcd_pids | cut -d' ' -f"$follower")
 	for m in 1 2 3; do
 		"$KVCACHE_MASTER" --port 0 --rpc_address 127.0.0.1 --client_ttl 3 --log-level info \
-			--enable_ha --etcd_endpoints "127.0.0.1:$ep" --cluster_id t --ha_lease_ttl 2 \
+			--enable_ha --etcd_endpoints "$eps" --cluster_id t --ha_lease_ttl 2 \
 			2>"$dir/m$m.log" &
 		eval "mpid_$m=\$!"
 		pids="$pids $!"
@@ -1481,7 +1510,7 @@ etcd-failover)
 	master_port=0 # the nodes follow etcd's view
 	for n in A B; do
 		env $base_env "$KVCACHED" --socket "$dir/$n.sock" --dram-size 16MB --hugepages off \
-			--master "etcd://127.0.0.1:$ep/t" --listen 127.0.0.1:0 --node-id "$n" 2>"$dir/$n.log" &
+			--master "etcd://$eps/t" --listen 127.0.0.1:0 --node-id "$n" 2>"$dir/$n.log" &
 		pids="$pids $!"
 		until_ok "$KVCACHECTL" -s "$dir/$n.sock" status
 	done
@@ -1490,6 +1519,15 @@ etcd-failover)
 	ctl A put k1 "$dir/v" || fail "put on A"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k1 | grep -qx A"
 	ctl B get k1 "$dir/k1.b" && cmp "$dir/v" "$dir/k1.b" || fail "B did not read k1 through the leader"
+	# an etcd member frozen, the first everyone asks: the others answer,
+	# the leader keeps its lease (no step-down, no election), keys flow
+	kill -STOP "$follower_pid"
+	sleep 3
+	ctl A put k1b "$dir/v" || fail "put with an etcd member stopped"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k1b | grep -qx A"
+	kill -CONT "$follower_pid"
+	! grep -q "stepping down" "$dir/m$first.log" || fail "the leader stepped down for one etcd member"
+	[ "$(leader)" = "$first" ] || fail "the leader changed for one etcd member"
 	# a standby refuses a node that comes to it directly
 	for m in 1 2 3; do [ "$m" = "$first" ] || standby=$m; done
 	sport=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$dir/m$standby.log")
@@ -1538,15 +1576,15 @@ etcd-failover)
 	t_last=$(sed -n 's/.*as term \([0-9]*\),.*/\1/p' "$dir/m$second.log" | tail -1)
 	[ "$t_last" -gt "$t_first" ] || fail "term $t_last after $t_first"
 	third=$second
-	# etcd stopped for 3 s: the leader steps down before its lease could
+	# etcd stopped (every member) for a while: the leader steps down before its lease could
 	# end, local service goes on, and once etcd is back a leader is
 	# elected and B finds A's keys again
-	kill -STOP "$etcd_pid"
+	kill -STOP $etcd_pids
 	until_ok grep -q "stepping down" "$dir/m$third.log"
 	printf 'local' | ctl A put k-local - || fail "local put while etcd is stopped"
 	[ "$(ctl A get k-local -)" = local ] || fail "local get while etcd is stopped"
 	sleep 1
-	kill -CONT "$etcd_pid"
+	kill -CONT $etcd_pids
 	ctl A put k4 "$dir/v"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k4 | grep -qx A"
 	until_ok one_leader

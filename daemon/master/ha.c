@@ -31,6 +31,7 @@
 
 #define ETCD_TIMEOUT (1 * USEC_PER_SEC) /* each call to etcd */
 #define RETRY (500 * USEC_PER_MSEC)       /* after etcd failed us */
+#define RENEW_RETRY (200 * USEC_PER_MSEC) /* a renewal that failed, again */
 
 struct ha {
 	struct loop *loop;
@@ -123,7 +124,7 @@ static void *ha_main(void *arg)
 	struct ha *h = arg;
 	struct etcd *e = NULL;
 	int64_t lease = 0, term = 0, left;
-	usec_t renewed = 0;
+	usec_t renewed = 0, wait = 0;
 	bool leading = false;
 	int r;
 
@@ -138,13 +139,14 @@ static void *ha_main(void *arg)
 			if (campaign(h, e, &lease, &term) == 1) {
 				leading = true;
 				renewed = mono_us();
+				wait = h->ttl_s * USEC_PER_SEC / 3;
 				log_notice("leading cluster %s as term %lld, at %s", h->view_key,
 					   (long long) term, h->address);
 				tell(h, true, (uint64_t) term);
 			}
 			continue;
 		}
-		pause_for(h, h->ttl_s * USEC_PER_SEC / 3);
+		pause_for(h, wait);
 		if (stopping(h))
 			break;
 		{
@@ -153,12 +155,14 @@ static void *ha_main(void *arg)
 			r = etcd_lease_keepalive(e, lease, &left);
 			if (r == 0) {
 				renewed = sent;
+				wait = h->ttl_s * USEC_PER_SEC / 3;
 				continue;
 			}
 		}
 		if (r != -ENOENT && mono_us() - renewed < h->ttl_s * USEC_PER_SEC * 2 / 3) {
 			etcd_failed(h, "did not renew the lease", r);
-			continue; /* again, before it is too late */
+			wait = RENEW_RETRY; /* again soon, before it is too late */
+			continue;
 		}
 		/* no renewal for two thirds of the lease: another may lead
 		 * soon; stop serving first */

@@ -1646,6 +1646,57 @@ version-skew)
 	# its local service is untouched
 	printf 'x' | ctl Old put k - && [ "$(ctl Old get k -)" = x ] || fail "Old's local service"
 	;;
+etcd-partition)
+	# the leader cut off from etcd (a relay that stops passing) while its
+	# nodes still reach it: it steps down before its lease can end and
+	# lets the nodes go; the other master leads, the nodes follow, B finds
+	# A's keys again; healed, the old leader stands by
+	start_etcd
+	rport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	python3 "$(dirname "$0")/slow-link.py" "127.0.0.1:$rport" "127.0.0.1:$ep" 1000000000 \
+		"$dir/relay" "$dir/cut" 2>"$dir/relay.log" &
+	pids="$pids $!"
+	until_ok test -s "$dir/relay"
+	"$KVCACHE_MASTER" --port 0 --rpc_address 127.0.0.1 --client_ttl 3 --log-level info \
+		--enable_ha --etcd_endpoints "127.0.0.1:$rport" --cluster_id t --ha_lease_ttl 2 \
+		2>"$dir/m1.log" &
+	pids="$pids $!"
+	until_ok grep -q "leading cluster" "$dir/m1.log"
+	"$KVCACHE_MASTER" --port 0 --rpc_address 127.0.0.1 --client_ttl 3 --log-level info \
+		--enable_ha --etcd_endpoints "127.0.0.1:$ep" --cluster_id t --ha_lease_ttl 2 \
+		2>"$dir/m2.log" &
+	pids="$pids $!"
+	for n in A B; do
+		env $base_env "$KVCACHED" --socket "$dir/$n.sock" --dram-size 16MB --hugepages off \
+			--master "etcd://127.0.0.1:$ep/t" --listen 127.0.0.1:0 --node-id "$n" 2>"$dir/$n.log" &
+		pids="$pids $!"
+		until_ok "$KVCACHECTL" -s "$dir/$n.sock" status
+	done
+	until_ok member B A up
+	head -c 65536 /dev/urandom >"$dir/v"
+	ctl A put k1 "$dir/v"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k1 | grep -qx A"
+	touch "$dir/cut"
+	t0=$(date +%s%N)
+	until_ok grep -q "stepping down" "$dir/m1.log"
+	t1=$(date +%s%N)
+	echo "the leader cut off from etcd stepped down after $(( (t1 - t0) / 1000000 )) ms (lease 2 s)"
+	until_ok grep -q "leading cluster" "$dir/m2.log"
+	# never two leaders: the old one had stepped down before the new one
+	# was elected (the logs' clock is the same wall clock)
+	down=$(sed -n 's/^\([^ ]*\) .*stepping down.*/\1/p' "$dir/m1.log" | head -1)
+	up=$(sed -n 's/^\([^ ]*\) .*leading cluster.*/\1/p' "$dir/m2.log" | head -1)
+	[ "$(printf '%s\n%s\n' "$down" "$up" | sort | head -1)" = "$down" ] && [ "$down" != "$up" ] ||
+		fail "the new leader ($up) was elected before the old one stepped down ($down)"
+	ctl A put k2 "$dir/v"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k2 | grep -qx A"
+	ctl B get k1 "$dir/k1.b" && cmp "$dir/v" "$dir/k1.b" || fail "k1 after the partition"
+	rm -f "$dir/cut"
+	sleep 1
+	[ "$(grep -c 'leading cluster' "$dir/m1.log")" = 1 ] || fail "the old leader led again"
+	ctl A put k3 "$dir/v"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k3 | grep -qx A"
+	;;
 *)
 	fail "unknown case $case_name"
 	;;

@@ -39,7 +39,9 @@ void link_down(struct link *k, const char *why)
 
 	if (k->state == L_UP)
 		k->n->c.master_drops++;
-	if (k->state == L_UP || !k->warned)
+	if ((k->state == L_UP || !k->warned) && k->etcd[0])
+		log_warn("master %s: %s; following etcd's master view", k->name, why);
+	else if (k->state == L_UP || !k->warned)
 		log_warn("master %s: %s; retrying every %d ms", k->name, why, RETRY_MS);
 	k->warned = true;
 	loop_source_free(k->src);

@@ -1697,6 +1697,36 @@ etcd-partition)
 	ctl A put k3 "$dir/v"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k3 | grep -qx A"
 	;;
+etcd-two-groups)
+	# two groups of masters on one etcd, each with its leader: the
+	# directory is sharded over the groups by key hash, and one group's
+	# failover leaves the other's keys found throughout
+	start_etcd
+	for g in a a b; do
+		"$KVCACHE_MASTER" --port 0 --rpc_address 127.0.0.1 --client_ttl 3 --log-level info \
+			--enable_ha --etcd_endpoints "127.0.0.1:$ep" --cluster_id "$g" --ha_lease_ttl 2 \
+			2>>"$dir/m-$g.log" &
+		pids="$pids $!"
+	done
+	for n in A B; do
+		"$KVCACHED" --socket "$dir/$n.sock" --dram-size 16MB --hugepages off \
+			--master "etcd://127.0.0.1:$ep/a,etcd://127.0.0.1:$ep/b" --listen 127.0.0.1:0 \
+			--node-id "$n" 2>"$dir/$n.log" &
+		pids="$pids $!"
+	done
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' cluster | grep -q '2 of 2 joined'"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' cluster | grep -q '2 of 2 joined'"
+	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+		printf '%s' "value $k" | ctl A put "key-$k" - || fail "put $k"
+	done
+	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where key-$k | grep -qx A"
+		[ "$(ctl B get "key-$k" -)" = "value $k" ] || fail "key-$k"
+	done
+	# both groups hold part of the directory
+	[ "$(grep -c 'joined from' "$dir/m-a.log")" -ge 2 ] && [ "$(grep -c 'joined from' "$dir/m-b.log")" -ge 2 ] ||
+		fail "a group without its members"
+	;;
 *)
 	fail "unknown case $case_name"
 	;;

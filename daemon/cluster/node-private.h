@@ -77,6 +77,7 @@ struct link {
 	char leader[NET_HOST_MAX + 8];  /* the view's address, the last one read */
 	uint64_t view_term, term;
 	usec_t view_check_at;
+	char shown[2 * NET_HOST_MAX + 48]; /* kvcachectl cluster: the name and the leader */
 	enum link_state state;
 	struct pconn pc;
 	struct loop_source *src;

@@ -284,7 +284,14 @@ static int be_describe(void *be, struct cluster_view *v)
 	memset(v, 0, sizeof(*v));
 	v->self = n->id;
 	for (unsigned i = 0; i < n->n_links && i < 8; i++) {
-		v->masters[v->n_masters++] = n->links[i].name;
+		struct link *k = &n->links[i];
+
+		if (k->etcd[0] && k->state == L_UP)
+			snprintf(k->shown, sizeof(k->shown), "%s (leader %s, term %llu)", k->name,
+				 k->leader, (unsigned long long) k->term);
+		else if (k->etcd[0])
+			snprintf(k->shown, sizeof(k->shown), "%s (no leader joined)", k->name);
+		v->masters[v->n_masters++] = k->etcd[0] ? k->shown : k->name;
 		if (n->links[i].state == L_UP) {
 			v->masters_up++;
 			if (!ms)

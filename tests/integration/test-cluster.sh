@@ -1519,6 +1519,9 @@ etcd-failover)
 	ctl A put k1 "$dir/v" || fail "put on A"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k1 | grep -qx A"
 	ctl B get k1 "$dir/k1.b" && cmp "$dir/v" "$dir/k1.b" || fail "B did not read k1 through the leader"
+	lport=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$dir/m$first.log")
+	ctl B cluster | grep -q "masters etcd://.*/t (leader 127.0.0.1:$lport, term [0-9]*)" ||
+		{ ctl B cluster >&2; fail "kvcachectl cluster does not name the leader"; }
 	# an etcd member frozen, the first everyone asks: the others answer,
 	# the leader keeps its lease (no step-down, no election), keys flow
 	kill -STOP "$follower_pid"

@@ -41,6 +41,7 @@ struct members {
 	bool started;
 	bool stop; /* atomic */
 	struct handoff_bell bell;
+	struct etcd *etcd;           /* the thread's */
 	struct member_list *fresh;   /* atomic: the thread's newest, not yet taken */
 	struct member_list *current; /* the loop's */
 	struct log_ratelimit down;
@@ -106,17 +107,12 @@ static void failed(struct members *ms, const char *what, int r)
 static void *members_main(void *arg)
 {
 	struct members *ms = arg;
-	struct etcd *e = NULL;
+	struct etcd *e = ms->etcd;
 	int64_t lease = 0, rev = 0, left;
 	usec_t renew_at = 0;
 	int r;
 
 	loop_helper_thread("members", false);
-	r = etcd_new(ms->endpoints, MEMBERS_CALL, &e);
-	if (r < 0) {
-		log_error("--metadata-server etcd://%s: %s", ms->endpoints, strerror(-r));
-		return NULL;
-	}
 	while (!stopping(ms)) {
 		struct member_list *l;
 		usec_t now = mono_us();
@@ -167,7 +163,6 @@ static void *members_main(void *arg)
 	}
 	if (lease) /* leave now, not when the lease ends */
 		etcd_lease_revoke(e, lease);
-	etcd_free(e);
 	return NULL;
 }
 
@@ -190,6 +185,13 @@ int members_start(struct node *n, const char *spec, unsigned ttl_s, char *err, s
 	if (!ms)
 		return -ENOMEM;
 	memcpy(ms->endpoints, eps, len);
+	if (etcd_new(ms->endpoints, MEMBERS_CALL, &ms->etcd) < 0) { /* checks them; no network */
+		free(ms);
+		snprintf(err, err_len,
+			 "--metadata-server %s: expected etcd://HOST:PORT[,HOST:PORT...][/CLUSTER_ID]",
+			 spec);
+		return -EINVAL;
+	}
 	ms->ttl_s = ttl_s ? ttl_s : 10;
 	snprintf(ms->prefix, sizeof(ms->prefix), "/kvcache/%s/nodes/", id);
 	snprintf(ms->key, sizeof(ms->key), "%s%s", ms->prefix, n->id);
@@ -203,6 +205,7 @@ int members_start(struct node *n, const char *spec, unsigned ttl_s, char *err, s
 	json_object_put(v);
 	r = -pthread_create(&ms->th, NULL, members_main, ms);
 	if (r < 0) {
+		etcd_free(ms->etcd);
 		free(ms);
 		snprintf(err, err_len, "cannot start the membership thread: %s", strerror(-r));
 		return r;
@@ -223,6 +226,7 @@ void members_stop(struct node *n)
 	handoff_bell_ring(&ms->bell);
 	if (ms->started)
 		pthread_join(ms->th, NULL);
+	etcd_free(ms->etcd);
 	free(ms->fresh);
 	free(ms->current);
 	free(ms);

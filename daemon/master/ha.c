@@ -40,6 +40,7 @@ struct ha {
 	char view_key[320];
 	char address[300];
 	unsigned ttl_s;
+	struct etcd *etcd;    /* the thread's */
 	pthread_t th;
 	bool started;
 	bool stop;            /* atomic */
@@ -122,18 +123,13 @@ static int campaign(struct ha *h, struct etcd *e, int64_t *lease, int64_t *term)
 static void *ha_main(void *arg)
 {
 	struct ha *h = arg;
-	struct etcd *e = NULL;
+	struct etcd *e = h->etcd;
 	int64_t lease = 0, term = 0, left;
 	usec_t renewed = 0, wait = 0;
 	bool leading = false;
 	int r;
 
 	loop_helper_thread("ha", false);
-	r = etcd_new(h->endpoints, ETCD_TIMEOUT, &e);
-	if (r < 0) {
-		log_error("--etcd_endpoints %s: %s", h->endpoints, strerror(-r));
-		return NULL;
-	}
 	while (!stopping(h)) {
 		if (!leading) {
 			if (campaign(h, e, &lease, &term) == 1) {
@@ -174,7 +170,6 @@ static void *ha_main(void *arg)
 	}
 	if (leading) /* hand over now, not when the lease ends */
 		etcd_lease_revoke(e, lease);
-	etcd_free(e);
 	return NULL;
 }
 
@@ -197,8 +192,11 @@ int ha_start(struct loop *l, struct master *m, const struct ha_config *cfg, stru
 	snprintf(h->endpoints, sizeof(h->endpoints), "%s", cfg->endpoints);
 	snprintf(h->address, sizeof(h->address), "%s", cfg->address);
 	snprintf(h->view_key, sizeof(h->view_key), "/kvcache/%s/master_view", cfg->cluster_id);
-	r = -pthread_create(&h->th, NULL, ha_main, h);
+	r = etcd_new(h->endpoints, ETCD_TIMEOUT, &h->etcd); /* checks them; no network yet */
+	if (r == 0)
+		r = -pthread_create(&h->th, NULL, ha_main, h);
 	if (r < 0) {
+		etcd_free(h->etcd);
 		free(h);
 		return r;
 	}
@@ -215,5 +213,6 @@ void ha_stop(struct ha *h)
 	handoff_bell_ring(&h->bell);
 	if (h->started)
 		pthread_join(h->th, NULL);
+	etcd_free(h->etcd);
 	free(h);
 }

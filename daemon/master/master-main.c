@@ -324,6 +324,7 @@ int main(int argc, char **argv)
 	struct master *m = NULL;
 	struct loop *l = NULL;
 	struct ha *ha = NULL;
+	bool bad_flag = false;
 	sigset_t mask;
 	int r, sfd;
 
@@ -419,6 +420,13 @@ int main(int argc, char **argv)
 		snprintf(addr, sizeof(addr), "%s:%u", host ? host : "localhost", master_port(m));
 		hc.address = addr;
 		r = ha_start(l, m, &hc, &ha);
+		if (r == -EINVAL) {
+			fprintf(stderr, "kvcache-master: --etcd_endpoints %s --cluster_id %s: expected "
+					"HOST:PORT[;HOST:PORT...] and a name without '/'\n",
+				o.etcd_endpoints, o.cluster_id);
+			bad_flag = true;
+			goto out;
+		}
 		if (r < 0) {
 			fprintf(stderr, "kvcache-master: cannot campaign on etcd %s (cluster %s): %s\n",
 				o.etcd_endpoints, o.cluster_id, strerror(-r));
@@ -441,5 +449,5 @@ out:
 	master_free(m);
 	loop_free(l);
 	close(sfd);
-	return r < 0 ? 1 : 0;
+	return bad_flag ? 2 : r < 0 ? 1 : 0;
 }

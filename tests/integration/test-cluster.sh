@@ -147,6 +147,12 @@ master-flags)
 	grep -q "unknown flag" "$dir/err" || fail "unknown flag not named"
 	expect 2 "$KVCACHE_MASTER" -port 70000
 	expect 2 "$KVCACHE_MASTER" --client_ttl=0
+	expect 2 "$KVCACHE_MASTER" --port 0 --enable_ha
+	grep -q "needs --etcd_endpoints" "$dir/err" || fail "--enable_ha without etcd not explained"
+	expect 2 "$KVCACHE_MASTER" --port 0 --enable_ha --etcd_endpoints "a b:1"
+	grep -q "expected HOST:PORT" "$dir/err" || fail "bad etcd endpoints not explained"
+	expect 2 "$KVCACHE_MASTER" --port 0 --enable_ha --ha_backend_type redis --etcd_endpoints x:1
+	grep -q "only etcd" "$dir/err" || fail "another HA backend not refused"
 	expect 0 "$KVCACHE_MASTER" --help
 	;;
 join-and-leave)

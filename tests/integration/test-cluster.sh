@@ -105,10 +105,15 @@ stat_of() { ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'; }
 start_etcd() {
 	command -v etcd >/dev/null || { echo "no etcd (Debian etcd-server)"; exit 77; }
 	members=${1:-1}
-	port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+	# every port at once, each socket held until all are chosen (one at a
+	# time, the kernel may hand the same one out twice)
+	set -- $(python3 -c 'import socket,sys
+n=int(sys.argv[1]); ss=[socket.socket() for _ in range(n)]
+[s.bind(("127.0.0.1",0)) for s in ss]; print(" ".join(str(s.getsockname()[1]) for s in ss))' $((2 * members)))
 	cluster= eps= etcd_pids=
 	for i in $(seq 1 "$members"); do
-		eval "cp_$i=\$(port) pp_$i=\$(port)"
+		eval "cp_$i=\$1 pp_$i=\$2"
+		shift 2
 		eval "cluster=\"\${cluster:+\$cluster,}e$i=http://127.0.0.1:\$pp_$i\""
 	done
 	for i in $(seq 1 "$members"); do

@@ -335,7 +335,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 			n->dc.pend_poll_at = loop_now(n->loop) + DC_PENDING;
 			loop_timer_arm_by(n->timer, n->dc.pend_poll_at);
 		}
-		n->c.pending_waits++;
+		n->dc.c.pending_waits++;
 		*ret = &n->dc.pend_poll;
 		return -EINPROGRESS;
 	}
@@ -343,7 +343,7 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 		return 0;
 	/* too many questions out: wait for a place, after those waiting */
 	if (n->dc.n_queries >= MAX_QUERIES || (n->dc.query_room.waiters && !n->dc.room_turn)) {
-		n->c.lookup_waited++;
+		n->dc.c.lookup_waited++;
 		*ret = &n->dc.query_room;
 		return -EINPROGRESS;
 	}
@@ -366,8 +366,8 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 		q->lens[q->n++] = lens[i];
 	}
 	/* one Lookup per master, each with the keys it owns */
-	for (unsigned m = 0; m < n->n_links; m++) {
-		struct link *k = &n->links[m];
+	for (unsigned m = 0; m < n->links.n; m++) {
+		struct link *k = &n->links.l[m];
 		size_t nk = 0;
 
 		for (size_t i = 0; i < q->n; i++)

@@ -30,6 +30,10 @@ struct dircache {
 	bool room_turn;           /* one of them runs again now */
 	struct fetch pend_poll;   /* lookups of keys another node is storing */
 	usec_t pend_poll_at;      /* when they ask again */
+	struct {
+		uint64_t lookup_waited; /* exists/prefix lookups that waited to ask */
+		uint64_t pending_waits; /* lookups that waited for another node's put */
+	} c;
 };
 
 #define DC_PENDING (20 * USEC_PER_MSEC) /* "being stored elsewhere": asked again this often */

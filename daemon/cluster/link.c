@@ -38,7 +38,7 @@ void link_down(struct link *k, const char *why)
 	bool was_up = k->state == L_UP;
 
 	if (k->state == L_UP)
-		k->n->c.master_drops++;
+		k->n->links.c.master_drops++;
 	if ((k->state == L_UP || !k->warned) && k->etcd[0])
 		log_warn("master %s: %s; following etcd's master view", k->name, why);
 	else if (k->state == L_UP || !k->warned)
@@ -113,10 +113,10 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 	if (h->type == PEER_LOOKUP_RESP) {
 		/* up to 4096 answers of half a dozen pieces each: one arena
 		 * (malloc and free were a third of the loop's time for them) */
-		r = peer_msg_decode_in(&n->answers, h->type, payload, h->len, &m);
+		r = peer_msg_decode_in(&n->links.answers, h->type, payload, h->len, &m);
 		if (r == 0)
-			n->lookup_answered(n, k, h->seq, (const void *) m);
-		peer_arena_reset(&n->answers);
+			n->links.lookup_answered(n, k, h->seq, (const void *) m);
+		peer_arena_reset(&n->links.answers);
 		return r;
 	}
 	r = peer_msg_decode(h->type, payload, h->len, &m);
@@ -197,7 +197,7 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 			r = -EPROTO;
 			break;
 		}
-		n->dropped(n, (const void *) m);
+		n->links.dropped(n, (const void *) m);
 		break;
 	default:
 		r = -EPROTO;
@@ -281,7 +281,7 @@ static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 	if (x < 0)
 		r = x;
 	if (x == -EPROTONOSUPPORT) {
-		k->n->c.peer_version_refused++;
+		k->n->links.c.version_refused++;
 		log_error("master %s speaks peer protocol %u, this node %u: not compatible; "
 			  "upgrade one of them", k->name, k->pc.their_major, peer_major);
 	}
@@ -477,7 +477,7 @@ void link_connect(struct link *k)
 
 struct link *node_owner(struct node *n, const void *key, size_t len)
 {
-	return &n->links[n->n_links == 1 ? 0 : store_key_hash(key, len) % n->n_links];
+	return &n->links.l[n->links.n == 1 ? 0 : store_key_hash(key, len) % n->links.n];
 }
 
 /* Queue one update for k; false if it does not fit (the queue is full or
@@ -519,7 +519,7 @@ void link_update(struct link *k, uint8_t publish, const char *key, size_t key_le
 {
 	if (k->state != L_UP || enqueue(k, publish, key, key_len, len, ver))
 		return;
-	k->n->c.directory_overflows++;
+	k->n->links.c.directory_overflows++;
 	if (!k->resync)
 		log_warn("master %s: %zu bytes of directory updates not sent yet; publishing everything again",
 			 k->name, k->q_len);
@@ -620,9 +620,9 @@ static void resync_one(void *u, struct object *o)
 	struct resync_walk *w = u;
 
 	if (w->full || !(o->flags & OBJ_COMMITTED) ||
-	    node_owner(w->n, o->key, o->key_len) != &w->n->links[w->link])
+	    node_owner(w->n, o->key, o->key_len) != &w->n->links.l[w->link])
 		return;
-	if (!enqueue(&w->n->links[w->link], UPD_PUBLISH, o->key, o->key_len, o->len, o->ver))
+	if (!enqueue(&w->n->links.l[w->link], UPD_PUBLISH, o->key, o->key_len, o->len, o->ver))
 		w->full = true;
 }
 

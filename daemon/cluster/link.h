@@ -10,10 +10,97 @@
 #include <stdint.h>
 
 #include "clock.h"
+#include "net.h"
+#include "peer-conn.h"
+#include "peer-wire.h"
 
 struct config;
-struct link;
 struct node;
+
+#define MAX_MASTERS 8
+#define DEFAULT_MASTER_PORT 50051
+#define RETRY_MS 500 /* (ms) */
+#define RETRY (RETRY_MS * USEC_PER_MSEC)
+#define ETCD_RETRY (50 * USEC_PER_MSEC) /* an etcd link waits for the view this often */
+#define ETCD_CALL (1 * USEC_PER_SEC)    /* each call to etcd */
+#define ETCD_ELECTION_RETRY (100 * USEC_PER_MSEC) /* while the view names no leader */
+#define ETCD_VIEW_CHECK (500 * USEC_PER_MSEC) /* a joined link reads the view again */
+#define LINK_MAX_OUT (64u << 20)
+#define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
+#define BATCH_BYTES (1u << 20)      /* keys per frame, about */
+#define FLUSH_ENTRIES 1024          /* directory updates sent per loop turn */
+#define RESYNC_BUCKETS 4096         /* index buckets walked per turn, */
+#define RESYNC_OBJECTS 1024         /* or about this many objects */
+
+enum link_state { L_DOWN, L_CONNECTING, L_HELLO, L_JOINING, L_UP };
+
+/* A queued directory update: op, len, key_len, key bytes. */
+/* kinds of directory update */
+enum { UPD_WITHDRAW, UPD_PUBLISH, UPD_PENDING, UPD_REPLACE };
+
+struct upd_hdr {
+	uint8_t publish; /* UPD_* */
+	uint16_t key_len;
+	uint64_t len;
+	uint64_t ver;
+} __attribute__((packed));
+
+struct resolve_req;
+
+struct link {
+	struct node *n;
+	unsigned index;
+	struct net_addr addr;
+	/* a master given by name: resolved on a thread of its own (DNS may
+	 * keep getaddrinfo() for seconds), the last answer kept */
+	struct resolve_req *rq;
+	struct net_sockaddr sa;
+	bool have_sa;
+	char name[NET_HOST_MAX + 8];
+	/* --master etcd://ENDPOINTS[/CLUSTER_ID]: the leader is the one in
+	 * etcd's master view, read on the same thread before each connect;
+	 * a leader of an older term than the view's is refused */
+	char etcd[NET_HOST_MAX + 8];    /* the endpoints; empty: a plain address */
+	char view_key[NET_HOST_MAX];
+	char leader[NET_HOST_MAX + 8];  /* the view's address, the last one read */
+	uint64_t view_term, term;
+	usec_t view_check_at;
+	char shown[2 * NET_HOST_MAX + 48]; /* kvcachectl cluster: the name and the leader */
+	enum link_state state;
+	struct pconn pc;
+	struct loop_source *src;
+	usec_t retry_at, hb_at, heard;
+	uint32_t seq;
+	bool warned;
+	uint32_t features;           /* the master's HelloAck */
+	uint8_t nonce[PEER_NONCE_SIZE];
+	/* directory updates not yet sent */
+	uint8_t *q;
+	size_t q_len, q_cap, q_max;
+	bool more;                   /* frames read and not yet handled (link_frames()) */
+	/* re-publishing what this node holds */
+	bool resync;
+	uint64_t cursor;
+	Kvc__Peer__Members *members; /* the last answer */
+};
+
+/* The links of one node, and what they hand on: a master's answer to a
+ * lookup, a Drop (the node's callbacks, so the links call nothing above
+ * them by name). */
+struct links {
+	struct link l[MAX_MASTERS];
+	unsigned n;
+	void (*lookup_answered)(struct node *n, struct link *k, uint32_t seq,
+				const Kvc__Peer__LookupResp *r);
+	void (*dropped)(struct node *n, const Kvc__Peer__Drop *d);
+	struct peer_arena answers; /* a lookup's answer, decoded (on_frame) */
+	struct {
+		uint64_t master_drops;        /* links to a master that went down */
+		uint64_t directory_overflows; /* updates that found a link's queue full */
+		uint64_t version_refused;     /* masters of another protocol major */
+	} c;
+};
+
 
 /* Connect (again), or start the name lookup that comes first. */
 void link_connect(struct link *k);

@@ -15,38 +15,12 @@
 #include "peer-conn.h"
 #include "rdma.h"
 #include "dircache.h"
+#include "link.h"
 #include "rfetch.h"
 #include "serve.h"
 #include "store.h"
 
-#define MAX_MASTERS 8
 #define DEFAULT_PEER_PORT 50052
-#define DEFAULT_MASTER_PORT 50051
-#define RETRY_MS 500 /* (ms) */
-#define RETRY (RETRY_MS * USEC_PER_MSEC)
-#define ETCD_RETRY (50 * USEC_PER_MSEC) /* an etcd link waits for the view this often */
-#define ETCD_CALL (1 * USEC_PER_SEC)    /* each call to etcd */
-#define ETCD_ELECTION_RETRY (100 * USEC_PER_MSEC) /* while the view names no leader */
-#define ETCD_VIEW_CHECK (500 * USEC_PER_MSEC) /* a joined link reads the view again */
-#define LINK_MAX_OUT (64u << 20)
-#define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
-#define BATCH_BYTES (1u << 20)      /* keys per frame, about */
-#define FLUSH_ENTRIES 1024          /* directory updates sent per loop turn */
-#define RESYNC_BUCKETS 4096         /* index buckets walked per turn, */
-#define RESYNC_OBJECTS 1024         /* or about this many objects */
-
-enum link_state { L_DOWN, L_CONNECTING, L_HELLO, L_JOINING, L_UP };
-
-/* A queued directory update: op, len, key_len, key bytes. */
-/* kinds of directory update */
-enum { UPD_WITHDRAW, UPD_PUBLISH, UPD_PENDING, UPD_REPLACE };
-
-struct upd_hdr {
-	uint8_t publish; /* UPD_* */
-	uint16_t key_len;
-	uint64_t len;
-	uint64_t ver;
-} __attribute__((packed));
 
 /* A removal by prefix (empty: all) from a master, walked through this
  * node's objects a slice a turn (node.c drops_some()). */
@@ -55,45 +29,6 @@ struct drop_walk {
 	char prefix[PEER_MAX_KEY];
 	size_t len;
 	uint64_t ver, cursor;
-};
-
-struct resolve_req;
-
-struct link {
-	struct node *n;
-	unsigned index;
-	struct net_addr addr;
-	/* a master given by name: resolved on a thread of its own (DNS may
-	 * keep getaddrinfo() for seconds), the last answer kept */
-	struct resolve_req *rq;
-	struct net_sockaddr sa;
-	bool have_sa;
-	char name[NET_HOST_MAX + 8];
-	/* --master etcd://ENDPOINTS[/CLUSTER_ID]: the leader is the one in
-	 * etcd's master view, read on the same thread before each connect;
-	 * a leader of an older term than the view's is refused */
-	char etcd[NET_HOST_MAX + 8];    /* the endpoints; empty: a plain address */
-	char view_key[NET_HOST_MAX];
-	char leader[NET_HOST_MAX + 8];  /* the view's address, the last one read */
-	uint64_t view_term, term;
-	usec_t view_check_at;
-	char shown[2 * NET_HOST_MAX + 48]; /* kvcachectl cluster: the name and the leader */
-	enum link_state state;
-	struct pconn pc;
-	struct loop_source *src;
-	usec_t retry_at, hb_at, heard;
-	uint32_t seq;
-	bool warned;
-	uint32_t features;           /* the master's HelloAck */
-	uint8_t nonce[PEER_NONCE_SIZE];
-	/* directory updates not yet sent */
-	uint8_t *q;
-	size_t q_len, q_cap, q_max;
-	bool more;                   /* frames read and not yet handled (link_frames()) */
-	/* re-publishing what this node holds */
-	bool resync;
-	uint64_t cursor;
-	Kvc__Peer__Members *members; /* the last answer */
 };
 
 /* Transfers with one peer, by the address it serves at (kvcachectl stats:
@@ -106,6 +41,20 @@ struct peer_stat {
 	uint64_t pushes, push_bytes, push_errors;
 	usec_t sick_until; /* a fetch from it timed out: others' first until then */
 	bool probing;        /* a fetch from it is under way meanwhile (rf->probe) */
+};
+
+struct peer_stats {
+	struct peer_stat s[MAX_PEER_STATS];
+	unsigned n;
+	char name[PEER_MAX_ID + 32]; /* the figure being emitted */
+};
+
+/* push.c's counters */
+struct pusher {
+	struct {
+		uint64_t pushes, push_errors;
+		uint64_t pushes_ahead; /* sent before the one ahead was answered (atomic) */
+	} c;
 };
 
 struct xfer;
@@ -127,22 +76,17 @@ struct node {
 	uint64_t generation;
 	int listen_fd, spare_fd; /* spare_fd: kept for accept_next() */
 	struct loop_source *listen_src, *timer, *poller;
-	struct link links[MAX_MASTERS];
-	unsigned n_links;
-	/* what the links hand on: a master's answer to a lookup, a Drop */
-	void (*lookup_answered)(struct node *n, struct link *k, uint32_t seq,
-				const Kvc__Peer__LookupResp *r);
-	void (*dropped)(struct node *n, const Kvc__Peer__Drop *d);
+	struct links links;            /* to the masters (link.c) */
 	uint32_t ttl_s;
 	usec_t timeout;                /* --remote-timeout-ms */
 	unsigned streams;              /* --data-streams: transfers at once, each way */
 	struct peer_secret secret;     /* len 0: none */
 	struct rdma *rdma;             /* one-sided transfers with RDMA peers, or NULL */
 	char transport[96];            /* what Join says: "tcp", "rdma/<device>" */
-	struct peer_arena answers; /* a lookup's answer, decoded (link.c on_frame) */
-	/* each file's own state: rfetch.c the fetches, dircache.c the
-	 * directory's answers, serve.c the serving connections, xfer.c the
-	 * data threads */
+	/* each file's own state, counters included: link.c the links,
+	 * rfetch.c the fetches, dircache.c the directory's answers, serve.c
+	 * the serving connections, xfer.c the data threads, push.c its
+	 * counters, peers.c the per-peer figures */
 	struct rfetcher fetches;
 	struct dircache dc;
 	struct peer_server srv;
@@ -151,35 +95,14 @@ struct node {
 	struct members *members;       /* membership through etcd (members.c), or NULL */
 	struct holder h;               /* views of objects being pushed */
 	struct {
-		uint64_t remote_hits, remote_misses, remote_bytes_in, remote_bytes_out;
-		uint64_t remote_errors, remote_corrupt, served, serve_errors;
-		uint64_t served_summed; /* sent with a checksum known before */
-		uint64_t fetch_waited;  /* fetches that waited for a place in flight */
-		uint64_t fetch_ahead;   /* asked before the one ahead was answered (atomic) */
-		uint64_t lookup_waited; /* exists/prefix lookups that waited to ask */
-		uint64_t pending_waits; /* lookups that waited for another node's put */
-		uint64_t sick_skips;    /* fetches not sent to a holder known sick */
-		uint64_t hs_timeouts;   /* peer connections closed without a handshake */
-		uint64_t refused;       /* peer connections refused at accept (all in use) */
-		uint64_t pushes, push_errors, pushes_received;
-		uint64_t pushes_eager, pushes_refused; /* received */
-		uint64_t pushes_ahead; /* sent before the one ahead was answered (atomic) */
-		uint64_t master_drops; /* links to a master that went down */
-		uint64_t directory_overflows; /* updates that found a link's queue full */
-		uint64_t rdma_fallbacks; /* RDMA peers whose handshake or endpoint failed: tcp */
 		uint64_t removals_sent;  /* clients' removals told to the masters */
 		uint64_t removals_unsent; /* ... that found no master to tell */
 		uint64_t copies_dropped; /* copies a master said were older than a removal or put */
-		uint64_t peer_version_refused; /* masters and peers of another protocol major */
-		/* object bytes by transport: fetched or pushed here (in), served
-		 * or pushed from here (out) */
-		uint64_t tcp_bytes_in, tcp_bytes_out, rdma_bytes_in, rdma_bytes_out;
-	} c;
+	} c;                           /* node.c's own; each file counts its own */
+	struct pusher push;            /* push.c's */
+	struct peer_stats pstats;      /* peers.c's */
 	struct drop_walk drops[MAX_DROP_WALKS];
 	unsigned n_drops;
-	struct peer_stat peer_stats[MAX_PEER_STATS];
-	unsigned n_peer_stats;
-	char stat_name[PEER_MAX_ID + 32];
 };
 
 /* The figures of the peer at addr (a new entry the first time; NULL when

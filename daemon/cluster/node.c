@@ -28,6 +28,7 @@
 #include "etcd.h"
 #include "link.h"
 #include "members.h"
+#include "xfer.h"
 #include "peer-conn.h"
 
 #define LOG_TOPIC "cluster"
@@ -43,8 +44,8 @@ static bool node_poll(void *u)
 	struct node *n = u;
 	bool did = false;
 
-	for (unsigned i = 0; i < n->n_links; i++) {
-		struct link *k = &n->links[i];
+	for (unsigned i = 0; i < n->links.n; i++) {
+		struct link *k = &n->links.l[i];
 
 		if (k->more && k->src) {
 			int r = link_frames(k, false);
@@ -72,8 +73,8 @@ static void node_timer(struct loop_source *s, void *u)
 
 	if (period < 100 * USEC_PER_MSEC)
 		period = 100 * USEC_PER_MSEC;
-	for (unsigned i = 0; i < n->n_links; i++) {
-		struct link *k = &n->links[i];
+	for (unsigned i = 0; i < n->links.n; i++) {
+		struct link *k = &n->links.l[i];
 
 		if (k->state == L_DOWN && now >= k->retry_at)
 			link_connect(k);
@@ -162,8 +163,8 @@ static void on_removed(void *data, const void *key, size_t len, bool prefix)
 		rm.keys = &k;
 		rm.n_keys = 1;
 	}
-	for (unsigned i = 0; i < n->n_links; i++) {
-		struct link *l = &n->links[i];
+	for (unsigned i = 0; i < n->links.n; i++) {
+		struct link *l = &n->links.l[i];
 
 		if (!prefix && l != node_owner(n, key, len))
 			continue;
@@ -284,8 +285,8 @@ static int be_describe(void *be, struct cluster_view *v)
 
 	memset(v, 0, sizeof(*v));
 	v->self = n->id;
-	for (unsigned i = 0; i < n->n_links && i < 8; i++) {
-		struct link *k = &n->links[i];
+	for (unsigned i = 0; i < n->links.n && i < 8; i++) {
+		struct link *k = &n->links.l[i];
 
 		if (k->etcd[0] && k->state == L_UP)
 			snprintf(k->shown, sizeof(k->shown), "%s (leader %s, term %llu)", k->name,
@@ -293,10 +294,10 @@ static int be_describe(void *be, struct cluster_view *v)
 		else if (k->etcd[0])
 			snprintf(k->shown, sizeof(k->shown), "%s (no leader joined)", k->name);
 		v->masters[v->n_masters++] = k->etcd[0] ? k->shown : k->name;
-		if (n->links[i].state == L_UP) {
+		if (n->links.l[i].state == L_UP) {
 			v->masters_up++;
 			if (!ms)
-				ms = n->links[i].members;
+				ms = n->links.l[i].members;
 		}
 	}
 	if (l) {
@@ -336,7 +337,7 @@ void node_feed(struct node *n, int fd)
 
 void node_feed_link(struct node *n, int fd)
 {
-	link_feed(&n->links[0], fd);
+	link_feed(&n->links.l[0], fd);
 	while (drops_some(n)) /* what a Drop by prefix started, to its end */
 		;
 }
@@ -346,42 +347,42 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	struct node *n = be;
 
 	members_stats(n, emit, u);
-	emit(u, "remote_hits", n->c.remote_hits);
-	emit(u, "peer_version_refused", n->c.peer_version_refused);
+	emit(u, "remote_hits", n->fetches.c.remote_hits);
+	emit(u, "peer_version_refused", n->links.c.version_refused + n->srv.c.version_refused);
 	emit(u, "removals_sent", n->c.removals_sent);
 	emit(u, "removals_unsent", n->c.removals_unsent);
 	emit(u, "copies_dropped", n->c.copies_dropped);
-	emit(u, "remote_misses", n->c.remote_misses);
-	emit(u, "remote_errors", n->c.remote_errors);
-	emit(u, "remote_corrupt", n->c.remote_corrupt);
-	emit(u, "remote_bytes_in", n->c.remote_bytes_in);
-	emit(u, "remote_bytes_out", n->c.remote_bytes_out);
-	emit(u, "remote_served", n->c.served);
-	emit(u, "remote_serve_errors", n->c.serve_errors);
-	emit(u, "remote_served_summed", n->c.served_summed);
+	emit(u, "remote_misses", n->fetches.c.remote_misses);
+	emit(u, "remote_errors", n->fetches.c.remote_errors);
+	emit(u, "remote_corrupt", n->fetches.c.remote_corrupt + n->srv.c.remote_corrupt);
+	emit(u, "remote_bytes_in", (n->xfer ? n->xfer->c.remote_bytes_in : 0));
+	emit(u, "remote_bytes_out", (n->xfer ? n->xfer->c.remote_bytes_out : 0));
+	emit(u, "remote_served", n->srv.c.served);
+	emit(u, "remote_serve_errors", n->srv.c.serve_errors);
+	emit(u, "remote_served_summed", n->srv.c.served_summed);
 	emit(u, "remote_fetching", n->fetches.n_rfetches);
 	emit(u, "remote_fetch_waiting", n->fetches.n_backlog);
-	emit(u, "remote_fetch_waited", n->c.fetch_waited);
-	emit(u, "remote_fetched_ahead", __atomic_load_n(&n->c.fetch_ahead, __ATOMIC_RELAXED));
-	emit(u, "remote_lookup_waited", n->c.lookup_waited);
-	emit(u, "remote_lookup_waits", n->c.pending_waits);
-	emit(u, "remote_sick_skips", n->c.sick_skips);
-	emit(u, "peer_handshake_timeouts", n->c.hs_timeouts);
-	emit(u, "peer_refused", n->c.refused);
+	emit(u, "remote_fetch_waited", n->fetches.c.fetch_waited);
+	emit(u, "remote_fetched_ahead", __atomic_load_n(&n->fetches.c.fetch_ahead, __ATOMIC_RELAXED));
+	emit(u, "remote_lookup_waited", n->dc.c.lookup_waited);
+	emit(u, "remote_lookup_waits", n->dc.c.pending_waits);
+	emit(u, "remote_sick_skips", n->fetches.c.sick_skips);
+	emit(u, "peer_handshake_timeouts", n->srv.c.hs_timeouts);
+	emit(u, "peer_refused", n->srv.c.refused);
 	emit(u, "remote_peer_connections", n->srv.n_serving);
-	emit(u, "pushes", n->c.pushes);
-	emit(u, "push_errors", n->c.push_errors);
-	emit(u, "pushes_received", n->c.pushes_received);
-	emit(u, "pushes_received_eager", n->c.pushes_eager);
-	emit(u, "pushes_refused", n->c.pushes_refused);
-	emit(u, "pushes_ahead", __atomic_load_n(&n->c.pushes_ahead, __ATOMIC_RELAXED));
-	emit(u, "master_drops", n->c.master_drops);
-	emit(u, "directory_overflows", n->c.directory_overflows);
+	emit(u, "pushes", n->push.c.pushes);
+	emit(u, "push_errors", n->push.c.push_errors);
+	emit(u, "pushes_received", n->srv.c.pushes_received);
+	emit(u, "pushes_received_eager", n->srv.c.pushes_eager);
+	emit(u, "pushes_refused", n->srv.c.pushes_refused);
+	emit(u, "pushes_ahead", __atomic_load_n(&n->push.c.pushes_ahead, __ATOMIC_RELAXED));
+	emit(u, "master_drops", n->links.c.master_drops);
+	emit(u, "directory_overflows", n->links.c.directory_overflows);
 	presum_stats(n, emit, u);
-	emit(u, "tcp_bytes_in", n->c.tcp_bytes_in);
-	emit(u, "tcp_bytes_out", n->c.tcp_bytes_out);
-	emit(u, "rdma_bytes_in", n->c.rdma_bytes_in);
-	emit(u, "rdma_bytes_out", n->c.rdma_bytes_out);
+	emit(u, "tcp_bytes_in", (n->xfer ? n->xfer->c.tcp_bytes_in : 0));
+	emit(u, "tcp_bytes_out", (n->xfer ? n->xfer->c.tcp_bytes_out : 0));
+	emit(u, "rdma_bytes_in", (n->xfer ? n->xfer->c.rdma_bytes_in : 0));
+	emit(u, "rdma_bytes_out", (n->xfer ? n->xfer->c.rdma_bytes_out : 0));
 	if (n->rdma) {
 		struct rdma_stats rs;
 
@@ -392,10 +393,10 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 		emit(u, "rdma_put_bytes", rs.put_bytes);
 		emit(u, "rdma_errors", rs.errors);
 		emit(u, "rdma_timeouts", rs.timeouts);
-		emit(u, "rdma_fallbacks", n->c.rdma_fallbacks);
+		emit(u, "rdma_fallbacks", (n->xfer ? n->xfer->c.rdma_fallbacks : 0));
 	}
-	for (unsigned i = 0; i < n->n_peer_stats; i++) {
-		const struct peer_stat *p = &n->peer_stats[i];
+	for (unsigned i = 0; i < n->pstats.n; i++) {
+		const struct peer_stat *p = &n->pstats.s[i];
 		const struct {
 			const char *what;
 			uint64_t v;
@@ -407,8 +408,8 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 
 		/* the names live in the node: emit() copies them at once */
 		for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
-			snprintf(n->stat_name, sizeof(n->stat_name), "peer.%s.%s", p->addr, f[k].what);
-			emit(u, n->stat_name, f[k].v);
+			snprintf(n->pstats.name, sizeof(n->pstats.name), "peer.%s.%s", p->addr, f[k].what);
+			emit(u, n->pstats.name, f[k].v);
 		}
 	}
 }
@@ -635,9 +636,9 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 	if (!n)
 		return -ENOMEM;
 	n->st = st;
-	n->lookup_answered = remote_located;
-	n->dropped = on_drop;
-	peer_arena_init(&n->answers);
+	n->links.lookup_answered = remote_located;
+	n->links.dropped = on_drop;
+	peer_arena_init(&n->links.answers);
 	n->cfg = cfg;
 	n->loop = store_loop(st);
 	n->listen_fd = n->spare_fd = -1;
@@ -658,12 +659,12 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		struct link *k;
 
-		if (n->n_links == MAX_MASTERS) {
+		if (n->links.n == MAX_MASTERS) {
 			snprintf(err, err_len, "--master: at most %d masters", MAX_MASTERS);
 			r = -EINVAL;
 			goto fail;
 		}
-		k = &n->links[n->n_links];
+		k = &n->links.l[n->links.n];
 		if (!strncmp(tok, "etcd://", 7)) {
 			r = etcd_link(k, tok, err, err_len);
 			if (r < 0)
@@ -675,13 +676,13 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 			goto fail;
 		}
 		k->n = n;
-		k->index = n->n_links++;
+		k->index = n->links.n++;
 		k->pc.fd = -1;
 		k->q_max = link_queue_max(cfg);
 		if (!k->etcd[0])
 			net_addr_format(&k->addr, k->name, sizeof(k->name));
 	}
-	if (!n->n_links) {
+	if (!n->links.n) {
 		snprintf(err, err_len, "--master: no address given");
 		r = -EINVAL;
 		goto fail;
@@ -729,13 +730,13 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 		r = presum_init(n);
 	if (r < 0)
 		goto fail_msg;
-	for (unsigned i = 0; i < n->n_links; i++)
-		link_connect(&n->links[i]);
+	for (unsigned i = 0; i < n->links.n; i++)
+		link_connect(&n->links.l[i]);
 	loop_timer_arm(n->timer, loop_now(n->loop) + 1);
 	store_remote_attach(st, &remote_ops, n);
 	store_add_listener(st, &n->listener, &node_events, n);
 	log_notice("node %s: serving peers at %s, %u master(s) from %s", n->id, n->address,
-		   n->n_links, cfg->master_server_address);
+		   n->links.n, cfg->master_server_address);
 	*ret = n;
 	return 0;
 fail_msg:
@@ -754,8 +755,8 @@ void node_free(struct node *n)
 	remote_done(n);
 	store_remote_detach(n->st, n);
 	store_remove_listener(n->st, &n->listener);
-	for (unsigned i = 0; i < n->n_links; i++)
-		link_done(&n->links[i]);
+	for (unsigned i = 0; i < n->links.n; i++)
+		link_done(&n->links.l[i]);
 	loop_source_free(n->listen_src);
 	loop_source_free(n->poller);
 	loop_source_free(n->timer);
@@ -764,7 +765,7 @@ void node_free(struct node *n)
 	if (n->spare_fd >= 0)
 		close(n->spare_fd);
 	rdma_free(n->rdma); /* after the data threads: none is in a transfer */
-	peer_arena_done(&n->answers);
+	peer_arena_done(&n->links.answers);
 	explicit_bzero(&n->secret, sizeof(n->secret));
 	free(n);
 }

@@ -13,12 +13,12 @@
 
 struct peer_stat *node_peer_stat(struct node *n, const char *addr)
 {
-	for (unsigned i = 0; i < n->n_peer_stats; i++)
-		if (strcmp(n->peer_stats[i].addr, addr) == 0)
-			return &n->peer_stats[i];
-	if (n->n_peer_stats == MAX_PEER_STATS)
+	for (unsigned i = 0; i < n->pstats.n; i++)
+		if (strcmp(n->pstats.s[i].addr, addr) == 0)
+			return &n->pstats.s[i];
+	if (n->pstats.n == MAX_PEER_STATS)
 		return NULL;
-	struct peer_stat *p = &n->peer_stats[n->n_peer_stats++];
+	struct peer_stat *p = &n->pstats.s[n->pstats.n++];
 	*p = (struct peer_stat) { 0 };
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	return p;

@@ -201,7 +201,7 @@ static void run_pushes(struct node *n, struct xjob **jobs, unsigned k, usec_t ti
 	for (; r == 0 && sent < k; sent++)
 		r = push_eager(jobs[sent]->owner, fd, mono_us() + timeout, corrupt);
 	if (r == 0)
-		__atomic_fetch_add(&n->c.pushes_ahead, k - 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&n->push.c.pushes_ahead, k - 1, __ATOMIC_RELAXED);
 	for (; r == 0 && done < k; done++) {
 		r = push_done(fd, buf, sizeof(buf), mono_us() + timeout);
 		if (r == 0 || r == -EEXIST || r == -ENOENT) {
@@ -273,10 +273,10 @@ static void push_ended(struct node *n, struct xjob *j)
 		pst->push_errors++;
 	}
 	if (j->res == 0) {
-		n->c.pushes++;
+		n->push.c.pushes++;
 		xfer_count_bytes(n, false, p->via_rdma, p->len);
 	} else if (j->res != -EEXIST) {
-		n->c.push_errors++;
+		n->push.c.push_errors++;
 		log_warn_ratelimited("push of %s to %s failed: %s", p->key, p->addr,
 				     strerror(-j->res));
 	}
@@ -307,8 +307,8 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 
 	if (!strcmp(target, n->id))
 		return -EINVAL;
-	for (unsigned i = 0; i < n->n_links && !addr; i++) {
-		const Kvc__Peer__Members *ms = n->links[i].members;
+	for (unsigned i = 0; i < n->links.n && !addr; i++) {
+		const Kvc__Peer__Members *ms = n->links.l[i].members;
 
 		for (size_t k = 0; ms && k < ms->n_members && !addr; k++)
 			if (!strcmp(ms->members[k]->node_id, target) &&

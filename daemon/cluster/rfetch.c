@@ -326,7 +326,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, usec_t m
 	}
 	free(frames);
 	if (r == 0) {
-		__atomic_fetch_add(&n->c.fetch_ahead, k - 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&n->fetches.c.fetch_ahead, k - 1, __ATOMIC_RELAXED);
 		for (; done < k; done++) {
 			struct xjob *j = jobs[done];
 			struct rfetch *rf = j->owner;
@@ -432,11 +432,11 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	}
 	if (res < 0) {
 		if (res == -ENOENT)
-			n->c.remote_misses++;
+			n->fetches.c.remote_misses++;
 		else
-			n->c.remote_errors++;
+			n->fetches.c.remote_errors++;
 		if (res == -EBADMSG) {
-			n->c.remote_corrupt++;
+			n->fetches.c.remote_corrupt++;
 			log_warn_ratelimited("%s from %s: checksum mismatch; not served", o->key,
 					     rf->addr[0]);
 		}
@@ -447,7 +447,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 	}
 	/* (-EEXIST: stored here meanwhile; its waiters find that one) */
 	if (store_land_done(st, o, res, rf->summed, rf->sum) == 0) {
-		n->c.remote_hits++;
+		n->fetches.c.remote_hits++;
 		xfer_count_bytes(n, true, rf->via_rdma, len);
 	}
 	free(rf);
@@ -470,7 +470,7 @@ static bool rf_healthy(struct node *n, struct rfetch *rf)
 				rf->probe = ps;
 				probe = i;
 			} else
-				n->c.sick_skips++;
+				n->fetches.c.sick_skips++;
 			continue;
 		}
 		if (k != i)
@@ -523,9 +523,9 @@ static void backlog_drop(struct node *n, struct rfetch *rf, int res)
 {
 	rf_unprobe(rf);
 	if (res == -ENOENT)
-		n->c.remote_misses++;
+		n->fetches.c.remote_misses++;
 	else
-		n->c.remote_errors++;
+		n->fetches.c.remote_errors++;
 	store_land_done(n->st, rf->o, res, false, 0);
 	free(rf);
 }
@@ -585,7 +585,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 			n->fetches.backlog = rf;
 		n->fetches.backlog_tail = rf;
 		n->fetches.n_backlog++;
-		n->c.fetch_waited++;
+		n->fetches.c.fetch_waited++;
 		loop_timer_arm_by(n->timer, rf->deadline);
 	} else if (rf_begin(n, rf) < 0) {
 		rf_unprobe(rf);

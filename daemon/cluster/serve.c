@@ -329,14 +329,14 @@ static void served(struct pserve *ps)
 	struct node *n = ps->n;
 	char msg[STORE_MSG_MAX];
 
-	n->c.served_summed += ps->known;
+	n->srv.c.served_summed += ps->known;
 	if (ps->digested)
 		store_release_summed(&ps->h, ps->handle, ps->digest, msg);
 	else
 		store_release(&ps->h, ps->handle, msg);
 	ps->known = ps->digested = false;
 	ps->busy = false;
-	n->c.served++;
+	n->srv.c.served++;
 	xfer_count_bytes(n, false, ps->want_rdma, ps->len);
 }
 
@@ -415,7 +415,7 @@ static int ps_serve(struct pserve *ps)
 		Kvc__Peer__FetchResp resp = KVC__PEER__FETCH_RESP__INIT;
 
 		resp.error = r == -ENOENT ? -ENOENT : -EIO;
-		n->c.serve_errors += r != -ENOENT;
+		n->srv.c.serve_errors += r != -ENOENT;
 		return pconn_send(&ps->pc, PEER_FETCH_RESP, ps->seq, &resp.base);
 	}
 	ps->handle = e.handle;
@@ -556,8 +556,8 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 	}
 	rep.error = r;
 	ps->eager = x->eager;
-	ps->n->c.pushes_eager += x->eager;
-	ps->n->c.pushes_refused += r < 0;
+	ps->n->srv.c.pushes_eager += x->eager;
+	ps->n->srv.c.pushes_refused += r < 0;
 	if (r < 0 && x->eager) {
 		/* its bytes are on their way: read past them, then say no */
 		store_land_free(st, o);
@@ -633,14 +633,14 @@ static int push_finish(struct pserve *ps, int res)
 		uint64_t len = o->len;
 
 		if (res == -EBADMSG) {
-			n->c.remote_corrupt++;
+			n->srv.c.remote_corrupt++;
 			log_warn_ratelimited("pushed %s: checksum mismatch; not stored", o->key);
 		}
 		rep.error = store_land_done(n->st, o, res, summed, ps->digest);
 		if (rep.error == -EEXIST && res == 0)
-			n->c.pushes_refused++; /* stored here meanwhile */
+			n->srv.c.pushes_refused++; /* stored here meanwhile */
 		if (rep.error == 0) {
-			n->c.pushes_received++;
+			n->srv.c.pushes_received++;
 			xfer_count_bytes(n, true, ps->want_rdma, len);
 		}
 	}
@@ -701,7 +701,7 @@ static void ps_process(struct pserve *ps)
 			break;
 	}
 	if (r == -EPROTONOSUPPORT) {
-		ps->n->c.peer_version_refused++;
+		ps->n->srv.c.version_refused++;
 		log_warn_ratelimited("refused a peer speaking peer protocol %u (this node speaks "
 				     "%u): upgrade one of them", ps->pc.their_major, peer_major);
 		pconn_refuse_version(&ps->pc);
@@ -746,7 +746,7 @@ void remote_refused(struct node *n, const char *why)
 {
 	/* counted and said (once in 10 s), so a flood is told apart from a
 	 * dead holder */
-	n->c.refused++;
+	n->srv.c.refused++;
 	if (loop_now(n->loop) >= n->srv.refused_logged + 10 * USEC_PER_SEC) {
 		n->srv.refused_logged = loop_now(n->loop);
 		log_warn("refusing peer connections (%u served): %s (stat peer_refused)",
@@ -772,7 +772,7 @@ void remote_accept(struct node *n, int fd)
 		if (hs_source_eq(&p->from, &src) && !same++)
 			oldest = p;
 	if (same >= HS_PER_SOURCE || n->srv.n_hs >= HANDSHAKE_MAX) {
-		n->c.hs_timeouts++;
+		n->srv.c.hs_timeouts++;
 		if (loop_now(n->loop) >= n->srv.hs_logged + 10 * USEC_PER_SEC) {
 			n->srv.hs_logged = loop_now(n->loop);
 			log_warn("%u peer connections (%u from one address) have not said Hello: "
@@ -833,7 +833,7 @@ static void send_ended(struct node *n, struct xjob *j)
 	if (j->res < 0) {
 		ps->busy = false;
 		store_release(&ps->h, ps->handle, msg);
-		n->c.serve_errors++;
+		n->srv.c.serve_errors++;
 		ps_free(ps);
 		return;
 	}
@@ -897,7 +897,7 @@ void remote_feed(struct node *n, int fd)
 void serve_expire(struct node *n, usec_t now)
 {
 	while (n->srv.hs_head && now >= n->srv.hs_head->hs_deadline) {
-		n->c.hs_timeouts++;
+		n->srv.c.hs_timeouts++;
 		ps_free(n->srv.hs_head);
 	}
 }

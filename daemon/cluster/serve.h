@@ -24,6 +24,15 @@ struct peer_server {
 	struct pserve *hs_head, *hs_tail;
 	unsigned n_hs;
 	usec_t hs_logged, refused_logged;
+	struct {
+		uint64_t served, serve_errors;
+		uint64_t served_summed;   /* sent with a checksum known before */
+		uint64_t hs_timeouts;     /* connections closed without a handshake */
+		uint64_t refused;         /* connections refused at accept (all in use) */
+		uint64_t pushes_received, pushes_eager, pushes_refused;
+		uint64_t remote_corrupt;  /* pushes received damaged */
+		uint64_t version_refused; /* peers of another protocol major */
+	} c;
 };
 
 /* Connections that have not said Hello (and proved the secret) in time

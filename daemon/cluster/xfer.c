@@ -168,7 +168,7 @@ static int rdma_learn(struct node *n, int fd, usec_t deadline, const char *addre
 			  (unsigned) ri->n_regions);
 	protobuf_c_message_free_unpacked(m, NULL);
 	if (r < 0) {
-		__atomic_fetch_add(&n->c.rdma_fallbacks, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&n->xfer->c.rdma_fallbacks, 1, __ATOMIC_RELAXED);
 		log_warn_ratelimited("%s: its RDMA description was refused (%s); tcp with it",
 				     address, strerror(-r));
 		return 0;
@@ -437,11 +437,11 @@ void xfer_release(struct node *n)
 void xfer_count_bytes(struct node *n, bool in, bool rdma, uint64_t len)
 {
 	if (in) {
-		n->c.remote_bytes_in += len;
-		*(rdma ? &n->c.rdma_bytes_in : &n->c.tcp_bytes_in) += len;
+		n->xfer->c.remote_bytes_in += len;
+		*(rdma ? &n->xfer->c.rdma_bytes_in : &n->xfer->c.tcp_bytes_in) += len;
 	} else {
-		n->c.remote_bytes_out += len;
-		*(rdma ? &n->c.rdma_bytes_out : &n->c.tcp_bytes_out) += len;
+		n->xfer->c.remote_bytes_out += len;
+		*(rdma ? &n->xfer->c.rdma_bytes_out : &n->xfer->c.tcp_bytes_out) += len;
 	}
 }
 

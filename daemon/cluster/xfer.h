@@ -105,6 +105,13 @@ struct xfer {
 	bool corrupt; /* tests: flip the first byte of what is served */
 	bool no_eager; /* tests: KVCACHE_TEST_NO_EAGER_PUSH=1, pushes wait for PushReady */
 	char bogus_rdma; /* tests: 'r' damaged rkeys, 'a' a damaged worker address */
+	struct {
+		/* object bytes by transport: fetched or pushed here (in),
+		 * served or pushed from here (out) */
+		uint64_t remote_bytes_in, remote_bytes_out;
+		uint64_t tcp_bytes_in, tcp_bytes_out, rdma_bytes_in, rdma_bytes_out;
+		uint64_t rdma_fallbacks; /* RDMA peers whose handshake or endpoint failed: tcp */
+	} c;
 };
 
 /* Loop: a job for the data threads of its queue (never waits). */

@@ -48,8 +48,8 @@ void link_down(struct link *k, const char *why)
 	k->src = NULL;
 	pconn_done(&k->pc);
 	k->state = L_DOWN;
-	if (was_up) /* what it was asked misses now, not at its deadline */
-		remote_link_lost(k->n, k);
+	if (was_up && k->n->links.lost) /* what it was asked misses now, not at its deadline */
+		k->n->links.lost(k->n, k);
 	k->retry_at = loop_now(k->n->loop) + RETRY;
 	if (k->etcd[0]) {
 		/* the leader may have changed: read the view again, at once

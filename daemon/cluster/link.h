@@ -85,14 +85,15 @@ struct link {
 };
 
 /* The links of one node, and what they hand on: a master's answer to a
- * lookup, a Drop (the node's callbacks, so the links call nothing above
- * them by name). */
+ * lookup, a Drop, a link lost with lookups out (the node's callbacks, so
+ * the links call nothing above them by name). */
 struct links {
 	struct link l[MAX_MASTERS];
 	unsigned n;
 	void (*lookup_answered)(struct node *n, struct link *k, uint32_t seq,
 				const Kvc__Peer__LookupResp *r);
 	void (*dropped)(struct node *n, const Kvc__Peer__Drop *d);
+	void (*lost)(struct node *n, struct link *k);
 	struct peer_arena answers; /* a lookup's answer, decoded (on_frame) */
 	struct {
 		uint64_t master_drops;        /* links to a master that went down */

@@ -638,6 +638,7 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 	n->st = st;
 	n->links.lookup_answered = remote_located;
 	n->links.dropped = on_drop;
+	n->links.lost = remote_link_lost;
 	peer_arena_init(&n->links.answers);
 	n->cfg = cfg;
 	n->loop = store_loop(st);

@@ -238,8 +238,10 @@ static int post_within(struct etcd *e, const char *path, json_object *body, usec
 	int r = -ETIMEDOUT;
 
 	*ret = NULL;
+	unsigned first = e->cur; /* the last one that answered */
+
 	for (unsigned k = 0; k < e->n; k++) {
-		unsigned i = (e->cur + k) % e->n;
+		unsigned i = (first + k) % e->n;
 		usec_t now = mono_us();
 		char url[EP_MAX + 64];
 		long code = 0;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,7 +59,9 @@ static void collect(void *u, const char *key, const char *value)
 int main(void)
 {
 	char dir[] = "/tmp/kvc-etcd-XXXXXX", eps[128], url[64], peer[64], buf[64];
-	unsigned ports[3], cp, pp, dead;
+	unsigned ports[2], cp, pp;
+	/* nothing listens on port 1: a member that refuses */
+	const unsigned dead = 1;
 	struct etcd *e = NULL, *bad;
 	int64_t lease, lease2, rev, rev2, ttl;
 	struct seen s = { 0 };
@@ -70,10 +73,9 @@ int main(void)
 		return EXIT_SKIP;
 	}
 	CHECK(mkdtemp(dir));
-	free_ports(ports, 3);
+	free_ports(ports, 2);
 	cp = ports[0];
 	pp = ports[1];
-	dead = ports[2];
 	snprintf(url, sizeof(url), "http://127.0.0.1:%u", cp);
 	snprintf(peer, sizeof(peer), "http://127.0.0.1:%u", pp);
 	pid = fork();
@@ -84,7 +86,10 @@ int main(void)
 		snprintf(cluster, sizeof(cluster), "t=%s", peer);
 		snprintf(data, sizeof(data), "%s/data", dir);
 		snprintf(log, sizeof(log), "%s/etcd.log", dir);
-		if (!freopen(log, "w", stderr))
+		/* it goes with the test, however the test ends, and holds
+		 * none of the test's output open */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (!freopen(log, "w", stderr) || !freopen(log, "a", stdout))
 			_exit(1);
 		execlp("etcd", "etcd", "--name", "t", "--data-dir", data, "--listen-client-urls", url,
 		       "--advertise-client-urls", url, "--listen-peer-urls", peer,
@@ -109,6 +114,22 @@ int main(void)
 	CHECK_EQ(r, -ENOENT);
 	snprintf(buf, sizeof(buf), "127.0.0.1:%u", cp);
 	CHECK(!strcmp(etcd_endpoint(e), buf));
+	/* the member that answered hangs for a call, then answers again: the
+	 * next call still finds it, past the one that refuses */
+	{
+		struct etcd *e2;
+		char b2[64];
+
+		CHECK_EQ(etcd_new(eps, 300 * USEC_PER_MSEC, &e2), 0);
+		CHECK_EQ(etcd_get(e2, "/t/none", b2, sizeof(b2), NULL), -ENOENT);
+		kill(pid, SIGSTOP);
+		r = etcd_get(e2, "/t/none", b2, sizeof(b2), NULL);
+		CHECK(r == -ETIMEDOUT || r == -ECONNREFUSED);
+		kill(pid, SIGCONT);
+		CHECK_EQ(etcd_get(e2, "/t/none", b2, sizeof(b2), NULL), -ENOENT);
+		CHECK_EQ(etcd_get(e2, "/t/none", b2, sizeof(b2), NULL), -ENOENT);
+		etcd_free(e2);
+	}
 
 	/* compare-and-create: once, then refused with the winner's revision */
 	CHECK_EQ(etcd_lease_grant(e, 5, &lease), 0);

@@ -235,11 +235,10 @@ static int post_within(struct etcd *e, const char *path, json_object *body, usec
 {
 	const char *text = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
 	usec_t deadline = mono_us() + within;
+	unsigned first = e->cur; /* the last one that answered */
 	int r = -ETIMEDOUT;
 
 	*ret = NULL;
-	unsigned first = e->cur; /* the last one that answered */
-
 	for (unsigned k = 0; k < e->n; k++) {
 		unsigned i = (first + k) % e->n;
 		usec_t now = mono_us();

@@ -99,17 +99,34 @@ rdma_node() { # rdma_node NAME [FLAGS...]: a node whose RDMA runs over UCX's tcp
 	start_node_env KVCACHE_TEST_RDMA_OVER_TCP=1 "$@"
 }
 stat_of() { ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'; }
+# etcd_ports N: N distinct free ports below the kernel's ephemeral range
+# (etcd cannot listen on port 0, and a port chosen there could go to any
+# outgoing connection before etcd binds it); the etcd tests do not run
+# beside each other (tests/meson.build)
+etcd_ports() {
+	python3 -c 'import random,socket,sys
+n, got = int(sys.argv[1]), []
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+while len(got) < n:
+    p = random.randrange(20000, lo) if lo > 21000 else random.randrange(10000, 20000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    if p not in got:
+        got.append(p)
+print(" ".join(map(str, got)))' "$1"
+}
 # start_etcd [N]: a private etcd of N members (default 1) on loopback
 # (Debian etcd-server); sets eps (every client endpoint, ';'-separated),
 # ep (the first's port) and etcd_pids (the first member's pid first)
 start_etcd() {
 	command -v etcd >/dev/null || { echo "no etcd (Debian etcd-server)"; exit 77; }
 	members=${1:-1}
-	# every port at once, each socket held until all are chosen (one at a
-	# time, the kernel may hand the same one out twice)
-	set -- $(python3 -c 'import socket,sys
-n=int(sys.argv[1]); ss=[socket.socket() for _ in range(n)]
-[s.bind(("127.0.0.1",0)) for s in ss]; print(" ".join(str(s.getsockname()[1]) for s in ss))' $((2 * members)))
+	set -- $(etcd_ports $((2 * members)))
 	cluster= eps= etcd_pids=
 	for i in $(seq 1 "$members"); do
 		eval "cp_$i=\$1 pp_$i=\$2"
@@ -1666,7 +1683,7 @@ etcd-partition)
 	# lets the nodes go; the other master leads, the nodes follow, B finds
 	# A's keys again; healed, the old leader stands by
 	start_etcd
-	rport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	rport=$(etcd_ports 1)
 	python3 "$(dirname "$0")/slow-link.py" "127.0.0.1:$rport" "127.0.0.1:$ep" 1000000000 \
 		"$dir/relay" "$dir/cut" 2>"$dir/relay.log" &
 	pids="$pids $!"

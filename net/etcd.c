@@ -26,6 +26,7 @@ struct etcd {
 	const char *watch_key;
 	bool any;  /* any change, not only a deletion */
 	bool gone;
+	bool heard; /* this attempt's endpoint sent something */
 };
 
 static void __attribute__((constructor)) etcd_init_curl(void)
@@ -195,6 +196,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *u)
 	struct etcd *e = u;
 	size_t len = size * n;
 
+	e->heard = true;
 	if (e->len + len + 1 > BODY_MAX)
 		return 0; /* not etcd's: the call fails */
 	if (e->len + len + 1 > e->cap) {
@@ -270,6 +272,7 @@ static int post_within(struct etcd *e, const char *path, json_object *body, usec
 				 (long) (left / e->n / USEC_PER_MSEC + 1));
 		e->len = 0;
 		e->gone = false;
+		e->heard = false;
 		c = curl_easy_perform(e->curl);
 		if (e->watch_key && e->gone)
 			return 0;
@@ -277,9 +280,14 @@ static int post_within(struct etcd *e, const char *path, json_object *body, usec
 			r = c == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT
 			    : c == CURLE_COULDNT_CONNECT   ? -ECONNREFUSED
 							   : -EIO;
-			if (e->watch_key && c == CURLE_OPERATION_TIMEDOUT && e->len == 0 &&
-			    mono_us() >= deadline)
-				return r; /* a watch that saw nothing: its time is up */
+			if (e->watch_key && c == CURLE_OPERATION_TIMEDOUT) {
+				/* a watch waits on purpose: its time is up.  A member
+				 * that said nothing at all may hang: the next call
+				 * starts elsewhere */
+				if (!e->heard)
+					e->cur = (i + 1) % e->n;
+				return r;
+			}
 			e->cur = (i + 1) % e->n; /* the next call starts elsewhere */
 			continue;
 		}

@@ -96,6 +96,16 @@ static inline void handoff_bell_wait(struct handoff_bell *b, uint32_t seq, usec_
 	syscall(SYS_futex, &b->seq, FUTEX_WAIT_PRIVATE, seq, timeout ? &ts : NULL, NULL, 0);
 }
 
+/* A helper thread's pause: at most timeout (0: no limit), or until the bell
+ * rings; not at all once *stop is set (whoever sets it rings after). */
+static inline void handoff_pause(struct handoff_bell *b, const bool *stop, usec_t timeout)
+{
+	uint32_t seq = handoff_bell_seq(b);
+
+	if (!__atomic_load_n(stop, __ATOMIC_ACQUIRE))
+		handoff_bell_wait(b, seq, timeout);
+}
+
 /* Wake one sleeper; never blocks. */
 static inline void handoff_bell_ring(struct handoff_bell *b)
 {

@@ -53,13 +53,6 @@ static bool stopping(struct members *ms)
 	return __atomic_load_n(&ms->stop, __ATOMIC_ACQUIRE);
 }
 
-static void pause_for(struct members *ms, usec_t d)
-{
-	uint32_t seq = handoff_bell_seq(&ms->bell);
-
-	if (!stopping(ms))
-		handoff_bell_wait(&ms->bell, seq, d);
-}
 
 static void field(json_object *o, const char *name, char *dst, size_t cap)
 {
@@ -124,7 +117,7 @@ static void *members_main(void *arg)
 			if (r < 0) {
 				failed(ms, "did not take this node's key", r);
 				lease = 0;
-				pause_for(ms, MEMBERS_RETRY);
+				handoff_pause(&ms->bell, &ms->stop, MEMBERS_RETRY);
 				continue;
 			}
 			renew_at = now + ms->ttl_s * USEC_PER_SEC / 3;
@@ -140,14 +133,14 @@ static void *members_main(void *arg)
 		}
 		l = calloc(1, sizeof(*l));
 		if (!l) {
-			pause_for(ms, MEMBERS_RETRY);
+			handoff_pause(&ms->bell, &ms->stop, MEMBERS_RETRY);
 			continue;
 		}
 		r = etcd_list(e, ms->prefix, MEMBERS_MAX, add_member, l, &rev);
 		if (r < 0) {
 			free(l);
 			failed(ms, "did not list the members", r);
-			pause_for(ms, MEMBERS_RETRY);
+			handoff_pause(&ms->bell, &ms->stop, MEMBERS_RETRY);
 			continue;
 		}
 		publish(ms, l);
@@ -157,7 +150,7 @@ static void *members_main(void *arg)
 			r = etcd_wait_change(e, ms->prefix, rev, renew_at - now);
 			if (r < 0 && r != -ETIMEDOUT) {
 				failed(ms, "stopped watching the members", r);
-				pause_for(ms, MEMBERS_RETRY);
+				handoff_pause(&ms->bell, &ms->stop, MEMBERS_RETRY);
 			}
 		}
 	}

@@ -72,14 +72,6 @@ static bool stopping(struct ha *h)
 	return __atomic_load_n(&h->stop, __ATOMIC_ACQUIRE);
 }
 
-/* Sleep for `d`, or until asked to stop. */
-static void pause_for(struct ha *h, usec_t d)
-{
-	uint32_t seq = handoff_bell_seq(&h->bell);
-
-	if (!stopping(h))
-		handoff_bell_wait(&h->bell, seq, d);
-}
 
 static void etcd_failed(struct ha *h, const char *what, int r)
 {
@@ -96,7 +88,7 @@ static int campaign(struct ha *h, struct etcd *e, int64_t *lease, int64_t *term)
 
 	if (r < 0) {
 		etcd_failed(h, "did not grant a lease", r);
-		pause_for(h, RETRY);
+		handoff_pause(&h->bell, &h->stop, RETRY);
 		return 0;
 	}
 	r = etcd_create(e, h->view_key, h->address, *lease, &rev);
@@ -111,12 +103,12 @@ static int campaign(struct ha *h, struct etcd *e, int64_t *lease, int64_t *term)
 		r = etcd_wait_gone(e, h->view_key, 0, 2 * ETCD_TIMEOUT);
 		if (r < 0 && r != -ETIMEDOUT) {
 			etcd_failed(h, "stopped watching the leader", r);
-			pause_for(h, RETRY);
+			handoff_pause(&h->bell, &h->stop, RETRY);
 		}
 		return 0;
 	}
 	etcd_failed(h, "refused the view", r);
-	pause_for(h, RETRY);
+	handoff_pause(&h->bell, &h->stop, RETRY);
 	return 0;
 }
 
@@ -142,7 +134,7 @@ static void *ha_main(void *arg)
 			}
 			continue;
 		}
-		pause_for(h, wait);
+		handoff_pause(&h->bell, &h->stop, wait);
 		if (stopping(h))
 			break;
 		{

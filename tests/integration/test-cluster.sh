@@ -99,6 +99,30 @@ rdma_node() { # rdma_node NAME [FLAGS...]: a node whose RDMA runs over UCX's tcp
 	start_node_env KVCACHE_TEST_RDMA_OVER_TCP=1 "$@"
 }
 stat_of() { ctl "$1" stats | awk -v k="$2" '$1 == k { print $2 }'; }
+# etcd_nodes MASTERS: nodes A and B following MASTERS (etcd://...), B
+# seeing A up
+etcd_nodes() {
+	for n in A B; do
+		env $base_env "$KVCACHED" --socket "$dir/$n.sock" --dram-size 16MB --hugepages off \
+			--master "$1" --listen 127.0.0.1:0 --node-id "$n" 2>"$dir/$n.log" &
+		pids="$pids $!"
+		until_ok "$KVCACHECTL" -s "$dir/$n.sock" status
+	done
+	until_ok member B A up
+}
+# sharded_keys: A and B joined to both of two master groups; 16 keys put
+# on A are each found on B through the group that owns it, byte for byte
+sharded_keys() {
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' cluster | grep -q '2 of 2 joined'"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' cluster | grep -q '2 of 2 joined'"
+	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+		printf '%s' "value $k" | ctl A put "key-$k" - || fail "put $k"
+	done
+	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where key-$k | grep -qx A"
+		[ "$(ctl B get "key-$k" -)" = "value $k" ] || fail "key-$k"
+	done
+}
 # etcd_ports N: N distinct free ports below the kernel's ephemeral range
 # (etcd cannot listen on port 0, and a port chosen there could go to any
 # outgoing connection before etcd binds it); the etcd tests do not run
@@ -1289,15 +1313,7 @@ two-masters)
 			2>"$dir/$n.log" &
 		pids="$pids $!"
 	done
-	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' cluster | grep -q '2 of 2 joined'"
-	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' cluster | grep -q '2 of 2 joined'"
-	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
-		printf '%s' "value $k" | ctl A put "key-$k" - || fail "put $k"
-	done
-	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
-		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where key-$k | grep -qx A"
-		[ "$(ctl B get "key-$k" -)" = "value $k" ] || fail "key-$k"
-	done
+	sharded_keys
 	;;
 batch-across-nodes)
 	start_master 0
@@ -1536,13 +1552,7 @@ etcd-failover)
 	until_ok one_leader
 	first=$(leader)
 	master_port=0 # the nodes follow etcd's view
-	for n in A B; do
-		env $base_env "$KVCACHED" --socket "$dir/$n.sock" --dram-size 16MB --hugepages off \
-			--master "etcd://$eps/t" --listen 127.0.0.1:0 --node-id "$n" 2>"$dir/$n.log" &
-		pids="$pids $!"
-		until_ok "$KVCACHECTL" -s "$dir/$n.sock" status
-	done
-	until_ok member B A up
+	etcd_nodes "etcd://$eps/t"
 	head -c 1048576 /dev/urandom >"$dir/v"
 	ctl A put k1 "$dir/v" || fail "put on A"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k1 | grep -qx A"
@@ -1697,13 +1707,7 @@ etcd-partition)
 		--enable_ha --etcd_endpoints "127.0.0.1:$ep" --cluster_id t --ha_lease_ttl 2 \
 		2>"$dir/m2.log" &
 	pids="$pids $!"
-	for n in A B; do
-		env $base_env "$KVCACHED" --socket "$dir/$n.sock" --dram-size 16MB --hugepages off \
-			--master "etcd://127.0.0.1:$ep/t" --listen 127.0.0.1:0 --node-id "$n" 2>"$dir/$n.log" &
-		pids="$pids $!"
-		until_ok "$KVCACHECTL" -s "$dir/$n.sock" status
-	done
-	until_ok member B A up
+	etcd_nodes "etcd://127.0.0.1:$ep/t"
 	head -c 65536 /dev/urandom >"$dir/v"
 	ctl A put k1 "$dir/v"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where k1 | grep -qx A"
@@ -1739,21 +1743,8 @@ etcd-two-groups)
 			2>>"$dir/m-$g.log" &
 		pids="$pids $!"
 	done
-	for n in A B; do
-		"$KVCACHED" --socket "$dir/$n.sock" --dram-size 16MB --hugepages off \
-			--master "etcd://127.0.0.1:$ep/a,etcd://127.0.0.1:$ep/b" --listen 127.0.0.1:0 \
-			--node-id "$n" 2>"$dir/$n.log" &
-		pids="$pids $!"
-	done
-	until_ok sh -c "'$KVCACHECTL' -s '$dir/A.sock' cluster | grep -q '2 of 2 joined'"
-	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' cluster | grep -q '2 of 2 joined'"
-	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
-		printf '%s' "value $k" | ctl A put "key-$k" - || fail "put $k"
-	done
-	for k in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
-		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where key-$k | grep -qx A"
-		[ "$(ctl B get "key-$k" -)" = "value $k" ] || fail "key-$k"
-	done
+	etcd_nodes "etcd://127.0.0.1:$ep/a,etcd://127.0.0.1:$ep/b"
+	sharded_keys
 	# both groups hold part of the directory
 	[ "$(grep -c 'joined from' "$dir/m-a.log")" -ge 2 ] && [ "$(grep -c 'joined from' "$dir/m-b.log")" -ge 2 ] ||
 		fail "a group without its members"

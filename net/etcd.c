@@ -350,12 +350,14 @@ static int parse_create(json_object *a, int64_t *ret_rev)
 	return -EEXIST;
 }
 
-static int parse_get(json_object *a, char *buf, size_t cap, int64_t *ret_rev)
+static int parse_get(json_object *a, char *buf, size_t cap, int64_t *ret_rev, int64_t *ret_at)
 {
 	json_object *kv = first(child(a, "kvs"));
 	char *v;
 	int r = 0;
 
+	if (ret_at)
+		*ret_at = num(child(a, "header"), "revision");
 	if (!kv)
 		return -ENOENT;
 	v = unb64(kv, "value");
@@ -419,7 +421,7 @@ int etcd_fuzz_answer(const uint8_t *data, size_t len)
 		parse_grant(a, &x);
 		parse_keepalive(a, &x);
 		parse_create(a, &x);
-		parse_get(a, buf, sizeof(buf), &x);
+		parse_get(a, buf, sizeof(buf), &x, &x);
 		parse_list(a, ignore_kv, &n, &x);
 		num(a, "code");
 		json_object_put(a);
@@ -524,7 +526,8 @@ int etcd_put(struct etcd *e, const char *key, const char *value, int64_t lease)
 	return r;
 }
 
-int etcd_get(struct etcd *e, const char *key, char *buf, size_t cap, int64_t *ret_rev)
+int etcd_get_at(struct etcd *e, const char *key, char *buf, size_t cap, int64_t *ret_rev,
+		int64_t *ret_at)
 {
 	json_object *q = json_object_new_object(), *a;
 	int r;
@@ -533,9 +536,14 @@ int etcd_get(struct etcd *e, const char *key, char *buf, size_t cap, int64_t *re
 	r = post(e, "kv/range", q, &a);
 	if (r < 0)
 		return r;
-	r = parse_get(a, buf, cap, ret_rev);
+	r = parse_get(a, buf, cap, ret_rev, ret_at);
 	json_object_put(a);
 	return r;
+}
+
+int etcd_get(struct etcd *e, const char *key, char *buf, size_t cap, int64_t *ret_rev)
+{
+	return etcd_get_at(e, key, buf, cap, ret_rev, NULL);
 }
 
 int etcd_delete(struct etcd *e, const char *key)

@@ -44,6 +44,10 @@ int etcd_put(struct etcd *e, const char *key, const char *value, int64_t lease);
 /* key's value into buf (at most cap - 1 bytes and a NUL; -ENOSPC if it is
  * longer), with its create revision (ret_rev may be NULL). */
 int etcd_get(struct etcd *e, const char *key, char *buf, size_t cap, int64_t *ret_rev);
+/* The same, with *ret_at the revision it was read at (to watch from),
+ * also when the key is not there (-ENOENT). */
+int etcd_get_at(struct etcd *e, const char *key, char *buf, size_t cap, int64_t *ret_rev,
+		int64_t *ret_at);
 int etcd_delete(struct etcd *e, const char *key);
 /* Every key under prefix, sorted, at most max: fn(u, key, value) each
  * (keys and values NUL-terminated); the count, with *ret_rev the revision

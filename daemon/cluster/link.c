@@ -23,13 +23,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "etcd.h"
 #include "link.h"
 #include "kvc-config.h"
 #include "log.h"
 #include "net.h"
 #include "node-private.h"
 #include "peer-conn.h"
+#include "view.h"
 
 #define LOG_TOPIC "cluster"
 
@@ -51,13 +51,8 @@ void link_down(struct link *k, const char *why)
 	if (was_up && k->n->links.lost) /* what it was asked misses now, not at its deadline */
 		k->n->links.lost(k->n, k);
 	k->retry_at = loop_now(k->n->loop) + RETRY;
-	if (k->etcd[0]) {
-		/* the leader may have changed: read the view again, at once
-		 * when a leader let go (another may lead already) */
-		k->have_sa = false;
-		if (was_up)
-			k->retry_at = loop_now(k->n->loop) + ETCD_RETRY;
-	}
+	if (k->etcd[0] && was_up) /* a leader that let go: another may lead already */
+		k->retry_at = loop_now(k->n->loop) + ETCD_RETRY;
 	k->q_len = 0; /* what it missed comes with the next re-publish */
 	k->resync = false;
 	k->more = false;
@@ -297,10 +292,6 @@ static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 struct resolve_req {
 	struct net_addr addr;
 	struct net_sockaddr sa;
-	/* an etcd master view to read first: the address, and its term */
-	char etcd[NET_HOST_MAX + 8], view_key[NET_HOST_MAX];
-	char leader[NET_HOST_MAX + 8];
-	uint64_t term;
 	int res;
 	int refs;  /* atomic: the thread's and the link's */
 	bool done; /* atomic */
@@ -312,37 +303,12 @@ static void resolve_put(struct resolve_req *q)
 		free(q);
 }
 
-/* Resolver thread: the leader's address from etcd's master view. */
-static int read_view(struct resolve_req *q)
-{
-	struct etcd *e;
-	char addr[sizeof(q->leader)];
-	int64_t rev = 0;
-	int r = etcd_new(q->etcd, ETCD_CALL, &e);
-
-	if (r < 0)
-		return r;
-	r = etcd_get(e, q->view_key, addr, sizeof(addr), &rev);
-	etcd_free(e);
-	if (r == -ENOENT)
-		return -EHOSTUNREACH; /* no leader now: an election is under way */
-	if (r < 0)
-		return r;
-	if (net_addr_parse(addr, DEFAULT_MASTER_PORT, &q->addr) < 0 || !q->addr.host[0])
-		return -EINVAL;
-	snprintf(q->leader, sizeof(q->leader), "%s", addr);
-	q->term = (uint64_t) rev;
-	return 0;
-}
-
 static void *resolve_main(void *arg)
 {
 	struct resolve_req *q = arg;
 
 	loop_helper_thread("resolve", true);
-	q->res = q->etcd[0] ? read_view(q) : 0;
-	if (q->res == 0)
-		q->res = net_resolve(&q->addr, false, &q->sa);
+	q->res = net_resolve(&q->addr, false, &q->sa);
 	__atomic_store_n(&q->done, true, __ATOMIC_RELEASE);
 	resolve_put(q);
 	return NULL;
@@ -361,8 +327,6 @@ static void resolve_start(struct link *k)
 	if (!q)
 		return;
 	q->addr = k->addr;
-	snprintf(q->etcd, sizeof(q->etcd), "%s", k->etcd);
-	snprintf(q->view_key, sizeof(q->view_key), "%s", k->view_key);
 	q->refs = 2;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -377,9 +341,8 @@ static void resolve_start(struct link *k)
 /* k's master's address into *sa: a numeric one as it is; a name's from
  * the last lookup (a new one starts each time, for the next connect), or
  * -EINPROGRESS while the first is under way, or its error. */
-/* The answer of the lookup under way, if it is done (its address and, for
- * etcd, its leader and term, kept): 0 or its error; -EINPROGRESS while
- * it runs or when there is none. */
+/* The answer of the name lookup under way, if it is done (its address
+ * kept): 0 or its error; -EINPROGRESS while it runs or when there is none. */
 static int take_lookup(struct link *k)
 {
 	int r;
@@ -390,43 +353,73 @@ static int take_lookup(struct link *k)
 	if (r == 0) {
 		k->sa = k->rq->sa;
 		k->have_sa = true;
-		if (k->etcd[0] && (strcmp(k->leader, k->rq->leader) || k->view_term != k->rq->term))
-			log_notice("master %s: the leader is %s (term %llu)", k->name, k->rq->leader,
-				   (unsigned long long) k->rq->term);
-		snprintf(k->leader, sizeof(k->leader), "%s", k->rq->leader);
-		k->view_term = k->rq->term;
 	}
 	resolve_put(k->rq);
 	k->rq = NULL;
 	return r;
 }
 
+/* An etcd link: the newest view its follower read, kept; true when it
+ * names another leader than before. */
+static bool take_view(struct link *k)
+{
+	struct master_view *v = view_take(k->vf);
+	bool changed = false;
+
+	if (!v)
+		return false;
+	k->view_res = v->res;
+	if (v->res == 0) {
+		changed = strcmp(k->leader, v->leader) || k->view_term != v->term;
+		if (changed)
+			log_notice("master %s: the leader is %s (term %llu)", k->name, v->leader,
+				   (unsigned long long) v->term);
+		k->sa = v->sa;
+		k->have_sa = true;
+		snprintf(k->leader, sizeof(k->leader), "%s", v->leader);
+		k->view_term = v->term;
+	} else {
+		k->have_sa = false; /* nobody to connect to until it names one */
+	}
+	free(v);
+	return changed;
+}
+
 usec_t link_check_view(struct link *k)
 {
 	usec_t now = loop_now(k->n->loop);
-	int r;
 
-	if (!k->etcd[0] || k->state != L_UP)
+	if (!k->etcd[0])
 		return 0;
-	r = take_lookup(k);
-	if (r == 0 && k->view_term && k->view_term != k->term) {
+	if (take_view(k) && k->state == L_DOWN && k->retry_at > now) {
+		k->retry_at = now; /* a new leader: connect now */
+		return now;
+	}
+	if (k->state == L_UP && k->view_res == 0 && k->view_term && k->view_term != k->term) {
 		/* another leads now (this one was stopped, or cut off): its
 		 * lease ended, and it cannot answer for the directory */
 		link_down(k, "etcd's master view names another leader");
 		return k->retry_at;
 	}
-	if (!k->rq && now >= k->view_check_at) {
-		resolve_start(k);
-		k->view_check_at = now + ETCD_VIEW_CHECK;
-	}
-	/* a lookup's answer comes in a millisecond or two */
-	return k->rq ? now + ETCD_RETRY : k->view_check_at;
+	return now + ETCD_RETRY; /* its follower's word is looked at this often */
 }
 
+/* k's master's address into *sa: a numeric one as it is; a name's from
+ * the last lookup (a new one starts each time, for the next connect), or
+ * -EINPROGRESS while the first is under way, or its error; an etcd link's
+ * from the view its follower read last. */
 static int link_address(struct link *k, struct net_sockaddr *sa)
 {
-	int r = k->etcd[0] ? -EAGAIN : net_resolve(&k->addr, true, sa);
+	int r;
 
+	if (k->etcd[0]) {
+		take_view(k);
+		if (!k->have_sa)
+			return k->view_res < 0 ? k->view_res : -EINPROGRESS;
+		*sa = k->sa;
+		return 0;
+	}
+	r = net_resolve(&k->addr, true, sa);
 	if (r != -EAGAIN)
 		return r;
 	r = take_lookup(k);
@@ -691,6 +684,8 @@ void link_done(struct link *k)
 		kvc__peer__members__free_unpacked(k->members, NULL);
 	if (k->rq)
 		resolve_put(k->rq); /* a lookup still under way frees it */
+	view_unfollow(k->vf);
+	k->vf = NULL;
 }
 
 void link_feed(struct link *k, int fd)

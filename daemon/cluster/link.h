@@ -24,7 +24,6 @@ struct node;
 #define ETCD_RETRY (50 * USEC_PER_MSEC) /* an etcd link waits for the view this often */
 #define ETCD_CALL (1 * USEC_PER_SEC)    /* each call to etcd */
 #define ETCD_ELECTION_RETRY (100 * USEC_PER_MSEC) /* while the view names no leader */
-#define ETCD_VIEW_CHECK (500 * USEC_PER_MSEC) /* a joined link reads the view again */
 #define LINK_MAX_OUT (64u << 20)
 #define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */
 #define BATCH_BYTES (1u << 20)      /* keys per frame, about */
@@ -58,13 +57,14 @@ struct link {
 	bool have_sa;
 	char name[NET_HOST_MAX + 8];
 	/* --master etcd://ENDPOINTS[/CLUSTER_ID]: the leader is the one in
-	 * etcd's master view, read on the same thread before each connect;
+	 * etcd's master view, which a thread of the link's follows (view.h);
 	 * a leader of an older term than the view's is refused */
 	char etcd[NET_HOST_MAX + 8];    /* the endpoints; empty: a plain address */
 	char view_key[NET_HOST_MAX];
+	struct view_follower *vf;
+	int view_res;                   /* the last view's: 0, -EHOSTUNREACH (none), -errno */
 	char leader[NET_HOST_MAX + 8];  /* the view's address, the last one read */
 	uint64_t view_term, term;
-	usec_t view_check_at;
 	char shown[2 * NET_HOST_MAX + 48]; /* kvcachectl cluster: the name and the leader */
 	enum link_state state;
 	struct pconn pc;
@@ -107,9 +107,10 @@ struct links {
 void link_connect(struct link *k);
 /* The link is broken: down, retried every RETRY_MS. */
 void link_down(struct link *k, const char *why);
-/* A link that follows etcd's master view: read the view again now and
- * then (ETCD_VIEW_CHECK), and go down when it names another leader (one
- * that was stopped keeps its connections open until heartbeats tell). */
+/* A link that follows etcd's master view: take its follower's newest
+ * word; connect at once to a new leader, and leave one the view no longer
+ * names (one that was stopped keeps its connections open until heartbeats
+ * tell). */
 usec_t link_check_view(struct link *k); /* when to look again; 0: never */
 /* The frames read: all (with all), or up to one lookup's answer a turn
  * (k->more: the rest next turn).  0, or -errno: the link is beyond repair. */

@@ -25,9 +25,9 @@
 #include "net.h"
 #include "node.h"
 #include "node-private.h"
-#include "etcd.h"
 #include "link.h"
 #include "members.h"
+#include "view.h"
 #include "xfer.h"
 #include "peer-conn.h"
 
@@ -578,17 +578,12 @@ static int etcd_link(struct link *k, const char *spec, char *err, size_t err_len
 	}
 	memcpy(k->etcd, eps, len);
 	k->etcd[len] = '\0';
-	{
-		struct etcd *e;
-
-		if (etcd_new(k->etcd, ETCD_CALL, &e) < 0) { /* checks them; no network */
-			snprintf(err, err_len, "--master %s: expected etcd://HOST:PORT[;HOST:PORT...]"
-				 "[/CLUSTER_ID]", spec);
-			return -EINVAL;
-		}
-		etcd_free(e);
-	}
 	snprintf(k->view_key, sizeof(k->view_key), "/kvcache/%s/master_view", id);
+	if (view_follow(k->etcd, k->view_key, &k->vf) < 0) { /* checks them */
+		snprintf(err, err_len, "--master %s: expected etcd://HOST:PORT[;HOST:PORT...]"
+			 "[/CLUSTER_ID]", spec);
+		return -EINVAL;
+	}
 	snprintf(k->name, sizeof(k->name), "%.*s", (int) sizeof(k->name) - 1, spec);
 	return 0;
 }

@@ -22,7 +22,6 @@ struct node;
 #define RETRY_MS 500 /* (ms) */
 #define RETRY (RETRY_MS * USEC_PER_MSEC)
 #define ETCD_RETRY (50 * USEC_PER_MSEC) /* an etcd link waits for the view this often */
-#define ETCD_CALL (1 * USEC_PER_SEC)    /* each call to etcd */
 #define ETCD_ELECTION_RETRY (100 * USEC_PER_MSEC) /* while the view names no leader */
 #define LINK_MAX_OUT (64u << 20)
 #define QUEUE_MAX (256u << 20)      /* directory updates queued on one link */

@@ -13,6 +13,7 @@
 #define KVC_HANDOFF_H
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -96,16 +97,6 @@ static inline void handoff_bell_wait(struct handoff_bell *b, uint32_t seq, usec_
 	syscall(SYS_futex, &b->seq, FUTEX_WAIT_PRIVATE, seq, timeout ? &ts : NULL, NULL, 0);
 }
 
-/* A helper thread's pause: at most timeout (0: no limit), or until the bell
- * rings; not at all once *stop is set (whoever sets it rings after). */
-static inline void handoff_pause(struct handoff_bell *b, const bool *stop, usec_t timeout)
-{
-	uint32_t seq = handoff_bell_seq(b);
-
-	if (!__atomic_load_n(stop, __ATOMIC_ACQUIRE))
-		handoff_bell_wait(b, seq, timeout);
-}
-
 /* Wake one sleeper; never blocks. */
 static inline void handoff_bell_ring(struct handoff_bell *b)
 {
@@ -130,5 +121,41 @@ static inline void handoff_bell_ring(struct handoff_bell *b)
 		}                                                                           \
 		w_;                                                                         \
 	})
+
+/* A helper thread that works in rounds, pauses between them, and ends
+ * when asked (the etcd threads: membership, the master view, the
+ * election).  Its pauses end early when it is asked to stop. */
+struct handoff_thread {
+	pthread_t th;
+	bool stop; /* atomic */
+	struct handoff_bell bell;
+};
+
+static inline int handoff_thread_start(struct handoff_thread *t, void *(*fn)(void *), void *arg)
+{
+	return -pthread_create(&t->th, NULL, fn, arg);
+}
+
+static inline bool handoff_thread_stopping(struct handoff_thread *t)
+{
+	return __atomic_load_n(&t->stop, __ATOMIC_ACQUIRE);
+}
+
+/* At most timeout (0: no limit); not at all once asked to stop. */
+static inline void handoff_thread_pause(struct handoff_thread *t, usec_t timeout)
+{
+	uint32_t seq = handoff_bell_seq(&t->bell);
+
+	if (!handoff_thread_stopping(t))
+		handoff_bell_wait(&t->bell, seq, timeout);
+}
+
+/* Ask it to stop, and wait for it (its round's calls are bounded). */
+static inline void handoff_thread_stop(struct handoff_thread *t)
+{
+	__atomic_store_n(&t->stop, true, __ATOMIC_RELEASE);
+	handoff_bell_ring(&t->bell);
+	pthread_join(t->th, NULL);
+}
 
 #endif

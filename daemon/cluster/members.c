@@ -12,7 +12,6 @@
  * one atomic exchange.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +36,7 @@ struct members {
 	char key[NET_HOST_MAX + PEER_MAX_ID];
 	char value[1024];
 	unsigned ttl_s;
-	pthread_t th;
-	bool started;
-	bool stop; /* atomic */
-	struct handoff_bell bell;
+	struct handoff_thread t;
 	struct etcd *etcd;           /* the thread's */
 	struct member_list *fresh;   /* atomic: the thread's newest, not yet taken */
 	struct member_list *current; /* the loop's */
@@ -48,10 +44,6 @@ struct members {
 	uint64_t lists, failures;    /* atomic */
 };
 
-static bool stopping(struct members *ms)
-{
-	return __atomic_load_n(&ms->stop, __ATOMIC_ACQUIRE);
-}
 
 
 static void field(json_object *o, const char *name, char *dst, size_t cap)
@@ -106,7 +98,7 @@ static void *members_main(void *arg)
 	int r;
 
 	loop_helper_thread("members", false);
-	while (!stopping(ms)) {
+	while (!handoff_thread_stopping(&ms->t)) {
 		struct member_list *l;
 		usec_t now = mono_us();
 
@@ -117,7 +109,7 @@ static void *members_main(void *arg)
 			if (r < 0) {
 				failed(ms, "did not take this node's key", r);
 				lease = 0;
-				handoff_pause(&ms->bell, &ms->stop, MEMBERS_RETRY);
+				handoff_thread_pause(&ms->t, MEMBERS_RETRY);
 				continue;
 			}
 			renew_at = now + ms->ttl_s * USEC_PER_SEC / 3;
@@ -133,24 +125,24 @@ static void *members_main(void *arg)
 		}
 		l = calloc(1, sizeof(*l));
 		if (!l) {
-			handoff_pause(&ms->bell, &ms->stop, MEMBERS_RETRY);
+			handoff_thread_pause(&ms->t, MEMBERS_RETRY);
 			continue;
 		}
 		r = etcd_list(e, ms->prefix, MEMBERS_MAX, add_member, l, &rev);
 		if (r < 0) {
 			free(l);
 			failed(ms, "did not list the members", r);
-			handoff_pause(&ms->bell, &ms->stop, MEMBERS_RETRY);
+			handoff_thread_pause(&ms->t, MEMBERS_RETRY);
 			continue;
 		}
 		publish(ms, l);
 		/* until something changes, or the lease wants renewing */
 		now = mono_us();
-		if (renew_at > now && !stopping(ms)) {
+		if (renew_at > now && !handoff_thread_stopping(&ms->t)) {
 			r = etcd_wait_change(e, ms->prefix, rev, renew_at - now);
 			if (r < 0 && r != -ETIMEDOUT) {
 				failed(ms, "stopped watching the members", r);
-				handoff_pause(&ms->bell, &ms->stop, MEMBERS_RETRY);
+				handoff_thread_pause(&ms->t, MEMBERS_RETRY);
 			}
 		}
 	}
@@ -196,14 +188,13 @@ int members_start(struct node *n, const char *spec, unsigned ttl_s, char *err, s
 	snprintf(ms->value, sizeof(ms->value), "%s",
 		 json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
 	json_object_put(v);
-	r = -pthread_create(&ms->th, NULL, members_main, ms);
+	r = handoff_thread_start(&ms->t, members_main, ms);
 	if (r < 0) {
 		etcd_free(ms->etcd);
 		free(ms);
 		snprintf(err, err_len, "cannot start the membership thread: %s", strerror(-r));
 		return r;
 	}
-	ms->started = true;
 	n->members = ms;
 	log_notice("members through etcd %s, as %s", ms->endpoints, ms->key);
 	return 0;
@@ -215,10 +206,7 @@ void members_stop(struct node *n)
 
 	if (!ms)
 		return;
-	__atomic_store_n(&ms->stop, true, __ATOMIC_RELEASE);
-	handoff_bell_ring(&ms->bell);
-	if (ms->started)
-		pthread_join(ms->th, NULL);
+	handoff_thread_stop(&ms->t);
 	etcd_free(ms->etcd);
 	free(ms->fresh);
 	free(ms->current);

@@ -7,7 +7,6 @@
  * half second; the last view published stands meanwhile.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +23,7 @@
 struct view_follower {
 	struct etcd *etcd;
 	char key[NET_HOST_MAX];
-	pthread_t th;
-	bool started;
-	bool stop;                  /* atomic */
-	struct handoff_bell bell;
+	struct handoff_thread t;
 	struct master_view *fresh;  /* atomic: the newest, not yet taken */
 };
 
@@ -57,7 +53,7 @@ static void *follow_main(void *arg)
 	struct view_follower *f = arg;
 
 	loop_helper_thread("view", true);
-	while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+	while (!handoff_thread_stopping(&f->t)) {
 		int64_t at;
 		struct master_view *v = read_view(f, &at);
 		int res = v ? v->res : -ENOMEM;
@@ -71,7 +67,7 @@ static void *follow_main(void *arg)
 			if (r == 0 || r == -ETIMEDOUT)
 				continue;
 		}
-		handoff_pause(&f->bell, &f->stop, VIEW_RETRY);
+		handoff_thread_pause(&f->t, VIEW_RETRY);
 	}
 	return NULL;
 }
@@ -87,13 +83,12 @@ int view_follow(const char *endpoints, const char *key, struct view_follower **r
 	snprintf(f->key, sizeof(f->key), "%s", key);
 	r = etcd_new(endpoints, VIEW_CALL, &f->etcd);
 	if (r == 0)
-		r = -pthread_create(&f->th, NULL, follow_main, f);
+		r = handoff_thread_start(&f->t, follow_main, f);
 	if (r < 0) {
 		etcd_free(f->etcd);
 		free(f);
 		return r;
 	}
-	f->started = true;
 	*ret = f;
 	return 0;
 }
@@ -102,10 +97,7 @@ void view_unfollow(struct view_follower *f)
 {
 	if (!f)
 		return;
-	__atomic_store_n(&f->stop, true, __ATOMIC_RELEASE);
-	handoff_bell_ring(&f->bell);
-	if (f->started)
-		pthread_join(f->th, NULL);
+	handoff_thread_stop(&f->t);
 	etcd_free(f->etcd);
 	free(f->fresh);
 	free(f);

@@ -15,7 +15,6 @@
  * that stops revokes its lease) or its lease ends.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +40,7 @@ struct ha {
 	char address[300];
 	unsigned ttl_s;
 	struct etcd *etcd;    /* the thread's */
-	pthread_t th;
-	bool started;
-	bool stop;            /* atomic */
-	struct handoff_bell bell;
+	struct handoff_thread t;
 	/* the thread's word to the loop (atomic) */
 	bool leading;
 	uint64_t term;
@@ -67,10 +63,6 @@ static void tell(struct ha *h, bool leading, uint64_t term)
 	loop_post(h->loop, role_changed, h);
 }
 
-static bool stopping(struct ha *h)
-{
-	return __atomic_load_n(&h->stop, __ATOMIC_ACQUIRE);
-}
 
 
 static void etcd_failed(struct ha *h, const char *what, int r)
@@ -88,7 +80,7 @@ static int campaign(struct ha *h, struct etcd *e, int64_t *lease, int64_t *term)
 
 	if (r < 0) {
 		etcd_failed(h, "did not grant a lease", r);
-		handoff_pause(&h->bell, &h->stop, RETRY);
+		handoff_thread_pause(&h->t, RETRY);
 		return 0;
 	}
 	r = etcd_create(e, h->view_key, h->address, *lease, &rev);
@@ -103,12 +95,12 @@ static int campaign(struct ha *h, struct etcd *e, int64_t *lease, int64_t *term)
 		r = etcd_wait_gone(e, h->view_key, 0, 2 * ETCD_TIMEOUT);
 		if (r < 0 && r != -ETIMEDOUT) {
 			etcd_failed(h, "stopped watching the leader", r);
-			handoff_pause(&h->bell, &h->stop, RETRY);
+			handoff_thread_pause(&h->t, RETRY);
 		}
 		return 0;
 	}
 	etcd_failed(h, "refused the view", r);
-	handoff_pause(&h->bell, &h->stop, RETRY);
+	handoff_thread_pause(&h->t, RETRY);
 	return 0;
 }
 
@@ -122,7 +114,7 @@ static void *ha_main(void *arg)
 	int r;
 
 	loop_helper_thread("ha", false);
-	while (!stopping(h)) {
+	while (!handoff_thread_stopping(&h->t)) {
 		if (!leading) {
 			if (campaign(h, e, &lease, &term) == 1) {
 				leading = true;
@@ -134,8 +126,8 @@ static void *ha_main(void *arg)
 			}
 			continue;
 		}
-		handoff_pause(&h->bell, &h->stop, wait);
-		if (stopping(h))
+		handoff_thread_pause(&h->t, wait);
+		if (handoff_thread_stopping(&h->t))
 			break;
 		{
 			usec_t sent = mono_us();
@@ -186,13 +178,12 @@ int ha_start(struct loop *l, struct master *m, const struct ha_config *cfg, stru
 	snprintf(h->view_key, sizeof(h->view_key), "/kvcache/%s/master_view", cfg->cluster_id);
 	r = etcd_new(h->endpoints, ETCD_TIMEOUT, &h->etcd); /* checks them; no network yet */
 	if (r == 0)
-		r = -pthread_create(&h->th, NULL, ha_main, h);
+		r = handoff_thread_start(&h->t, ha_main, h);
 	if (r < 0) {
 		etcd_free(h->etcd);
 		free(h);
 		return r;
 	}
-	h->started = true;
 	*ret = h;
 	return 0;
 }
@@ -201,10 +192,7 @@ void ha_stop(struct ha *h)
 {
 	if (!h)
 		return;
-	__atomic_store_n(&h->stop, true, __ATOMIC_RELEASE);
-	handoff_bell_ring(&h->bell);
-	if (h->started)
-		pthread_join(h->th, NULL);
+	handoff_thread_stop(&h->t);
 	etcd_free(h->etcd);
 	free(h);
 }

@@ -246,6 +246,11 @@ static const struct opt_def opts[] = {
 	{ "max-registered-bytes", NULL, 0, T_SIZE, FIELD(max_registered), 0, 0, false, false, "SIZE",
 	  "registered buffers of all clients together\n"
 	  "(default 0 = half of this machine's memory)" },
+	{ "take-over", NULL, 0, T_FLAG, FIELD(take_over), 0, 0, false, false, NULL,
+	  "take the memory tiers (with what they hold), their\n"
+	  "catalog and the listening socket over from the kvcached\n"
+	  "serving --socket, which stops (a warm restart; tier\n"
+	  "sizes must match); with nobody serving, start empty" },
 	{ "allow-overcommit", NULL, 0, T_FLAG, FIELD(allow_overcommit), 0, 0, false, false, NULL,
 	  "start even when the memory tiers exceed this\n"
 	  "machine's physical memory" },

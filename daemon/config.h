@@ -60,6 +60,7 @@ struct config {
 	int disk_zstd_level;
 	char config_path[4096];
 	bool allow_overcommit;         /* tiers may exceed physical memory */
+	bool take_over;                /* --take-over: the running daemon's memory and socket */
 	uint64_t spill_wait_ms;        /* a put waits this long for a spill, then -EAGAIN */
 	uint64_t lookup_wait_ms;       /* a lookup waits this long for a put in flight; 0 = not */
 	uint32_t max_clients;          /* connected sessions, daemon-wide */

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "disk.h"
 #include "export.h"
+#include "handover.h"
 #include "node.h"
 #include "placement.h"
 #include "prefault.h"
@@ -110,8 +111,35 @@ struct daemon {
 	struct disk *disk;
 	struct node *node;
 	struct exporter *exporter;
+	struct warm_fds warm;        /* what a previous run left (a warm start) */
+	struct handover handover;    /* a new kvcached taking this one over */
+	bool fdstore;                /* systemd keeps the memory's fds across restarts */
 	bool bad_config; /* a failure the configuration caused: exit 2 */
 };
+
+/* A warm start's fds: from the running daemon (--take-over), or from
+ * systemd's file-descriptor store.  -1 to go on, or the exit status. */
+static int take_over(struct daemon *d)
+{
+	char err[256] = "";
+	int r;
+
+	if (!d->cfg.take_over) {
+		handover_from_fdstore(&d->warm);
+		return -1;
+	}
+	r = handover_ask(d->sv.socket_path, d->cfg.dram_size, d->cfg.device_size, &d->warm, err,
+			 sizeof(err));
+	if (r == 1) {
+		log_notice("--take-over: no kvcached serves %s; starting empty", d->sv.socket_path);
+		return -1;
+	}
+	if (r < 0) {
+		log_error("--take-over: %s", err);
+		return r == -EINVAL ? 2 : 1;
+	}
+	return -1;
+}
 
 static int start(struct daemon *d)
 {
@@ -128,10 +156,22 @@ static int start(struct daemon *d)
 		d->bad_config = true;
 		return r;
 	}
-	r = store_new(&d->cfg, d->loop, numa_node, &d->st);
-	if (r < 0)
+	if (d->warm.listen_fd >= 0) {
+		d->sv.inherit_listen = true;
+		d->sv.inherited_fd = d->warm.listen_fd;
+		d->warm.listen_fd = -1;
+	}
+	r = store_new_warm(&d->cfg, d->loop, numa_node, d->warm.any ? &d->warm.store : NULL,
+			   &d->st);
+	if (r < 0) {
+		if (d->sv.inherit_listen)
+			close(d->sv.inherited_fd);
 		return r;
+	}
 	d->sv.st = d->st;
+	handover_init(&d->handover, d->loop);
+	d->sv.handover = handover_hook;
+	d->sv.handover_data = &d->handover;
 	r = server_init(&d->sv);
 	if (r == 0)
 		r = channel_init(&d->sv);
@@ -160,11 +200,23 @@ static int start(struct daemon *d)
  * restart. */
 static void stop(struct daemon *d)
 {
+	bool handing_over = d->handover.fd >= 0;
+	int listen_fd = d->sv.listen_fd;
+
 	export_free(d->exporter);
+	/* handed over, or kept by systemd: the socket stays for the next run */
+	d->sv.keep_listen = handing_over || d->fdstore;
 	server_done(&d->sv);
 	node_free(d->node);
 	disk_free(d->disk);
 	prefault_stop(d->prefault);
+	if (handing_over)
+		handover_answer(&d->handover, d->st, listen_fd);
+	else if (d->fdstore && d->st)
+		log_notice("memory kept for the next start: %llu objects hashed first",
+			   (unsigned long long) store_seal(d->st, handover_hash));
+	if (d->sv.keep_listen && listen_fd >= 0)
+		close(listen_fd);
 	store_free(d->st);
 	loop_free(d->loop);
 }
@@ -195,6 +247,10 @@ int main(int argc, char **argv)
 		log_error_errno(r, "Failed to set up the event loop");
 		return 1;
 	}
+	d.handover.fd = -1;
+	r = take_over(&d);
+	if (r >= 0)
+		return r;
 	r = start(&d);
 	if (r == 0) {
 		store_info(d.st, &info);
@@ -205,6 +261,7 @@ int main(int argc, char **argv)
 		/* under systemd (Type=notify): ready now; a no-op elsewhere */
 		sd_notifyf(0, "READY=1\nSTATUS=serving on %s\nMAINPID=%lu", d.sv.socket_path,
 			   (unsigned long) getpid());
+		d.fdstore = handover_to_fdstore(d.st, d.sv.listen_fd);
 		r = loop_run(d.loop);
 		sd_notify(0, "STOPPING=1");
 	}

@@ -169,6 +169,7 @@ static int validate(const Kvc__Request *q, const char **why)
 		}
 		return 0;
 	case KVC__OP__OP_CHANNEL_OPEN:
+	case KVC__OP__OP_HANDOVER:
 	case KVC__OP__OP_FLUSH:
 	case KVC__OP__OP_STATUS:
 	case KVC__OP__OP_STATS:

@@ -18,9 +18,9 @@
 #include "values.h"
 
 #define KVC_PROTO_MAJOR 1
-#define KVC_PROTO_MINOR 3 /* 1: SegmentInfo layout, StatusResp recovery, OP_REMOVE_PREFIX;
+#define KVC_PROTO_MINOR 4 /* 1: SegmentInfo layout, StatusResp recovery, OP_REMOVE_PREFIX;
                            2: OP_CLUSTER, OP_WHERE, OP_PREFETCH,
-                           OP_PUSH; 3: OP_ANNOUNCE */
+                           OP_PUSH; 3: OP_ANNOUNCE; 4: OP_HANDOVER */
 
 #define WIRE_MAGIC 0x4b56u /* "KV" */
 #define WIRE_HDR_SIZE 16u

@@ -196,6 +196,61 @@ int shm_alloc_block(struct shm_alloc *a, uint64_t size, struct shm_block **ret)
 	return 0;
 }
 
+int shm_alloc_take(struct shm_alloc *a, uint64_t offset, uint64_t size,
+		   struct shm_block **cursor, struct shm_block **ret)
+{
+	struct shm_block *b, *front = NULL, *rest = NULL;
+
+	if (size == 0 || offset % SHM_ALLOC_ALIGN)
+		return -EINVAL;
+	size = (size + SHM_ALLOC_ALIGN - 1) & ~(uint64_t) (SHM_ALLOC_ALIGN - 1);
+	if (offset < a->base || offset > a->base + a->size || size > a->base + a->size - offset)
+		return -ERANGE;
+	b = *cursor && (*cursor)->offset <= offset ? *cursor : a->first;
+	while (b && b->offset + b->size <= offset)
+		b = b->next_phys;
+	if (!b || !b->free || offset + size > b->offset + b->size)
+		return -EBUSY;
+	/* both descriptors first: a failure leaves everything as it was */
+	if ((offset > b->offset && !(front = desc_new(a))) ||
+	    (offset + size < b->offset + b->size && !(rest = desc_new(a)))) {
+		if (front)
+			desc_free(a, front);
+		return -ENOMEM;
+	}
+	list_remove(a, b);
+	if (front) {
+		front->offset = b->offset;
+		front->size = offset - b->offset;
+		front->prev_phys = b->prev_phys;
+		front->next_phys = b;
+		if (front->prev_phys)
+			front->prev_phys->next_phys = front;
+		else
+			a->first = front;
+		b->prev_phys = front;
+		b->offset = offset;
+		b->size -= front->size;
+		list_insert(a, front);
+	}
+	if (rest) {
+		rest->offset = b->offset + size;
+		rest->size = b->size - size;
+		rest->prev_phys = b;
+		rest->next_phys = b->next_phys;
+		if (rest->next_phys)
+			rest->next_phys->prev_phys = rest;
+		b->next_phys = rest;
+		b->size = size;
+		list_insert(a, rest);
+	}
+	a->used += b->size;
+	a->n_used++;
+	*cursor = b->next_phys;
+	*ret = b;
+	return 0;
+}
+
 void shm_alloc_free(struct shm_alloc *a, struct shm_block *b)
 {
 	struct shm_block *n;

@@ -139,6 +139,57 @@ int shm_segment_create(struct shm_segment *seg, const char *name, uint64_t size,
 	return 0;
 }
 
+int shm_segment_adopt(struct shm_segment *seg, int fd, uint64_t size, uint32_t tier,
+		      uint32_t index, uint64_t generation, const char **why)
+{
+	struct shm_seg_header *h;
+	struct stat sb;
+	bool huge;
+	void *p;
+
+	*seg = (struct shm_segment) SHM_SEGMENT_INIT;
+	*why = NULL;
+	if (shm_segment_check_seals(fd) < 0 || fstat(fd, &sb) < 0)
+		*why = "not a sealed memfd";
+	else if ((uint64_t) sb.st_size < SHM_HEADER_SIZE)
+		*why = "too small for a segment";
+	if (*why) {
+		close(fd);
+		return -EBADMSG;
+	}
+	p = mmap(NULL, (size_t) sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int r = -errno;
+
+		*why = "it cannot be mapped";
+		close(fd);
+		return r;
+	}
+	h = p;
+	huge = h->flags & SHM_SEG_HUGEPAGES;
+	if (h->magic != SHM_SEG_MAGIC || h->header_size != SHM_HEADER_SIZE ||
+	    h->data_offset != SHM_HEADER_SIZE || h->size != (uint64_t) sb.st_size)
+		*why = "no segment header";
+	else if (h->layout_version != SHM_LAYOUT_VERSION)
+		*why = "a segment layout this kvcached does not read";
+	else if (h->tier != tier || h->index != index)
+		*why = "a segment of another tier";
+	else if (h->size != round_up(SHM_HEADER_SIZE + size, huge ? SHM_HUGEPAGE_SIZE : 4096))
+		*why = "a segment of another size (the tier was resized)";
+	if (*why) {
+		munmap(p, (size_t) sb.st_size);
+		close(fd);
+		return -EBADMSG;
+	}
+	seg->fd = fd;
+	seg->base = p;
+	seg->size = h->size;
+	seg->hugepages = huge;
+	h->generation = generation;
+	h->daemon_pid = (uint32_t) getpid();
+	return 0;
+}
+
 int shm_segment_check_seals(int fd)
 {
 	int seals = fcntl(fd, F_GET_SEALS);

@@ -43,6 +43,11 @@ int shm_segment_create(struct shm_segment *seg, const char *name, uint64_t size,
 int shm_segment_map(struct shm_segment *seg, int fd, uint64_t size);
 
 void shm_segment_done(struct shm_segment *seg);
+/* Daemon side of a warm start: the segment a previous run made for the
+ * same tier, index and size (fd: taken), mapped and now this run's
+ * (generation).  -EBADMSG with *why saying what did not match. */
+int shm_segment_adopt(struct shm_segment *seg, int fd, uint64_t size, uint32_t tier,
+		      uint32_t index, uint64_t generation, const char **why);
 
 static inline const struct shm_seg_header *shm_segment_header(const struct shm_segment *seg)
 {
@@ -95,6 +100,12 @@ void shm_alloc_done(struct shm_alloc *a);
  * free block is big enough. */
 int shm_alloc_block(struct shm_alloc *a, uint64_t size, struct shm_block **ret);
 void shm_alloc_free(struct shm_alloc *a, struct shm_block *b);
+/* Take the block at [offset, offset + size) (size rounded as above): a
+ * warm start adopting what a previous run left there.  *cursor (NULL to
+ * start) makes takes in ascending order cost O(1) each.  -EINVAL
+ * (misaligned), -ERANGE (outside the range), -EBUSY (not wholly free). */
+int shm_alloc_take(struct shm_alloc *a, uint64_t offset, uint64_t size,
+		   struct shm_block **cursor, struct shm_block **ret);
 /* The largest block shm_alloc_block() could hand out right now. */
 uint64_t shm_alloc_largest_free(const struct shm_alloc *a);
 /* Walk every invariant; 0 or -EUCLEAN.  For tests. */

@@ -34,6 +34,7 @@ static const char *arg_socket;
 static bool arg_json;
 static const char *arg_push_to;
 static bool arg_local_only, arg_peek;
+static const char *arg_binary;
 static char socket_path[108];
 
 static void usage(FILE *f)
@@ -62,6 +63,10 @@ static void usage(FILE *f)
 		"                               and wait (before a planned restart)\n"
 		"  evict [--tier T] [--bytes N | --all]\n"
 		"                               drop unused objects, least recently used first\n"
+		"  upgrade [--binary PATH] [-- FLAGS...]\n"
+		"                               warm restart: start PATH (default: the running\n"
+		"                               daemon's binary) with its flags (or FLAGS),\n"
+		"                               taking over its memory and socket\n"
 		"  cluster                      the cluster's members as this daemon sees them\n"
 		"  where KEY                    the nodes holding KEY (exit 1 if none)\n"
 		"  prefetch KEY...              start bringing KEYs into memory (from the disk\n"
@@ -77,6 +82,8 @@ static void usage(FILE *f)
 		"      --local-only    lookups and gets answer from this node alone (in a\n"
 		"                      cluster: a key held only elsewhere is not found);\n"
 		"                      rm removes this node's copies alone\n"
+		"      --binary PATH   the kvcached binary upgrade starts\n"
+		"      --binary PATH   the kvcached binary upgrade starts\n"
 		"      --peek          exists only looks: no lease, no use (for scans)\n"
 		"  -h, --help          this help\n"
 		"  -V, --version       print the version\n"
@@ -643,6 +650,7 @@ struct ctl {
 	uint64_t limit, bytes, soft_ttl;
 	int tier;
 	long refreshes;
+	bool dashdash;   /* its arguments came after -- */
 };
 
 /* Options only some commands take (the others refuse them, saying which
@@ -657,6 +665,8 @@ enum {
 	TAKES_PIN = 1u << 6,       /* --soft, --hard: pin */
 	NO_JSON = 1u << 7,         /* top: no --json */
 	ARG_PREFIX = 1u << 8,      /* its argument is a prefix (ls), not a key */
+	TAKES_BINARY = 1u << 9,    /* --binary: upgrade */
+	ARGS_FLAGS = 1u << 10,     /* its arguments are kvcached's flags (upgrade) */
 };
 
 struct verb {
@@ -851,6 +861,21 @@ static int run_evict(struct kvc_client *c, const struct ctl *a)
 	return EXIT_OK;
 }
 
+static int check_upgrade(const struct ctl *a)
+{
+	if (a->nargs && !a->dashdash)
+		return usage_error("%s", "upgrade takes kvcached's flags after --");
+	return EXIT_OK;
+}
+
+static int run_upgrade(struct kvc_client *c, const struct ctl *a)
+{
+	bool flags = a->dashdash && a->nargs > 0;
+
+	return ctl_upgrade(c, socket_path, arg_binary, flags ? a->args : NULL,
+			   flags ? a->nargs : 0, arg_json);
+}
+
 static const struct verb verbs[] = {
 	{ "status", 0, check_none, run_status },
 	{ "stats", 0, check_none, run_stats },
@@ -867,6 +892,7 @@ static const struct verb verbs[] = {
 	{ "where", 0, check_key, run_where },
 	{ "prefetch", 0, check_prefetch, run_prefetch },
 	{ "evict", TAKES_EVICT | TAKES_ALL, check_evict, run_evict },
+	{ "upgrade", TAKES_BINARY | ARGS_FLAGS, check_upgrade, run_upgrade },
 };
 
 /* Options given to a command that does not take them: the first, said. */
@@ -888,6 +914,10 @@ static int check_options(const struct verb *v, const struct ctl *a)
 		return usage_error("%s", "--force and --prefix apply to rm only");
 	if ((a->hard || a->have_soft) && !(v->flags & TAKES_PIN))
 		return usage_error("%s", "--soft and --hard apply to pin only");
+	if (arg_binary && !(v->flags & TAKES_BINARY))
+		return usage_error("%s", "--binary applies to upgrade only");
+	if (v->flags & ARGS_FLAGS)
+		return EXIT_OK;
 	if (a->a1 && !(v->flags & ARG_PREFIX) && (strlen(a->a1) == 0 || strlen(a->a1) > KVC_KEY_MAX))
 		return usage_error("invalid key '%s': keys are 1..511 bytes", a->a1);
 	if (a->a1 && (v->flags & ARG_PREFIX) && strlen(a->a1) > KVC_KEY_MAX)
@@ -915,6 +945,7 @@ int main(int argc, char **argv)
 		{ "iterations", required_argument, NULL, 'n' },
 		{ "local-only", no_argument, NULL, 'o' },
 		{ "peek", no_argument, NULL, 'K' },
+		{ "binary", required_argument, NULL, 'B' },
 		{ 0 },
 	};
 	struct ctl a = { .tier = KVC_TIER_DEFAULT };
@@ -991,6 +1022,9 @@ int main(int argc, char **argv)
 		case 'K':
 			arg_peek = true;
 			break;
+		case 'B':
+			arg_binary = optarg;
+			break;
 		case 'n': {
 			char *end;
 
@@ -1013,6 +1047,7 @@ int main(int argc, char **argv)
 	a.args = argv + optind + 1;
 	a.a1 = a.nargs > 0 ? a.args[0] : NULL;
 	a.a2 = a.nargs > 1 ? a.args[1] : NULL;
+	a.dashdash = optind >= 2 && !strcmp(argv[optind - 1], "--");
 
 	/* Check the command line fully before touching the daemon. */
 	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]) && !v; i++)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog.h"
 #include "tier.h"
 #include "values.h"
 
@@ -124,6 +125,7 @@ void object_free(struct store *st, struct object *o)
 {
 	if (!o)
 		return;
+	catalog_forget(st, o);
 	if (o->block)
 		shm_alloc_free(&o->tier->alloc, o->block);
 	free(o->parent_key);
@@ -175,6 +177,8 @@ void object_publish(struct store *st, struct object *o)
 			object_place(st, p, false);
 	}
 	object_place(st, o, false);
+	if (!o->cat)
+		catalog_note(st, o);
 	object_announce(st, o);
 }
 
@@ -203,6 +207,7 @@ void object_drop(struct store *st, struct object *o)
 	fetch_done(st, o, -ENOENT); /* whoever waited for it: it is gone */
 	index_unlink(&st->index, o);
 	object_unplace(st, o);
+	catalog_forget(st, o);
 	o->tier->objects--;
 	unqueue_promotion(st, o);
 	/* children lose their prefix; the parent loses a child */

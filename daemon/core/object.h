@@ -69,6 +69,7 @@ struct tier {
 	uint64_t low;         /* ...and frees down to this */
 	struct olist lists[OL_COUNT];
 	struct tier *below;   /* where demoted objects go; NULL: they are dropped */
+	bool adopted;         /* its segment is the previous run's (a warm start) */
 	struct tier_stats st;
 };
 
@@ -160,6 +161,8 @@ struct object {
 		const void *reserver;     /* RESERVED: whose reservation (its holder) */
 	};
 	struct fetch *fetch;              /* coming back into memory (fetch.c) */
+	/* its entry in the catalog (catalog.h) while committed in memory */
+	struct shm_block *cat;
 	char key[];                       /* NUL-terminated */
 };
 

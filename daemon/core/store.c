@@ -32,12 +32,22 @@ static bool maintain(void *userdata)
 
 int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store **ret)
 {
+	return store_new_warm(cfg, loop, numa_node, NULL, ret);
+}
+
+int store_new_warm(struct config *cfg, struct loop *loop, int numa_node,
+		   const struct store_warm *warm, struct store **ret)
+{
 	struct store *st = calloc(1, sizeof(*st));
+	usec_t t0 = mono_us();
 	int r;
 
 	*ret = NULL;
-	if (!st)
+	if (!st) {
+		store_warm_close(warm);
 		return -ENOMEM;
+	}
+	st->cat.fd = -1;
 	st->cfg = cfg;
 	st->loop = loop;
 	if (getrandom(&st->generation, sizeof(st->generation), 0) != sizeof(st->generation))
@@ -47,11 +57,18 @@ int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store
 	r = index_init(&st->index);
 	if (r < 0) {
 		free(st);
+		store_warm_close(warm);
 		return r;
 	}
 	r = loop_add_idle(loop, maintain, st, &st->maintain_src);
 	if (r == 0)
-		r = tiers_init(st);
+		r = tiers_init(st, warm ? warm->dram_fd : -1, warm ? warm->device_fd : -1);
+	else
+		store_warm_close(warm);
+	if (r == 0)
+		r = warm_start(st, warm, t0);
+	else if (warm && warm->catalog_fd >= 0)
+		close(warm->catalog_fd);
 	if (r < 0) {
 		store_free(st);
 		return r;
@@ -80,6 +97,7 @@ void store_free(struct store *st)
 	if (st->reserving.buckets)
 		index_done(&st->reserving);
 	tiers_done(st);
+	catalog_done(&st->cat);
 	index_done(&st->index);
 	loop_source_free(st->maintain_src);
 	free(st);

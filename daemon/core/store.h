@@ -87,6 +87,39 @@ void store_emit_space_freed(struct store *st);
  * NUMA node numa_node only, when >= 0), its maintenance on the loop's idle
  * turns.  0 or -errno. */
 int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store **ret);
+/*
+ * Warm starts (warm.c, docs/warm-restart.rst): a previous run's memory
+ * tiers taken over with what they hold.  It leaves its segments' memfds
+ * and its catalog's (-1: none; each taken), and the hash that checks an
+ * object's bytes against the XXH3-64 its entry carries.  Only objects
+ * whose bytes check are kept; the rest are dropped and counted.
+ */
+struct store_warm {
+	int dram_fd, device_fd, catalog_fd;
+	uint64_t (*hash)(const void *p, size_t n);
+};
+struct store_warm_report {
+	bool warm;            /* a previous run's segments were taken over */
+	uint64_t kept, kept_bytes;
+	uint64_t dropped;     /* entries not kept, for any reason: */
+	uint64_t unverified;  /* no checksum to check their bytes by */
+	uint64_t mismatched;  /* bytes that did not check, or places taken twice */
+	usec_t took;          /* the whole take-over, checks included */
+};
+int store_new_warm(struct config *cfg, struct loop *loop, int numa_node,
+		   const struct store_warm *warm, struct store **ret);
+void store_warm_report(const struct store *st, struct store_warm_report *ret);
+/* What a next run takes over: fds[0] dram, [1] device (or -1), [2] the
+ * catalog (or -1); the store's own, not to be closed. */
+void store_warm_fds(const struct store *st, int fds[3]);
+/* Before handing the memory over: every object in memory gets a checksum
+ * (hash; those without one are hashed now) in its catalog entry, and the
+ * catalog is written no more, whatever happens to the objects after.
+ * Returns how many were hashed. */
+uint64_t store_seal(struct store *st, uint64_t (*hash)(const void *p, size_t n));
+/* Objects the catalog had no room for (they would not survive a warm
+ * start). */
+uint64_t store_catalog_full(const struct store *st);
 /* Every object freed (after the tier below and the sessions went: copies
  * below are not touched), then the store; NULL: nothing. */
 void store_free(struct store *st);

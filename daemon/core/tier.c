@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/mman.h>
 #include <time.h>
 #if KVC_HAVE_NUMA
@@ -89,17 +90,35 @@ static int bind_numa(struct store *st, struct tier *t)
 #endif
 }
 
+/* The segment the previous run left (fd, taken), when it fits: a warm
+ * start keeps its bytes. */
+static bool tier_adopt(struct store *st, struct tier *t, int fd, uint64_t size)
+{
+	const char *why;
+
+	if (fd < 0)
+		return false;
+	if (shm_segment_adopt(&t->seg, fd, size, t->kind, t->segment, st->generation, &why) < 0) {
+		log_warn("not taking over the previous run's %s segment (%s): it starts empty",
+			 t->name, why);
+		return false;
+	}
+	t->adopted = true;
+	return true;
+}
+
 static int tier_init(struct store *st, struct tier *t, const char *name, uint32_t kind,
-		     uint32_t segment, uint64_t size)
+		     uint32_t segment, uint64_t size, int fd)
 {
 	const struct shm_seg_header *h;
 	char memfd_name[32];
-	int r;
+	int r = 0;
 
 	*t = (struct tier) { .name = name, .kind = kind, .segment = segment };
 	snprintf(memfd_name, sizeof(memfd_name), "kvcache-%s", name);
-	r = shm_segment_create(&t->seg, memfd_name, size, st->cfg->hugepages, kind, segment,
-			       st->generation);
+	if (!tier_adopt(st, t, fd, size))
+		r = shm_segment_create(&t->seg, memfd_name, size, st->cfg->hugepages, kind,
+				       segment, st->generation);
 	if (r < 0) {
 		log_error("Failed to create the %s segment of %llu bytes (hugepages=%s): %s", name,
 			  (unsigned long long) size,
@@ -108,7 +127,7 @@ static int tier_init(struct store *st, struct tier *t, const char *name, uint32_
 			  strerror(-r));
 		return r;
 	}
-	if (st->cfg->hugepages == SHM_HUGEPAGES_AUTO && !t->seg.hugepages)
+	if (st->cfg->hugepages == SHM_HUGEPAGES_AUTO && !t->seg.hugepages && !t->adopted)
 		log_warn("2 MiB hugepages unavailable for the %s segment (%s); using 4 KiB pages. "
 			 "Reserve them with: echo N > /proc/sys/vm/nr_hugepages",
 			 name, strerror(-t->seg.hugepage_error));
@@ -514,22 +533,27 @@ uint64_t store_walk(struct store *st, uint64_t cursor, size_t max_buckets, size_
 	return index_walk_some(&st->index, cursor, max_buckets, max_objects, fn, u);
 }
 
-int tiers_init(struct store *st)
+int tiers_init(struct store *st, int dram_fd, int device_fd)
 {
 	struct tier *dram = &st->tiers[0];
 	int r;
 
 	/* segment 0 is always dram; the device tier, when on, is segment 1 */
-	r = tier_init(st, dram, "dram", SHM_TIER_DRAM, 0, st->cfg->dram_size);
-	if (r < 0)
+	r = tier_init(st, dram, "dram", SHM_TIER_DRAM, 0, st->cfg->dram_size, dram_fd);
+	if (r < 0) {
+		if (device_fd >= 0)
+			close(device_fd);
 		return r;
+	}
 	st->n_tiers = 1;
 	st->fastest = dram;
 	st->hugepages = dram->seg.hugepages;
 	if (st->cfg->device_size) {
 		struct tier *dev = &st->tiers[1];
 
-		r = tier_init(st, dev, "device", SHM_TIER_DEVICE, 1, st->cfg->device_size);
+		r = tier_init(st, dev, "device", SHM_TIER_DEVICE, 1, st->cfg->device_size,
+			      device_fd);
+		device_fd = -1;
 		if (r < 0) {
 			tiers_done(st);
 			return r;
@@ -538,6 +562,9 @@ int tiers_init(struct store *st)
 		st->n_tiers = 2;
 		st->fastest = dev;
 		st->hugepages = st->hugepages && dev->seg.hugepages;
+	} else if (device_fd >= 0) {
+		log_warn("not taking over the previous run's device segment: no device tier now");
+		close(device_fd);
 	}
 	return 0;
 }
@@ -579,6 +606,7 @@ static void rehome(struct store *st, struct object *o, struct tier *to, struct s
 	o->hits = 0;
 	to->objects++;
 	object_place(st, o, false);
+	catalog_note(st, o);
 	to->st.bytes_moved += o->len;
 	st->stats.bytes_moved += o->len;
 }

@@ -226,6 +226,9 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 {
 	const struct stats *x = store_stats(sv->st);
 	uint64_t registered = 0, channels = 0;
+	struct store_warm_report w;
+
+	store_warm_report(sv->st, &w);
 	const struct {
 		const char *name;
 		uint64_t value;
@@ -262,6 +265,13 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		{ "buffer_prefaulted_bytes", buffer_warmed_bytes(sv) },
 		{ "spill_waits", sv->stats.spill_waits },
 		{ "copies_offloaded", sv->stats.copies_offloaded },
+		{ "warm_kept_objects", w.kept },
+		{ "warm_kept_bytes", w.kept_bytes },
+		{ "warm_dropped_objects", w.dropped },
+		{ "warm_unverified_objects", w.unverified },
+		{ "warm_mismatched_objects", w.mismatched },
+		{ "warm_start_ms", w.took / USEC_PER_MSEC },
+		{ "catalog_full", store_catalog_full(sv->st) },
 	};
 	static const char *const tier_names[] = {
 		"capacity", "used", "high_watermark", "objects", "hits", "misses",

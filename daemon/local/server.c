@@ -43,6 +43,24 @@ static bool socket_alive(const char *path)
 	return alive;
 }
 
+/* A listening socket a previous run handed over (a warm start): its lock
+ * file is taken as soon as that run lets it go. */
+static int take_socket(struct server *sv, int fd)
+{
+	for (int i = 0; flock(sv->lock_fd, LOCK_EX | LOCK_NB) < 0; i++) {
+		if (i == 100) {
+			log_error("the previous kvcached still holds %s after 5 s", sv->lock_path);
+			close(fd);
+			return -EADDRINUSE;
+		}
+		usleep(50000);
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	sv->listen_fd = fd;
+	return 0;
+}
+
 static int open_socket(struct server *sv)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -56,8 +74,12 @@ static int open_socket(struct server *sv)
 	if (sv->lock_fd < 0) {
 		r = -errno;
 		log_error("Failed to open lock file %s: %m", sv->lock_path);
+		if (sv->inherit_listen)
+			close(sv->inherited_fd);
 		return r;
 	}
+	if (sv->inherit_listen)
+		return take_socket(sv, sv->inherited_fd);
 	if (flock(sv->lock_fd, LOCK_EX | LOCK_NB) < 0) {
 		log_error("another kvcached is already serving %s; not starting", sv->socket_path);
 		close(sv->lock_fd);
@@ -185,12 +207,15 @@ void server_done(struct server *sv)
 	loop_source_free(sv->listen_src);
 	loop_source_free(sv->signal_src);
 	sv->listen_src = sv->signal_src = NULL;
-	if (sv->listen_fd >= 0) {
+	/* handed over: the listening socket is the next daemon's, and the
+	 * lock file its to take (closing the fd lets the lock go) */
+	if (sv->listen_fd >= 0 && !sv->keep_listen) {
 		close(sv->listen_fd);
 		unlink(sv->socket_path);
 	}
 	if (sv->lock_fd >= 0) {
-		unlink(sv->lock_path);
+		if (!sv->keep_listen)
+			unlink(sv->lock_path);
 		close(sv->lock_fd);
 	}
 	if (sv->signal_fd >= 0)

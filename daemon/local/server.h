@@ -91,6 +91,14 @@ struct server {
 	uint64_t next_session_id;
 	struct ophist ophist[SHM_OP_MAX];
 	uint32_t ophist_tick;
+	/* kvcached --take-over asks for the memory (OP_HANDOVER): the
+	 * daemon's hook takes the asker's connection (fd, dup'd) and answers
+	 * it once it has stopped; 0, or -errno with msg */
+	int (*handover)(void *data, int fd, uint32_t seq, char *msg, size_t msg_len);
+	void *handover_data;
+	bool keep_listen;          /* handed over: server_done() leaves socket and lock file */
+	bool inherit_listen;       /* server_init() serves inherited_fd, a previous run's */
+	int inherited_fd;
 	struct copier *copier;     /* copier.c */
 	struct mapper *mapper;     /* maps and unmaps off the loop */
 	struct buffer_maker *maker; /* buffers mapped by it (buffer.c) */

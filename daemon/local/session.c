@@ -502,6 +502,20 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 			rep.resp.extent = &rep.extent;
 		}
 		break;
+	case KVC__OP__OP_HANDOVER:
+		r = -EOPNOTSUPP;
+		if (s->uid != 0 && s->uid != geteuid()) {
+			r = -EPERM;
+			snprintf(rep.msg, sizeof(rep.msg), "only uid %u or root may take this daemon over",
+				 (unsigned) geteuid());
+		} else if (sv->handover) {
+			r = sv->handover(sv->handover_data, s->fd, h->seq, rep.msg, sizeof(rep.msg));
+			if (r == 0) { /* answered by the hook, once the daemon stopped */
+				kvc__request__free_unpacked(q, NULL);
+				return;
+			}
+		}
+		break;
 	case KVC__OP__OP_FLUSH:
 		r = store_flush_below(sv->st);
 		if (r == -EOPNOTSUPP)

@@ -162,8 +162,86 @@ static void test_fragmentation(void)
 	shm_alloc_done(&a);
 }
 
+/* A warm start: blocks a first allocator handed out are taken at the
+ * same offsets by a second one (ascending, then out of order); overlaps
+ * and strays are refused and change nothing; what is left free can be
+ * allocated, and freeing everything leaves one free block. */
+static void test_take(uint64_t seed)
+{
+	static struct live l[LIVE_MAX];
+	static struct shm_block *taken[LIVE_MAX];
+	struct shm_alloc a, b;
+	struct shm_block *cur = NULL, *x;
+	const uint64_t arena = 8 << 20;
+	uint64_t rs = seed;
+	size_t n = 0, n_taken = 0;
+
+	CHECK_EQ(shm_alloc_init(&a, BASE, arena), 0);
+	for (int i = 0; i < 3000; i++) {
+		uint64_t req = 1 + test_rand(&rs) % 9000;
+
+		if (n && test_rand(&rs) % 3 == 0) {
+			size_t k = (size_t) (test_rand(&rs) % n);
+
+			shm_alloc_free(&a, l[k].b);
+			l[k] = l[--n];
+		} else if (n < LIVE_MAX && shm_alloc_block(&a, req, &l[n].b) == 0) {
+			l[n++].req = req;
+		}
+	}
+	CHECK(n > 10);
+	check_disjoint(l, n, &a); /* sorts nothing in l; sort a copy */
+	for (size_t i = 0; i < n; i++)
+		taken[i] = l[i].b;
+	qsort(taken, n, sizeof(taken[0]), cmp_off);
+
+	CHECK_EQ(shm_alloc_init(&b, BASE, arena), 0);
+	CHECK_EQ(shm_alloc_take(&b, BASE + 1, 64, &cur, &x), -EINVAL);
+	CHECK_EQ(shm_alloc_take(&b, BASE + arena, 64, &cur, &x), -ERANGE);
+	CHECK_EQ(shm_alloc_take(&b, BASE + arena - 64, 128, &cur, &x), -ERANGE);
+	CHECK_EQ(shm_alloc_take(&b, 0, 64, &cur, &x), -ERANGE);
+	/* every other one in ascending order with a cursor, the rest after,
+	 * out of order without one */
+	for (size_t i = 0; i < n; i += 2) {
+		CHECK_EQ(shm_alloc_take(&b, taken[i]->offset, taken[i]->size, &cur, &x), 0);
+		CHECK_EQ(x->offset, taken[i]->offset);
+		CHECK_EQ(x->size, taken[i]->size);
+		/* the same place again, or a block reaching into it */
+		CHECK_EQ(shm_alloc_take(&b, taken[i]->offset, 64, &cur, &x), -EBUSY);
+		if (taken[i]->offset >= BASE + 64)
+			CHECK_EQ(shm_alloc_take(&b, taken[i]->offset - 64, 128, &cur, &x), -EBUSY);
+		n_taken++;
+	}
+	CHECK_EQ(shm_alloc_check(&b), 0);
+	for (size_t i = n - 1 - (n % 2 == 0 ? 0 : 1); i < n; i -= 2) {
+		struct shm_block *none = NULL;
+
+		CHECK_EQ(shm_alloc_take(&b, taken[i]->offset, taken[i]->size, &none, &x), 0);
+		CHECK_EQ(x->offset, taken[i]->offset);
+		n_taken++;
+		if (i < 2)
+			break;
+	}
+	CHECK_EQ(n_taken, n);
+	CHECK_EQ(b.used, a.used);
+	CHECK_EQ(b.n_used, a.n_used);
+	CHECK_EQ(shm_alloc_check(&b), 0);
+	/* the free space is the same: allocate it all in 64-byte blocks */
+	{
+		uint64_t left = 0;
+
+		while (shm_alloc_block(&b, 64, &x) == 0)
+			left += 64;
+		CHECK_EQ(left, arena - a.used);
+	}
+	shm_alloc_done(&b);
+	shm_alloc_done(&a);
+}
+
 int main(void)
 {
+	test_take(5);
+	test_take(6);
 	test_exhaustion();
 	test_fragmentation();
 	test_random(1, 1 << 20, 4096, 200000);

@@ -178,7 +178,7 @@ int main(void)
 	log_configure("error");
 	CHECK_EQ(loop_new(0, &st.loop), 0);
 	CHECK_EQ(index_init(&st.index), 0);
-	CHECK_EQ(tiers_init(&st), 0);
+	CHECK_EQ(tiers_init(&st, -1, -1), 0);
 	holder_init(&a, &st, NULL);
 	holder_init(&b, &st, NULL);
 

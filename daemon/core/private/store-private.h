@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include "catalog.h"
 #include "index.h"
 #include "store.h"
 
@@ -51,5 +52,7 @@ struct store {
 	struct object *announced_head, *announced_tail;
 	struct fetch *woken;   /* their waiters, to run again (store_wake_puts) */
 	uint64_t version;      /* the last version given (store_version_next) */
+	struct catalog cat;    /* where the memory tiers' objects are, for the next run */
+	struct store_warm_report warm; /* what this run took over from the last */
 	struct stats stats;
 };

@@ -11,7 +11,9 @@
 
 #include "store-private.h"
 
-int tiers_init(struct store *st);
+/* The memory tiers, empty, or the previous run's segments when their fds
+ * are given (>= 0; taken) and they fit. */
+int tiers_init(struct store *st, int dram_fd, int device_fd);
 void tiers_done(struct store *st);
 
 struct tier *tier_for(struct store *st, int requested);
@@ -79,3 +81,8 @@ uint64_t tier_used(const struct tier *t);
 /* Tiers for status: memory tiers, then disk. */
 unsigned tier_count(const struct store *st);
 struct tier *tier_at(struct store *st, unsigned i);
+/* Warm starts (warm.c): after tiers_init(), the catalog (a new one, or
+ * the previous run's and the objects it lists that check); the fds of a
+ * warm start that will not happen, closed. */
+int warm_start(struct store *st, const struct store_warm *w, usec_t t0);
+void store_warm_close(const struct store_warm *w);

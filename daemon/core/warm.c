@@ -22,6 +22,7 @@ struct found {
 	uint64_t offset, len, ver, sum;
 	uint32_t tier;
 	bool summed;
+	bool conflict;            /* another entry claims some of its bytes */
 	struct shm_block *cat;    /* its entry, kept */
 	struct shm_block *block;  /* its bytes, taken */
 };
@@ -151,6 +152,7 @@ static void take_over(struct store *st, const struct store_warm *w)
 	struct scan s = { 0 };
 	struct shm_block *cursor = NULL;
 	struct tier *cur_tier = NULL;
+	struct found *last = NULL;
 
 	catalog_scan(&st->cat, on_entry, &s);
 	if (s.oom)
@@ -159,12 +161,15 @@ static void take_over(struct store *st, const struct store_warm *w)
 	for (size_t i = 0; i < s.n; i++)
 		if (catalog_keep(&st->cat, s.v[i].at, &cursor, &s.v[i].cat) < 0)
 			s.v[i].cat = NULL;
-	/* then the bytes, segment by segment in ascending order */
+	/* then the bytes, segment by segment in ascending order: a place
+	 * claimed twice is a catalog that cannot be trusted there, and
+	 * neither claim is kept */
 	qsort(s.v, s.n, sizeof(s.v[0]), by_place);
 	cursor = NULL;
 	for (size_t i = 0; i < s.n; i++) {
 		struct found *f = &s.v[i];
 		struct tier *t = adopted_tier(st, f->tier);
+		int r = -EINVAL;
 
 		if (!f->cat) {
 			catalog_clear(&st->cat, f->at);
@@ -175,13 +180,22 @@ static void take_over(struct store *st, const struct store_warm *w)
 		if (t != cur_tier) {
 			cur_tier = t;
 			cursor = NULL;
+			last = NULL;
 		}
-		if (!t || f->len == 0 ||
-		    shm_alloc_take(&t->alloc, f->offset, f->len, &cursor, &f->block) < 0) {
-			f->block = NULL;
-			drop(st, f, t != NULL);
+		if (t && f->len)
+			r = shm_alloc_take(&t->alloc, f->offset, f->len, &cursor, &f->block);
+		if (r == 0) {
+			last = f;
+			continue;
 		}
+		if (r == -EBUSY && last)
+			last->conflict = true;
+		f->block = NULL;
+		drop(st, f, t != NULL);
 	}
+	for (size_t i = 0; i < s.n; i++)
+		if (s.v[i].cat && s.v[i].conflict)
+			drop(st, &s.v[i], true);
 	for (size_t i = 0; i < s.n; i++)
 		if (s.v[i].cat)
 			keep(st, w, &s.v[i]);

@@ -466,6 +466,11 @@ static void warm_stop(struct kvc_client *c)
 	c->warm_pid = 0;
 }
 
+bool kvc_connection_lost(const struct kvc_client *c)
+{
+	return c && __atomic_load_n(&c->broken, __ATOMIC_RELAXED);
+}
+
 uint64_t kvc_warmed_bytes(struct kvc_client *c)
 {
 	return c ? __atomic_load_n(&c->warmed, __ATOMIC_RELAXED) : 0;

@@ -17,6 +17,40 @@ unsigned kvcpy_fork_gen;
 
 /* ---- lifetime ---- */
 
+/* The daemon went (it stopped, or a new kvcached took it over: kvcachectl
+ * upgrade): once nothing of the old connection is alive (no call in
+ * progress, no View, Reservation or Buffer, no asynchronous operation),
+ * connect again, so that an engine's next call finds the daemon back.
+ * Until then calls fail with -ECONNRESET as before. */
+static void reconnect(ClientObject *self)
+{
+	struct kvc_client *old = self->c, *nc = NULL;
+	int r;
+
+	if (!kvc_connection_lost(old) || self->reconnecting || self->users != 1 ||
+	    self->exports || self->slots_used || !self->socket)
+		return;
+	self->reconnecting = true;
+	Py_BEGIN_ALLOW_THREADS
+	r = kvc_connect(self->socket, &nc);
+	Py_END_ALLOW_THREADS
+	self->reconnecting = false;
+	if (r < 0)
+		return;
+	if (self->users != 1 || self->exports || self->slots_used || self->closing) {
+		Py_BEGIN_ALLOW_THREADS
+		kvc_disconnect(nc); /* the old one got busy meanwhile: next time */
+		Py_END_ALLOW_THREADS
+		return;
+	}
+	kvc_set_get_flags(nc, kvc_set_get_flags(old, 0));
+	self->c = nc;
+	self->reconnects++;
+	Py_BEGIN_ALLOW_THREADS
+	kvc_disconnect(old);
+	Py_END_ALLOW_THREADS
+}
+
 int client_enter(ClientObject *self)
 {
 	if (!self->c || self->closing) {
@@ -27,6 +61,11 @@ int client_enter(ClientObject *self)
 		PyErr_SetString(PyExc_RuntimeError,
 				"this client was connected by the parent process; connect a new "
 				"one after fork()");
+		return -1;
+	}
+	reconnect(self);
+	if (!self->c || self->closing) {
+		PyErr_SetString(PyExc_ValueError, "the client is closed");
 		return -1;
 	}
 	self->users++;
@@ -154,6 +193,11 @@ static PyObject *client_exit_ctx(ClientObject *self, PyObject *args)
 static PyObject *client_closed(ClientObject *self, void *unused)
 {
 	return PyBool_FromLong(!self->c || self->closing);
+}
+
+static PyObject *client_reconnects(ClientObject *self, void *unused)
+{
+	return PyLong_FromUnsignedLongLong(self->reconnects);
 }
 
 static PyObject *client_socket(ClientObject *self, void *unused)
@@ -1687,6 +1731,9 @@ static PyMethodDef client_methods[] = {
 static PyGetSetDef client_getset[] = {
 	{ "closed", (getter) client_closed, NULL, "True once closed.", NULL },
 	{ "socket", (getter) client_socket, NULL, "The daemon's socket path.", NULL },
+	{ "reconnects", (getter) client_reconnects, NULL,
+	  "Times the client connected again after the daemon went (a restart, or\n"
+	  "kvcachectl upgrade).", NULL },
 	{ "in_flight", (getter) client_in_flight, NULL, "Asynchronous operations not reaped.",
 	  NULL },
 	{ NULL },

@@ -44,6 +44,8 @@ typedef struct {
 	struct async_slot slots[ASYNC_SLOTS];
 	size_t slots_used;
 	char *socket;
+	bool reconnecting;   /* a connect in progress without the GIL */
+	uint64_t reconnects; /* connections made again after the daemon went */
 } ClientObject;
 
 /* What View, Reservation and Buffer share: daemon memory [data, +len)

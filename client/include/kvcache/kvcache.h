@@ -445,6 +445,12 @@ int kvc_segments(struct kvc_client *c, struct kvc_segment *ret, size_t max);
  * How many bytes of them it has touched so far. */
 uint64_t kvc_warmed_bytes(struct kvc_client *c);
 
+/* Is the connection to the daemon gone (the daemon stopped, or was taken
+ * over by a new one: kvcachectl upgrade)?  Every call then fails with
+ * -ECONNRESET; kvc_disconnect() this client and kvc_connect() again (the
+ * Python Client does so by itself). */
+bool kvc_connection_lost(const struct kvc_client *c);
+
 /* The socket path kvc_connect() would use for socket_path. */
 int kvc_socket_path(const char *socket_path, char *buf, size_t len);
 

@@ -164,7 +164,8 @@ static void take_over(struct store *st, const struct store_warm *w)
 	/* then the bytes, segment by segment in ascending order: a place
 	 * claimed twice is a catalog that cannot be trusted there, and
 	 * neither claim is kept */
-	qsort(s.v, s.n, sizeof(s.v[0]), by_place);
+	if (s.n)
+		qsort(s.v, s.n, sizeof(s.v[0]), by_place);
 	cursor = NULL;
 	for (size_t i = 0; i < s.n; i++) {
 		struct found *f = &s.v[i];

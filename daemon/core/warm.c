@@ -127,11 +127,11 @@ static void keep(struct store *st, const struct store_warm *w, struct found *f)
 		drop(st, f, false);
 		return;
 	}
-	if (old) {
-		object_drop(st, old);
+	if (old) { /* an older copy kept before this one: it goes */
 		st->warm.kept--;
 		st->warm.kept_bytes -= old->len;
 		st->warm.dropped++;
+		object_drop(st, old);
 	}
 	o->len = f->len;
 	o->ver = f->ver;

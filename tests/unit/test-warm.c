@@ -254,8 +254,19 @@ static void test_scribbles_and_forgeries(void)
 	       o4->len);
 	forge(a, at + 384, "key-4", a->tiers[0].seg.size - 65536, o4->len, o4->ver - 1,
 	      hash(store_object_ptr(o4), o4->len), true);
+	/* a newer copy of key-5 at a place above the older one's */
+	{
+		struct object *o5 = store_find(a, "key-5", 5);
+		uint8_t *q = (uint8_t *) a->tiers[0].seg.base + a->tiers[0].seg.size - 131072;
+
+		for (uint64_t j = 0; j < o5->len; j++)
+			q[j] = byte_of(5, 9, j);
+		forge(a, at + 512, "key-5", a->tiers[0].seg.size - 131072, o5->len, o5->ver + 1,
+		      hash(q, o5->len), true);
+	}
 	b = take(leave(a), &rep);
 	finish(a, &h);
+	CHECK_EQ(check(b, 5, 9), 1); /* the newer copy, though the older came first */
 	CHECK_EQ(check(b, 1, 0), 0);
 	CHECK(store_find(b, "thief", 5) == NULL);
 	CHECK(store_find(b, "outside", 7) == NULL);
@@ -263,11 +274,11 @@ static void test_scribbles_and_forgeries(void)
 	CHECK_EQ(check(b, 3, 0), 0);  /* claimed twice: neither is trusted */
 	CHECK_EQ(check(b, 4, 0), 1);  /* the newer copy */
 	for (int i = 0; i < 10; i++)
-		if (i != 1 && i != 3)
+		if (i != 1 && i != 3 && i != 5)
 			CHECK_EQ(check(b, i, 0), 1);
 	CHECK_EQ(rep.kept, 8);
 	CHECK_EQ(rep.mismatched, 4); /* key-1's bytes, key-3 and its thief, outside */
-	CHECK_EQ(rep.dropped, 5);    /* and the older key-4 */
+	CHECK_EQ(rep.dropped, 6);    /* and the older key-4 and key-5 */
 	CHECK_EQ(b->tiers[0].alloc.n_used, 8);
 	CHECK_EQ(shm_alloc_check(&b->tiers[0].alloc), 0);
 	finish(b, NULL);

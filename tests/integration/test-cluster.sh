@@ -723,6 +723,30 @@ partition)
 	rm -f "$dir/cut"
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' get k3 '$dir/got' && cmp -s '$dir/got' '$dir/v'"
 	;;
+warm-upgrade)
+	# kvcachectl upgrade of a node of the cluster: the new kvcached keeps
+	# its memory, joins again under the same id, and the other node reads
+	# every key from it, bytes compared
+	start_master 0
+	start_node A
+	start_node B
+	for i in $(seq 1 40); do
+		head -c $((1000 * i)) /dev/urandom >"$dir/v$i"
+		ctl A put "k$i" "$dir/v$i"
+	done
+	old=$(ctl A --json status | sed -n 's/.*"pid": *\([0-9]*\).*/\1/p')
+	ctl A --json upgrade >"$dir/up.json" || { cat "$dir/A.log" >&2; fail "upgrade"; }
+	new=$(sed -n 's/.*"pid": \([0-9]*\),.*/\1/p' "$dir/up.json")
+	[ -n "$new" ] && [ "$new" != "$old" ] || fail "no new pid: $(cat "$dir/up.json")"
+	pids="$pids $new"
+	grep -q '"kept_objects": 40,' "$dir/up.json" || fail "not all kept: $(cat "$dir/up.json")"
+	until_ok member B A up
+	for i in $(seq 1 40); do
+		until_ok ctl B get "k$i" "$dir/got"
+		cmp -s "$dir/got" "$dir/v$i" || fail "B read other bytes for k$i"
+	done
+	[ "$(stat_of B remote_hits)" -ge 40 ] || { ctl B stats >&2; fail "B's reads were not remote"; }
+	;;
 removal)
 	# A removal reaches every node's copy (one put elsewhere, a replica, or
 	# none here); a key put again after it is found with its new bytes

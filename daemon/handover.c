@@ -8,6 +8,7 @@
  * serves (core/warm.c).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,20 +31,53 @@
 /* How long a new daemon waits for the old one to stop and hash what it
  * holds (about 1 s per 10 GiB here). */
 #define HANDOVER_WAIT_S 300
+/* threads hashing at most */
+#define HASH_THREADS 8
 
 static const char *const names[] = { "listen", "dram", "device", "catalog" };
 
-uint64_t handover_hash(const void *p, size_t n)
-{
-	struct csum *c = csum_new();
-	uint64_t d;
+struct hash_all {
+	struct store_hash_job *jobs;
+	size_t n;
+	size_t next; /* atomic: the next job to take */
+};
 
-	if (!c)
-		abort(); /* a few bytes, at start or stop */
-	csum_update(c, p, n);
-	d = csum_digest(c);
-	csum_free(c);
-	return d;
+static void *hash_thread(void *u)
+{
+	struct hash_all *a = u;
+	size_t i;
+
+	while ((i = __atomic_fetch_add(&a->next, 1, __ATOMIC_RELAXED)) < a->n) {
+		struct csum *h = csum_new();
+
+		if (!h)
+			abort(); /* a few bytes, at start or stop */
+		csum_update(h, a->jobs[i].p, a->jobs[i].len);
+		a->jobs[i].sum = csum_digest(h);
+		csum_free(h);
+	}
+	return NULL;
+}
+
+/* Before the daemon serves, or after it stopped: every CPU may help (the
+ * bytes of a fresh mapping are read at a few GB/s a thread here). */
+void handover_hash(struct store_hash_job *jobs, size_t n)
+{
+	struct hash_all a = { .jobs = jobs, .n = n };
+	pthread_t th[HASH_THREADS];
+	uint64_t bytes = 0;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned k = 0, want;
+
+	for (size_t i = 0; i < n; i++)
+		bytes += jobs[i].len;
+	want = bytes < (UINT64_C(64) << 20) || cpus < 2 ? 1 :
+	       (unsigned) (cpus < HASH_THREADS ? cpus : HASH_THREADS);
+	while (k + 1 < want && pthread_create(&th[k], NULL, hash_thread, &a) == 0)
+		k++;
+	hash_thread(&a);
+	while (k)
+		pthread_join(th[--k], NULL);
 }
 
 static void warm_fds_init(struct warm_fds *w)

@@ -21,8 +21,9 @@ struct warm_fds {
 	bool any;
 };
 
-/* The checksum objects are kept by: XXH3-64, as between nodes. */
-uint64_t handover_hash(const void *p, size_t n);
+/* The checksum objects are kept by (XXH3-64, as between nodes), of many
+ * objects at once, on every CPU. */
+void handover_hash(struct store_hash_job *jobs, size_t n);
 
 /* New daemon: ask the kvcached serving socket_path for everything (it
  * stops serving first).  0 with *ret filled; 1: nobody serves there

@@ -174,7 +174,7 @@ void catalog_rewrite(struct store *st, struct object *o)
 {
 	struct catalog_entry *e;
 
-	if (!o->cat || !st->cat.base)
+	if (!o->cat || !st->cat.base || st->cat.sealed)
 		return;
 	e = (struct catalog_entry *) (st->cat.base + o->cat->offset);
 	entry_fill(e, o);

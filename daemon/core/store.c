@@ -415,13 +415,18 @@ int store_release(struct holder *h, uint64_t handle, char *msg)
 
 int store_release_summed(struct holder *h, uint64_t handle, uint64_t sum, char *msg)
 {
+	struct object *o;
 	uint32_t i;
 
 	if (!holder_get(h, handle, SLOT_VIEW, &i)) {
 		MSG("no such view");
 		return -ESTALE;
 	}
-	object_keep_sum(h->slots[i].obj, sum);
+	o = h->slots[i].obj;
+	if (!(o->flags & OBJ_SUMMED)) {
+		object_keep_sum(o, sum);
+		catalog_rewrite(h->st, o);
+	}
 	holder_release(h, i);
 	return 0;
 }

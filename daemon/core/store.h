@@ -94,9 +94,16 @@ int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store
  * object's bytes against the XXH3-64 its entry carries.  Only objects
  * whose bytes check are kept; the rest are dropped and counted.
  */
+struct store_hash_job {
+	const void *p;
+	uint64_t len;
+	uint64_t sum; /* out: XXH3-64 of [p, p + len) */
+};
+/* Hash every job (the daemon spreads them over its CPUs). */
+typedef void (*store_hash_fn)(struct store_hash_job *jobs, size_t n);
 struct store_warm {
 	int dram_fd, device_fd, catalog_fd;
-	uint64_t (*hash)(const void *p, size_t n);
+	store_hash_fn hash;
 };
 struct store_warm_report {
 	bool warm;            /* a previous run's segments were taken over */
@@ -116,7 +123,7 @@ void store_warm_fds(const struct store *st, int fds[3]);
  * (hash; those without one are hashed now) in its catalog entry, and the
  * catalog is written no more, whatever happens to the objects after.
  * Returns how many were hashed. */
-uint64_t store_seal(struct store *st, uint64_t (*hash)(const void *p, size_t n));
+uint64_t store_seal(struct store *st, store_hash_fn hash);
 /* Objects the catalog had no room for (they would not survive a warm
  * start). */
 uint64_t store_catalog_full(const struct store *st);

@@ -488,8 +488,10 @@ void store_sum_release(struct store *st, struct object *o, bool ok, uint64_t sum
 			object_free(st, o);
 		return;
 	}
-	if (ok)
+	if (ok && !(o->flags & OBJ_SUMMED)) {
 		object_keep_sum(o, sum);
+		catalog_rewrite(st, o); /* a crash keeps it now */
+	}
 	if (o->views == 0 && o->used_ms == used)
 		object_place_used(st, o, used);
 	else if (o->views == 0)

@@ -101,22 +101,13 @@ static void drop(struct store *st, struct found *f, bool mismatched)
 		st->warm.unverified++;
 }
 
-/* One entry whose place was taken: its bytes checked, then an object. */
-static void keep(struct store *st, const struct store_warm *w, struct found *f)
+/* One entry whose place was taken and whose bytes checked: an object. */
+static void keep(struct store *st, struct found *f)
 {
 	const struct catalog_entry *e = (const void *) (st->cat.base + f->at);
 	struct tier *t = adopted_tier(st, f->tier);
-	const uint8_t *p = (const uint8_t *) t->seg.base + f->offset;
 	struct object *o, *old;
 
-	if (!f->summed) {
-		drop(st, f, false);
-		return;
-	}
-	if (w->hash(p, f->len) != f->sum) {
-		drop(st, f, true);
-		return;
-	}
 	old = index_find(&st->index, e->key, e->key_len, index_hash(e->key, e->key_len));
 	if (old && old->ver >= f->ver) {
 		drop(st, f, false); /* a crash between an entry's two writes */
@@ -145,6 +136,43 @@ static void keep(struct store *st, const struct store_warm *w, struct found *f)
 	object_publish(st, o);
 	st->warm.kept++;
 	st->warm.kept_bytes += o->len;
+}
+
+/* The entries whose places were taken: their bytes hashed all at once
+ * (on every CPU), then kept or dropped. */
+static void check_and_keep(struct store *st, const struct store_warm *w, struct scan *s)
+{
+	struct store_hash_job *jobs = calloc(s->n ? s->n : 1, sizeof(*jobs));
+	size_t n = 0;
+
+	for (size_t i = 0; i < s->n; i++) {
+		struct found *f = &s->v[i];
+
+		if (!f->cat)
+			continue;
+		if (!f->summed || !jobs) {
+			drop(st, f, false);
+			continue;
+		}
+		jobs[n++] = (struct store_hash_job) {
+			.p = (const uint8_t *) adopted_tier(st, f->tier)->seg.base + f->offset,
+			.len = f->len,
+		};
+	}
+	if (n)
+		w->hash(jobs, n);
+	n = 0;
+	for (size_t i = 0; i < s->n; i++) {
+		struct found *f = &s->v[i];
+
+		if (!f->cat)
+			continue;
+		if (jobs[n++].sum != f->sum)
+			drop(st, f, true);
+		else
+			keep(st, f);
+	}
+	free(jobs);
 }
 
 static void take_over(struct store *st, const struct store_warm *w)
@@ -197,9 +225,7 @@ static void take_over(struct store *st, const struct store_warm *w)
 	for (size_t i = 0; i < s.n; i++)
 		if (s.v[i].cat && s.v[i].conflict)
 			drop(st, &s.v[i], true);
-	for (size_t i = 0; i < s.n; i++)
-		if (s.v[i].cat)
-			keep(st, w, &s.v[i]);
+	check_and_keep(st, w, &s);
 	free(s.v);
 }
 
@@ -261,9 +287,9 @@ uint64_t store_catalog_full(const struct store *st)
 }
 
 struct seal {
-	struct store *st;
-	uint64_t (*hash)(const void *p, size_t n);
-	uint64_t hashed;
+	struct object **v;
+	size_t n, cap;
+	bool oom;
 };
 
 static void seal_one(void *u, struct object *o)
@@ -272,20 +298,46 @@ static void seal_one(void *u, struct object *o)
 
 	if (!o->cat)
 		return;
-	if (!(o->flags & OBJ_SUMMED)) {
-		object_keep_sum(o, s->hash(store_object_ptr(o), o->len));
-		s->hashed++;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 4096;
+		struct object **v = realloc(s->v, cap * sizeof(*v));
+
+		if (!v) {
+			s->oom = true;
+			return;
+		}
+		s->v = v;
+		s->cap = cap;
 	}
-	catalog_rewrite(s->st, o);
+	s->v[s->n++] = o;
 }
 
-uint64_t store_seal(struct store *st, uint64_t (*hash)(const void *p, size_t n))
+uint64_t store_seal(struct store *st, store_hash_fn hash)
 {
-	struct seal s = { .st = st, .hash = hash };
+	struct seal s = { 0 };
+	struct store_hash_job *jobs;
+	size_t n = 0;
 
 	if (!st->cat.base)
 		return 0;
 	index_walk(&st->index, seal_one, &s);
+	if (s.oom)
+		log_warn("out of memory sealing the catalog: some objects will not be kept");
+	jobs = calloc(s.n ? s.n : 1, sizeof(*jobs));
+	for (size_t i = 0; jobs && i < s.n; i++)
+		if (!(s.v[i]->flags & OBJ_SUMMED))
+			jobs[n++] = (struct store_hash_job) { .p = store_object_ptr(s.v[i]),
+							      .len = s.v[i]->len };
+	if (n)
+		hash(jobs, n);
+	n = 0;
+	for (size_t i = 0; jobs && i < s.n; i++) {
+		if (!(s.v[i]->flags & OBJ_SUMMED))
+			object_keep_sum(s.v[i], jobs[n++].sum);
+		catalog_rewrite(st, s.v[i]);
+	}
+	free(jobs);
+	free(s.v);
 	st->cat.sealed = true;
-	return s.hashed;
+	return n;
 }

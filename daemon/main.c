@@ -17,6 +17,7 @@
 #include "handover.h"
 #include "node.h"
 #include "placement.h"
+#include "presum.h"
 #include "prefault.h"
 #include "channel.h"
 #include "server.h"
@@ -114,8 +115,15 @@ struct daemon {
 	struct warm_fds warm;        /* what a previous run left (a warm start) */
 	struct handover handover;    /* a new kvcached taking this one over */
 	bool fdstore;                /* systemd keeps the memory's fds across restarts */
+	struct presum *presum;       /* ...then checksums are taken ahead, for a crash */
 	bool bad_config; /* a failure the configuration caused: exit 2 */
 };
+
+static void presum_stats_of(void *data, void (*emit)(void *u, const char *name, uint64_t v),
+			   void *u)
+{
+	presum_stats(data, emit, u);
+}
 
 /* A warm start's fds: from the running daemon (--take-over), or from
  * systemd's file-descriptor store.  -1 to go on, or the exit status. */
@@ -204,6 +212,8 @@ static void stop(struct daemon *d)
 	int listen_fd = d->sv.listen_fd;
 
 	export_free(d->exporter);
+	d->sv.more_stats = NULL;
+	presum_free(d->presum);
 	/* handed over, or kept by systemd: the socket stays for the next run */
 	d->sv.keep_listen = handing_over || d->fdstore;
 	server_done(&d->sv);
@@ -262,6 +272,14 @@ int main(int argc, char **argv)
 		sd_notifyf(0, "READY=1\nSTATUS=serving on %s\nMAINPID=%lu", d.sv.socket_path,
 			   (unsigned long) getpid());
 		d.fdstore = handover_to_fdstore(d.st, d.sv.listen_fd);
+		/* a crash keeps what has a checksum: a node takes them ahead
+		 * already, a lone daemon does from now on */
+		if (d.fdstore && !d.node && presum_new(d.st, &d.cfg, PRESUM_MIN, &d.presum) < 0)
+			log_warn("no thread to take checksums ahead: a crash keeps less");
+		if (d.presum) {
+			d.sv.more_stats = presum_stats_of;
+			d.sv.more_stats_data = d.presum;
+		}
 		r = loop_run(d.loop);
 		sd_notify(0, "STOPPING=1");
 	}

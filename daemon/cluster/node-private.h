@@ -15,6 +15,7 @@
 #include "peer-conn.h"
 #include "rdma.h"
 #include "dircache.h"
+#include "presum.h"
 #include "link.h"
 #include "rfetch.h"
 #include "serve.h"
@@ -115,15 +116,7 @@ struct link *node_owner(struct node *n, const void *key, size_t len);
 int node_lookup(struct link *k, const void *key, size_t len, uint32_t *ret_seq);
 int node_lookup_many(struct link *k, ProtobufCBinaryData *keys, size_t n, uint32_t *ret_seq);
 
-/* presum.c: objects of at least PRESUM_MIN bytes have their checksum
- * taken in the background after their commit (smaller ones the loop
- * hashes as it sends them, in cache) */
-#define PRESUM_MIN (64u << 10)
-int presum_init(struct node *n);
-void presum_done(struct node *n);
-void presum_add(struct node *n, struct object *o);
-void presum_forget(struct node *n, struct object *o);
-void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64_t v), void *u);
+
 
 /* the remote backend: rfetch.c (setup, locate, located, expire, fetch_all),
  * dircache.c (holders, where), serve.c (accept, feed, hs_deadline), push.c

@@ -124,7 +124,6 @@ static void on_published(void *data, struct object *o)
 	link_update(node_owner(n, o->key, o->key_len),
 		    (o->flags & OBJ_REPLACED) ? UPD_REPLACE : UPD_PUBLISH, o->key, o->key_len, o->len,
 		    o->ver);
-	presum_add(n, o);
 }
 
 /* A put of key began here (or was announced), or ended without landing:
@@ -142,7 +141,6 @@ static void on_forgotten(void *data, struct object *o)
 {
 	struct node *n = data;
 
-	presum_forget(n, o);
 	link_update(node_owner(n, o->key, o->key_len), UPD_WITHDRAW, o->key, o->key_len, 0, 0);
 }
 
@@ -378,7 +376,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "pushes_ahead", __atomic_load_n(&n->push.c.pushes_ahead, __ATOMIC_RELAXED));
 	emit(u, "master_drops", n->links.c.master_drops);
 	emit(u, "directory_overflows", n->links.c.directory_overflows);
-	presum_stats(n, emit, u);
+	presum_stats(n->presum, emit, u);
 	emit(u, "tcp_bytes_in", (n->xfer ? n->xfer->c.tcp_bytes_in : 0));
 	emit(u, "tcp_bytes_out", (n->xfer ? n->xfer->c.tcp_bytes_out : 0));
 	emit(u, "rdma_bytes_in", (n->xfer ? n->xfer->c.rdma_bytes_in : 0));
@@ -723,7 +721,7 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 		goto fail_msg;
 	r = remote_init(n);
 	if (r == 0)
-		r = presum_init(n);
+		r = presum_new(st, cfg, PRESUM_MIN, &n->presum);
 	if (r < 0)
 		goto fail_msg;
 	for (unsigned i = 0; i < n->links.n; i++)
@@ -747,7 +745,8 @@ void node_free(struct node *n)
 	if (!n)
 		return;
 	members_stop(n);
-	presum_done(n);
+	presum_free(n->presum);
+	n->presum = NULL;
 	remote_done(n);
 	store_remote_detach(n->st, n);
 	store_remove_listener(n->st, &n->listener);

@@ -25,7 +25,7 @@
 #include "checksum.h"
 #include "worker.h"
 #include "log.h"
-#include "node-private.h"
+#include "presum.h"
 
 #define LOG_TOPIC "presum"
 
@@ -50,7 +50,10 @@ struct sum_job {
 };
 
 struct presum {
-	struct node *n;
+	struct store *st;
+	struct loop *loop;
+	struct store_listener listener;
+	uint64_t min_len;
 	struct object *ring[RING]; /* NULL: went while it waited */
 	unsigned head, count;      /* oldest at head */
 	struct sum_job jobs[IN_FLIGHT], *free_jobs;
@@ -93,7 +96,7 @@ static bool wanted(const struct object *o)
 /* Loop: hand objects to the thread while there is room. */
 static void pump(struct presum *p)
 {
-	struct store *st = p->n->st;
+	struct store *st = p->st;
 	uint64_t cap = store_tier_capacity(store_tier(st, 0)) / 8;
 
 	if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
@@ -135,7 +138,7 @@ static void sum_done(struct work *w)
 {
 	struct sum_job *j = (struct sum_job *) w;
 	struct presum *p = j->p;
-	struct store *st = p->n->st;
+	struct store *st = p->st;
 	struct object *o = j->o;
 
 	p->in_flight--;
@@ -150,11 +153,11 @@ static void sum_done(struct work *w)
 	pump(p);
 }
 
-void presum_add(struct node *n, struct object *o)
+static void on_published(void *data, struct object *o)
 {
-	struct presum *p = n->presum;
+	struct presum *p = data;
 
-	if (!p || p->off || o->len < PRESUM_MIN || !wanted(o) || (o->flags & OBJ_SUM_QUEUED))
+	if (p->off || o->len < p->min_len || !wanted(o) || (o->flags & OBJ_SUM_QUEUED))
 		return;
 	if (p->count == RING) {
 		p->skipped++; /* hashed as it is sent, if it ever is */
@@ -170,10 +173,8 @@ void presum_add(struct node *n, struct object *o)
 /* o needs no checksum taken ahead (it is going away, or a push hashes it
  * as it sends it): out of the ring.  A hash in flight keeps its view, and
  * the bytes, until it ends. */
-void presum_forget(struct node *n, struct object *o)
+void presum_forget(struct presum *p, struct object *o)
 {
-	struct presum *p = n->presum;
-
 	if (!p || !(o->flags & OBJ_SUM_QUEUED))
 		return;
 	o->flags &= ~OBJ_SUM_QUEUED;
@@ -181,25 +182,41 @@ void presum_forget(struct node *n, struct object *o)
 		p->ring[o->sum_slot] = NULL; /* its place stays: pump() steps over it */
 }
 
-void presum_stats(struct node *n, void (*emit)(void *u, const char *name, uint64_t v), void *u)
+static void on_forgotten(void *data, struct object *o)
 {
-	struct presum *p = n->presum;
+	presum_forget(data, o);
+}
 
+static const struct store_events presum_events = {
+	.version = STORE_EVENTS_VERSION,
+	.published = on_published,
+	.forgotten = on_forgotten,
+};
+
+void presum_stats(const struct presum *p, void (*emit)(void *u, const char *name, uint64_t v),
+		  void *u)
+{
 	emit(u, "sums_ahead", p->summed);
 	emit(u, "sums_ahead_bytes", p->summed_bytes);
 	emit(u, "sums_ahead_waiting", p->count + p->in_flight);
 	emit(u, "sums_ahead_skipped", p->skipped);
 }
 
-int presum_init(struct node *n)
+int presum_new(struct store *st, const struct config *cfg, uint64_t min_len,
+	       struct presum **ret)
 {
-	const struct test_hooks *t = &n->cfg->test;
+	const struct test_hooks *t = &cfg->test;
 	struct presum *p = calloc(1, sizeof(*p));
+	int r;
 
+	*ret = NULL;
 	if (!p)
 		return -ENOMEM;
-	n->presum = p;
-	p->n = n;
+	p->st = st;
+	p->loop = store_loop(st);
+	p->min_len = min_len;
+	store_add_listener(st, &p->listener, &presum_events, p);
+	*ret = p;
 	if (t->no_sums_ahead) {
 		p->off = true;
 		log_warn("KVCACHE_TEST_NO_SUMS_AHEAD: checksums are taken only as objects are sent");
@@ -214,17 +231,21 @@ int presum_init(struct node *n)
 		p->jobs[i].next = p->free_jobs;
 		p->free_jobs = &p->jobs[i];
 	}
-	return worker_new(n->loop, "sum", 1, WORKER_IDLE, &p->wk);
+	r = worker_new(p->loop, "sum", 1, WORKER_IDLE, &p->wk);
+	if (r < 0) {
+		presum_free(p);
+		*ret = NULL;
+	}
+	return r;
 }
 
 /* The thread finishes what it was given; the views it held are let go
  * (objects that went meanwhile are freed). */
-void presum_done(struct node *n)
+void presum_free(struct presum *p)
 {
-	struct presum *p = n->presum;
-
 	if (!p)
 		return;
+	store_remove_listener(p->st, &p->listener);
 	/* nothing more is handed over; what was ends and is given back */
 	__atomic_store_n(&p->stop, true, __ATOMIC_RELEASE);
 	worker_free(p->wk);
@@ -235,5 +256,4 @@ void presum_done(struct node *n)
 			o->flags &= ~OBJ_SUM_QUEUED;
 	}
 	free(p);
-	n->presum = NULL;
 }

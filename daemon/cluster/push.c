@@ -340,7 +340,7 @@ int remote_push(void *be, const char *key, size_t len, const char *target)
 	p->known = e.summed;
 	p->known_sum = e.sum;
 	if (!p->known)
-		presum_forget(n, o); /* the push hashes it as it sends: once is enough */
+		presum_forget(n->presum, o); /* the push hashes it as it sends: once is enough */
 	memcpy(p->key, key, len);
 	p->key_len = len;
 	p->eager = (features & PEER_FEAT_EAGER_PUSH) && e.len <= PEER_EAGER_PUSH_MAX &&

@@ -71,6 +71,8 @@ static void below_emit(void *u, const char *name, uint64_t v)
 static void below_stats(struct server *sv, struct below_stats *b)
 {
 	store_backend_stats(sv->st, below_emit, b);
+	if (sv->more_stats)
+		sv->more_stats(sv->more_stats_data, below_emit, b);
 }
 
 static uint64_t below_stat(const struct below_stats *b, const char *name)

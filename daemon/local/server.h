@@ -97,6 +97,11 @@ struct server {
 	int (*handover)(void *data, int fd, uint32_t seq, char *msg, size_t msg_len);
 	void *handover_data;
 	bool keep_listen;          /* handed over: server_done() leaves socket and lock file */
+	/* figures of the daemon's other parts (a lone daemon's checksums
+	 * taken ahead), exported with the tier below's */
+	void (*more_stats)(void *data, void (*emit)(void *u, const char *name, uint64_t v),
+			   void *u);
+	void *more_stats_data;
 	bool inherit_listen;       /* server_init() serves inherited_fd, a previous run's */
 	int inherited_fd;
 	struct copier *copier;     /* copier.c */

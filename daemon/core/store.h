@@ -234,10 +234,12 @@ int store_land_place(struct store *st, struct object *o);
 uint64_t store_land_offset(const struct object *o);
 /* Disk recovery: a record found below (its id, newest first, and its
  * size there) of key, indexed as committed and older than anything stored
- * since the start.  0; -EEXIST when key is stored already and that copy
- * is newer (the record is an older version); -ENOMEM. */
+ * since the start.  0; 1 when key is in memory already with the same
+ * bytes (value_sum: a warm start kept it) and the record is now its copy
+ * below; -EEXIST when key is stored already and that copy is newer or
+ * other (the record is an older version); -ENOMEM. */
 int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t len,
-		    uint64_t below_ref, uint64_t below_len);
+		    uint64_t value_sum, uint64_t below_ref, uint64_t below_len);
 /*
  * The tier below memory (daemon/disk): the copies it keeps of objects, and
  * what it asks of core.  Every call runs on the loop.

@@ -214,12 +214,20 @@ int store_land_publish(struct store *st, struct object *o, bool summed, uint64_t
 }
 
 int store_recovered(struct store *st, const char *key, size_t key_len, uint64_t len,
-		    uint64_t below_ref, uint64_t below_len)
+		    uint64_t value_sum, uint64_t below_ref, uint64_t below_len)
 {
 	struct tier *t = &st->below_tier;
 	uint64_t hash = index_hash(key, key_len);
 	struct object *o, *old = index_find(&st->index, key, key_len, hash);
 
+	if (old && store_object_resident(old) && !old->below_ref && !old->below_io &&
+	    old->len == len && (old->flags & OBJ_SUMMED) && old->sum == value_sum) {
+		/* kept in memory by a warm start, the same bytes: the
+		 * record is its copy below */
+		old->below_ref = below_ref;
+		old->below_len = below_len;
+		return 1;
+	}
 	if (old) {
 		if (!old->below_ref || old->below_ref > below_ref)
 			return -EEXIST; /* stored since the start, or a newer record */

@@ -382,7 +382,8 @@ static void recover_one(struct disk *k, struct rec_item *it)
 {
 	struct store *st = k->st;
 	uint64_t disk_len = disk_record_size(it->h.key_len, it->h.stored_len);
-	int r = store_recovered(st, it->key, it->h.key_len, it->h.value_len, it->id, disk_len);
+	int r = store_recovered(st, it->key, it->h.key_len, it->h.value_len, it->h.value_sum,
+				it->id, disk_len);
 
 	if (r == -EEXIST) {
 		/* stored since the start, or a newer record of the key: this
@@ -396,6 +397,8 @@ static void recover_one(struct disk *k, struct rec_item *it)
 	}
 	if (r < 0)
 		return;
+	if (r == 1) /* in memory already: no copy to take any more */
+		dirty_update(k, store_find(st, it->key, it->h.key_len));
 	k->c.records++;
 	k->c.bytes += disk_len;
 	store_below_used(st, k->c.bytes);
@@ -588,6 +591,9 @@ int disk_new(struct store *st, struct disk **ret)
 	/* the lowest memory tier spills here */
 	store_below_attach(st, &disk_backend, k, store_config(st)->disk_size);
 	store_add_listener(st, &k->listener, &disk_events, k);
+	/* what a warm start kept in memory is to be copied too (before the
+	 * daemon serves: a walk once, at start) */
+	store_walk(st, 0, SIZE_MAX, SIZE_MAX, on_published, k);
 	/* completions and the worker's results: the loop polls for them,
 	 * and the eventfd wakes it when it sleeps */
 	r = loop_add_doorbell(store_loop(st), k->efd, &k->bell);

@@ -217,6 +217,66 @@ def test_take_over_refused_and_nobody(place):
     assert b"no kvcached serves" in new.stderr.read()
 
 
+def test_upgrade_with_disk_tier(place):
+    """With a disk tier: records of objects kept in memory stay their
+    copies below (nothing is written again), objects without one are
+    copied by the next flush, and after the memory is emptied every
+    object reads back from disk."""
+    d, procs = place
+    sock = os.path.join(d, "kvcached.sock")
+    disk = os.path.join(d, "disk")
+    os.mkdir(disk)
+    flags = ["--dram-size", "64MiB", "--hugepages", "off", "--disk-dir", disk,
+             "--disk-size", "256MiB"]
+    log = open(os.path.join(d, "kvcached.log"), "w")
+    old = subprocess.Popen([binary("KVCACHED"), "--socket", sock] + flags, stdout=log,
+                           stderr=subprocess.STDOUT, env=env_for_daemon())
+    procs.append(old)
+    serving(sock, old.pid)
+    ctl = [binary("KVCACHECTL"), "-s", sock]
+    c = kvcache.Client(sock)
+    keys = {"d-%d" % i: value(i) * 20 for i in range(50)}
+    for k, v in keys.items():
+        assert c.put(k, v) == 0
+    c.close()
+    subprocess.run(ctl + ["flush"], check=True)
+    assert stats(sock)["disk.records"] == 50
+    c = kvcache.Client(sock)
+    more = {"e-%d" % i: value(i, 3) * 20 for i in range(20)}
+    for k, v in more.items():
+        assert c.put(k, v) == 0
+    c.close()
+    up = subprocess.run(ctl + ["--json", "upgrade"], capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr + open(log.name).read()
+    assert old.wait(60) == 0
+    new = json.loads(up.stdout)["pid"]
+    serving(sock, new)
+    for _ in range(500):  # the disk tier's records are indexed in the background
+        s = stats(sock)
+        if not s.get("disk.recovering"):
+            break
+        time.sleep(0.01)
+    assert s["warm_kept_objects"] == 70, s
+    assert s["disk.records"] == 50, s  # the records stayed, as those objects' copies
+    writes = s["disk.writes"]
+    subprocess.run(ctl + ["flush"], check=True)
+    s = stats(sock)
+    assert s["disk.records"] == 70, s
+    assert s["disk.writes"] == writes + 20, s  # only those without a copy
+    subprocess.run(ctl + ["evict", "--tier", "dram", "--all"], check=True, capture_output=True)
+    keys.update(more)
+    assert verify(sock, keys) == []
+    assert stats(sock)["dram.objects"] <= len(keys)
+    os.kill(new, signal.SIGTERM)
+    for _ in range(600):
+        try:
+            os.kill(new, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    log.close()
+
+
 class Systemd:
     """The service manager's side of Type=notify with FileDescriptorStoreMax=:
     it keeps what the daemon stores (FDSTORE=1, FDNAME=) and passes it back

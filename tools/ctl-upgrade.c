@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,6 +90,7 @@ static pid_t spawn(uint32_t old, const char *binary, char **argv, char **env)
 {
 	char path[64];
 	pid_t pid = fork();
+	int pidfd;
 
 	if (pid != 0)
 		return pid;
@@ -96,11 +98,17 @@ static pid_t spawn(uint32_t old, const char *binary, char **argv, char **env)
 	snprintf(path, sizeof(path), "/proc/%u/cwd", old);
 	if (chdir(path) < 0 && chdir("/") < 0)
 		_exit(127);
+	pidfd = (int) syscall(SYS_pidfd_open, (pid_t) old, 0);
 	for (int fd = 0; fd < 3; fd++) {
-		int nfd;
+		int nfd = -1;
 
+		/* its very stdout and stderr (one file offset: their lines
+		 * do not overwrite each other), else the same files again */
+		if (fd && pidfd >= 0)
+			nfd = (int) syscall(SYS_pidfd_getfd, pidfd, fd, 0);
 		snprintf(path, sizeof(path), "/proc/%u/fd/%d", old, fd);
-		nfd = fd ? open(path, O_WRONLY | O_APPEND) : -1;
+		if (fd && nfd < 0)
+			nfd = open(path, O_WRONLY | O_APPEND);
 		if (nfd < 0)
 			nfd = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
 		if (nfd >= 0 && nfd != fd) {

@@ -66,32 +66,18 @@ int client_fd_above_stdio(int fd)
 	return n < 0 ? -errno : n;
 }
 
-/* Read exactly len bytes; fds that arrive are stored in fds[]. */
+/* Read exactly len bytes; fds that arrive are stored in fds[], each above
+ * stdio. */
 static int recv_exact(int fd, void *buf, size_t len, int *fds, size_t max_fds, size_t *n_fds)
 {
-	uint8_t *p = buf;
+	size_t had = fds ? *n_fds : 0;
+	int r = wire_recv_exact(fd, buf, len, fds, max_fds, n_fds);
 
-	while (len > 0) {
-		size_t got = 0;
-		ssize_t n = wire_recv_some(fd, p, len, fds ? fds + *n_fds : NULL,
-					   fds ? max_fds - *n_fds : 0, &got, 0);
-		if (n < 0)
-			return (int) n;
-		if (n == 0)
-			return -ECONNRESET;
-		for (size_t i = 0; fds && i < got; i++) {
-			int nfd = client_fd_above_stdio(fds[*n_fds + i]);
-
-			/* a failed dup leaves -errno in its place: callers
-			 * see an unusable fd and fail the request */
-			fds[*n_fds + i] = nfd;
-		}
-		if (fds)
-			*n_fds += got;
-		p += n;
-		len -= (size_t) n;
-	}
-	return 0;
+	/* a failed dup leaves -errno in its place: callers see an unusable
+	 * fd and fail the request */
+	for (size_t i = had; fds && i < *n_fds; i++)
+		fds[i] = client_fd_above_stdio(fds[i]);
+	return r;
 }
 
 /* Receive one frame of the expected type; the payload is malloc'd. */

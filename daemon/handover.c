@@ -107,27 +107,6 @@ static bool warm_fds_put(struct warm_fds *w, const char *name, int fd)
 
 /* ---- the new daemon ---- */
 
-static int recv_exact(int fd, void *buf, size_t len, int *fds, size_t max_fds, size_t *n_fds)
-{
-	uint8_t *p = buf;
-
-	while (len > 0) {
-		size_t got = 0;
-		ssize_t n = wire_recv_some(fd, p, len, fds ? fds + *n_fds : NULL,
-					   fds ? max_fds - *n_fds : 0, &got, 0);
-
-		if (n < 0)
-			return (int) n;
-		if (n == 0)
-			return -ECONNRESET;
-		if (fds)
-			*n_fds += got;
-		p += n;
-		len -= (size_t) n;
-	}
-	return 0;
-}
-
 /* One frame of type `type`: its payload (malloc'd) and any fds. */
 static int recv_frame(int fd, uint16_t type, struct wire_hdr *h, uint8_t **payload, int *fds,
 		      size_t *n_fds)
@@ -135,7 +114,7 @@ static int recv_frame(int fd, uint16_t type, struct wire_hdr *h, uint8_t **paylo
 	int r;
 
 	*payload = NULL;
-	r = recv_exact(fd, h, sizeof(*h), fds, WIRE_MAX_FDS, n_fds);
+	r = wire_recv_exact(fd, h, sizeof(*h), fds, WIRE_MAX_FDS, n_fds);
 	if (r == 0)
 		r = wire_hdr_check(h, WIRE_MAX_PAYLOAD);
 	if (r == 0 && h->type != type)
@@ -143,7 +122,7 @@ static int recv_frame(int fd, uint16_t type, struct wire_hdr *h, uint8_t **paylo
 	if (r == 0 && !(*payload = malloc(h->len ? h->len : 1)))
 		r = -ENOMEM;
 	if (r == 0)
-		r = recv_exact(fd, *payload, h->len, fds, WIRE_MAX_FDS, n_fds);
+		r = wire_recv_exact(fd, *payload, h->len, fds, WIRE_MAX_FDS, n_fds);
 	if (r < 0) {
 		free(*payload);
 		*payload = NULL;

@@ -320,3 +320,24 @@ ssize_t wire_recv_some(int fd, void *buf, size_t len, int *fds, size_t max_fds,
 		*ret_n_fds = n_fds;
 	return n;
 }
+
+int wire_recv_exact(int fd, void *buf, size_t len, int *fds, size_t max_fds, size_t *n_fds)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		size_t got = 0;
+		ssize_t n = wire_recv_some(fd, p, len, fds ? fds + *n_fds : NULL,
+					   fds ? max_fds - *n_fds : 0, &got, 0);
+
+		if (n < 0)
+			return (int) n;
+		if (n == 0)
+			return -ECONNRESET;
+		if (fds)
+			*n_fds += got;
+		p += n;
+		len -= (size_t) n;
+	}
+	return 0;
+}

@@ -77,3 +77,7 @@ int wire_request_decode(const uint8_t *payload, size_t len, Kvc__Request **ret,
 int wire_send_all(int fd, const void *buf, size_t len, const int *fds, size_t n_fds);
 ssize_t wire_recv_some(int fd, void *buf, size_t len, int *fds, size_t max_fds,
 		       size_t *ret_n_fds, int flags);
+/* Exactly len bytes (-ECONNRESET at an end before them); the fds that come
+ * with them are appended to fds[*n_fds..max_fds) (fds NULL: none
+ * wanted). */
+int wire_recv_exact(int fd, void *buf, size_t len, int *fds, size_t max_fds, size_t *n_fds);

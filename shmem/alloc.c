@@ -148,6 +148,22 @@ static struct shm_block *find_suitable(struct shm_alloc *a, unsigned fl, unsigne
 	return a->heads[fl][sl];
 }
 
+/* b (off the free lists) keeps its first size bytes; rest, a new
+ * descriptor, the others, free. */
+static void split_off(struct shm_alloc *a, struct shm_block *b, uint64_t size,
+		      struct shm_block *rest)
+{
+	rest->offset = b->offset + size;
+	rest->size = b->size - size;
+	rest->prev_phys = b;
+	rest->next_phys = b->next_phys;
+	if (rest->next_phys)
+		rest->next_phys->prev_phys = rest;
+	b->next_phys = rest;
+	b->size = size;
+	list_insert(a, rest);
+}
+
 int shm_alloc_block(struct shm_alloc *a, uint64_t size, struct shm_block **ret)
 {
 	struct shm_block *b, *rest;
@@ -180,15 +196,7 @@ int shm_alloc_block(struct shm_alloc *a, uint64_t size, struct shm_block **ret)
 			list_insert(a, b);
 			return -ENOMEM;
 		}
-		rest->offset = b->offset + size;
-		rest->size = b->size - size;
-		rest->prev_phys = b;
-		rest->next_phys = b->next_phys;
-		if (rest->next_phys)
-			rest->next_phys->prev_phys = rest;
-		b->next_phys = rest;
-		b->size = size;
-		list_insert(a, rest);
+		split_off(a, b, size, rest);
 	}
 	a->used += b->size;
 	a->n_used++;
@@ -233,17 +241,8 @@ int shm_alloc_take(struct shm_alloc *a, uint64_t offset, uint64_t size,
 		b->size -= front->size;
 		list_insert(a, front);
 	}
-	if (rest) {
-		rest->offset = b->offset + size;
-		rest->size = b->size - size;
-		rest->prev_phys = b;
-		rest->next_phys = b->next_phys;
-		if (rest->next_phys)
-			rest->next_phys->prev_phys = rest;
-		b->next_phys = rest;
-		b->size = size;
-		list_insert(a, rest);
-	}
+	if (rest)
+		split_off(a, b, size, rest);
 	a->used += b->size;
 	a->n_used++;
 	*cursor = b->next_phys;

@@ -139,20 +139,17 @@ int shm_segment_create(struct shm_segment *seg, const char *name, uint64_t size,
 	return 0;
 }
 
-int shm_segment_adopt(struct shm_segment *seg, int fd, uint64_t size, uint32_t tier,
-		      uint32_t index, uint64_t generation, const char **why)
+int shm_memfd_adopt(int fd, uint64_t min_size, void **ret_base, uint64_t *ret_size,
+		    const char **why)
 {
-	struct shm_seg_header *h;
 	struct stat sb;
-	bool huge;
 	void *p;
 
-	*seg = (struct shm_segment) SHM_SEGMENT_INIT;
 	*why = NULL;
 	if (shm_segment_check_seals(fd) < 0 || fstat(fd, &sb) < 0)
 		*why = "not a sealed memfd";
-	else if ((uint64_t) sb.st_size < SHM_HEADER_SIZE)
-		*why = "too small for a segment";
+	else if ((uint64_t) sb.st_size < min_size || sb.st_size % 4096)
+		*why = "of a size it cannot have";
 	if (*why) {
 		close(fd);
 		return -EBADMSG;
@@ -165,10 +162,28 @@ int shm_segment_adopt(struct shm_segment *seg, int fd, uint64_t size, uint32_t t
 		close(fd);
 		return r;
 	}
+	*ret_base = p;
+	*ret_size = (uint64_t) sb.st_size;
+	return 0;
+}
+
+int shm_segment_adopt(struct shm_segment *seg, int fd, uint64_t size, uint32_t tier,
+		      uint32_t index, uint64_t generation, const char **why)
+{
+	struct shm_seg_header *h;
+	uint64_t mapped;
+	bool huge;
+	void *p;
+	int r;
+
+	*seg = (struct shm_segment) SHM_SEGMENT_INIT;
+	r = shm_memfd_adopt(fd, SHM_HEADER_SIZE, &p, &mapped, why);
+	if (r < 0)
+		return r;
 	h = p;
 	huge = h->flags & SHM_SEG_HUGEPAGES;
 	if (h->magic != SHM_SEG_MAGIC || h->header_size != SHM_HEADER_SIZE ||
-	    h->data_offset != SHM_HEADER_SIZE || h->size != (uint64_t) sb.st_size)
+	    h->data_offset != SHM_HEADER_SIZE || h->size != mapped)
 		*why = "no segment header";
 	else if (h->layout_version != SHM_LAYOUT_VERSION)
 		*why = "a segment layout this kvcached does not read";
@@ -177,7 +192,7 @@ int shm_segment_adopt(struct shm_segment *seg, int fd, uint64_t size, uint32_t t
 	else if (h->size != round_up(SHM_HEADER_SIZE + size, huge ? SHM_HUGEPAGE_SIZE : 4096))
 		*why = "a segment of another size (the tier was resized)";
 	if (*why) {
-		munmap(p, (size_t) sb.st_size);
+		munmap(p, (size_t) mapped);
 		close(fd);
 		return -EBADMSG;
 	}

@@ -43,6 +43,11 @@ int shm_segment_create(struct shm_segment *seg, const char *name, uint64_t size,
 int shm_segment_map(struct shm_segment *seg, int fd, uint64_t size);
 
 void shm_segment_done(struct shm_segment *seg);
+/* Daemon side of a warm start: a sealed memfd a previous run left (fd;
+ * closed on failure), of at least min_size bytes, mapped read-write.  0, or
+ * -errno with *why saying what is wrong. */
+int shm_memfd_adopt(int fd, uint64_t min_size, void **ret_base, uint64_t *ret_size,
+		    const char **why);
 /* Daemon side of a warm start: the segment a previous run made for the
  * same tier, index and size (fd: taken), mapped and now this run's
  * (generation).  -EBADMSG with *why saying what did not match. */

@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -62,29 +61,17 @@ int catalog_new(struct catalog *c, uint64_t size, uint64_t generation)
 int catalog_adopt(struct catalog *c, int fd, uint64_t generation, const char **why)
 {
 	const struct catalog_header *h;
-	struct stat sb;
+	uint64_t size;
 	void *p;
+	int r;
 
 	*c = (struct catalog) { .fd = -1 };
-	*why = NULL;
-	if (shm_segment_check_seals(fd) < 0 || fstat(fd, &sb) < 0)
-		*why = "not a sealed memfd";
-	else if ((uint64_t) sb.st_size < 2 * CATALOG_HEADER || sb.st_size % 4096)
-		*why = "a size no catalog has";
-	if (*why) {
-		close(fd);
-		return -EBADMSG;
-	}
-	p = mmap(NULL, (size_t) sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED) {
-		int r = -errno;
-
-		close(fd);
+	r = shm_memfd_adopt(fd, 2 * CATALOG_HEADER, &p, &size, why);
+	if (r < 0)
 		return r;
-	}
 	c->fd = fd;
 	c->base = p;
-	c->size = (uint64_t) sb.st_size;
+	c->size = size;
 	h = p;
 	if (h->magic != CATALOG_MAGIC || h->header_size != CATALOG_HEADER ||
 	    h->size != c->size)

@@ -29,10 +29,27 @@ the tests; neither has run on a GPU here.
 from __future__ import annotations
 
 import errno
+import logging
+import time
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from .keys import BlockHash, KeySpec
+
+log = logging.getLogger("kvcache")
+_said = [0.0]
+
+
+def unanswered(what: str, e: OSError, default):
+    """A question the daemon could not answer (it is restarting, or gone):
+    the engine goes on as on a miss and computes, never fails a step for
+    it; said once in 10 s.  The Client connects again by itself at a later
+    call."""
+    now = time.monotonic()
+    if now - _said[0] >= 10:
+        _said[0] = now
+        log.warning("kvcache: %s failed (%s): answered as a miss", what, e)
+    return default
 
 
 @dataclass(frozen=True)
@@ -247,12 +264,15 @@ class BlockStore:
         if not hashes:
             return 0
         specs = self.spec.ranks() if all_ranks else [self.spec]
-        if len(specs) == 1:
-            return self.client.prefix_lookup(specs[0].keys(hashes))
-        keys: List[str] = []
-        for s in specs:
-            keys += s.keys(hashes)
-        present = self.client.batch_exists(keys)
+        try:
+            if len(specs) == 1:
+                return self.client.prefix_lookup(specs[0].keys(hashes))
+            keys: List[str] = []
+            for s in specs:
+                keys += s.keys(hashes)
+            present = self.client.batch_exists(keys)
+        except OSError as e:
+            return unanswered("lookup", e, 0)
         n = len(hashes)
         hit = n
         for r in range(len(specs)):

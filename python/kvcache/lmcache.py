@@ -43,6 +43,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from urllib.parse import parse_qs, urlparse
 
 from . import _kvcache
+from .engine import unanswered
 
 try:
     from lmcache.v1.storage_backend.connector import ConnectorAdapter  # type: ignore
@@ -188,7 +189,10 @@ class KvcacheRemoteConnector(RemoteConnector):
         return await asyncio.to_thread(self.exists_sync, key)
 
     def exists_sync(self, key: Any) -> bool:
-        return self.client.exists(_key(key))
+        try:
+            return self.client.exists(_key(key))
+        except OSError as e:
+            return unanswered("exists", e, False)
 
     def support_batched_contains(self) -> bool:
         return True
@@ -198,19 +202,25 @@ class KvcacheRemoteConnector(RemoteConnector):
         backends and slices its keys with it); a list of bools for the
         LMCache versions whose base said so."""
         ks = [_key(k) for k in keys]
-        if not _CONTAINS_AS_LIST:
-            return self.client.prefix_lookup(ks)
-        if stop_after_first_not_exits:
-            n = self.client.prefix_lookup(ks)
-            return [True] * n + [False] * (len(ks) - n)
-        return self.client.batch_exists(ks)
+        try:
+            if not _CONTAINS_AS_LIST:
+                return self.client.prefix_lookup(ks)
+            if stop_after_first_not_exits:
+                n = self.client.prefix_lookup(ks)
+                return [True] * n + [False] * (len(ks) - n)
+            return self.client.batch_exists(ks)
+        except OSError as e:
+            return unanswered("contains", e, [False] * len(ks) if _CONTAINS_AS_LIST else 0)
 
     def support_batched_async_contains(self) -> bool:
         return True
 
     async def batched_async_contains(self, lookup_id: str, keys: List[Any],
                                      pin: bool = False) -> int:
-        return await asyncio.to_thread(self.client.prefix_lookup, [_key(k) for k in keys])
+        try:
+            return await asyncio.to_thread(self.client.prefix_lookup, [_key(k) for k in keys])
+        except OSError as e:
+            return unanswered("contains", e, 0)
 
     # loads and stores
     def support_batched_get(self) -> bool:
@@ -391,7 +401,10 @@ class NativeClient:
                        if r < 0 and r != -errno.EEXIST)
             return [r == 0 or r == -errno.EEXIST for r in res]
         if kind == "exists":
-            return c.batch_exists(keys)
+            try:
+                return c.batch_exists(keys)
+            except OSError as e:
+                return unanswered("batch_exists", e, [False] * len(keys))
         return [c.remove(k, force=True) == 0 for k in keys]
 
     def close(self) -> None:

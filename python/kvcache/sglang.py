@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from . import _kvcache
+from .engine import unanswered
 from .keys import KeySpec
 
 try:
@@ -269,7 +270,10 @@ class KvcacheStore(HiCacheStorage):
             return 0
         if self.anchor:
             return len(keys)
-        return self.client.prefix_lookup(self._keys(keys))
+        try:
+            return self.client.prefix_lookup(self._keys(keys))
+        except OSError as e:
+            return unanswered("batch_exists", e, 0)
 
     def batch_get_v1(self, keys: List[str], host_indices: Any,
                      extra_info: Any = None) -> List[bool]:
@@ -302,7 +306,10 @@ class KvcacheStore(HiCacheStorage):
             if final == 0:
                 break
             name = _name(t.name)
-            present = self.client.batch_exists(self._keys(keys[:final], name))
+            try:
+                present = self.client.batch_exists(self._keys(keys[:final], name))
+            except OSError as e:
+                present = unanswered("batch_exists_v2", e, [False] * final)
             if _name(getattr(t, "hit_policy", PoolHitPolicy.ALL_PAGES)) == \
                     _name(PoolHitPolicy.TRAILING_PAGES):
                 window = max(1, len(getattr(t, "keys", None) or ()))
@@ -335,7 +342,10 @@ class KvcacheStore(HiCacheStorage):
 
     # ---- the generic (tensor) path ----
     def exists(self, key: str) -> bool:
-        return self.client.exists(self._keys([key])[0])
+        try:
+            return self.client.exists(self._keys([key])[0])
+        except OSError as e:
+            return unanswered("exists", e, False)
 
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None):
         """Into target_location (a tensor or writable buffer) when given, else
@@ -344,7 +354,10 @@ class KvcacheStore(HiCacheStorage):
         if target_location is not None:
             n = self.client.get_into(k, _as_buffer(target_location, writable=True))
             return target_location if n > 0 else None
-        data = self.client.get(k)
+        try:
+            data = self.client.get(k)
+        except OSError as e:
+            return unanswered("get", e, None)
         if data is None:
             return None
         import torch

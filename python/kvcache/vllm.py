@@ -528,6 +528,8 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         self._done_lock = threading.Lock()
         self._done_sending: Set[str] = set()
         self._done_recving: Set[str] = set()
+        self._pinned: List[int] = []  # segment bases registered with CUDA
+        self._pinned_gen = 0          # the client's reconnects when they were
         self._load_errors: Set[int] = set()
         self._stored_events: List[Any] = []
         self._thread: Optional[threading.Thread] = None
@@ -722,10 +724,28 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         try:
             import torch
             cudart = torch.cuda.cudart()
+            self._pinned_gen = self.client.reconnects
             for base, length in self.client.segments():
                 cudart.cudaHostRegister(base, length, 0)
+                self._pinned.append(base)
         except Exception:  # noqa: BLE001 - pageable copies still work
             pass
+
+    def _repin_if_reconnected(self) -> None:
+        """After the daemon restarted (kvcachectl upgrade) the client maps
+        its memory again at other addresses: pin those, and let the old
+        registrations go (they would keep the old pages pinned)."""
+        if not self._pinned or self.client.reconnects == self._pinned_gen:
+            return
+        try:
+            import torch
+            cudart = torch.cuda.cudart()
+            for base in self._pinned:
+                cudart.cudaHostUnregister(base)
+        except Exception:  # noqa: BLE001 - already gone with the mapping
+            pass
+        self._pinned = []
+        self._pin_segments()
 
     def handle_preemptions(self, kv_connector_metadata: Any = None) -> None:
         """Nothing to do: stores read only blocks of finished requests, which
@@ -833,9 +853,11 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
                 self._done_sending.add(job.req_id)
 
     def _save(self, job: BlockJob) -> None:
+        self._repin_if_reconnected()
         t0 = time.perf_counter()
         skipped0 = self.store.stats["skipped"]
         results = self.store.save(job.hashes, job.block_ids, job.parent)
+        self._repin_if_reconnected()  # its first call may have connected again
         ok = sum(1 for r in results if r == 0)
         skipped = self.store.stats["skipped"] - skipped0
         self._stat(save_blocks=ok - skipped, save_skipped=skipped,
@@ -854,8 +876,10 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             self._done_sending.add(job.req_id)
 
     def _load(self, job: BlockJob, report: bool) -> None:
+        self._repin_if_reconnected()
         t0 = time.perf_counter()
         results = self.store.load(job.hashes, job.block_ids)
+        self._repin_if_reconnected()
         self._note_load(job, results, report, time.perf_counter() - t0)
 
     def _note_load(self, job: BlockJob, results: List[int], report: bool,

@@ -129,3 +129,40 @@ def test_native_client(daemon):
     n.close()
     with pytest.raises(RuntimeError):
         n.submit_batch_exists(["a"])
+
+
+def test_contains_misses_while_the_daemon_restarts():
+    """LMCache's lookups of a backend whose daemon stopped see misses
+    (an exception would fail the engine's lookup), and the same backend
+    finds what it stores once a daemon serves the socket again."""
+    import signal
+    import subprocess
+    import time
+    from conftest import start_daemon, stop_daemon, ready
+
+    proc, d, sock, log = start_daemon()
+    meta = lh.Metadata()
+    rb = lh.RemoteBackend(lh.config(sock), meta)
+    keys = [lh.CacheEngineKey(meta, 0x2000 + i) for i in range(2)]
+    rb.batched_submit_put_task(keys, [chunk(rb, i) for i in range(2)])
+    hits, _ = lh.storage_manager_batched_contains({"RemoteBackend": rb}, keys)
+    assert hits == 2
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    hits, _ = lh.storage_manager_batched_contains({"RemoteBackend": rb}, keys)
+    assert hits == 0
+    proc = subprocess.Popen(proc.args, stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(1000):
+        if ready(sock):
+            break
+        time.sleep(0.01)
+    lh.storage_manager_batched_contains({"RemoteBackend": rb}, keys)  # finds it gone
+    rb.batched_submit_put_task(keys, [chunk(rb, i) for i in range(2)])
+    for _ in range(200):  # stores are asynchronous
+        hits, _ = lh.storage_manager_batched_contains({"RemoteBackend": rb}, keys)
+        if hits == 2:
+            break
+        time.sleep(0.01)
+    assert hits == 2
+    rb.close()
+    stop_daemon(proc, d, log)

@@ -194,3 +194,35 @@ def test_generic_path_and_errors(daemon):
     s.clear()
     s.close()
     s.close()  # SGLang may close on detach and again at exit
+
+
+def test_lookups_miss_while_the_daemon_restarts():
+    """A daemon that stopped answers nothing: SGLang's lookups see misses
+    (its controller would die of an exception) and, once a daemon serves
+    the socket again, the same backend finds what it stores there."""
+    import signal
+    import subprocess
+    from conftest import start_daemon, stop_daemon, ready
+
+    proc, d, sock, log = start_daemon()
+    pool = mha(61)
+    s = sh.create_backend(sh.storage_config(sock), pool)
+    hashes = sh.page_hashes(list(range(4 * PAGE)), PAGE)
+    assert all(s.batch_set_v1(hashes, torch.arange(4 * PAGE)))
+    assert s.batch_exists(hashes) == 4
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert s.batch_exists(hashes) == 0
+    assert s.exists(hashes[0]) is False
+    assert s.get(hashes[0]) is None
+    proc = subprocess.Popen(proc.args, stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(1000):
+        if ready(sock):
+            break
+        proc.poll()
+        import time
+        time.sleep(0.01)
+    assert s.batch_exists(hashes) in (0, 4)  # the call that finds the old connection gone
+    assert all(s.batch_set_v1(hashes, torch.arange(4 * PAGE)))
+    assert s.batch_exists(hashes) == 4
+    stop_daemon(proc, d, log)

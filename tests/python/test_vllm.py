@@ -358,3 +358,58 @@ def test_decode_on_another_node_waits_for_the_prefill(two_nodes):
     assert b.stat("load_blocks") == 4
     a.shutdown()
     b.shutdown()
+
+
+def test_repins_after_the_daemon_restarts(monkeypatch):
+    """Segments registered with CUDA follow a restart of the daemon
+    (kvcachectl upgrade): the client maps the memory again, and the
+    connector's next job lets the old registrations go and pins the new
+    mapping; requests go on, and what was stored before is loaded after.
+    (No GPU here: cudart is a fake that records the calls.)"""
+    import signal
+    import subprocess
+    import time
+    from conftest import start_daemon
+
+    calls = []
+
+    class FakeCudart:
+        def cudaHostRegister(self, base, length, flags):
+            calls.append(("register", base))
+            return 0
+
+        def cudaHostUnregister(self, base):
+            calls.append(("unregister", base))
+            return 0
+
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: FakeCudart())
+    proc, d, sock, log = start_daemon()
+    a = vh.Engine(vh.config(sock))
+    conn = a.workers[0].connector
+    conn._pin_segments()
+    first = [base for kind, base in calls if kind == "register"]
+    assert first
+    a.run_one("before", prompt(40))
+    up = subprocess.run([os.environ["KVCACHECTL"], "-s", sock, "--json", "upgrade"],
+                        capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    assert proc.wait(60) == 0
+    a.run_one("after-1", prompt(41))  # the first calls find the connection gone
+    a.run_one("after-2", prompt(42))
+    assert conn.client.reconnects == 1
+    assert [base for kind, base in calls if kind == "unregister"] == first, calls
+    assert len([1 for kind, _ in calls if kind == "register"]) == 2 * len(first)
+    b = vh.Engine(vh.config(sock))
+    b.run_one("b", prompt(40))  # kept over the restart, loaded by a new engine
+    assert b.stat("load_blocks") == 4 and b.stat("load_errors") == 0
+    a.shutdown()
+    b.shutdown()
+    pid = int(up.stdout.split('"pid": ')[1].split(",")[0])
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(600):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    log.close()

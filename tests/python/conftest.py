@@ -49,6 +49,20 @@ def start_daemon(*extra):
     return proc, d, sock, log
 
 
+def stop_pid(pid, timeout=30):
+    """Stop a daemon this process did not start (a kvcachectl upgrade's
+    new one) and wait until it is gone."""
+    os.kill(pid, signal.SIGTERM)
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("kvcached %d did not stop" % pid)
+
+
 def stop_daemon(proc, d, log):
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=60)

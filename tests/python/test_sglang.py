@@ -202,6 +202,7 @@ def test_lookups_miss_while_the_daemon_restarts():
     the socket again, the same backend finds what it stores there."""
     import signal
     import subprocess
+    import time
     from conftest import start_daemon, stop_daemon, ready
 
     proc, d, sock, log = start_daemon()
@@ -219,8 +220,6 @@ def test_lookups_miss_while_the_daemon_restarts():
     for _ in range(1000):
         if ready(sock):
             break
-        proc.poll()
-        import time
         time.sleep(0.01)
     assert s.batch_exists(hashes) in (0, 4)  # the call that finds the old connection gone
     assert all(s.batch_set_v1(hashes, torch.arange(4 * PAGE)))

@@ -366,10 +366,8 @@ def test_repins_after_the_daemon_restarts(monkeypatch):
     connector's next job lets the old registrations go and pins the new
     mapping; requests go on, and what was stored before is loaded after.
     (No GPU here: cudart is a fake that records the calls.)"""
-    import signal
     import subprocess
-    import time
-    from conftest import start_daemon
+    from conftest import start_daemon, stop_pid
 
     calls = []
 
@@ -405,11 +403,5 @@ def test_repins_after_the_daemon_restarts(monkeypatch):
     a.shutdown()
     b.shutdown()
     pid = int(up.stdout.split('"pid": ')[1].split(",")[0])
-    os.kill(pid, signal.SIGTERM)
-    for _ in range(600):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
+    stop_pid(pid)
     log.close()

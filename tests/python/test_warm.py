@@ -19,6 +19,7 @@ import time
 import pytest
 
 import kvcache
+from conftest import stop_pid
 
 N = 100000
 
@@ -175,13 +176,7 @@ def test_upgrade_under_load(place):
           "(warm start %d ms), load committed %d puts, %d failed calls, %d reconnects" %
           (N, res["serving_after_ms"], s["warm_start_ms"], len(r["committed"]), r["errors"],
            r["reconnects"]))
-    os.kill(res["pid"], signal.SIGTERM)
-    for _ in range(600):
-        try:
-            os.kill(res["pid"], 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
+    stop_pid(res["pid"])
     log.close()
 
 
@@ -267,13 +262,7 @@ def test_upgrade_with_disk_tier(place):
     keys.update(more)
     assert verify(sock, keys) == []
     assert stats(sock)["dram.objects"] <= len(keys)
-    os.kill(new, signal.SIGTERM)
-    for _ in range(600):
-        try:
-            os.kill(new, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
+    stop_pid(new)
     log.close()
 
 

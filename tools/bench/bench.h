@@ -136,6 +136,8 @@ void start_daemon(char *sock, size_t len, const char *dram, const char *lease_ms
 void stop_daemon(void);
 uint64_t pool_capacity(struct kvc_client *c);
 uint64_t counter(struct kvc_client *c, const char *name);
+/* Until the daemon at sock has faulted its tiers in (--prefault): seconds. */
+double wait_prefault(const char *sock);
 
 /* local.c */
 void make_key(char *buf, size_t len, const char *what, uint64_t size, uint64_t i);

@@ -842,6 +842,8 @@ static void hosts_up(void)
  * machine leave its CPUs to the data threads.
  */
 static const char *node_dram = "2GiB";
+static double prefault_s; /* waited for the daemons' --prefault */
+static bool node_huge; /* their dram on 2 MiB pages */
 
 static void daemons_up(char *sa, char *sb, bool rdma)
 {
@@ -878,6 +880,19 @@ static void daemons_up(char *sa, char *sb, bool rdma)
 		spawn(b);
 		wait_joined(sa, 2);
 		wait_joined(sb, 2);
+		/* daemons that have run a while: their tiers faulted in */
+		prefault_s = wait_prefault(sa);
+		prefault_s += wait_prefault(sb);
+		{
+			struct kvc_client *c;
+			struct kvc_status *st;
+
+			check(kvc_connect(sa, &c), "connect A");
+			check(kvc_status_get(c, &st), "status");
+			node_huge = st->hugepages;
+			kvc_status_free(st);
+			kvc_disconnect(c);
+		}
 		daemons_up_ns = now_ns();
 	}
 	unsetenv("KVCACHE_TEST_RDMA_OVER_TCP");
@@ -1004,11 +1019,12 @@ int run_cluster(void)
 	p1 = p1b > p1 ? p1b : p1;
 	p2 = p2b > p2 ? p2b : p2;
 	printf("remote fetches into B's dram (acquire: a view of the replica), then gets (the same\n"
-	       "plus the copy to the client); each value is fetched once; daemons run their defaults;\n"
+	       "plus the copy to the client); each value is fetched once; daemons run their defaults\n"
+	       "(%s pages; their tiers faulted in first, which took %.1f s);\n"
 	       "tcp: the same values asked for and sent one at a time over a plain TCP connection;\n"
 	       "tcp+sum: the same with the transfer checksum (%s) hashed and checked as a node does;\n"
 	       "medians of %u rounds (ranges below); /tcp and /t+s: medians of each round's ratio\n",
-	       csum_impl(), arg_rounds);
+	       node_huge ? "2 MiB" : "4 KiB", prefault_s, csum_impl(), arg_rounds);
 	printf("%-6s %6s %10s %10s %10s %7s %5s %5s %10s %5s %10s %7s %5s %10s %7s\n", "size",
 	       "values", "tcp", "tcp+sum", "acquire", "/iperf3", "/tcp", "/t+s", "2 clients", "/-P2",
 	       "get", "/iperf3", "/tcp", "batch", "/iperf3");

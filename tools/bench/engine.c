@@ -396,26 +396,6 @@ static double limit_fresh(uint64_t bytes)
 	return g;
 }
 
-/* A daemon that has run a while: its tiers faulted in (--prefault, on by
- * default), which a daemon just started is still doing.  Seconds waited. */
-static double wait_prefault(const char *sock)
-{
-	uint64_t t0 = now_ns(), last = UINT64_MAX;
-	struct kvc_client *c;
-
-	check(kvc_connect(sock, &c), "connect");
-	for (int i = 0; i < 600; i++) {
-		uint64_t done = counter(c, "prefaulted_bytes");
-
-		if (done == last)
-			break;
-		last = done;
-		usleep(200 * 1000);
-	}
-	kvc_disconnect(c);
-	return (double) (now_ns() - t0) / 1e9;
-}
-
 static void report(const char *what, const struct shape *s, double lookup, double data,
 		   double warm, double fresh, double link)
 {

@@ -69,6 +69,7 @@ void config_init(struct config *c)
 	c->promotion_hits = CONFIG_DEFAULT_PROMOTION_HITS;
 	c->disk_size = UINT64_C(10) << 30;
 	c->disk_zstd_level = 3;
+	c->shared_size = UINT64_C(100) << 30;
 	strcpy(c->protocol, "auto");
 	c->client_ttl_s = 10;
 	strcpy(c->metadata_server, "P2PHANDSHAKE");
@@ -231,6 +232,16 @@ static const struct opt_def opts[] = {
 	  "compress records (default none)" },
 	{ "disk-compress-level", NULL, 0, T_U32, FIELD(disk_zstd_level), 1, 19, false, false, "N",
 	  "zstd level 1..19 (default 3)" },
+	{ "shared-dir", "storage-backends", 0, T_STRING, FIELD(shared_dir), 1, 0, false, false,
+	  "DIR", "a directory several nodes mount (NFS, 3FS): objects\n"
+	  "leaving memory are kept there and any node reads them\n"
+	  "(default: no shared tier); also UCM's storage_backends" },
+	{ "shared-size", NULL, 0, T_SIZE, FIELD(shared_size), MiB1, 0, false, false, "SIZE",
+	  "the shared tier's capacity, kept by every node using\n"
+	  "it (default 100GiB)" },
+	{ "shared-write-through", NULL, 0, T_FLAG, FIELD(shared_write_through), 0, 0, false, false,
+	  NULL, "copy each put to the shared tier as it commits (a\n"
+	  "prefill node), not only as it leaves memory" },
 	{ "spill-wait-ms", NULL, 0, T_U64, FIELD(spill_wait_ms), 0, 3600000, false, false, "MS",
 	  "with a disk tier, a put that needs room held by\n"
 	  "objects not yet on disk waits this long for the\n"

@@ -58,6 +58,9 @@ struct config {
 	uint64_t disk_size;
 	bool disk_zstd;
 	int disk_zstd_level;
+	char shared_dir[4096];         /* "" = no shared tier */
+	uint64_t shared_size;
+	bool shared_write_through;     /* copy each put at its commit */
 	char config_path[4096];
 	bool allow_overcommit;         /* tiers may exceed physical memory */
 	bool take_over;                /* --take-over: the running daemon's memory and socket */

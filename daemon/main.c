@@ -13,6 +13,7 @@
 #include "kvc-config.h"
 #include "log.h"
 #include "disk.h"
+#include "shared.h"
 #include "export.h"
 #include "handover.h"
 #include "node.h"
@@ -110,6 +111,7 @@ struct daemon {
 	struct server sv;
 	struct prefault *prefault;
 	struct disk *disk;
+	struct shared *shared;
 	struct node *node;
 	struct exporter *exporter;
 	struct warm_fds warm;        /* what a previous run left (a warm start) */
@@ -187,6 +189,8 @@ static int start(struct daemon *d)
 		r = prefault_start(d->st, &d->prefault);
 	if (r == 0)
 		r = disk_new(d->st, &d->disk);
+	if (r == 0)
+		r = shared_new(d->st, &d->shared);
 	if (r < 0)
 		return r;
 	r = node_new(d->st, &d->cfg, &d->node, err, sizeof(err));
@@ -218,6 +222,7 @@ static void stop(struct daemon *d)
 	d->sv.keep_listen = handing_over || d->fdstore;
 	server_done(&d->sv);
 	node_free(d->node);
+	shared_free(d->shared);
 	disk_free(d->disk);
 	prefault_stop(d->prefault);
 	if (handing_over)

@@ -176,6 +176,60 @@ static void print_json(struct json_object *o)
 	json_object_put(o);
 }
 
+/* The shared tier's figures (stats shared.*): false when there is none. */
+struct shared_view {
+	uint64_t on, writable, size, bytes, records, reads, writes, skips, errors, offs;
+};
+
+static bool shared_view(struct kvc_client *c, struct shared_view *v)
+{
+	struct kvc_counter *k;
+	size_t n;
+	bool found = false;
+
+	*v = (struct shared_view) { 0 };
+	if (kvc_stats_get(c, &k, &n) < 0)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		const char *s = k[i].name;
+		uint64_t x = k[i].value;
+
+		if (strncmp(s, "shared.", 7))
+			continue;
+		s += 7;
+		found |= !strcmp(s, "size");
+		if (!strcmp(s, "on"))
+			v->on = x;
+		else if (!strcmp(s, "writable"))
+			v->writable = x;
+		else if (!strcmp(s, "size"))
+			v->size = x;
+		else if (!strcmp(s, "bytes"))
+			v->bytes = x;
+		else if (!strcmp(s, "records"))
+			v->records = x;
+		else if (!strcmp(s, "reads"))
+			v->reads = x;
+		else if (!strcmp(s, "writes"))
+			v->writes = x;
+		else if (!strcmp(s, "write_skips") || !strcmp(s, "skipped_newer") ||
+			 !strcmp(s, "skipped_damaged"))
+			v->skips += x;
+		else if (!strcmp(s, "write_errors") || !strcmp(s, "read_errors") ||
+			 !strcmp(s, "checksum_failures") || !strcmp(s, "timeouts"))
+			v->errors += x;
+		else if (!strcmp(s, "offs"))
+			v->offs = x;
+	}
+	kvc_stats_free(k);
+	return found;
+}
+
+static const char *shared_state(const struct shared_view *v)
+{
+	return !v->on ? "off" : v->writable ? "on" : "read-only";
+}
+
 static int cmd_status(struct kvc_client *c)
 {
 	struct kvc_status *s;
@@ -211,6 +265,24 @@ static int cmd_status(struct kvc_client *c)
 			json_object_array_add(tiers, t);
 		}
 		json_object_object_add(o, "tiers", tiers);
+		{
+			struct shared_view v;
+
+			if (shared_view(c, &v)) {
+				struct json_object *sh = json_object_new_object();
+
+				json_object_object_add(sh, "state", json_object_new_string(shared_state(&v)));
+				json_object_object_add(sh, "capacity", json_object_new_uint64(v.size));
+				json_object_object_add(sh, "used", json_object_new_uint64(v.bytes));
+				json_object_object_add(sh, "records", json_object_new_uint64(v.records));
+				json_object_object_add(sh, "reads", json_object_new_uint64(v.reads));
+				json_object_object_add(sh, "writes", json_object_new_uint64(v.writes));
+				json_object_object_add(sh, "skips", json_object_new_uint64(v.skips));
+				json_object_object_add(sh, "errors", json_object_new_uint64(v.errors));
+				json_object_object_add(sh, "offs", json_object_new_uint64(v.offs));
+				json_object_object_add(o, "shared", sh);
+			}
+		}
 		if (s->recovery_total) {
 			struct json_object *rec = json_object_new_object();
 
@@ -282,6 +354,23 @@ static int cmd_status(struct kvc_client *c)
 			       s->tiers[i].capacity ? 100.0 * (double) s->tiers[i].used /
 							      (double) s->tiers[i].capacity : 0.0,
 			       high, s->tiers[i].objects);
+		}
+		{
+			struct shared_view v;
+
+			if (shared_view(c, &v)) {
+				char cap[32], used[32];
+
+				human(v.size, cap, sizeof(cap));
+				human(v.bytes, used, sizeof(used));
+				printf("%-8s %12s %12s %5.1f%% %12s %10" PRIu64 "  (%s; as this node counts)\n",
+				       "shared", cap, used,
+				       v.size ? 100.0 * (double) v.bytes / (double) v.size : 0.0, "-",
+				       v.records, shared_state(&v));
+				printf("shared:     %" PRIu64 " reads, %" PRIu64 " writes, %" PRIu64
+				       " skipped, %" PRIu64 " errors, off %" PRIu64 " time(s)\n", v.reads,
+				       v.writes, v.skips, v.errors, v.offs);
+			}
 		}
 	}
 	kvc_status_free(s);

@@ -800,6 +800,5 @@ void remote_done(struct node *n)
 		store_land_abandon(n->st, rf->o); /* no waiter is left: sessions went first */
 		free(rf);
 	}
-	store_landing_done(n->st);
 	dircache_done(n);
 }

@@ -1,20 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What lies below memory: the tier that keeps copies of objects when they
- * leave dram (daemon/disk now; a shared tier next).  It attaches itself
- * with store_below_attach() (store.h), which also says what it may ask of
- * core.  Every call runs on the loop thread and never blocks.
+ * What lies below memory: the tiers that keep copies of objects when they
+ * leave dram.  The private disk tier (daemon/disk/disk.c) attaches itself
+ * with store_below_attach(), and objects whose bytes are only there stay
+ * in the index; the shared tier (daemon/disk/shared.c), on a directory
+ * several nodes mount, attaches with store_shared_attach(), keeps no index
+ * entry for what it holds, and is asked after a miss (locate, where).
+ * store.h says what each may ask of core.  Every call runs on the loop
+ * thread and never blocks.
  */
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct object;
 
 /* The version of struct below_ops a backend was built against: a slot
  * added later is never called on an older table. */
-#define BELOW_OPS_VERSION 1
+#define BELOW_OPS_VERSION 2
+
+struct fetch;
 
 struct below_ops {
 	uint32_t version;
@@ -34,6 +41,14 @@ struct below_ops {
 	void (*stats)(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u);
 	/* start copying every memory-only object below (kvcachectl flush) */
 	int (*flush)(void *be);
+	/* (version 2, the shared tier) a miss everywhere else: o is the
+	 * key's landing placeholder (store_land_begin(): no place yet).  0:
+	 * the backend looks for it and lands it (store_land_place(), then
+	 * store_land_done()); -ENOENT: not there, o stays the caller's */
+	int (*locate)(void *be, struct object *o);
+	/* which of these keys does it hold?  As remote_ops.where (remote.h) */
+	int (*where)(void *be, const char *const *keys, const size_t *lens, size_t n,
+		     uint8_t *present, bool settle, struct fetch **ret);
 };
 
 struct below {

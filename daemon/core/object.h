@@ -85,6 +85,8 @@ enum object_flags {
 	OBJ_IN_FLIGHT = 1u << 8, /* RESERVED, in st->reserving: lookups may wait for it */
 	OBJ_ANNOUNCED = 1u << 9, /* a placeholder in st->announced: a put to come */
 	OBJ_REPLACED = 1u << 10, /* its put replaced the key: older copies elsewhere go */
+	OBJ_SHARED = 1u << 11,   /* the shared tier has its bytes (or was asked for them) */
+	OBJ_SHARING = 1u << 12,  /* the shared tier is taking a copy (o is held) */
 };
 
 /*

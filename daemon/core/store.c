@@ -96,6 +96,7 @@ void store_free(struct store *st)
 	store_wake_puts(st); /* waiters went with their sessions: frees the rest */
 	if (st->reserving.buckets)
 		index_done(&st->reserving);
+	store_landing_done(st); /* empty: its backends went first */
 	tiers_done(st);
 	catalog_done(&st->cat);
 	index_done(&st->index);
@@ -165,9 +166,9 @@ void store_remote_detach(struct store *st, void *be)
 		st->remote = (struct remote) { 0 };
 }
 
-bool store_clustered(const struct store *st)
+bool store_looks_elsewhere(const struct store *st)
 {
-	return st->remote.ops != NULL;
+	return st->remote.ops != NULL || st->shared.ops != NULL;
 }
 
 void store_backend_stats(const struct store *st,
@@ -177,6 +178,8 @@ void store_backend_stats(const struct store *st,
 		st->below.ops->stats(st->below.be, emit, u);
 	if (st->remote.ops && st->remote.ops->stats)
 		st->remote.ops->stats(st->remote.be, emit, u);
+	if (st->shared.ops && st->shared.ops->stats)
+		st->shared.ops->stats(st->shared.be, emit, u);
 }
 
 int store_flush_below(struct store *st)
@@ -319,6 +322,7 @@ int store_commit(struct holder *h, uint64_t handle, char *msg)
 	holder_put(h, i);
 	store_put_landed(st, o); /* before the index takes o->hnext */
 	object_publish(st, o);
+	shared_through(st, o);
 	if (st->announced.buckets && st->announced.n_objects) {
 		struct object *a = index_find(&st->announced, o->key, o->key_len, o->hash);
 
@@ -380,6 +384,8 @@ int store_acquire(struct holder *h, const void *key, size_t key_len, bool local_
 		if (!local_only && rb->ops && rb->ops->locate &&
 		    rb->ops->locate(rb->be, key, key_len, ret_fetch) == 0)
 			return -EINPROGRESS; /* another node has it: it comes here */
+		if (!local_only && shared_locate(st, key, key_len, ret_fetch) == 0)
+			return -EINPROGRESS; /* perhaps in the shared tier */
 		st->stats.misses++;
 		for (struct tier *t = st->fastest; t; t = t->below)
 			t->st.misses++;
@@ -539,7 +545,8 @@ int store_prefetch(struct store *st, const void *key, size_t key_len)
 		st->stats.prefetches++;
 		return 1;
 	}
-	if (rb->ops && rb->ops->locate && rb->ops->locate(rb->be, key, key_len, &f) == 0) {
+	if ((rb->ops && rb->ops->locate && rb->ops->locate(rb->be, key, key_len, &f) == 0) ||
+	    shared_locate(st, key, key_len, &f) == 0) {
 		st->stats.prefetches++;
 		return 1; /* nobody waits: it lands as a replica */
 	}
@@ -550,10 +557,19 @@ int store_where(struct store *st, const char *const *keys, const size_t *lens, s
 		uint8_t *present, bool settle, struct fetch **ret)
 {
 	const struct remote *rb = &st->remote;
+	struct fetch *later = NULL;
+	int r = 0, s;
 
-	if (!n || !rb->ops || !rb->ops->where)
+	if (!n)
 		return 0;
-	return rb->ops->where(rb->be, keys, lens, n, present, settle, ret);
+	if (rb->ops && rb->ops->where)
+		r = rb->ops->where(rb->be, keys, lens, n, present, settle, ret);
+	if (r < 0 && r != -EINPROGRESS)
+		return r;
+	/* the shared tier for what no node holds (while the cluster is
+	 * asked, it is asked too: both answers are in by the next round) */
+	s = shared_where(st, keys, lens, n, present, settle, r == 0 ? ret : &later);
+	return r == 0 ? s : r;
 }
 
 struct remove_walk {

@@ -165,10 +165,12 @@ struct store_segment {
 unsigned store_segments(const struct store *st);
 void store_segment(const struct store *st, unsigned i, struct store_segment *ret);
 /* Other nodes: the cluster's node attaches its table, and detaches it
- * (be: only if it is still the one attached); is there one? */
+ * (be: only if it is still the one attached). */
 void store_remote_attach(struct store *st, const struct remote_ops *ops, void *be);
 void store_remote_detach(struct store *st, void *be);
-bool store_clustered(const struct store *st);
+/* Is a key this node does not hold looked for elsewhere (other nodes, the
+ * shared tier)? */
+bool store_looks_elsewhere(const struct store *st);
 /* The counters of the tier below and of the cluster, each under its full
  * name; a flush of every memory-only object to the tier below
  * (-EOPNOTSUPP: there is none). */
@@ -286,6 +288,27 @@ void store_readmit_cancel(struct store *st, struct object *o, struct shm_block *
 bool store_object_resident(const struct object *o);
 /* Is o gone from the index (its last view or hold frees it)? */
 bool store_object_gone(const struct object *o);
+/*
+ * The shared tier (daemon/disk/shared.c, docs/shared-tier.rst): a
+ * directory several nodes mount.  Nothing it holds is in the index: an
+ * object leaving memory is copied there first (and each put as it commits,
+ * with --shared-write-through), and a key found nowhere else (memory, the
+ * disk tier, other nodes) is looked for there before it misses.  Every
+ * call runs on the loop.
+ */
+int store_shared_attach(struct store *st, const struct below_ops *ops, void *be);
+void store_shared_detach(struct store *st);
+/* The copy of o the shared tier was asked for (ops->spill; o was held
+ * like a view meanwhile) ended: ok, the tier has its bytes.  o goes back
+ * where it was, and whatever waited for memory tries again; false: o
+ * went meanwhile and was freed now. */
+bool store_shared_copied(struct store *st, struct object *o, bool ok);
+/* A landing placeholder its backend gives up on without ending it (a read
+ * that does not come back in time): its waiters run with res and it leaves
+ * the landing index, but o and its place stay the backend's, which a
+ * thread may still be writing, until store_land_free(). */
+void store_land_detach(struct store *st, struct object *o, int res);
+
 /* Tiers for status: memory tiers, then disk; each read-only. */
 unsigned store_tier_count(const struct store *st);
 const struct tier *store_tier(struct store *st, unsigned i);
@@ -335,9 +358,10 @@ void store_drop(struct store *st, struct object *o);
  * `used` says (freed if it went meanwhile and this was its last view). */
 uint32_t store_sum_hold(struct store *st, struct object *o);
 void store_sum_release(struct store *st, struct object *o, bool ok, uint64_t sum, uint32_t used);
-/* Copies landing from another node, by key (one fetch per key): the
- * index made (0 or -ENOMEM) and let go (empty by then); the placeholder
- * of key or NULL. */
+/* Copies landing from elsewhere (another node, the shared tier), by key
+ * (one fetch per key): the index made, once for every backend that lands
+ * copies (0 or -ENOMEM), and let go with the store (empty by then); the
+ * placeholder of key or NULL. */
 int store_landing_init(struct store *st);
 void store_landing_done(struct store *st);
 struct object *store_landing_find(struct store *st, const void *key, size_t len);

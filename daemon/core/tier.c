@@ -447,9 +447,35 @@ int store_land_begin(struct store *st, const void *key, size_t len, bool far,
 	return 0;
 }
 
+/* A landing that failed with res goes on in the shared tier (true: its
+ * backend has it now), unless it comes from there already. */
+static bool shared_next(struct store *st, struct object *o, int res)
+{
+	const struct below *sh = &st->shared;
+
+	/* no room here, or stored here meanwhile: the shared tier would not
+	 * change that */
+	if (!sh->ops || !sh->ops->locate || (o->flags & OBJ_SHARED) || res == -ENOMEM ||
+	    res == -ENOSPC || res == -E2BIG || res == -EEXIST)
+		return false;
+	if (o->block) {
+		shm_alloc_free(&o->tier->alloc, o->block);
+		o->block = NULL;
+	}
+	o->len = 0;
+	o->ver = 0;
+	o->flags |= OBJ_SHARED;
+	return sh->ops->locate(sh->be, o) == 0;
+}
+
 int store_land_done(struct store *st, struct object *o, int res, bool summed, uint64_t sum)
 {
 	bool fetched = o->fetch != NULL;
+
+	/* not from another node: perhaps from the shared tier (its waiters
+	 * wait on) */
+	if (fetched && res < 0 && shared_next(st, o, res))
+		return -EINPROGRESS;
 
 	if (fetched)
 		store_landing_remove(st, o);
@@ -508,13 +534,14 @@ void store_sum_release(struct store *st, struct object *o, bool ok, uint64_t sum
 
 int store_landing_init(struct store *st)
 {
-	return index_init(&st->landing);
+	return st->landing.buckets ? 0 : index_init(&st->landing);
 }
 
 void store_landing_done(struct store *st)
 {
 	if (st->landing.buckets)
 		index_done(&st->landing);
+	st->landing = (struct index) { 0 };
 }
 
 struct object *store_landing_find(struct store *st, const void *key, size_t len)
@@ -647,6 +674,38 @@ static int move(struct store *st, struct object *o, struct tier *to, bool may_ev
 	return 0;
 }
 
+/* Ask the backend for a copy of o, held like a view until it ends. */
+int tier_shared_copy(struct store *st, struct object *o)
+{
+	int r;
+
+	o->flags |= OBJ_SHARING;
+	o->views++;
+	object_place(st, o, false);
+	r = st->shared.ops->spill(st->shared.be, o);
+	if (r < 0) {
+		o->flags &= ~OBJ_SHARING;
+		o->views--;
+		object_place(st, o, true);
+	}
+	return r;
+}
+
+/* o leaves memory: the shared tier takes a copy first, when it has none
+ * and can take one now.  0: go on; -EAGAIN: wait for the copy. */
+static int shared_keep(struct store *st, struct object *o)
+{
+	const struct below *sh = &st->shared;
+
+	if (!sh->ops || (o->flags & OBJ_SHARED))
+		return 0;
+	if (o->flags & OBJ_SHARING)
+		return -EAGAIN;
+	if (!sh->ops->accepting(sh->be, o))
+		return 0; /* off, or behind: o goes without a copy */
+	return tier_shared_copy(st, o) == 0 ? -EAGAIN : 0;
+}
+
 /* o's bytes are on disk already: only its memory goes. */
 static uint64_t demote_below(struct store *st, struct tier *t, struct object *o)
 {
@@ -685,6 +744,13 @@ static int64_t evict_one(struct store *st, struct tier *t, struct object *o, enu
 		goto drop;
 	}
 	size = o->block->size;
+	if ((!t->below || t->below == &st->below_tier) && why != EVICT_MANUAL) {
+		/* it leaves memory: the shared tier takes a copy first */
+		int r = shared_keep(st, o);
+
+		if (r < 0)
+			return r;
+	}
 	if (t->below == &st->below_tier) {
 		if (clean(o))
 			return (int64_t) demote_below(st, t, o);
@@ -923,6 +989,8 @@ bool tier_maintain(struct store *st)
 		break;
 	}
 	if (st->below.ops && st->below.ops->maintain(st->below.be))
+		did = true;
+	if (st->shared.ops && st->shared.ops->maintain && st->shared.ops->maintain(st->shared.be))
 		did = true;
 	/* a growing index finishes in the background too */
 	if (index_migrate(&st->index, 256))

@@ -216,6 +216,9 @@ static bool below_is_gauge(const char *name)
 		"disk.direct_io",       "disk.compression",   "disk.compression_permille",
 		"remote_fetching",      "remote_peer_connections", "remote_fetch_waiting",
 		"sums_ahead_waiting",
+		"shared.on",            "shared.writable",    "shared.size",
+		"shared.bytes",         "shared.records",     "shared.scanned_dirs",
+		"shared.write_queued_bytes",
 	};
 
 	for (size_t i = 0; i < sizeof(gauges) / sizeof(gauges[0]); i++)

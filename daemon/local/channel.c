@@ -400,7 +400,7 @@ static int run_keys(struct channel *ch, const struct shm_sqe *e, bool prefix,
 	uint8_t *out = NULL, *here = NULL;
 	uint32_t *missing = NULL, n_missing = 0;
 	uint32_t count = 0;
-	bool cluster = store_clustered(ch->s->sv->st) && !(e->flags & SHM_SQE_LOCAL_ONLY);
+	bool cluster = store_looks_elsewhere(ch->s->sv->st) && !(e->flags & SHM_SQE_LOCAL_ONLY);
 	int r = 0;
 
 	if (e->count > WIRE_MAX_BATCH)
@@ -757,7 +757,7 @@ static int64_t run(struct channel *ch, const struct shm_sqe *e, struct shm_cqe *
 		if (!ch->settle && !ch->put_waited &&
 		    store_put_in_flight(s->sv->st, key, e->key_len, &s->h, ret_fetch) == 0)
 			return -EINPROGRESS; /* being stored: wait for its commit */
-		if (!store_clustered(s->sv->st) || (e->flags & SHM_SQE_LOCAL_ONLY))
+		if (!store_looks_elsewhere(s->sv->st) || (e->flags & SHM_SQE_LOCAL_ONLY))
 			return 0; /* a single node, or this one alone: a miss is a miss */
 		r = store_where(s->sv->st, &kp, &len, 1, &there, ch->settle, ret_fetch);
 		return r < 0 ? r : there;

@@ -1061,6 +1061,84 @@ two-hosts | rdma-two-hosts)
 	[ "$got" = 1 ] || fail "a miss after the holder died exited $got"
 	until_ok not_member B A
 	;;
+shared-three-hosts)
+	# Three hosts (network namespaces on one bridge) sharing a directory,
+	# each through its own mount of it (docs/shared-tier.rst).  A writes
+	# its puts through and is killed; B reads every byte.  Then the whole
+	# cluster stops and starts again, and C, which never stored anything,
+	# reads what A and B wrote.
+	ns_s=kvct-ss-$$ ns_a=kvct-sa-$$ ns_b=kvct-sb-$$ ns_c=kvct-sc-$$
+	command -v ip >/dev/null && ip netns add "$ns_s" 2>/dev/null || {
+		echo "cannot make network namespaces here (root and iproute2 needed)"; exit 77; }
+	trap 'for n in "$ns_s" "$ns_a" "$ns_b" "$ns_c"; do ip netns del "$n" 2>/dev/null; done
+	      for m in A B C; do umount -l "$dir/m$m" 2>/dev/null; done
+	      umount -l "$dir/shared" 2>/dev/null; cleanup' EXIT
+	ip -n "$ns_s" link add br0 type bridge
+	ip -n "$ns_s" link set br0 up
+	i=1
+	for h in A B C; do
+		eval "ns=\$ns_$(echo $h | tr ABC abc)"
+		ip netns add "$ns"
+		ip link add "kvs$h$$" type veth peer name "kvp$h$$"
+		ip link set "kvs$h$$" netns "$ns"
+		ip link set "kvp$h$$" netns "$ns_s"
+		ip -n "$ns_s" link set "kvp$h$$" master br0 up
+		ip -n "$ns" addr add "10.236.0.$i/24" dev "kvs$h$$"
+		ip -n "$ns" link set lo up
+		ip -n "$ns" link set "kvs$h$$" up
+		i=$((i + 1))
+	done
+	mkdir "$dir/shared" "$dir/mA" "$dir/mB" "$dir/mC"
+	mount -t tmpfs -o size=256m kvc-shared "$dir/shared" || {
+		echo "cannot mount here"; exit 77; }
+	for m in A B C; do mount --bind "$dir/shared" "$dir/m$m"; done
+	ip netns exec "$ns_a" "$KVCACHE_MASTER" --rpc_address 10.236.0.1 --port 50051 \
+		--client_ttl 2 2>>"$dir/master.log" &
+	pids="$pids $!"
+	shared_node() { # shared_node NAME [FLAGS...]
+		h=$1; shift
+		case $h in A) ns=$ns_a ip=10.236.0.1 ;; B) ns=$ns_b ip=10.236.0.2 ;; C) ns=$ns_c ip=10.236.0.3 ;; esac
+		ip netns exec "$ns" "$KVCACHED" --socket "$dir/$h.sock" --dram-size 64MB \
+			--hugepages off --master 10.236.0.1:50051 --listen "$ip:50052" --insecure \
+			--node-id "$h" --shared-dir "$dir/m$h" "$@" 2>>"$dir/$h.log" &
+		pids="$pids $!"
+		eval "pid_$h=\$!"
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/$h.sock' status | grep -q '(on;'"
+	}
+	shared_node A --shared-write-through
+	shared_node B --shared-write-through
+	shared_node C
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/C.sock' cluster | grep -c ' up ' | grep -q 3"
+	for k in 1 2 3 4 5 6 7 8; do
+		head -c $((300000 + k)) /dev/urandom >"$dir/va$k"
+		head -c $((200000 + k)) /dev/urandom >"$dir/vb$k"
+		ctl A put "a$k" "$dir/va$k" || fail "put on A"
+		ctl B put "b$k" "$dir/vb$k" || fail "put on B"
+	done
+	until_ok sh -c "[ \"\$('$KVCACHECTL' -s '$dir/A.sock' stats | awk '\$1 == \"shared.writes\" { print \$2 }')\" = 8 ]"
+	until_ok sh -c "[ \"\$('$KVCACHECTL' -s '$dir/B.sock' stats | awk '\$1 == \"shared.writes\" { print \$2 }')\" = 8 ]"
+	kill -9 "$pid_A"
+	for k in 1 2 3 4 5 6 7 8; do
+		ctl B get "a$k" "$dir/got" && cmp -s "$dir/va$k" "$dir/got" || fail "B read a$k"
+	done
+	[ "$(stat_of B shared.reads)" = 8 ] || fail "B did not read A's keys from the shared tier"
+	# the whole cluster restarted: nothing in memory anywhere
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	pids=
+	ip netns exec "$ns_a" "$KVCACHE_MASTER" --rpc_address 10.236.0.1 --port 50051 \
+		--client_ttl 2 2>>"$dir/master.log" &
+	pids="$pids $!"
+	shared_node A
+	shared_node B
+	shared_node C
+	for k in 1 2 3 4 5 6 7 8; do
+		ctl C get "a$k" "$dir/got" && cmp -s "$dir/va$k" "$dir/got" || fail "C read a$k"
+		ctl C get "b$k" "$dir/got" && cmp -s "$dir/vb$k" "$dir/got" || fail "C read b$k"
+	done
+	[ "$(stat_of C shared.reads)" = 16 ] || fail "C did not read from the shared tier"
+	ctl C exists a3 || fail "exists"
+	;;
 lossy-link)
 	# Two hosts whose link runs through a third namespace, where a relay
 	# of the test's own (lossy-link.py: this kernel has no netem) delays

@@ -34,6 +34,7 @@ struct store {
 	struct tier below_tier;
 	struct tier *fastest;  /* lookups go fastest first */
 	struct below below;    /* what holds copies below memory: the disk tier */
+	struct below shared;   /* a directory every node reads (the shared tier) */
 	struct remote remote;  /* other nodes (the cluster), or nothing */
 	struct store_listener *listeners; /* in the order they were added */
 	struct object **promote_q; /* objects waiting to move up */

@@ -81,6 +81,16 @@ uint64_t tier_used(const struct tier *t);
 /* Tiers for status: memory tiers, then disk. */
 unsigned tier_count(const struct store *st);
 struct tier *tier_at(struct store *st, unsigned i);
+/* The shared tier.  tier.c: ask it for a copy of o, held like a view until
+ * it ends (0, or -errno: not asked).  shared.c: a put committed, copied now
+ * with --shared-write-through; a miss everywhere else, looked for there (0
+ * with *ret the fetch to wait on, or -ENOENT); which keys it holds
+ * (store_where). */
+int tier_shared_copy(struct store *st, struct object *o);
+void shared_through(struct store *st, struct object *o);
+int shared_locate(struct store *st, const void *key, size_t len, struct fetch **ret);
+int shared_where(struct store *st, const char *const *keys, const size_t *lens, size_t n,
+		 uint8_t *present, bool settle, struct fetch **ret);
 /* Warm starts (warm.c): after tiers_init(), the catalog (a new one, or
  * the previous run's and the objects it lists that check); the fds of a
  * warm start that will not happen, closed. */

@@ -29,7 +29,9 @@ struct below_ops {
 	/* o's bytes are only below: start bringing them into dram; the
 	 * backend calls fetch_done() when they are in or will not come */
 	int (*fetch)(void *be, struct object *o);
-	/* take a clean copy of o (memory-resident): 0 queued, -errno not */
+	/* take a clean copy of o (memory-resident): 0 queued, -errno not
+	 * (the shared tier: -EBUSY, copies enough in flight; ask again once
+	 * one ends) */
 	int (*spill)(void *be, struct object *o);
 	/* o is going away: drop its copy and any transfer */
 	void (*forget)(void *be, struct object *o);

@@ -316,12 +316,14 @@ bool store_spill_due(const struct store *st)
 void store_below_hold(struct store *st, struct object *o)
 {
 	o->views++;
+	st->copies_held++;
 	object_place(st, o, false);
 }
 
 bool store_below_unhold(struct store *st, struct object *o)
 {
 	o->views--;
+	st->copies_held--;
 	if (!(o->flags & OBJ_DEAD))
 		return true;
 	if (o->views == 0)
@@ -680,12 +682,12 @@ int tier_shared_copy(struct store *st, struct object *o)
 	int r;
 
 	o->flags |= OBJ_SHARING;
-	o->views++;
-	object_place(st, o, false);
+	store_below_hold(st, o);
 	r = st->shared.ops->spill(st->shared.be, o);
 	if (r < 0) {
 		o->flags &= ~OBJ_SHARING;
 		o->views--;
+		st->copies_held--;
 		object_place(st, o, true);
 	}
 	return r;
@@ -696,14 +698,17 @@ int tier_shared_copy(struct store *st, struct object *o)
 static int shared_keep(struct store *st, struct object *o)
 {
 	const struct below *sh = &st->shared;
+	int r;
 
 	if (!sh->ops || (o->flags & OBJ_SHARED))
 		return 0;
 	if (o->flags & OBJ_SHARING)
 		return -EAGAIN;
 	if (!sh->ops->accepting(sh->be, o))
-		return 0; /* off, or behind: o goes without a copy */
-	return tier_shared_copy(st, o) == 0 ? -EAGAIN : 0;
+		return 0; /* off, full or read-only: o goes without a copy */
+	/* -EBUSY: copies enough already; wait for one of them to end */
+	r = tier_shared_copy(st, o);
+	return r == 0 || r == -EBUSY ? -EAGAIN : 0;
 }
 
 /* o's bytes are on disk already: only its memory goes. */
@@ -891,7 +896,8 @@ int tier_alloc(struct store *st, struct tier *t, uint64_t len, struct shm_block 
 		if (r < 0)
 			return r;
 		if (n == 0)
-			return -ENOSPC;
+			/* nothing to evict now; copies that end free some */
+			return st->copies_held ? -EAGAIN : -ENOSPC;
 	}
 }
 

@@ -52,7 +52,9 @@
 
 #define THREADS 4            /* blocking filesystem calls at once */
 #define WRITES_MAX 8         /* copies in flight, at most; the rest wait */
-#define QUEUED_BYTES_MAX (UINT64_C(1) << 30) /* copies asked for and not done, at most */
+/* copies asked for and not done, at most (their objects are held in
+ * memory meanwhile): a quarter of dram, up to this */
+#define QUEUED_BYTES_MAX (UINT64_C(1) << 30)
 #define CALL_TIMEOUT (5 * USEC_PER_SEC) /* a call that takes longer: the tier goes off */
 #define CALL_RATE (UINT64_C(64) << 20)  /* ... plus a second per this many bytes */
 #define PROBE_EVERY USEC_PER_SEC     /* while off */
@@ -75,6 +77,21 @@ enum sjob_kind {
 	SJ_STAT,   /* which of these keys have a record */
 	SJ_SCAN,   /* one top directory: usage, ages, evictions, dead temporaries */
 	SJ_UNLINK, /* a removed key's record */
+	SJ_REMOVE, /* a removal by prefix, for every node: its file */
+};
+
+/* Removals by prefix (or of everything) that every node heeds: a record
+ * of a matching key written at or before ms is not served.  Kept as one
+ * small file each in kvcache-v1/removals, named by time, until no record
+ * that old is left. */
+#define REMOVALS_MAX 1024
+#define REMOVALS_DIR "removals"
+#define REMOVAL_FRESH_MS 30000 /* this node's own, kept until a probe lists them */
+
+struct removal {
+	uint64_t ms;
+	uint32_t len;
+	char prefix[WIRE_MAX_KEY + 1];
 };
 
 struct khash {
@@ -112,8 +129,18 @@ struct sjob {
 	time_t cutoff;            /* records older than this go (0: none) */
 	uint64_t bytes, records, evicted, evicted_bytes, tmp_removed;
 	uint64_t age_bytes[AGE_BUCKETS];
-	/* a probe (write_test: try a write too) */
-	bool readable, writable, write_test;
+	/* a probe (write_test: try a write too); the removals it found, and
+	 * the time at or before which every record counts as removed (more
+	 * removals than are kept); the removal files it deletes (older than
+	 * any record).  rm_before is also a removal's time (SJ_REMOVE, its
+	 * prefix in key), and for a write the last removal of its key (a
+	 * record older than that is replaced, not kept) */
+	bool readable, writable, write_test, listed;
+	struct removal *rm;
+	unsigned n_rm;
+	uint64_t rm_before, prune_before;
+	/* a lookup: when a removal of each key's prefix was (0: none) */
+	uint64_t *rm_ms;
 };
 
 struct cache_slot {
@@ -139,15 +166,20 @@ struct shared {
 	unsigned n_writes;        /* copies in flight */
 	struct sjob *wait_head, *wait_tail; /* copies asked for, waiting for one to end */
 	uint64_t queued_bytes;    /* of copies in flight or waiting */
+	uint64_t queue_max;       /* at most (QUEUED_BYTES_MAX) */
 	/* reads whose records are in, waiting for room in memory (oldest
 	 * first), and whether a copy ended since they last tried */
 	struct sjob *room_head, *room_tail;
 	bool room_freed;
 	bool on, writable;        /* found and readable; writable too */
-	bool probing;
+	bool probing, probed;      /* a probe in flight; one has answered */
+	unsigned n_hung;          /* calls let go that have not come back */
 	usec_t probe_at;
 	char why[160];            /* why it is off or not written */
 	struct cache_slot cache[CACHE_SLOTS];
+	struct removal *rm;       /* REMOVALS_MAX, by time */
+	unsigned n_rm;
+	uint64_t rm_before;
 	/* usage, as the scans and this node's own writes found it */
 	uint64_t dir_bytes[SUBDIRS], dir_records[SUBDIRS];
 	uint64_t dir_age[SUBDIRS][AGE_BUCKETS];
@@ -162,7 +194,7 @@ struct shared {
 		uint64_t skipped_newer, skipped_damaged, checksum_failures;
 		uint64_t lookups, lookup_keys, cache_hits;
 		uint64_t offs, timeouts, evicted, evicted_bytes, tmp_removed, unlinked;
-		uint64_t direct_reads;
+		uint64_t direct_reads, removed_skips, removals_written, copies_deferred;
 	} c;
 };
 
@@ -192,6 +224,14 @@ static void record_path(const struct shared *sh, struct khash h, char *buf, size
 static unsigned top_dir(struct khash h)
 {
 	return (unsigned) (h.hi >> 56);
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (uint64_t) t.tv_sec * 1000 + (uint64_t) t.tv_nsec / 1000000;
 }
 
 /* ---- the helper threads' io_uring ---- */
@@ -267,9 +307,10 @@ static ssize_t read_all(int fd, uint8_t *buf, uint64_t len)
 	return (ssize_t) got;
 }
 
-/* statx of each path, submitted together: ok[i] set for a regular file;
- * the first error that is not "no such file" (0: none). */
-static int stat_batch(char (*paths)[4300], size_t n, uint8_t *ok)
+/* statx of each path, submitted together: ok[i] set for a regular file,
+ * ms[i] its modification time (ms); the first error that is not "no such
+ * file" (0: none). */
+static int stat_batch(char (*paths)[4300], size_t n, uint8_t *ok, uint64_t *ms)
 {
 	struct io_uring *ring = thread_ring();
 	struct statx *sx = calloc(n, sizeof(*sx));
@@ -281,9 +322,11 @@ static int stat_batch(char (*paths)[4300], size_t n, uint8_t *ok)
 		size_t k = 0;
 
 		if (!ring) {
-			int r = statx(AT_FDCWD, paths[at], 0, STATX_TYPE, &sx[at]);
+			int r = statx(AT_FDCWD, paths[at], 0, STATX_TYPE | STATX_MTIME, &sx[at]);
 
 			ok[at] = r == 0 && S_ISREG(sx[at].stx_mode);
+			ms[at] = (uint64_t) sx[at].stx_mtime.tv_sec * 1000 +
+				 sx[at].stx_mtime.tv_nsec / 1000000;
 			if (r < 0 && errno != ENOENT && !err)
 				err = -errno;
 			at++;
@@ -292,7 +335,8 @@ static int stat_batch(char (*paths)[4300], size_t n, uint8_t *ok)
 		for (; at + k < n && k < 64; k++) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 
-			io_uring_prep_statx(sqe, AT_FDCWD, paths[at + k], 0, STATX_TYPE, &sx[at + k]);
+			io_uring_prep_statx(sqe, AT_FDCWD, paths[at + k], 0, STATX_TYPE | STATX_MTIME,
+					    &sx[at + k]);
 			sqe->user_data = at + k;
 		}
 		if (io_uring_submit_and_wait(ring, (unsigned) k) < 0) {
@@ -309,6 +353,8 @@ static int stat_batch(char (*paths)[4300], size_t n, uint8_t *ok)
 			}
 			x = (size_t) cqe->user_data;
 			ok[x] = cqe->res == 0 && S_ISREG(sx[x].stx_mode);
+			ms[x] = (uint64_t) sx[x].stx_mtime.tv_sec * 1000 +
+				sx[x].stx_mtime.tv_nsec / 1000000;
 			if (cqe->res < 0 && cqe->res != -ENOENT && cqe->res != -ENOTDIR && !err)
 				err = cqe->res;
 			io_uring_cqe_seen(ring, cqe);
@@ -367,10 +413,8 @@ static int publish(const char *tmp, const char *final, bool replace)
 
 static void run_write(struct sjob *j)
 {
-	static const uint8_t zeros[DISK_ALIGN];
 	struct shared *sh = j->sh;
 	char final[4300], tmp[4300];
-	uint8_t head[sizeof(struct disk_record_hdr) + WIRE_MAX_KEY + 8] = { 0 };
 	uint64_t off = disk_record_payload_off(j->key_len);
 	struct disk_record_hdr h = { 0 };
 	struct statx sx;
@@ -379,9 +423,14 @@ static void run_write(struct sjob *j)
 
 	record_path(sh, j->h, final, sizeof(final), false);
 	record_path(sh, j->h, tmp, sizeof(tmp), true);
-	if (!j->replace && statx(AT_FDCWD, final, 0, STATX_TYPE, &sx) == 0) {
-		j->res = -EEXIST; /* another node wrote it: nothing to do */
-		return;
+	if (!j->replace && statx(AT_FDCWD, final, 0, STATX_TYPE | STATX_MTIME, &sx) == 0) {
+		uint64_t mtime = (uint64_t) sx.stx_mtime.tv_sec * 1000 + sx.stx_mtime.tv_nsec / 1000000;
+
+		if (!j->rm_before || mtime > j->rm_before) {
+			j->res = -EEXIST; /* another node wrote it: nothing to do */
+			return;
+		}
+		j->replace = true; /* written before its key's removal: stale */
 	}
 	clock_gettime(CLOCK_REALTIME, &now);
 	h.magic = DISK_RECORD_MAGIC;
@@ -391,16 +440,34 @@ static void run_write(struct sjob *j)
 	h.key_len = j->key_len;
 	h.created_ms = (uint64_t) now.tv_sec * 1000 + (uint64_t) now.tv_nsec / 1000000;
 	h.header_sum = disk_record_header_sum(&h, j->key);
-	memcpy(head, &h, sizeof(h));
-	memcpy(head + sizeof(h), j->key, j->key_len);
 	j->rec_size = disk_record_size(j->key_len, j->len);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (fd < 0 && errno == ENOENT && (r = mkdirs(sh, j->h)) < 0) {
-		j->res = r;
+	/* the whole record in one aligned buffer: one O_DIRECT write, the
+	 * page cache of neither node filled with it */
+	j->buf = aligned_alloc(DISK_ALIGN, j->rec_size);
+	if (!j->buf) {
+		j->res = -ENOMEM;
 		return;
 	}
-	if (fd < 0)
+	memcpy(j->buf, &h, sizeof(h));
+	memcpy(j->buf + sizeof(h), j->key, j->key_len);
+	memset(j->buf + sizeof(h) + j->key_len, 0, off - sizeof(h) - j->key_len);
+	memcpy(j->buf + off, j->src, j->len);
+	memset(j->buf + off + j->len, 0, j->rec_size - off - j->len);
+	j->direct = true;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644);
+	if (fd < 0 && errno == ENOENT) {
+		/* its directories are not there yet */
+		r = mkdirs(sh, j->h);
+		if (r < 0) {
+			j->res = r;
+			return;
+		}
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644);
+	}
+	if (fd < 0 && errno == EINVAL) {
+		j->direct = false; /* a filesystem without it */
 		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	}
 	if (fd < 0) {
 		j->res = -errno;
 		return;
@@ -412,34 +479,19 @@ static void run_write(struct sjob *j)
 		j->res = r;
 		return;
 	}
-	{
-		struct iovec iov[3] = { { head, off },
-					{ (void *) j->src, j->len },
-					{ (void *) zeros, j->rec_size - off - j->len } };
-		uint64_t done = 0, total = j->rec_size;
-		int at = 0;
+	for (uint64_t done = 0; done < j->rec_size;) {
+		ssize_t n = pwrite(fd, j->buf + done, j->rec_size - done, (off_t) done);
 
-		r = 0;
-		while (done < total) {
-			ssize_t n = pwritev(fd, iov + at, 3 - at, (off_t) done);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				r = n < 0 ? -errno : -EIO;
-				break;
-			}
-			done += (uint64_t) n;
-			while (at < 3 && (uint64_t) n >= iov[at].iov_len) {
-				n -= (ssize_t) iov[at].iov_len;
-				at++;
-			}
-			if (at < 3) {
-				iov[at].iov_base = (uint8_t *) iov[at].iov_base + n;
-				iov[at].iov_len -= (size_t) n;
-			}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n < 0 ? -errno : -EIO;
+			break;
 		}
+		done += (uint64_t) n;
 	}
+	free(j->buf);
+	j->buf = NULL;
 	/* a network filesystem may say only now that the bytes did not go */
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
@@ -504,23 +556,27 @@ static void run_head(struct sjob *j)
 		j->res = got == -ENOENT ? -ENOENT : (int) got;
 		return;
 	}
-	{
-		const struct disk_record_hdr *raw = (const void *) j->buf;
-
-		if ((uint64_t) got >= sizeof(*raw) && raw->magic == DISK_RECORD_MAGIC &&
-		    raw->version > DISK_RECORD_VERSION) {
-			j->res = -EPROTONOSUPPORT; /* a newer writer's: never served */
-			return;
-		}
-	}
-	if (disk_record_check(j->buf, (size_t) got, (uint64_t) got, &j->hdr) < 0 ||
-	    (j->hdr.flags & DISK_REC_ZSTD) || j->hdr.key_len != j->key_len ||
-	    memcmp(j->buf + sizeof(j->hdr), j->key, j->key_len) != 0) {
-		j->res = -EBADMSG; /* torn, damaged, or another key's */
-		return;
-	}
+	j->res = shared_record_parse(j->buf, (size_t) got, j->key, j->key_len, &j->hdr);
 	j->len = j->hdr.value_len;
-	j->res = 0;
+}
+
+int shared_record_parse(const void *buf, size_t len, const void *key, uint32_t key_len,
+			struct disk_record_hdr *ret)
+{
+	struct disk_record_hdr raw;
+
+	memset(ret, 0, sizeof(*ret));
+	if (len >= sizeof(raw)) {
+		memcpy(&raw, buf, sizeof(raw));
+		if (raw.magic == DISK_RECORD_MAGIC && raw.version > DISK_RECORD_VERSION)
+			return -EPROTONOSUPPORT; /* a newer writer's: never served */
+	}
+	if (disk_record_check(buf, len, len, &raw) < 0 || (raw.flags & DISK_REC_ZSTD) ||
+	    raw.key_len != key_len ||
+	    memcmp((const uint8_t *) buf + sizeof(raw), key, key_len) != 0)
+		return -EBADMSG; /* torn, damaged, or another key's */
+	*ret = raw;
+	return 0;
 }
 
 static void run_copy(struct sjob *j)
@@ -542,7 +598,7 @@ static void run_stat(struct sjob *j)
 	}
 	for (size_t i = 0; i < j->n; i++)
 		record_path(j->sh, j->keys[i], paths[i], sizeof(paths[i]), false);
-	j->res = stat_batch(paths, j->n, j->present);
+	j->res = stat_batch(paths, j->n, j->present, j->rm_ms + STAT_MAX);
 	free(paths);
 }
 
@@ -619,6 +675,104 @@ static void run_scan(struct sjob *j)
 	j->res = r;
 }
 
+static int cmp_removal(const void *a, const void *b)
+{
+	uint64_t x = ((const struct removal *) a)->ms, y = ((const struct removal *) b)->ms;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The removals every node wrote (the newest REMOVALS_MAX; what is older
+ * than those counts as all removed), deleting those older than any record
+ * left (j->prune_before). */
+static void list_removals(struct sjob *j)
+{
+	char path[4300];
+	struct removal *all = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/" REMOVALS_DIR, j->sh->root);
+	d = opendir(path);
+	j->listed = d || errno == ENOENT; /* (none yet) */
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		char *end;
+		uint64_t ms;
+		int fd;
+		ssize_t got;
+
+		if (l != 16 + 1 + 16 + 3 || strcmp(e->d_name + l - 3, ".rm"))
+			continue;
+		ms = strtoull(e->d_name, &end, 16);
+		if (end != e->d_name + 16)
+			continue;
+		if (ms < j->prune_before) {
+			unlinkat(dirfd(d), e->d_name, 0);
+			continue;
+		}
+		if (n == cap) {
+			struct removal *g = realloc(all, (cap = cap ? 2 * cap : 64) * sizeof(*all));
+
+			if (!g)
+				break;
+			all = g;
+		}
+		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		got = read(fd, all[n].prefix, WIRE_MAX_KEY + 1);
+		close(fd);
+		if (got < 0 || got > WIRE_MAX_KEY)
+			continue; /* not one of ours */
+		all[n].len = (uint32_t) got;
+		all[n].prefix[got] = '\0';
+		all[n].ms = ms;
+		n++;
+	}
+	closedir(d);
+	qsort(all, n, sizeof(*all), cmp_removal);
+	if (n > REMOVALS_MAX) {
+		j->rm_before = all[n - REMOVALS_MAX - 1].ms;
+		memmove(all, all + n - REMOVALS_MAX, REMOVALS_MAX * sizeof(*all));
+		n = REMOVALS_MAX;
+	}
+	j->rm = all;
+	j->n_rm = (unsigned) n;
+}
+
+/* A removal's file, for every node to read: its prefix, named by its time. */
+static void run_remove(struct sjob *j)
+{
+	char dir[4300], tmp[4400], final[4400];
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s/" REMOVALS_DIR, j->sh->root);
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		j->res = -errno;
+		return;
+	}
+	snprintf(final, sizeof(final), "%s/%016" PRIx64 "-%016" PRIx64 ".rm", dir, j->rm_before,
+		 j->sh->tag);
+	snprintf(tmp, sizeof(tmp), "%s/.%016" PRIx64 "-%016" PRIx64 ".tmp", dir, j->rm_before,
+		 j->sh->tag);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		j->res = -errno;
+		return;
+	}
+	j->res = write(fd, j->key, j->key_len) == (ssize_t) j->key_len ? 0 : -EIO;
+	if (close(fd) < 0 && j->res == 0)
+		j->res = -errno;
+	if (j->res == 0 && rename(tmp, final) < 0)
+		j->res = -errno;
+	if (j->res < 0)
+		unlink(tmp);
+}
+
 static void run_probe(struct sjob *j)
 {
 	struct shared *sh = j->sh;
@@ -647,6 +801,7 @@ static void run_probe(struct sjob *j)
 		return;
 	}
 	j->readable = true;
+	list_removals(j);
 	if (!j->write_test) {
 		j->writable = true; /* as it was: copies say otherwise when not */
 		j->res = 0;
@@ -699,8 +854,38 @@ static void job_run(struct work *w)
 	case SJ_UNLINK:
 		run_unlink(j);
 		break;
+	case SJ_REMOVE:
+		run_remove(j);
+		break;
 	}
 }
+
+/* One queue all the threads take from, oldest first: a call that hangs
+ * holds its own thread, never the calls behind it. */
+static unsigned take_one(void *data, struct work *head, struct work **run, unsigned max,
+			 void **hold)
+{
+	(void) data;
+	(void) max;
+	*hold = NULL;
+	run[0] = head;
+	return head ? 1 : 0;
+}
+
+static void run_taken(void *data, struct work **run, unsigned k)
+{
+	struct shared *sh = data;
+
+	for (unsigned i = 0; i < k; i++) {
+		job_run(run[i]);
+		worker_hand_back(sh->wk, run[i]);
+	}
+}
+
+static const struct worker_choice one_queue = {
+	.take = take_one,
+	.run = run_taken,
+};
 
 /* ---- on the loop ---- */
 
@@ -711,7 +896,25 @@ static void job_free(struct sjob *j)
 	free(j->buf);
 	free(j->keys);
 	free(j->present);
+	free(j->rm_ms);
+	free(j->rm);
 	free(j);
+}
+
+/* When a removal of key (or of everything) was, the latest that applies
+ * (0: none): a record written at or before it is not served.  (At most
+ * REMOVALS_MAX to look at, and removals by prefix are rare.) */
+static uint64_t removed_at(const struct shared *sh, const void *key, size_t len)
+{
+	uint64_t at = sh->rm_before;
+
+	for (unsigned i = 0; i < sh->n_rm; i++) {
+		const struct removal *r = &sh->rm[i];
+
+		if (r->ms > at && r->len <= len && !memcmp(r->prefix, key, r->len))
+			at = r->ms;
+	}
+	return at;
 }
 
 /* The oldest call in flight not yet let go (those let go wait at the head
@@ -948,9 +1151,33 @@ static bool try_place(struct shared *sh, struct sjob *j)
 	return true;
 }
 
+static void unlink_record(struct shared *sh, struct khash h)
+{
+	struct sjob *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return;
+	j->kind = SJ_UNLINK;
+	j->h = h;
+	cache_put(sh, h, false);
+	if (submit(sh, j, 0) < 0)
+		free(j);
+}
+
 static void head_done(struct shared *sh, struct sjob *j)
 {
 	if (j->res == 0 && !j->detached) {
+		uint64_t rm = removed_at(sh, j->key, j->key_len);
+
+		if (rm && j->hdr.created_ms <= rm) {
+			/* removed since it was written: a miss, and it goes */
+			sh->c.removed_skips++;
+			if (sh->writable)
+				unlink_record(sh, j->h);
+			store_land_done(sh->st, j->o, -ENOENT, false, 0);
+			job_free(j);
+			return;
+		}
 		j->deadline = loop_now(sh->loop) + CALL_TIMEOUT;
 		if (try_place(sh, j))
 			return;
@@ -1005,8 +1232,12 @@ static void stat_done(struct shared *sh, struct sjob *j)
 	if (j->res < 0)
 		note_error(sh, j->res, "looking for records");
 	else
-		for (size_t i = 0; i < j->n; i++)
-			cache_put(sh, j->keys[i], j->present[i]);
+		for (size_t i = 0; i < j->n; i++) {
+			/* a record written before its key's removal is not there */
+			uint64_t rm = j->rm_ms[i], mtime = j->rm_ms[STAT_MAX + i];
+
+			cache_put(sh, j->keys[i], j->present[i] && !(rm && mtime <= rm));
+		}
 	if (j->f) {
 		fetch_wake(j->f, 0); /* each asks again, settled: the cache answers */
 		free(j->f);
@@ -1076,14 +1307,54 @@ static void go_off_logged(struct shared *sh)
 		 "every second (stat shared.offs)", sh->dir, sh->why);
 }
 
+/* The removals a probe listed become this node's, with its own of the
+ * last moments that the listing may not have seen yet. */
+static void take_removals(struct shared *sh, struct sjob *j)
+{
+	uint64_t now = wall_ms();
+
+	for (unsigned i = 0; i < sh->n_rm && j->n_rm < REMOVALS_MAX; i++) {
+		const struct removal *r = &sh->rm[i];
+		bool listed = false;
+
+		if (r->ms + REMOVAL_FRESH_MS < now)
+			continue;
+		for (unsigned k = 0; k < j->n_rm && !listed; k++)
+			listed = j->rm[k].ms == r->ms && j->rm[k].len == r->len &&
+				 !memcmp(j->rm[k].prefix, r->prefix, r->len);
+		if (!listed)
+			j->rm[j->n_rm++] = *r;
+	}
+	qsort(j->rm, j->n_rm, sizeof(*j->rm), cmp_removal);
+	if (j->n_rm != sh->n_rm || j->rm_before > sh->rm_before ||
+	    memcmp(j->rm, sh->rm, j->n_rm * sizeof(*j->rm)))
+		memset(sh->cache, 0, sizeof(sh->cache)); /* some may be removed now */
+	memcpy(sh->rm, j->rm, j->n_rm * sizeof(*j->rm));
+	sh->n_rm = j->n_rm;
+	if (j->rm_before > sh->rm_before)
+		sh->rm_before = j->rm_before;
+}
+
 static void probe_done(struct shared *sh, struct sjob *j)
 {
 	bool was_on = sh->on, was_writable = sh->writable;
 
+	if (j->listed) {
+		/* (room for this node's own too) */
+		struct removal *g = realloc(j->rm, REMOVALS_MAX * sizeof(*j->rm));
+
+		if (g) {
+			j->rm = g;
+			take_removals(sh, j);
+		}
+	}
 	sh->probing = false;
-	sh->on = j->readable;
-	sh->writable = j->writable;
-	if (!j->readable && j->res < 0)
+	/* not back while a call is still hung in it */
+	sh->on = j->readable && !sh->n_hung;
+	sh->writable = j->writable && sh->on;
+	if (j->readable && sh->n_hung)
+		snprintf(sh->why, sizeof(sh->why), "%u call(s) still hung in it", sh->n_hung);
+	else if (!j->readable && j->res < 0)
 		snprintf(sh->why, sizeof(sh->why), "%s",
 			 j->res == -ESTALE ? "another filesystem is there now (unmounted?)"
 					   : strerror(-j->res));
@@ -1096,6 +1367,13 @@ static void probe_done(struct shared *sh, struct sjob *j)
 			   sh->writable ? "on" : "on for reads (not writable)");
 	if (was_on && !sh->on)
 		go_off_logged(sh);
+	else if (!sh->probed && !sh->on)
+		log_warn("shared tier %s cannot be used (%s); serving from memory and this node, "
+			 "trying again every second", sh->dir, sh->why);
+	else if (!sh->probed && !sh->writable)
+		log_warn("shared tier %s takes no copies (%s); reading what is there", sh->dir,
+			 sh->why);
+	sh->probed = true;
 	sh->probe_at = loop_now(sh->loop) + (sh->on && sh->writable ? PROBE_ON_EVERY : PROBE_EVERY);
 	job_free(j);
 	arm(sh);
@@ -1127,6 +1405,8 @@ static void job_done(struct work *w)
 	struct shared *sh = j->sh;
 
 	unlink_job(sh, j);
+	if (j->detached)
+		sh->n_hung--; /* back at last */
 	switch (j->kind) {
 	case SJ_PROBE:
 		probe_done(sh, j);
@@ -1153,6 +1433,13 @@ static void job_done(struct work *w)
 			sh->c.unlinked++;
 		job_free(j);
 		break;
+	case SJ_REMOVE:
+		if (j->res < 0)
+			note_error(sh, j->res, "writing a removal");
+		else
+			sh->c.removals_written++;
+		job_free(j);
+		break;
 	}
 }
 
@@ -1164,6 +1451,18 @@ static void start_probe(struct shared *sh)
 		return;
 	j->kind = SJ_PROBE;
 	j->write_test = !sh->on || !sh->writable;
+	/* removals older than the oldest record the scans found go */
+	if (sh->scanned >= SUBDIRS && sh->writable) {
+		int b = AGE_BUCKETS - 1;
+
+		while (b > 0 && !sh->age_total[b])
+			b--;
+		if (b < AGE_BUCKETS - 1) {
+			uint64_t age_ms = (age_floor((unsigned) b + 1) + 3600) * 1000, now = wall_ms();
+
+			j->prune_before = now > age_ms ? now - age_ms : 0;
+		}
+	}
 	sh->probing = true;
 	if (submit(sh, j, 0) < 0) {
 		sh->probing = false;
@@ -1199,6 +1498,7 @@ static void on_timer(struct loop_source *s, void *u)
 		if (j->detached)
 			continue;
 		j->detached = true;
+		sh->n_hung++;
 		sh->c.timeouts++;
 		go_off(sh, -ETIMEDOUT, "a call did not return in time", false);
 		if ((j->kind == SJ_HEAD || j->kind == SJ_COPY) && j->o)
@@ -1223,9 +1523,14 @@ static void on_timer(struct loop_source *s, void *u)
 static int be_spill(void *be, struct object *o)
 {
 	struct shared *sh = be;
-	struct sjob *j = calloc(1, sizeof(*j));
+	struct sjob *j;
 	const char *key = o->key;
 
+	if (sh->queued_bytes && sh->queued_bytes + o->len > sh->queue_max) {
+		sh->c.copies_deferred++;
+		return -EBUSY; /* held objects would crowd memory: later */
+	}
+	j = calloc(1, sizeof(*j));
 	if (!j)
 		return -ENOMEM;
 	j->kind = SJ_WRITE;
@@ -1235,6 +1540,7 @@ static int be_spill(void *be, struct object *o)
 	j->summed = o->flags & OBJ_SUMMED;
 	j->sum = o->sum;
 	j->replace = o->flags & OBJ_REPLACED;
+	j->rm_before = removed_at(sh, key, o->key_len);
 	j->key_len = o->key_len;
 	memcpy(j->key, key, o->key_len);
 	j->h = key_hash(key, o->key_len);
@@ -1252,8 +1558,7 @@ static bool be_accepting(void *be, const struct object *o)
 {
 	const struct shared *sh = be;
 
-	return sh->on && sh->writable && sh->queued_bytes + o->len <= QUEUED_BYTES_MAX &&
-	       o->key_len <= WIRE_MAX_KEY;
+	return sh->on && sh->writable && o->key_len <= WIRE_MAX_KEY;
 }
 
 static void be_forget(void *be, struct object *o)
@@ -1319,9 +1624,11 @@ static int be_where(void *be, const char *const *keys, const size_t *lens, size_
 			if (j) {
 				j->keys = calloc(n < STAT_MAX ? n : STAT_MAX, sizeof(*j->keys));
 				j->present = calloc(n < STAT_MAX ? n : STAT_MAX, 1);
+				/* removals' times, then the records' (mtime) */
+				j->rm_ms = calloc(2 * STAT_MAX, sizeof(*j->rm_ms));
 				j->f = calloc(1, sizeof(*j->f));
 			}
-			if (!j || !j->keys || !j->present || !j->f) {
+			if (!j || !j->keys || !j->present || !j->rm_ms || !j->f) {
 				if (j)
 					free(j->f);
 				if (j)
@@ -1329,8 +1636,10 @@ static int be_where(void *be, const char *const *keys, const size_t *lens, size_
 				return 0;
 			}
 		}
-		if (j->n < STAT_MAX)
+		if (j->n < STAT_MAX) {
+			j->rm_ms[j->n] = removed_at(sh, keys[i], lens[i]);
 			j->keys[j->n++] = h;
+		}
 		sh->c.lookup_keys++;
 	}
 	if (!j)
@@ -1377,6 +1686,10 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "shared.evicted_bytes", sh->c.evicted_bytes);
 	emit(u, "shared.tmp_removed", sh->c.tmp_removed);
 	emit(u, "shared.unlinked", sh->c.unlinked);
+	emit(u, "shared.removals", sh->n_rm);
+	emit(u, "shared.removals_written", sh->c.removals_written);
+	emit(u, "shared.removed_skips", sh->c.removed_skips);
+	emit(u, "shared.copies_deferred", sh->c.copies_deferred);
 }
 
 static const struct below_ops shared_backend = {
@@ -1393,19 +1706,47 @@ static const struct below_ops shared_backend = {
 
 /* A client removed key: its record goes too (a prefix: see
  * docs/shared-tier.rst). */
+
+/* A removal heeded here at once (the newest; the oldest kept gives way). */
+static void add_removal(struct shared *sh, uint64_t ms, const void *prefix, size_t len)
+{
+	if (sh->n_rm == REMOVALS_MAX) {
+		sh->rm_before = sh->rm[0].ms > sh->rm_before ? sh->rm[0].ms : sh->rm_before;
+		memmove(sh->rm, sh->rm + 1, (REMOVALS_MAX - 1) * sizeof(*sh->rm));
+		sh->n_rm--;
+	}
+	sh->rm[sh->n_rm].ms = ms;
+	sh->rm[sh->n_rm].len = (uint32_t) len;
+	if (len) /* (everything: no prefix at all) */
+		memcpy(sh->rm[sh->n_rm].prefix, prefix, len);
+	sh->rm[sh->n_rm].prefix[len] = '\0';
+	sh->n_rm++;
+	memset(sh->cache, 0, sizeof(sh->cache)); /* what it said may be removed now */
+}
+
+/* A client removed key, or every key starting with it (prefix; empty:
+ * all): its record goes; a removal by prefix is written for every node,
+ * which then serves no record of such a key written before it. */
 static void on_removed(void *data, const void *key, size_t len, bool prefix)
 {
 	struct shared *sh = data;
 	struct sjob *j;
 
-	if (prefix || !sh->on || !sh->writable || !len || len > WIRE_MAX_KEY)
+	if (!sh->on || !sh->writable || len > WIRE_MAX_KEY || (!prefix && !len))
 		return;
+	if (!prefix) {
+		unlink_record(sh, key_hash(key, len));
+		return;
+	}
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return;
-	j->kind = SJ_UNLINK;
-	j->h = key_hash(key, len);
-	cache_put(sh, j->h, false);
+	j->kind = SJ_REMOVE;
+	j->rm_before = wall_ms();
+	j->key_len = (uint32_t) len;
+	if (len)
+		memcpy(j->key, key, len);
+	add_removal(sh, j->rm_before, key, len);
 	if (submit(sh, j, 0) < 0)
 		free(j);
 }
@@ -1443,6 +1784,12 @@ int shared_new(struct store *st, struct shared **ret)
 	sh->st = st;
 	sh->loop = store_loop(st);
 	sh->cfg = cfg;
+	sh->queue_max = cfg->dram_size / 4 < QUEUED_BYTES_MAX ? cfg->dram_size / 4 : QUEUED_BYTES_MAX;
+	sh->rm = calloc(REMOVALS_MAX, sizeof(*sh->rm));
+	if (!sh->rm) {
+		free(sh);
+		return -ENOMEM;
+	}
 	snprintf(sh->dir, sizeof(sh->dir), "%s", cfg->shared_dir);
 	snprintf(sh->root, sizeof(sh->root), "%s/kvcache-v1", cfg->shared_dir);
 	{
@@ -1451,11 +1798,12 @@ int shared_new(struct store *st, struct shared **ret)
 		clock_gettime(CLOCK_REALTIME, &t);
 		sh->tag = XXH3_64bits_withSeed(&t, sizeof(t), (uint64_t) getpid());
 	}
-	r = worker_new(sh->loop, "shared", THREADS, WORKER_NORMAL, &sh->wk);
+	r = worker_new_shared(sh->loop, "shared", THREADS, WORKER_NORMAL, &one_queue, sh, &sh->wk);
 	if (r == 0)
 		r = loop_add_timer(sh->loop, on_timer, sh, &sh->timer);
 	if (r < 0) {
 		worker_free(sh->wk);
+		free(sh->rm);
 		free(sh);
 		return r;
 	}
@@ -1471,14 +1819,29 @@ int shared_new(struct store *st, struct shared **ret)
 	return 0;
 }
 
+/* A tier left behind at exit with a call hung in the filesystem (kept
+ * reachable: its memory goes with the process, not leaked before). */
+static struct shared *left_hung;
+
 void shared_free(struct shared *sh)
 {
+	bool hung = false;
+
 	if (!sh)
 		return;
 	store_remove_listener(sh->st, &sh->listener);
-	/* what is in flight ends; its done() runs here (copies let their
-	 * objects go, reads end their placeholders) */
-	worker_free(sh->wk);
+	for (struct sjob *j = sh->head; j; j = j->next)
+		hung |= j->detached;
+	if (hung)
+		/* a call still hangs in the filesystem: waiting for it could
+		 * be forever; the process ends without it, and its memory
+		 * with the process */
+		log_warn("shared tier %s: a call is still hung in the filesystem; not waiting "
+			 "for it", sh->dir);
+	else
+		/* what is in flight ends; its done() runs here (copies let
+		 * their objects go, reads end their placeholders) */
+		worker_free(sh->wk);
 	drop_waiting(sh);
 	while (sh->room_head) {
 		struct sjob *j = sh->room_head;
@@ -1489,5 +1852,10 @@ void shared_free(struct shared *sh)
 	}
 	store_shared_detach(sh->st);
 	loop_source_free(sh->timer);
-	free(sh);
+	if (hung)
+		left_hung = sh;
+	else {
+		free(sh->rm);
+		free(sh);
+	}
 }

@@ -18,3 +18,12 @@ struct shared;
  * detaches the tier; NULL-safe. */
 int shared_new(struct store *st, struct shared **ret);
 void shared_free(struct shared *sh);
+
+/* A record read whole (len bytes) from key's file, before its value is
+ * trusted: 0 with *ret its header (its value follows at
+ * disk_record_payload_off() and fits), -EPROTONOSUPPORT (a newer format's,
+ * skipped) or -EBADMSG (torn, damaged, compressed, or another key's).  The
+ * value's checksum is checked as it is copied out. */
+struct disk_record_hdr;
+int shared_record_parse(const void *buf, size_t len, const void *key, uint32_t key_len,
+			struct disk_record_hdr *ret);

@@ -5,7 +5,6 @@ are torn, damaged, another key's or a newer writer's are never served; a
 directory that is read-only, full or gone turns the tier off and local
 service goes on.  Where this runs as root, each node reaches the directory
 through its own bind mount, as nodes of a cluster mount one filesystem."""
-import errno
 import os
 import re
 import shutil
@@ -39,12 +38,14 @@ def stat(c, name):
 class Dir:
     """A directory the nodes share, each through its own mount of it."""
 
-    def __init__(self):
-        self.base = tempfile.mkdtemp(prefix="kvc-shared-")
+    def __init__(self, tmpfs=True):
+        # on a disk: O_DIRECT is taken there (tmpfs refuses it)
+        self.base = tempfile.mkdtemp(prefix="kvc-shared-", dir=None if tmpfs else "/var/tmp")
         self.data = os.path.join(self.base, "data")
         os.mkdir(self.data)
         self.mounts = []
-        if ROOT:  # a filesystem of its own, as a network mount is
+        self.tmpfs = ROOT and tmpfs
+        if self.tmpfs:  # a filesystem of its own, as a network mount is
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m", "kvc-shared",
                             self.data], check=True)
 
@@ -66,10 +67,20 @@ class Dir:
             out += [os.path.join(top, f) for f in files if f.endswith(".kvr")]
         return out
 
+    def bytes(self):
+        """What the records take (those deleted meanwhile count nothing)."""
+        total = 0
+        for r in self.records():
+            try:
+                total += os.path.getsize(r)
+            except FileNotFoundError:
+                pass
+        return total
+
     def close(self):
         for m in reversed(self.mounts):
             subprocess.run(["umount", "-l", m])
-        if ROOT:
+        if self.tmpfs:
             subprocess.run(["umount", "-l", self.data])
         shutil.rmtree(self.base, ignore_errors=True)
 
@@ -107,13 +118,22 @@ def values(n, size=100000, prefix="k"):
     return {"%s%d" % (prefix, i): os.urandom(size + i) for i in range(n)}
 
 
-def test_written_through_read_by_another_after_the_writer_died(shared):
+@pytest.mark.parametrize("fs", ["tmpfs", "disk"])
+def test_written_through_read_by_another_after_the_writer_died(fs):
+    shared = Dir(tmpfs=fs == "tmpfs")
+    try:
+        written_through_read_by_another_after_the_writer_died(shared)
+    finally:
+        shared.close()
+
+
+def written_through_read_by_another_after_the_writer_died(shared):
     a = Node(shared.mount("a"), "--shared-write-through")
     b = Node(shared.mount("b"))
     try:
         vals = values(60)
         for k, v in vals.items():
-            a.c.put(k, v)
+            assert a.c.put(k, v) == 0
         wait_for(lambda: stat(a.c, "writes") == len(vals), what="every copy written")
         a.kill()
         a = None
@@ -125,6 +145,8 @@ def test_written_through_read_by_another_after_the_writer_died(shared):
         # now in B's memory: read again without the shared tier
         assert b.c.get("k3") == vals["k3"]
         assert stat(b.c, "reads") == len(vals)
+        if not shared.tmpfs:  # a disk takes O_DIRECT
+            assert stat(b.c, "direct_reads") == len(vals)
     finally:
         if a:
             a.stop()
@@ -136,7 +158,7 @@ def test_objects_leaving_memory_are_copied_first(shared):
     try:
         vals = values(40, size=1 << 20, prefix="e")
         for k, v in vals.items():
-            n.c.put(k, v)
+            assert n.c.put(k, v) == 0
         st = n.c.stats()
         assert st["evictions"] > 0
         assert st["shared.writes"] >= st["evictions"] - 1
@@ -154,7 +176,7 @@ def test_exists_and_prefix_lookup_see_the_shared_tier(shared):
     try:
         keys = ["p/%d" % i for i in range(20)]
         for k in keys[:12]:
-            a.c.put(k, b"x" * 5000)
+            assert a.c.put(k, b"x" * 5000) == 0
         wait_for(lambda: stat(a.c, "writes") == 12)
         assert b.c.batch_exists(keys) == [True] * 12 + [False] * 8
         assert b.c.prefix_lookup(keys) == 12
@@ -172,9 +194,9 @@ def test_the_whole_cluster_restarted_reads_what_any_node_wrote(shared):
     b = Node(shared.mount("b"), "--shared-write-through")
     va, vb = values(20, prefix="a"), values(20, prefix="b")
     for k, v in va.items():
-        a.c.put(k, v)
+        assert a.c.put(k, v) == 0
     for k, v in vb.items():
-        b.c.put(k, v)
+        assert b.c.put(k, v) == 0
     wait_for(lambda: stat(a.c, "writes") == 20 and stat(b.c, "writes") == 20)
     a.stop()
     b.stop()
@@ -223,7 +245,7 @@ def record_of(shared, key):
 def test_damaged_records_are_never_served(shared, damage):
     a = Node(shared.mount("a"), "--shared-write-through")
     v = os.urandom(300000)
-    a.c.put("victim", v)
+    assert a.c.put("victim", v) == 0
     wait_for(lambda: stat(a.c, "writes") == 1)
     a.stop()
     path = record_of(shared, "victim")
@@ -235,7 +257,7 @@ def test_damaged_records_are_never_served(shared, damage):
     elif damage == "other-key":  # a record written for another key
         other = os.path.join(os.path.dirname(path), "x.kvr")
         b = Node(shared.mount("w"), "--shared-write-through")
-        b.c.put("other", v)
+        assert b.c.put("other", v) == 0
         wait_for(lambda: stat(b.c, "writes") == 1)
         b.stop()
         for p in shared.records():
@@ -253,7 +275,7 @@ def test_damaged_records_are_never_served(shared, damage):
                 "other-key": "skipped_damaged", "newer": "skipped_newer"}[damage]
         assert stat(b.c, want) == 1
         assert stat(b.c, "reads") == 0
-        b.c.put("fine", b"ok")  # local service goes on
+        assert b.c.put("fine", b"ok") == 0  # local service goes on
         assert b.c.get("fine") == b"ok"
     finally:
         b.stop()
@@ -261,7 +283,7 @@ def test_damaged_records_are_never_served(shared, damage):
 
 def test_temporary_files_are_never_seen_and_old_ones_go(shared):
     a = Node(shared.mount("a"), "--shared-write-through")
-    a.c.put("t", b"y" * 10000)
+    assert a.c.put("t", b"y" * 10000) == 0
     wait_for(lambda: stat(a.c, "writes") == 1)
     a.stop()
     path = record_of(shared, "t")
@@ -274,7 +296,7 @@ def test_temporary_files_are_never_seen_and_old_ones_go(shared):
     try:
         assert b.c.get("t") is None
         wait_for(lambda: not os.path.exists(tmp), 30, "the dead writer's file to go")
-        assert stat(b.c, "tmp_removed") == 1
+        wait_for(lambda: stat(b.c, "tmp_removed") == 1, what="it to be counted")
     finally:
         b.stop()
 
@@ -282,29 +304,45 @@ def test_temporary_files_are_never_seen_and_old_ones_go(shared):
 @pytest.mark.skipif(not ROOT, reason="needs a read-only bind mount (root)")
 def test_a_read_only_directory_serves_and_takes_no_copies(shared):
     a = Node(shared.mount("a"), "--shared-write-through")
-    a.c.put("ro", b"z" * 20000)
+    assert a.c.put("ro", b"z" * 20000) == 0
     wait_for(lambda: stat(a.c, "writes") == 1)
     a.stop()
     b = Node(shared.mount("b", ro=True), "--shared-write-through")
     try:
         wait_for(lambda: not stat(b.c, "writable") and stat(b.c, "on"))
         assert b.c.get("ro") == b"z" * 20000
-        b.c.put("new", b"w" * 1000)
+        assert b.c.put("new", b"w" * 1000) == 0
         assert b.c.get("new") == b"w" * 1000
         assert stat(b.c, "writes") == 0
     finally:
         b.stop()
 
 
-@pytest.mark.skipif(not ROOT, reason="needs a small tmpfs (root)")
+def small_filesystem(base):
+    """A small filesystem at base: a loop-mounted ext4 image of 6 MiB, or
+    where loop devices are not to be had, a tmpfs of 3 MiB."""
+    img = base + ".img"
+    with open(img, "wb") as f:
+        f.truncate(6 << 20)
+    if (subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", img],
+                       capture_output=True).returncode == 0 and
+            subprocess.run(["mount", "-o", "loop", img, base],
+                           capture_output=True).returncode == 0):
+        return img
+    os.unlink(img)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "kvc-full", base], check=True)
+    return None
+
+
+@pytest.mark.skipif(not ROOT, reason="needs a small filesystem mounted (root)")
 def test_a_full_directory_turns_copies_off_until_there_is_room():
     base = tempfile.mkdtemp(prefix="kvc-shared-full-")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "kvc-full", base], check=True)
+    img = small_filesystem(base)
     try:
         n = Node(base, "--shared-write-through")
         try:
             for i in range(8):
-                n.c.put("f%d" % i, os.urandom(1 << 20))
+                assert n.c.put("f%d" % i, os.urandom(1 << 20)) == 0
             wait_for(lambda: not stat(n.c, "writable"), what="ENOSPC to turn copies off")
             assert stat(n.c, "on") == 1  # still read
             assert stat(n.c, "offs") == 1
@@ -316,27 +354,31 @@ def test_a_full_directory_turns_copies_off_until_there_is_room():
                 for f in files:
                     os.unlink(os.path.join(top, f))
             wait_for(lambda: stat(n.c, "writable"), what="the tier to take copies again")
-            n.c.put("after", b"a" * 1000)
-            wait_for(lambda: stat(n.c, "writes") >= 3)
+            before = stat(n.c, "writes")
+            assert n.c.put("after", b"a" * 1000) == 0
+            wait_for(lambda: stat(n.c, "writes") == before + 1)
+            assert n.c.get("after") == b"a" * 1000
         finally:
             n.stop()
     finally:
         subprocess.run(["umount", "-l", base])
         os.rmdir(base)
+        if img:
+            os.unlink(img)
 
 
 def test_a_directory_that_disappears_and_comes_back(shared):
     path = shared.mount("a")
     n = Node(path, "--shared-write-through")
     try:
-        n.c.put("before", b"b" * 4000)
+        assert n.c.put("before", b"b" * 4000) == 0
         wait_for(lambda: stat(n.c, "writes") == 1)
         if ROOT:  # unmounted: the directory below the mount point shows
             subprocess.run(["umount", "-l", path], check=True)
             shared.mounts.remove(path)
         else:
             os.rename(shared.data, shared.data + ".away")
-        n.c.put("during", b"d" * 4000)
+        assert n.c.put("during", b"d" * 4000) == 0
         wait_for(lambda: not stat(n.c, "on"), what="the tier to go off")
         assert "is off" in n.text()
         t0 = time.time()
@@ -352,7 +394,7 @@ def test_a_directory_that_disappears_and_comes_back(shared):
         assert "shared tier %s is on" % path in n.text()
         n.c.remove("before")
         wait_for(lambda: not shared.records(), what="the removed key's record to go")
-        assert stat(n.c, "unlinked") == 1
+        wait_for(lambda: stat(n.c, "unlinked") == 1, what="it to be counted")
     finally:
         n.stop()
 
@@ -362,7 +404,7 @@ def test_records_above_the_watermark_go_oldest_first(shared):
     a = Node(shared.mount("a"), "--shared-write-through")
     vals = values(12, size=1 << 20, prefix="old")
     for k, v in vals.items():
-        a.c.put(k, v)
+        assert a.c.put(k, v) == 0
     wait_for(lambda: stat(a.c, "writes") == 12)
     a.stop()
     # as if written over the last hours, ten minutes apart
@@ -372,21 +414,22 @@ def test_records_above_the_watermark_go_oldest_first(shared):
     for r, age in ages.items():
         os.utime(r, (now - age, now - age))
     w = Node(shared.mount("w"), "--shared-write-through")
-    w.c.put("young", os.urandom(1 << 20))  # younger than a lease: never evicted
+    assert w.c.put("young", os.urandom(1 << 20)) == 0  # younger than a lease: never evicted
     wait_for(lambda: stat(w.c, "writes") == 1)
     young = [r for r in shared.records() if r not in ages][0]
     w.stop()
     # two nodes keep the capacity together
     a, b = (Node(shared.mount(m), "--shared-size", str(size)) for m in ("a2", "b2"))
     try:
-        wait_for(lambda: sum(os.path.getsize(r) for r in shared.records()) <= size * 0.95,
+        wait_for(lambda: shared.bytes() <= size * 0.95,
                  60, "eviction below the watermark")
         left = [r for r in recs if os.path.exists(r)]
         gone = [r for r in recs if not os.path.exists(r)]
         assert gone and left
         assert max(ages[r] for r in left) < min(ages[r] for r in gone)  # oldest first
         assert os.path.exists(young)
-        assert stat(a.c, "evicted") + stat(b.c, "evicted") == len(gone)
+        wait_for(lambda: stat(a.c, "evicted") + stat(b.c, "evicted") == len(gone),
+                 what="the evictions to be counted")
     finally:
         a.stop()
         b.stop()
@@ -416,7 +459,7 @@ def test_a_cluster_miss_goes_on_to_the_shared_tier(shared):
         wait_for(lambda: len(b.c.cluster()["nodes"]) == 2, what="both nodes to join")
         vals = values(30, prefix="c")
         for k, v in vals.items():
-            a.c.put(k, v)
+            assert a.c.put(k, v) == 0
         wait_for(lambda: stat(a.c, "writes") == len(vals))
         # from A while it is there (the directory knows it)
         assert b.c.get("c0") == vals["c0"]
@@ -462,7 +505,7 @@ def test_a_hung_directory_costs_a_miss_not_a_stall(shared):
     anything else, and the tier comes back once the call returns."""
     import threading
     w = Node(shared.mount("w"), "--shared-write-through")
-    w.c.put("slow", b"s" * 5000)
+    assert w.c.put("slow", b"s" * 5000) == 0
     wait_for(lambda: stat(w.c, "writes") == 1)
     w.stop()
     path = record_of(shared, "slow")
@@ -483,7 +526,7 @@ def test_a_hung_directory_costs_a_miss_not_a_stall(shared):
         time.sleep(0.5)
         # meanwhile this node answers its other clients at once
         t0 = time.time()
-        n.c.put("other", b"o" * 1000)
+        assert n.c.put("other", b"o" * 1000) == 0
         assert n.c.get("other") == b"o" * 1000
         assert time.time() - t0 < 0.5
         t.join(30)
@@ -497,8 +540,154 @@ def test_a_hung_directory_costs_a_miss_not_a_stall(shared):
         assert n.c.get("slow2") is None
         assert time.time() - t0 < 0.5
         # the call returns (a writer at last): the tier comes back
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        os.close(fd)
+        unblock(path)
         wait_for(lambda: stat(n.c, "on"), what="the tier to come back")
     finally:
+        unblock(path)
         n.stop()
+        release(path)
+
+
+OPENED = {}
+
+
+def unblock(fifo):
+    """Readers blocked opening fifo go on, and the next ones do not block:
+    a writer holds it open (an empty record: a damaged one) until
+    release()."""
+    if fifo not in OPENED:
+        OPENED[fifo] = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+
+
+def release(fifo):
+    fd = OPENED.pop(fifo, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def test_a_stop_does_not_wait_for_a_hung_call(shared):
+    import threading
+    w = Node(shared.mount("w"), "--shared-write-through")
+    assert w.c.put("stuck", b"s" * 5000) == 0
+    wait_for(lambda: stat(w.c, "writes") == 1)
+    w.stop()
+    path = record_of(shared, "stuck")
+    os.unlink(path)
+    os.mkfifo(path)
+    n = Node(shared.mount("n"))
+    try:
+        t = threading.Thread(target=lambda: kvcache.Client(n.sock).get("stuck"))
+        t.start()
+        wait_for(lambda: stat(n.c, "timeouts") == 1, 20, "the call to run out of time")
+        t.join(10)
+        n.c.close()
+        t0 = time.time()
+        n.proc.terminate()
+        assert n.proc.wait(timeout=20) == 0
+        assert time.time() - t0 < 10
+        assert "still hung in the filesystem" in n.text()
+    finally:
+        unblock(path)
+        release(path)
+        if n.proc.poll() is None:
+            n.proc.kill()
+        n.log.close()
+        shutil.rmtree(n.d, ignore_errors=True)
+
+
+def test_removals_by_prefix_reach_every_node(shared):
+    a = Node(shared.mount("a"), "--shared-write-through")
+    try:
+        gone = {"r/%d" % i: os.urandom(3000 + i) for i in range(5)}
+        kept = {"keep/%d" % i: os.urandom(2000 + i) for i in range(3)}
+        for k, v in list(gone.items()) + list(kept.items()):
+            assert a.c.put(k, v) == 0
+        wait_for(lambda: stat(a.c, "writes") == 8)
+        time.sleep(0.01)  # (records written strictly before the removal)
+        a.c.remove_prefix("r/")
+        wait_for(lambda: stat(a.c, "removals_written") == 1)
+        assert a.c.get("r/1") is None  # not from the shared tier either
+        b = Node(shared.mount("b"))
+        try:
+            assert b.c.get("r/2") is None
+            assert b.c.get("keep/1") == kept["keep/1"]
+            assert b.c.batch_exists(["r/3", "keep/2"]) == [False, True]
+            assert stat(b.c, "removed_skips") == 1
+            wait_for(lambda: stat(b.c, "unlinked") == 1)  # and it went
+            # put again after the removal: served again, everywhere
+            assert a.c.put("r/4", b"new") == 0
+            wait_for(lambda: stat(a.c, "writes") == 9)
+            assert b.c.get("r/4") == b"new"
+            # everything
+            a.c.remove_prefix(None)
+            wait_for(lambda: stat(a.c, "removals_written") == 2)
+            wait_for(lambda: stat(b.c, "removals") == 2, 15, "B to hear of it")
+            c = Node(shared.mount("c"))
+            try:
+                assert c.c.get("keep/0") is None
+                assert c.c.get("r/4") is None
+            finally:
+                c.stop()
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+def test_metrics_show_the_shared_tier(shared):
+    import socket as so
+    import urllib.request
+    s = so.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    n = Node(shared.mount("m"), "--shared-write-through", "--metrics-port", str(port))
+    try:
+        assert n.c.put("m1", b"x" * 10000) == 0
+        wait_for(lambda: stat(n.c, "writes") == 1)
+        def scrape():
+            try:
+                text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                              timeout=5).read().decode()
+            except OSError:
+                return None  # not listening yet
+            lines = {ln.split()[0]: ln.split()[1] for ln in text.splitlines()
+                     if ln and not ln.startswith("#")}
+            # (the figures are a snapshot the loop refreshes)
+            return text if lines.get("kvcache_shared_writes_total") == "1" else None
+        text = wait_for(scrape, what="/metrics to count the write")
+        assert "\nkvcache_shared_on 1\n" in text
+        assert "# TYPE kvcache_shared_bytes gauge" in text
+        assert "# TYPE kvcache_shared_reads_total counter" in text
+    finally:
+        n.stop()
+
+
+def test_beside_a_disk_tier(shared):
+    """With a private disk tier too: an object leaving memory is copied to
+    the shared tier and kept on this node's disk; this node reads it back
+    from its disk, another node from the shared tier."""
+    disk = tempfile.mkdtemp(prefix="kvc-shared-disk-", dir="/var/tmp")
+    a = Node(shared.mount("a"), "--dram-size", "16MiB", "--disk-dir", disk)
+    try:
+        vals = values(30, size=1 << 20, prefix="d")
+        for k, v in vals.items():
+            assert a.c.put(k, v) == 0, k  # (copies in flight: it waits for room)
+        st = a.c.stats()
+        assert st["evictions"] + st["demotions"] > 0
+        wait_for(lambda: stat(a.c, "writes") >= 14, what="copies of what left memory")
+        for k, v in vals.items():
+            assert a.c.get(k) == v, k
+        assert stat(a.c, "reads") == 0  # its own disk had them all
+        assert a.c.stats()["disk.reads"] > 0
+        b = Node(shared.mount("b"))
+        try:
+            left = [k for k in vals if shared.records() and b.c.exists(k)]
+            assert len(left) == stat(a.c, "writes")
+            for k in left:
+                assert b.c.get(k) == vals[k], k
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+        shutil.rmtree(disk, ignore_errors=True)

@@ -136,6 +136,8 @@ void start_daemon(char *sock, size_t len, const char *dram, const char *lease_ms
 void stop_daemon(void);
 uint64_t pool_capacity(struct kvc_client *c);
 uint64_t counter(struct kvc_client *c, const char *name);
+/* disk.c: kvcache-bench disk --shared */
+int run_shared(const char *dir, const uint64_t *sizes, size_t n);
 /* Until the daemon at sock has faulted its tiers in (--prefault): seconds. */
 double wait_prefault(const char *sock);
 

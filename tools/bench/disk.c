@@ -300,3 +300,235 @@ static void start_daemon_disk(char *sock, size_t len, const char *ddir, const ch
 
 	start_daemon_args(sock, len, extra);
 }
+
+/* ---- disk --shared: the shared tier against the same directory's limits ---- */
+
+static void start_daemon_shared(char *sock, size_t len, const char *sdir, bool through)
+{
+	const char *extra[] = { "--dram-size", "1GiB", "--shared-dir", sdir, "--default-kv-lease-ttl",
+				"0", through ? "--shared-write-through" : NULL, NULL };
+
+	start_daemon_args(sock, len, extra);
+	{
+		struct kvc_client *c;
+		int i;
+
+		check(kvc_connect(sock, &c), "connect");
+		for (i = 0; i < 500 && !counter(c, "shared.on"); i++)
+			usleep(10000);
+		if (!counter(c, "shared.on"))
+			die(0, "the shared tier in %s did not come on", sdir);
+		kvc_disconnect(c);
+	}
+}
+
+/* A node writes `objs` values of `size` through to the shared directory
+ * (from the first put to the last record published: GB/s). */
+static double shared_write(const char *sdir, const char *prefix, uint64_t size, uint64_t objs,
+			   const uint8_t *val)
+{
+	char sock[200], key[64];
+	struct kvc_client *c;
+	uint64_t t0;
+
+	start_daemon_shared(sock, sizeof(sock), sdir, true);
+	check(kvc_connect(sock, &c), "connect");
+	t0 = now_ns();
+	for (uint64_t j = 0; j < objs; j++) {
+		snprintf(key, sizeof(key), "%s/%" PRIu64, prefix, j);
+		check(kvc_put(c, key, val, size, NULL), "put");
+	}
+	while (counter(c, "shared.writes") < objs) {
+		if (counter(c, "shared.write_errors") || !counter(c, "shared.writable"))
+			die(0, "%s", "the shared tier failed to take the copies");
+		usleep(200);
+	}
+	t0 = now_ns() - t0;
+	kvc_disconnect(c);
+	stop_daemon();
+	return (double) (objs * size) / (double) t0;
+}
+
+/* Another node, fresh, loads them all into a registered buffer, 8 in
+ * flight: GB/s. */
+static double shared_read(const char *sdir, const char *prefix, uint64_t size, uint64_t objs,
+			  const uint8_t *val)
+{
+	uint64_t t0, loaded = 0, next = 0, inflight = 0;
+	char sock[200], keys[8][64];
+	struct kvc_client *c;
+	struct kvc_buffer buf;
+
+	start_daemon_shared(sock, sizeof(sock), sdir, false);
+	check(kvc_connect(sock, &c), "connect");
+	check(kvc_buffer_alloc(c, size * 8, &buf), "buffer");
+	memset(buf.data, 0, size * 8);
+	t0 = now_ns();
+	while (loaded < objs) {
+		struct kvc_completion cp[8];
+		int r;
+
+		while (inflight < 8 && next < objs) {
+			struct kvc_op op = { .opcode = KVC_OP_GET_INTO, .buf = &buf };
+
+			snprintf(keys[next % 8], 64, "%s/%" PRIu64, prefix, next);
+			op.key = keys[next % 8];
+			op.offset = (next % 8) * size;
+			op.len = size;
+			op.user_data = next;
+			if (kvc_submit(c, &op, 1) != 1)
+				break;
+			next++;
+			inflight++;
+		}
+		r = kvc_wait(c, cp, 1, 8, -1);
+		if (r < 0)
+			die(r, "%s", "wait");
+		for (int k = 0; k < r; k++)
+			if (cp[k].res != (int64_t) size)
+				die((int) cp[k].res, "shared read of %s/%" PRIu64, prefix, cp[k].user_data);
+		loaded += (uint64_t) r;
+		inflight -= (uint64_t) r;
+	}
+	t0 = now_ns() - t0;
+	if (memcmp((uint8_t *) buf.data, val, size) != 0)
+		die(0, "%s", "the shared tier returned wrong bytes");
+	if (counter(c, "shared.reads") != objs)
+		die(0, "%s", "not every value came from the shared tier");
+	kvc_buffer_free(c, &buf);
+	kvc_disconnect(c);
+	stop_daemon();
+	return (double) (objs * size) / (double) t0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+#define SHARED_BLOCKS 1000
+
+/* A node's first lookup-and-load of SHARED_BLOCKS blocks another node
+ * wrote: each block asked for (kvc_exists: a statx) and loaded
+ * (kvc_get_into), one after the other, as an engine's first request after
+ * a restart does. */
+static void shared_first_loads(const char *sdir, uint64_t size, const uint8_t *val)
+{
+	uint64_t *look = calloc(SHARED_BLOCKS, sizeof(*look)), *load = calloc(SHARED_BLOCKS, 8);
+	uint64_t *both = calloc(SHARED_BLOCKS, sizeof(*both));
+	char sock[200], key[64], sz[32];
+	struct kvc_client *c;
+	struct kvc_buffer buf;
+
+	if (!look || !load || !both)
+		die(0, "%s", "out of memory");
+	shared_write(sdir, "first", size, SHARED_BLOCKS, val);
+	start_daemon_shared(sock, sizeof(sock), sdir, false);
+	check(kvc_connect(sock, &c), "connect");
+	check(kvc_buffer_alloc(c, size, &buf), "buffer");
+	memset(buf.data, 0, size);
+	for (unsigned i = 0; i < SHARED_BLOCKS; i++) {
+		uint64_t t0, t1;
+		int64_t r;
+
+		snprintf(key, sizeof(key), "first/%u", i);
+		t0 = now_ns();
+		if (kvc_exists(c, key) != 1)
+			die(0, "%s not found", key);
+		t1 = now_ns();
+		r = kvc_get_into(c, key, &buf, 0, size);
+		if (r != (int64_t) size)
+			die((int) r, "load of %s", key);
+		look[i] = t1 - t0;
+		load[i] = now_ns() - t1;
+		both[i] = now_ns() - t0;
+	}
+	kvc_buffer_free(c, &buf);
+	kvc_disconnect(c);
+	stop_daemon();
+	qsort(look, SHARED_BLOCKS, 8, cmp_u64);
+	qsort(load, SHARED_BLOCKS, 8, cmp_u64);
+	qsort(both, SHARED_BLOCKS, 8, cmp_u64);
+	size_name(sz, sizeof(sz), size);
+	printf("first lookup-and-load of %d blocks of %s another node wrote, one at a time:\n"
+	       "  lookup p50 %.1f us p99 %.1f us; load p50 %.1f us p99 %.1f us; "
+	       "both p50 %.1f us p99 %.1f us\n", SHARED_BLOCKS, sz,
+	       look[SHARED_BLOCKS / 2] / 1e3, look[SHARED_BLOCKS * 99 / 100] / 1e3,
+	       load[SHARED_BLOCKS / 2] / 1e3, load[SHARED_BLOCKS * 99 / 100] / 1e3,
+	       both[SHARED_BLOCKS / 2] / 1e3, both[SHARED_BLOCKS * 99 / 100] / 1e3);
+	free(look);
+	free(load);
+	free(both);
+}
+
+static void rm_rf(const char *d)
+{
+	char cmd[4300];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	if (system(cmd) != 0)
+		fprintf(stderr, "kvcache-bench: could not remove %s\n", d);
+}
+
+int run_shared(const char *dir, const uint64_t *sizes, size_t n)
+{
+	const uint64_t total = 384 << 20;
+
+	if (!dir)
+		dir = "/var/tmp";
+	bench_setup();
+	printf("kvcache-bench disk --shared: %s as the shared directory, %" PRIu64 " MiB per "
+	       "measurement, medians of %d runs interleaved;\n"
+	       "write: one node's puts written through until the last record is published; "
+	       "read: a fresh node loads them all (8 in flight);\n"
+	       "raw: sequential io_uring I/O of one file in the same directory (O_DIRECT where "
+	       "it is taken)\n", dir, total >> 20, DISK_REPS);
+	printf("%6s %10s %10s %10s %10s %9s %9s\n", "size", "raw write", "write", "raw read",
+	       "read", "write/raw", "read/raw");
+	for (size_t i = 0; i < n; i++) {
+		double rw[DISK_REPS], rr[DISK_REPS], w[DISK_REPS], r[DISK_REPS];
+		uint64_t objs = total / sizes[i];
+		uint8_t *val = malloc(sizes[i]);
+		char sz[32];
+
+		if (!val)
+			die(0, "%s", "out of memory");
+		fill_kv16(val, sizes[i], 9);
+		for (int rep = 0; rep < DISK_REPS; rep++) {
+			char sdir[4200];
+
+			snprintf(sdir, sizeof(sdir), "%s/kvcache-bench-shared-XXXXXX", dir);
+			if (!mkdtemp(sdir))
+				die(-errno, "cannot make a directory under %s", dir);
+			rw[rep] = raw_io(sdir, sizes[i], total, true);
+			rr[rep] = raw_io(sdir, sizes[i], total, false);
+			w[rep] = shared_write(sdir, "v", sizes[i], objs, val);
+			r[rep] = shared_read(sdir, "v", sizes[i], objs, val);
+			rm_rf(sdir);
+		}
+		size_name(sz, sizeof(sz), sizes[i]);
+		printf("%6s %5.2f GB/s %5.2f GB/s %5.2f GB/s %5.2f GB/s %8.0f%% %8.0f%%\n", sz,
+		       median3(rw), median3(w), median3(rr), median3(r),
+		       100.0 * median3(w) / median3(rw), 100.0 * median3(r) / median3(rr));
+		fflush(stdout);
+		free(val);
+	}
+	{
+		char sdir[4200];
+		uint8_t *val = malloc(256 << 10);
+
+		if (!val)
+			die(0, "%s", "out of memory");
+		fill_kv16(val, 256 << 10, 11);
+		snprintf(sdir, sizeof(sdir), "%s/kvcache-bench-shared-XXXXXX", dir);
+		if (!mkdtemp(sdir))
+			die(-errno, "cannot make a directory under %s", dir);
+		shared_first_loads(sdir, 256 << 10, val);
+		rm_rf(sdir);
+		free(val);
+	}
+	rmdir(tmpdir);
+	return 0;
+}

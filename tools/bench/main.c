@@ -19,6 +19,7 @@
 
 double arg_duration = 1.0;
 bool arg_json, arg_peers, arg_zstd, arg_fill_disk, arg_leased, arg_local_only;
+static bool arg_shared;
 const char *arg_dir, *arg_socket, *arg_kvcached, *arg_plot;
 const char *arg_ops = "exists,get,put,acquire,prefix64,batch64";
 uint64_t arg_sizes[MAX_SIZES] = { 4096, 65536, 1 << 20, 4 << 20, 16 << 20 };
@@ -39,6 +40,7 @@ bool want_op(const char *op)
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: kvcache-bench disk [--dir DIR] [--sizes 1M,16M] [--zstd]\n"
+		   "       kvcache-bench disk --shared [--dir DIR] [--sizes 256K,2M,16M]   (the shared tier)\n"
 		   "       kvcache-bench burst [--dir DIR]\n"
 		   "       kvcache-bench cluster [--sizes 64K,1M,16M] [--rounds N]   (root, iperf3)\n"
 		   "       kvcache-bench cluster --local-only [--rounds N]   (local requests on B while it fetches)\n"
@@ -71,6 +73,7 @@ int main(int argc, char **argv)
 		{ "kvcached", required_argument, NULL, 'k' },
 		{ "dir", required_argument, NULL, 'D' },
 		{ "zstd", no_argument, NULL, 'Z' },
+		{ "shared", no_argument, NULL, 'H' },
 		{ "objects", required_argument, NULL, 'O' },
 		{ "pinned", required_argument, NULL, 'P' },
 		{ "fill-disk", no_argument, NULL, 'F' },
@@ -142,6 +145,9 @@ int main(int argc, char **argv)
 			break;
 		case 'Z':
 			arg_zstd = true;
+			break;
+		case 'H':
+			arg_shared = true;
 			break;
 		case 'O':
 		case 'P': {
@@ -245,6 +251,12 @@ int main(int argc, char **argv)
 		return run_objects();
 	if (strcmp(argv[1], "churn") == 0)
 		return run_churn(n_sizes == 5 && arg_sizes[0] == 4096 ? 64 << 10 : arg_sizes[0]);
+	if (strcmp(argv[1], "disk") == 0 && arg_shared) {
+		static const uint64_t dflt[] = { 256 << 10, 2 << 20, 16 << 20 };
+		bool given = !(n_sizes == 5 && arg_sizes[0] == 4096);
+
+		return run_shared(arg_dir, given ? arg_sizes : dflt, given ? n_sizes : 3);
+	}
 	if (strcmp(argv[1], "disk") == 0) {
 		static const uint64_t dflt[] = { 1 << 20, 16 << 20 };
 		bool given = !(n_sizes == 5 && arg_sizes[0] == 4096);

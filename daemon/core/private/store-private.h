@@ -35,6 +35,9 @@ struct store {
 	struct tier *fastest;  /* lookups go fastest first */
 	struct below below;    /* what holds copies below memory: the disk tier */
 	struct below shared;   /* a directory every node reads (the shared tier) */
+	/* objects held while a copy of them is taken (below, shared): room
+	 * they hold comes free when the copies end */
+	uint64_t copies_held;
 	struct remote remote;  /* other nodes (the cluster), or nothing */
 	struct store_listener *listeners; /* in the order they were added */
 	struct object **promote_q; /* objects waiting to move up */

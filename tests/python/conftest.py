@@ -90,9 +90,9 @@ def client(daemon):
     c.close()
 
 
-@pytest.fixture
-def two_nodes():
-    """A master and two kvcached nodes of its cluster, on loopback."""
+def start_master():
+    """A kvcache-master on a loopback port of its own: (process, its
+    directory, its log, the port)."""
     import re
 
     binary = os.environ.get("KVCACHE_MASTER")
@@ -110,6 +110,22 @@ def two_nodes():
             break
         time.sleep(0.025)
     assert port, open(log.name).read()
+    return master, d, log, port
+
+
+def stop_master(m):
+    master, d, log, _ = m
+    master.terminate()
+    master.wait(timeout=30)
+    log.close()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def two_nodes():
+    """A master and two kvcached nodes of its cluster, on loopback."""
+    m = start_master()
+    port = m[3]
     nodes = [start_daemon("--master", "127.0.0.1:%d" % port, "--listen", "127.0.0.1:0",
                           "--node-id", name) for name in ("A", "B")]
     import kvcache
@@ -123,6 +139,4 @@ def two_nodes():
     yield [n[2] for n in nodes]
     for proc, nd, _, nlog in nodes:
         stop_daemon(proc, nd, nlog)
-    master.terminate()
-    master.wait(timeout=30)
-    log.close()
+    stop_master(m)

@@ -6,7 +6,6 @@ directory that is read-only, full or gone turns the tier off and local
 service goes on.  Where this runs as root, each node reaches the directory
 through its own bind mount, as nodes of a cluster mount one filesystem."""
 import os
-import re
 import shutil
 import struct
 import subprocess
@@ -16,7 +15,7 @@ import time
 import pytest
 
 import kvcache
-from conftest import start_daemon, stop_daemon
+from conftest import start_daemon, start_master, stop_daemon, stop_master
 
 ROOT = os.geteuid() == 0
 
@@ -435,23 +434,11 @@ def test_records_above_the_watermark_go_oldest_first(shared):
         b.stop()
 
 
-def start_master():
-    binary = os.environ.get("KVCACHE_MASTER")
-    if not binary:
-        pytest.skip("KVCACHE_MASTER is not set (run through meson test)")
-    d = tempfile.mkdtemp(prefix="kvc-py-master-")
-    log = open(os.path.join(d, "master.log"), "w+")
-    proc = subprocess.Popen([binary, "--port", "0", "--log-level", "info"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    port = wait_for(lambda: (re.search(r"listening on [^ ]*:(\d+) ", open(log.name).read())
-                             or [None, None])[1], what="the master")
-    return proc, d, log, int(port)
-
-
 def test_a_cluster_miss_goes_on_to_the_shared_tier(shared):
     """A node of a cluster looks in the shared tier when the directory
     does not know the key, and when the only holder it names is dead."""
-    master, md, mlog, port = start_master()
+    master = start_master()
+    port = master[3]
     join = ("--master", "127.0.0.1:%d" % port, "--listen", "127.0.0.1:0")
     a = Node(shared.mount("a"), *join, "--node-id", "A", "--shared-write-through")
     b = Node(shared.mount("b"), *join, "--node-id", "B", "--remote-timeout-ms", "1000")
@@ -476,10 +463,7 @@ def test_a_cluster_miss_goes_on_to_the_shared_tier(shared):
         if a:
             a.stop()
         b.stop()
-        master.terminate()
-        master.wait(timeout=30)
-        mlog.close()
-        shutil.rmtree(md, ignore_errors=True)
+        stop_master(master)
 
 
 def test_the_directory_from_a_config_file(shared):
@@ -498,19 +482,26 @@ def test_the_directory_from_a_config_file(shared):
             stop_daemon(proc, d, log)
 
 
+def hung_record(shared, key):
+    """key's record, as a FIFO nobody writes: a reader's open() blocks as
+    on a hung network filesystem, until unblock()."""
+    w = Node(shared.mount("w-" + key), "--shared-write-through")
+    assert w.c.put(key, b"s" * 5000) == 0
+    wait_for(lambda: stat(w.c, "writes") == 1)
+    w.stop()
+    path = record_of(shared, key)
+    os.unlink(path)
+    os.mkfifo(path)
+    return path
+
+
 def test_a_hung_directory_costs_a_miss_not_a_stall(shared):
     """A read that never returns (here: its record is a FIFO nobody writes,
     so open() blocks as on a hung network filesystem) ends the request with
     a miss at the call's deadline, turns the tier off, never holds up
     anything else, and the tier comes back once the call returns."""
     import threading
-    w = Node(shared.mount("w"), "--shared-write-through")
-    assert w.c.put("slow", b"s" * 5000) == 0
-    wait_for(lambda: stat(w.c, "writes") == 1)
-    w.stop()
-    path = record_of(shared, "slow")
-    os.unlink(path)
-    os.mkfifo(path)
+    path = hung_record(shared, "slow")
     n = Node(shared.mount("n"))
     try:
         got = {}
@@ -567,13 +558,7 @@ def release(fifo):
 
 def test_a_stop_does_not_wait_for_a_hung_call(shared):
     import threading
-    w = Node(shared.mount("w"), "--shared-write-through")
-    assert w.c.put("stuck", b"s" * 5000) == 0
-    wait_for(lambda: stat(w.c, "writes") == 1)
-    w.stop()
-    path = record_of(shared, "stuck")
-    os.unlink(path)
-    os.mkfifo(path)
+    path = hung_record(shared, "stuck")
     n = Node(shared.mount("n"))
     try:
         t = threading.Thread(target=lambda: kvcache.Client(n.sock).get("stuck"))

@@ -154,11 +154,47 @@ void zstd_figures(void)
 	free(back);
 }
 
+/* Load objs values of size, named prefix/0.., into buf (8 slots), 8 in
+ * flight by get_into; dies on any answer but the whole value. */
+static void load_all(struct kvc_client *c, struct kvc_buffer *buf, const char *prefix,
+		     uint64_t size, uint64_t objs)
+{
+	uint64_t loaded = 0, next = 0, inflight = 0;
+	char keys[8][64];
+
+	while (loaded < objs) {
+		struct kvc_completion cp[8];
+		int r;
+
+		while (inflight < 8 && next < objs) {
+			struct kvc_op op = { .opcode = KVC_OP_GET_INTO, .buf = buf };
+
+			snprintf(keys[next % 8], 64, "%s/%" PRIu64, prefix, next);
+			op.key = keys[next % 8];
+			op.offset = (next % 8) * size;
+			op.len = size;
+			op.user_data = next;
+			if (kvc_submit(c, &op, 1) != 1)
+				break;
+			next++;
+			inflight++;
+		}
+		r = kvc_wait(c, cp, 1, 8, -1);
+		if (r < 0)
+			die(r, "%s", "wait");
+		for (int k = 0; k < r; k++)
+			if (cp[k].res != (int64_t) size)
+				die((int) cp[k].res, "load of %s/%" PRIu64, prefix, cp[k].user_data);
+		loaded += (uint64_t) r;
+		inflight -= (uint64_t) r;
+	}
+}
+
 /* kvcache's spill and read-back bandwidth for `size` objects, `total` bytes. */
 static void kvcache_disk(const char *dir, uint64_t size, uint64_t total, const char *compress,
 			 double *ret_spill, double *ret_back)
 {
-	uint64_t objs = total / size, t0, loaded = 0, next = 0, inflight = 0;
+	uint64_t objs = total / size, t0;
 	char sock[200], ddir[4200], key[64];
 	struct kvc_client *c;
 	struct kvc_buffer buf;
@@ -185,33 +221,7 @@ static void kvcache_disk(const char *dir, uint64_t size, uint64_t total, const c
 	check(kvc_evict(c, KVC_TIER_DRAM, 0, KVC_EVICT_ALL, NULL, NULL), "evict");
 	check(kvc_buffer_alloc(c, size * 8, &buf), "buffer");
 	t0 = now_ns();
-	while (loaded < objs) {
-		struct kvc_completion cp[8];
-		int r;
-
-		while (inflight < 8 && next < objs) {
-			static char keys[8][64];
-			struct kvc_op op = { .opcode = KVC_OP_GET_INTO, .buf = &buf };
-
-			snprintf(keys[next % 8], 64, "disk/%" PRIu64, next);
-			op.key = keys[next % 8];
-			op.offset = (next % 8) * size;
-			op.len = size;
-			op.user_data = next;
-			if (kvc_submit(c, &op, 1) != 1)
-				break;
-			next++;
-			inflight++;
-		}
-		r = kvc_wait(c, cp, 1, 8, -1);
-		if (r < 0)
-			die(r, "%s", "wait");
-		for (int k = 0; k < r; k++)
-			if (cp[k].res != (int64_t) size)
-				die((int) cp[k].res, "read-back of disk/%" PRIu64, cp[k].user_data);
-		loaded += (uint64_t) r;
-		inflight -= (uint64_t) r;
-	}
+	load_all(c, &buf, "disk", size, objs);
 	*ret_back = (double) (objs * size) / (double) (now_ns() - t0);
 	if (memcmp((uint8_t *) buf.data, val, size) != 0)
 		die(0, "%s", "read-back returned wrong bytes");
@@ -354,8 +364,8 @@ static double shared_write(const char *sdir, const char *prefix, uint64_t size, 
 static double shared_read(const char *sdir, const char *prefix, uint64_t size, uint64_t objs,
 			  const uint8_t *val)
 {
-	uint64_t t0, loaded = 0, next = 0, inflight = 0;
-	char sock[200], keys[8][64];
+	uint64_t t0;
+	char sock[200];
 	struct kvc_client *c;
 	struct kvc_buffer buf;
 
@@ -364,32 +374,7 @@ static double shared_read(const char *sdir, const char *prefix, uint64_t size, u
 	check(kvc_buffer_alloc(c, size * 8, &buf), "buffer");
 	memset(buf.data, 0, size * 8);
 	t0 = now_ns();
-	while (loaded < objs) {
-		struct kvc_completion cp[8];
-		int r;
-
-		while (inflight < 8 && next < objs) {
-			struct kvc_op op = { .opcode = KVC_OP_GET_INTO, .buf = &buf };
-
-			snprintf(keys[next % 8], 64, "%s/%" PRIu64, prefix, next);
-			op.key = keys[next % 8];
-			op.offset = (next % 8) * size;
-			op.len = size;
-			op.user_data = next;
-			if (kvc_submit(c, &op, 1) != 1)
-				break;
-			next++;
-			inflight++;
-		}
-		r = kvc_wait(c, cp, 1, 8, -1);
-		if (r < 0)
-			die(r, "%s", "wait");
-		for (int k = 0; k < r; k++)
-			if (cp[k].res != (int64_t) size)
-				die((int) cp[k].res, "shared read of %s/%" PRIu64, prefix, cp[k].user_data);
-		loaded += (uint64_t) r;
-		inflight -= (uint64_t) r;
-	}
+	load_all(c, &buf, prefix, size, objs);
 	t0 = now_ns() - t0;
 	if (memcmp((uint8_t *) buf.data, val, size) != 0)
 		die(0, "%s", "the shared tier returned wrong bytes");

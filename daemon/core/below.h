@@ -43,9 +43,11 @@ struct below_ops {
 	void (*stats)(void *be, void (*emit)(void *u, const char *name, uint64_t v), void *u);
 	/* start copying every memory-only object below (kvcachectl flush) */
 	int (*flush)(void *be);
-	/* (version 2, the shared tier) a miss everywhere else: o is the
-	 * key's landing placeholder (store_land_begin(): no place yet).  0:
-	 * the backend looks for it and lands it (store_land_place(), then
+	/* (version 2) The shared tier's: core calls only these two, spill,
+	 * accepting and stats of it (a copy in flight holds its object; the
+	 * tier paces its own background work).  A miss everywhere else: o is
+	 * the key's landing placeholder (store_land_begin(): no place yet).
+	 * 0: the backend looks for it and lands it (store_land_place(), then
 	 * store_land_done()); -ENOENT: not there, o stays the caller's */
 	int (*locate)(void *be, struct object *o);
 	/* which of these keys does it hold?  As remote_ops.where (remote.h) */

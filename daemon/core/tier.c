@@ -996,8 +996,6 @@ bool tier_maintain(struct store *st)
 	}
 	if (st->below.ops && st->below.ops->maintain(st->below.be))
 		did = true;
-	if (st->shared.ops && st->shared.ops->maintain && st->shared.ops->maintain(st->shared.be))
-		did = true;
 	/* a growing index finishes in the background too */
 	if (index_migrate(&st->index, 256))
 		did = true;

@@ -1561,18 +1561,6 @@ static bool be_accepting(void *be, const struct object *o)
 	return sh->on && sh->writable && o->key_len <= WIRE_MAX_KEY;
 }
 
-static void be_forget(void *be, struct object *o)
-{
-	(void) be;
-	(void) o; /* a copy in flight holds o until it ends */
-}
-
-static bool be_maintain(void *be)
-{
-	(void) be;
-	return false; /* its timer paces it */
-}
-
 static int be_locate(void *be, struct object *o)
 {
 	struct shared *sh = be;
@@ -1696,9 +1684,7 @@ static const struct below_ops shared_backend = {
 	.version = BELOW_OPS_VERSION,
 	.name = "shared",
 	.spill = be_spill,
-	.forget = be_forget,
 	.accepting = be_accepting,
-	.maintain = be_maintain,
 	.stats = be_stats,
 	.locate = be_locate,
 	.where = be_where,

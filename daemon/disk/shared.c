@@ -152,7 +152,6 @@ struct cache_slot {
 struct shared {
 	struct store *st;
 	struct loop *loop;
-	const struct config *cfg;
 	char dir[4096];           /* --shared-dir */
 	char root[4200];          /* its kvcache-v1 */
 	uint64_t tag;             /* this run's: temporary names */
@@ -1769,7 +1768,6 @@ int shared_new(struct store *st, struct shared **ret)
 		return -ENOMEM;
 	sh->st = st;
 	sh->loop = store_loop(st);
-	sh->cfg = cfg;
 	sh->queue_max = cfg->dram_size / 4 < QUEUED_BYTES_MAX ? cfg->dram_size / 4 : QUEUED_BYTES_MAX;
 	sh->rm = calloc(REMOVALS_MAX, sizeof(*sh->rm));
 	if (!sh->rm) {

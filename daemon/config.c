@@ -76,6 +76,7 @@ void config_init(struct config *c)
 	c->remote_timeout_ms = CONFIG_DEFAULT_REMOTE_TIMEOUT_MS;
 	snprintf(c->metrics_address, sizeof(c->metrics_address), "127.0.0.1");
 	c->data_streams = CONFIG_DEFAULT_DATA_STREAMS;
+	snprintf(c->tcp_congestion, sizeof(c->tcp_congestion), "%s", "auto");
 	c->max_clients = CONFIG_DEFAULT_MAX_CLIENTS;
 	c->spill_wait_ms = CONFIG_DEFAULT_SPILL_WAIT_MS;
 	c->lookup_wait_ms = CONFIG_DEFAULT_LOOKUP_WAIT_MS;
@@ -311,6 +312,11 @@ static const struct opt_def opts[] = {
 	{ "data-streams", NULL, 0, T_U32, FIELD(data_streams), 1, 16, false, false, "N",
 	  "transfers with other nodes at once, each way: fetching\n"
 	  "and pushing, and serving (default 2)" },
+	{ "peer-tcp-congestion", NULL, 0, T_STRING, FIELD(tcp_congestion), 1, 0, false, false,
+	  "NAME", "TCP congestion control of connections to other nodes\n"
+	  "and masters: auto (default) uses cubic where the\n"
+	  "system's is bbr, whose pacing starves bursts of\n"
+	  "fetches; system: the system's; or a name (cubic, dctcp)" },
 	/* operations (docs/operating.rst) */
 	{ "metrics-port", NULL, 0, T_U32, FIELD(metrics_port), 0, 65535, false, false, "PORT",
 	  "serve GET /metrics (Prometheus) and /health over HTTP\n"

@@ -84,6 +84,7 @@ struct config {
 	bool insecure;
 	uint64_t remote_timeout_ms;
 	uint32_t data_streams;             /* transfers at once with other nodes, each way */
+	char tcp_congestion[16];           /* peer connections': a name, "auto" or "system" */
 	uint32_t client_ttl_s;             /* --client-ttl: this node's etcd lease */
 
 	uint32_t metrics_port;             /* GET /metrics and /health; 0 = off */

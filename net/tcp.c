@@ -212,3 +212,23 @@ void net_tune(int fd, int idle_s)
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 }
+
+int net_congestion(int fd, const char *name)
+{
+	char now[16] = "";
+	socklen_t len = sizeof(now);
+
+	if (!name || !*name || !strcmp(name, "system"))
+		return 0;
+	if (!strcmp(name, "auto")) {
+		/* bbr, and its later versions by their names */
+		if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, now, &len) < 0)
+			return -errno;
+		if (strncmp(now, "bbr", 3) != 0)
+			return 0;
+		name = "cubic";
+	}
+	if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t) strlen(name)) < 0)
+		return -errno;
+	return 0;
+}

@@ -248,6 +248,7 @@ static void link_event(struct loop_source *s, int fd, uint32_t events, void *u)
 			return;
 		}
 		net_tune(k->pc.fd, 1);
+		net_congestion(k->pc.fd, k->n->cfg->tcp_congestion);
 		hello.major = peer_major;
 		hello.minor = PEER_MINOR;
 		hello.features = PEER_FEAT_KNOWN;

@@ -560,6 +560,26 @@ static int pick_transport(struct node *n, const struct config *cfg, const char *
 	return 0;
 }
 
+
+/* --peer-tcp-congestion names one this kernel has and lets us use: tried
+ * on a socket at start, so a typo stops the daemon instead of leaving
+ * every connection on the system's. */
+static int congestion_check(const char *name, char *err, size_t err_len)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), r;
+
+	if (fd < 0)
+		return 0; /* no IPv4 here: the connections will say */
+	r = net_congestion(fd, name);
+	close(fd);
+	if (r < 0)
+		snprintf(err, err_len,
+			 "--peer-tcp-congestion %s: %s (see "
+			 "/proc/sys/net/ipv4/tcp_allowed_congestion_control)",
+			 name, r == -ENOENT ? "not in this kernel" : strerror(-r));
+	return r < 0 ? -EINVAL : 0;
+}
+
 /* --master etcd://HOST:PORT[;HOST:PORT...][/CLUSTER_ID] (Mooncake's
  * master_server_address for masters with --enable_ha): k follows the
  * leader etcd's master view names. */
@@ -640,6 +660,11 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 	n->timeout = cfg->remote_timeout_ms * USEC_PER_MSEC;
 	n->streams = cfg->data_streams;
 
+	r = congestion_check(cfg->tcp_congestion, err, err_len);
+	if (r < 0) {
+		free(n);
+		return r;
+	}
 	if (cfg->secret_file[0]) {
 		r = peer_secret_load(cfg->secret_file, &n->secret, err, err_len);
 		if (r < 0) {

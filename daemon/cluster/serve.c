@@ -786,6 +786,7 @@ void remote_accept(struct node *n, int fd)
 		return;
 	}
 	net_tune(fd, 1);
+	net_congestion(fd, n->cfg->tcp_congestion); /* (the sender's counts) */
 	ps->n = n;
 	pconn_init(&ps->pc, fd, 1u << 20);
 	/* askers send small frames (Hello, Auth, Fetch, Push, FetchDone), and

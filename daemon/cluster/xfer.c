@@ -101,6 +101,7 @@ int xfer_open_conn(struct node *n, const char *address, usec_t deadline, int *re
 		r = net_connect_result(fd);
 	if (r == 0) {
 		net_tune(fd, 1);
+		net_congestion(fd, n->cfg->tcp_congestion); /* checked at start */
 		r = blk_set_blocking(fd, true);
 	}
 	if (r == 0 && (n->secret.len || n->rdma))

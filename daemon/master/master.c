@@ -1000,6 +1000,7 @@ static struct mconn *adopt(struct master *m, int cfd)
 		return NULL;
 	}
 	net_tune(cfd, (int) m->cfg.client_ttl_s);
+	net_congestion(cfd, "auto"); /* as the nodes' (docs/cluster.rst) */
 	c->m = m;
 	c->node = -1;
 	pconn_init(&c->pc, cfd, MAX_OUT);

@@ -1554,6 +1554,51 @@ fetch-backlog)
 	[ "$(stat_of B remote_fetch_waiting)" = 0 ] || fail "fetches still waiting"
 	[ "$(stat_of B remote_hits)" = 3000 ] || { ctl B stats >&2; fail "remote_hits"; }
 	;;
+congestion)
+	# A network namespace whose TCP default is BBR: every connection of
+	# the nodes and the master runs cubic (--peer-tcp-congestion auto, the
+	# default), a node with --peer-tcp-congestion system keeps BBR on its
+	# own, and a name the kernel does not have stops the daemon
+	ns=kvct-cc-$$
+	command -v ip >/dev/null && command -v ss >/dev/null && ip netns add "$ns" 2>/dev/null || {
+		echo "cannot make network namespaces here (root and iproute2 needed)"; exit 77; }
+	ip -n "$ns" link set lo up
+	if ! ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control=bbr 2>/dev/null; then
+		ip netns del "$ns"
+		echo "no BBR in this kernel"
+		exit 77
+	fi
+	set +e
+	ip netns exec "$ns" sh "$0" congestion-in-namespace
+	rc=$?
+	set -e
+	ip netns del "$ns"
+	exit $rc
+	;;
+congestion-in-namespace)
+	# ESTABLISHED sockets on loopback, each listed from both ends, with
+	# their congestion control: "bbr" or "cubic" per socket
+	ccs() { ss -tin state established | grep -oE '(^|[[:space:]])(bbr|cubic)([[:space:]]|$)' | tr -d ' \t'; }
+	start_master 0
+	start_node A
+	start_node B
+	head -c 1048576 /dev/urandom >"$dir/v1m"
+	ctl A put v1m "$dir/v1m"
+	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where v1m | grep -qx A"
+	ctl B get v1m "$dir/v1m.b" && cmp "$dir/v1m" "$dir/v1m.b" || fail "fetch"
+	ccs >"$dir/cc"
+	# master links (two ends each), the data connection (two ends)
+	[ "$(grep -c '^cubic$' "$dir/cc")" -ge 6 ] || { ss -tin >&2; fail "not cubic: $(cat "$dir/cc")"; }
+	! grep -q '^bbr$' "$dir/cc" || { ss -tin >&2; fail "a connection on bbr"; }
+	start_node C --peer-tcp-congestion system
+	ctl C get v1m "$dir/v1m.c" && cmp "$dir/v1m" "$dir/v1m.c" || fail "fetch by C"
+	# C's own ends (its master link, its data connection) keep the system's
+	[ "$(ccs | grep -c '^bbr$')" -ge 2 ] || { ss -tin >&2; fail "C's connections not on bbr"; }
+	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \
+		--master "127.0.0.1:$master_port" --listen 127.0.0.1:0 --peer-tcp-congestion nosuch
+	grep -q "peer-tcp-congestion nosuch: not in this kernel" "$dir/err" ||
+		fail "an unknown congestion control not explained: $(cat "$dir/err")"
+	;;
 refused-configs)
 	start_master 0
 	expect 2 "$KVCACHED" --socket "$dir/x.sock" --dram-size 16MB --hugepages off \

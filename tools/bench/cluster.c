@@ -14,6 +14,7 @@
 
 #include "bench.h"
 #include "checksum.h"
+#include "net.h"
 
 #define NET "10.231.0"
 #define MASTER_PORT "50551"
@@ -200,6 +201,26 @@ static int move_value(int c, uint8_t *buf, uint64_t size, bool sum, bool send)
  * between the same namespaces; with sum, and the checksum a node sends and
  * verifies (the limit of a fetch on a machine whose CPUs are the link).
  */
+/* The congestion control a new TCP socket gets here, and the one a node's
+ * connections run (--peer-tcp-congestion auto; namespaces start with the
+ * host's default). */
+static char cc_system[16] = "?", cc_peers[16] = "?";
+
+static void congestion_names(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	socklen_t len = sizeof(cc_system);
+
+	if (fd < 0)
+		return;
+	if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc_system, &len) == 0 &&
+	    net_congestion(fd, "auto") == 0) {
+		len = sizeof(cc_peers);
+		getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc_peers, &len);
+	}
+	close(fd);
+}
+
 static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 {
 	int one = 1, ready[2], res[2];
@@ -226,6 +247,7 @@ static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 			_exit(1);
 		c = accept(l, NULL, NULL);
 		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		net_congestion(c, "auto"); /* as a node's */
 		while (full_io(c, &want, sizeof(want), false) == 0 && want <= size)
 			if (move_value(c, buf, want, sum, true) < 0)
 				break;
@@ -249,6 +271,7 @@ static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 		inet_pton(AF_INET, NET ".1", &sa.sin_addr);
 		c = socket(AF_INET, SOCK_STREAM, 0);
 		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		net_congestion(c, "auto");
 		if (!buf || connect(c, (struct sockaddr *) &sa, sizeof(sa)) < 0)
 			_exit(1);
 		memset(buf, 0, size);
@@ -435,6 +458,16 @@ static double remote_again(const char *sb, const char *prefix, uint64_t size, ui
 /* The values remote_gets() put under prefix, read on B in batches of
  * `batch` keys with kvc_batch_get_into (an engine loading a request's
  * blocks): every fetch of a batch is in flight at once; GB/s. */
+/* Keys a batch load asks for at once: an engine's load of one layer's
+ * blocks of a 1024-token prompt at 64 KiB (per-layer objects); 16 MiB a
+ * call above that, at least 4 keys. */
+static unsigned batch_keys(uint64_t size)
+{
+	uint64_t k = size <= (64u << 10) ? 64 : (16u << 20) / size;
+
+	return k < 4 ? 4 : k > 64 ? 64 : (unsigned) k;
+}
+
 static double remote_batches(const char *sb, const char *prefix, uint64_t size, uint64_t n,
 			     unsigned batch)
 {
@@ -975,6 +1008,7 @@ int run_cluster(void)
 		loop_figures("B", sb);
 		return 0;
 	}
+	congestion_names();
 	p1 = iperf(1);
 	p2 = iperf(2);
 	daemons_up(sa, sb, false);
@@ -1008,7 +1042,7 @@ int run_cluster(void)
 			snprintf(p, sizeof(p), "bat-%s-%u", name, r);
 			put_values(sa, p, size, n);
 			g4[i].v[g4[i].n++] =
-				remote_batches(sb, p, size, n, size >= (8 << 20) ? 4 : 16);
+				remote_batches(sb, p, size, n, batch_keys(size));
 			clear_nodes(sa, sb); /* room for the next on both nodes */
 		}
 	p1b = iperf(1);
@@ -1023,8 +1057,12 @@ int run_cluster(void)
 	       "(%s pages; their tiers faulted in first, which took %.1f s);\n"
 	       "tcp: the same values asked for and sent one at a time over a plain TCP connection;\n"
 	       "tcp+sum: the same with the transfer checksum (%s) hashed and checked as a node does;\n"
+	       "batch: kvc_batch_get_into of 64 keys a call at 64 KiB (one layer's blocks of a\n"
+	       "1024-token prompt), 16 MiB a call above (at least 4 keys);\n"
+	       "TCP congestion control: the system's is %s; nodes and plain TCP run %s\n"
+	       "(--peer-tcp-congestion auto);\n"
 	       "medians of %u rounds (ranges below); /tcp and /t+s: medians of each round's ratio\n",
-	       node_huge ? "2 MiB" : "4 KiB", prefault_s, csum_impl(), arg_rounds);
+	       node_huge ? "2 MiB" : "4 KiB", prefault_s, csum_impl(), cc_system, cc_peers, arg_rounds);
 	printf("%-6s %6s %10s %10s %10s %7s %5s %5s %10s %5s %10s %7s %5s %10s %7s\n", "size",
 	       "values", "tcp", "tcp+sum", "acquire", "/iperf3", "/tcp", "/t+s", "2 clients", "/-P2",
 	       "get", "/iperf3", "/tcp", "batch", "/iperf3");

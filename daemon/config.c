@@ -315,8 +315,9 @@ static const struct opt_def opts[] = {
 	{ "peer-tcp-congestion", NULL, 0, T_STRING, FIELD(tcp_congestion), 1, 0, false, false,
 	  "NAME", "TCP congestion control of connections to other nodes\n"
 	  "and masters: auto (default) uses cubic where the\n"
-	  "system's is bbr, whose pacing starves bursts of\n"
-	  "fetches; system: the system's; or a name (cubic, dctcp)" },
+	  "system's is bbr (whose pacing starves bursts of\n"
+	  "fetches) on paths under 1 ms; system: the system's;\n"
+	  "or a name (cubic, dctcp)" },
 	/* operations (docs/operating.rst) */
 	{ "metrics-port", NULL, 0, T_U32, FIELD(metrics_port), 0, 65535, false, false, "PORT",
 	  "serve GET /metrics (Prometheus) and /health over HTTP\n"

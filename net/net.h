@@ -50,7 +50,8 @@ int net_connect_start(const struct net_addr *a, int *ret_fd);
 int net_connect_result(int fd);
 /* TCP_NODELAY and keepalive probes after idle_s seconds. */
 void net_tune(int fd, int idle_s);
-/* fd's congestion control: name; "auto": cubic where the system's is BBR
- * (why: docs/cluster.rst), else the system's; "system" or "": the
- * system's.  0 or -errno (-ENOENT: not available, -EPERM: not allowed). */
+/* A connected fd's congestion control: name; "auto": cubic where the
+ * system's is BBR and the handshake's round trip was under 1 ms (why:
+ * docs/cluster.rst), else the system's; "system" or "": the system's.  0
+ * or -errno (-ENOENT: not available, -EPERM: not allowed). */
 int net_congestion(int fd, const char *name);

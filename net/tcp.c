@@ -213,6 +213,9 @@ void net_tune(int fd, int idle_s)
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 }
 
+/* "auto" switches from BBR to cubic on paths shorter than this (us). */
+#define AUTO_RTT_MAX_US 1000
+
 int net_congestion(int fd, const char *name)
 {
 	char now[16] = "";
@@ -221,10 +224,19 @@ int net_congestion(int fd, const char *name)
 	if (!name || !*name || !strcmp(name, "system"))
 		return 0;
 	if (!strcmp(name, "auto")) {
+		struct tcp_info ti;
+		socklen_t tl = sizeof(ti);
+
 		/* bbr, and its later versions by their names */
 		if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, now, &len) < 0)
 			return -errno;
 		if (strncmp(now, "bbr", 3) != 0)
+			return 0;
+		/* a path as long as a millisecond (the handshake's round trip;
+		 * 0 before one) keeps BBR, which copes with its losses where
+		 * cubic stalls for whole timeouts */
+		if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+		    ti.tcpi_rtt >= AUTO_RTT_MAX_US)
 			return 0;
 		name = "cubic";
 	}

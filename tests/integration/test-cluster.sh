@@ -1166,6 +1166,12 @@ lossy-link)
 	ip -n "$ns_a" addr add 10.234.0.1/24 dev "kvla$$"
 	ip -n "$ns_b" addr add 10.234.0.2/24 dev "kvlb$$"
 	for n in "$ns_a" "$ns_m" "$ns_b"; do ip -n "$n" link set lo up; done
+	# hosts whose TCP default is BBR, where the kernel has it: a path this
+	# long keeps it (--peer-tcp-congestion auto)
+	bbr=yes
+	for n in "$ns_a" "$ns_b"; do
+		ip netns exec "$n" sysctl -qw net.ipv4.tcp_congestion_control=bbr 2>/dev/null || bbr=no
+	done
 	ip -n "$ns_a" link set "kvla$$" up
 	ip -n "$ns_m" link set "kvma$$" up
 	ip -n "$ns_m" link set "kvmb$$" up
@@ -1194,6 +1200,11 @@ lossy-link)
 	echo "64 MiB over 20 ms and 2% loss: $((($(date +%s%N) - start) / 1000000)) ms"
 	cmp -s "$dir/big" "$dir/big.b" || fail "wrong bytes"
 	[ "$(stat_of B remote_hits)" -ge 1 ] || fail "not fetched"
+	if [ $bbr = yes ]; then
+		ip netns exec "$ns_b" ss -tin state established >"$dir/ss"
+		grep -qw bbr "$dir/ss" || fail "no connection on bbr: $(cat "$dir/ss")"
+		! grep -qw cubic "$dir/ss" || fail "cubic on a 40 ms path: $(cat "$dir/ss")"
+	fi
 	# the partition
 	printf 'v' | ctl A put small - || fail "put on A"
 	until_ok ctl B exists small
@@ -1556,8 +1567,9 @@ fetch-backlog)
 	;;
 congestion)
 	# A network namespace whose TCP default is BBR: every connection of
-	# the nodes and the master runs cubic (--peer-tcp-congestion auto, the
-	# default), a node with --peer-tcp-congestion system keeps BBR on its
+	# the nodes and the master, on loopback, runs cubic
+	# (--peer-tcp-congestion auto, the default; lossy-link: a long path
+	# keeps BBR), a node with --peer-tcp-congestion system keeps BBR on its
 	# own, and a name the kernel does not have stops the daemon
 	ns=kvct-cc-$$
 	command -v ip >/dev/null && command -v ss >/dev/null && ip netns add "$ns" 2>/dev/null || {

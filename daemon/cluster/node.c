@@ -560,7 +560,6 @@ static int pick_transport(struct node *n, const struct config *cfg, const char *
 	return 0;
 }
 
-
 /* --peer-tcp-congestion names one this kernel has and lets us use: tried
  * on a socket at start, so a typo stops the daemon instead of leaving
  * every connection on the system's. */

@@ -47,11 +47,32 @@
 /* (defined with the completions, below) */
 static const struct xjob_ops fetch_ops;
 
+/*
+ * The fetches begun in one turn of the loop (a client's batch: up to 128
+ * requests at once) ask each master who holds their keys in one Lookup
+ * frame, at the turn's end (a poller), not one frame per key: a 64-key
+ * batch load of 64 KiB values kept the master's loop at 17% of a CPU and
+ * each lookup took 300-600 us.  The master answers the keys it knows, in
+ * the order asked.
+ */
+#define GROUP_MAX 64
+
+_Static_assert(RF_MASTERS == MAX_MASTERS, "a Lookup filling for each master");
+
+struct lgroup {
+	struct lgroup *next, *prev; /* in n->fetches.asked, once asked */
+	struct link *k;
+	uint32_t seq;
+	unsigned n;
+	struct rfetch *rf[GROUP_MAX]; /* NULL: ended before the answer */
+};
+
 struct rfetch {
 	struct rfetch *next, *prev; /* in n->fetches.rfetches, or next in n->fetches.backlog */
 	struct node *n;
 	struct object *o;        /* placeholder: not in the index; o->fetch set */
-	uint32_t seq;
+	struct lgroup *grp;      /* the Lookup asking who holds it, until answered */
+	unsigned gi;             /* its place in grp */
 	bool transferring;
 	usec_t deadline;
 	char addr[MAX_HOLDERS_TRIED][PEER_MAX_ID + 1];
@@ -417,6 +438,8 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 
 	rf_unlink(n, rf);
 	rf_unprobe(rf);
+	if (rf->grp)
+		rf->grp->rf[rf->gi] = NULL;
 	if (rf->n_addr && rf->transferring && !rf->expired) {
 		struct peer_stat *ps = node_peer_stat(n, rf->addr[rf->tried]);
 
@@ -486,6 +509,98 @@ static bool rf_healthy(struct node *n, struct rfetch *rf)
 	return k > 0;
 }
 
+static void group_unlink(struct node *n, struct lgroup *g)
+{
+	if (g->prev)
+		g->prev->next = g->next;
+	else
+		n->fetches.asked = g->next;
+	if (g->next)
+		g->next->prev = g->prev;
+	else
+		n->fetches.asked_tail = g->prev;
+}
+
+/* g's keys (those whose fetches have not ended) go to its master in one
+ * Lookup; when that master is not there, each fetch misses. */
+static void group_ask(struct node *n, struct lgroup *g)
+{
+	ProtobufCBinaryData keys[GROUP_MAX];
+	unsigned m = 0;
+
+	n->fetches.filling[g->k->index] = NULL;
+	for (unsigned i = 0; i < g->n; i++) {
+		struct rfetch *rf = g->rf[i];
+
+		if (!rf)
+			continue;
+		keys[m] = (ProtobufCBinaryData) { .len = rf->o->key_len,
+						   .data = (uint8_t *) rf->o->key };
+		rf->gi = m;
+		g->rf[m++] = rf;
+	}
+	g->n = m;
+	if (m && node_lookup_many(g->k, keys, m, &g->seq) < 0) {
+		for (unsigned i = 0; i < m; i++) {
+			g->rf[i]->grp = NULL;
+			rf_finish(n, g->rf[i], -ENOENT);
+		}
+		m = 0;
+	}
+	if (!m) {
+		free(g);
+		return;
+	}
+	n->fetches.c.lookups++;
+	n->fetches.c.lookup_keys += m;
+	g->next = NULL;
+	g->prev = n->fetches.asked_tail;
+	if (g->prev)
+		g->prev->next = g;
+	else
+		n->fetches.asked = g;
+	n->fetches.asked_tail = g;
+}
+
+/* rf's key into the Lookup its master is asked at this turn's end (a
+ * full one is asked at once).  <0: that master is not there. */
+static int lookup_add(struct node *n, struct rfetch *rf)
+{
+	struct link *k = node_owner(n, rf->o->key, rf->o->key_len);
+	struct lgroup *g = n->fetches.filling[k->index];
+
+	if (g && g->n == GROUP_MAX)
+		group_ask(n, g); /* (may begin others, which fill a new one) */
+	if (k->state != L_UP)
+		return -ENOENT;
+	g = n->fetches.filling[k->index];
+	if (!g) {
+		g = calloc(1, sizeof(*g));
+		if (!g)
+			return -ENOENT;
+		g->k = k;
+		n->fetches.filling[k->index] = g;
+	}
+	rf->grp = g;
+	rf->gi = g->n;
+	g->rf[g->n++] = rf;
+	return 0;
+}
+
+/* The loop's poller: the Lookups filled this turn go out. */
+static bool lookups_flush(void *u)
+{
+	struct node *n = u;
+	bool did = false;
+
+	for (unsigned i = 0; i < n->links.n; i++)
+		if (n->fetches.filling[i]) {
+			group_ask(n, n->fetches.filling[i]);
+			did = true;
+		}
+	return did;
+}
+
 /* Begin a fetch whose placeholder is made: a place among the fetches in
  * flight, then the transfer at once if an exists or prefix lookup just
  * asked the directory, else a Lookup.  <0: not begun. */
@@ -493,6 +608,12 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 {
 	struct object *o = rf->o;
 
+	rf->prev = NULL;
+	rf->next = n->fetches.rfetches;
+	if (rf->next)
+		rf->next->prev = rf;
+	n->fetches.rfetches = rf;
+	n->fetches.n_rfetches++;
 	if (dc_addresses(n, o->key, o->key_len, o->hash, rf->addr, MAX_HOLDERS_TRIED, &rf->n_addr,
 			 &o->len) && rf_healthy(n, rf) &&
 	    store_land_place(n->st, o) == 0) {
@@ -501,15 +622,11 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 	} else {
 		rf->n_addr = 0;
 		o->len = 0;
-		if (node_lookup(node_owner(n, o->key, o->key_len), o->key, o->key_len, &rf->seq) < 0)
+		if (lookup_add(n, rf) < 0) {
+			rf_unlink(n, rf);
 			return -ENOENT;
+		}
 	}
-	rf->prev = NULL;
-	rf->next = n->fetches.rfetches;
-	if (rf->next)
-		rf->next->prev = rf;
-	n->fetches.rfetches = rf;
-	n->fetches.n_rfetches++;
 	loop_timer_arm_by(n->timer, rf->deadline);
 	if (rf->transferring) {
 		rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
@@ -601,43 +718,36 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 void remote_link_lost(struct node *n, struct link *k)
 {
 	static const Kvc__Peer__LookupResp none = KVC__PEER__LOOKUP_RESP__INIT;
-	bool more = true;
+	struct lgroup *g = n->fetches.filling[k->index];
 
 	while (queries_link_lost(n, k))
 		;
-	/* the fetches still asking k who holds their key miss now: they may
-	 * end (and go) as they are answered, so one at a time */
-	while (more) {
-		more = false;
-		for (struct rfetch *rf = n->fetches.rfetches; rf; rf = rf->next)
-			if (!rf->transferring && node_owner(n, rf->o->key, rf->o->key_len) == k) {
-				remote_located(n, k, rf->seq, &none);
-				more = true;
-				break;
+	/* the fetches still asking k who holds their key miss now */
+	if (g) {
+		n->fetches.filling[k->index] = NULL;
+		for (unsigned i = 0; i < g->n; i++)
+			if (g->rf[i]) {
+				g->rf[i]->grp = NULL;
+				rf_finish(n, g->rf[i], -ENOENT);
 			}
+		free(g);
+	}
+	for (g = n->fetches.asked; g;) {
+		struct lgroup *next = g->next; /* (an answer frees only its own) */
+
+		if (g->k == k)
+			remote_located(n, k, g->seq, &none);
+		g = next;
 	}
 }
 
-void remote_located(struct node *n, struct link *k, uint32_t seq,
-		    const Kvc__Peer__LookupResp *resp)
+/* rf's holders are as loc says (NULL: held nowhere): its transfer is
+ * queued, or it ends. */
+static void located(struct node *n, struct rfetch *rf, const Kvc__Peer__Location *loc)
 {
-	struct store *st = n->st;
-	struct rfetch *rf;
-	struct object *o;
-	const Kvc__Peer__Location *loc = resp->n_locations ? resp->locations[0] : NULL;
+	struct object *o = rf->o;
 	int r;
 
-	if (query_answered(n, k, seq, resp))
-		return;
-	for (rf = n->fetches.rfetches; rf; rf = rf->next)
-		if (!rf->transferring && rf->seq == seq &&
-		    node_owner(n, rf->o->key, rf->o->key_len) == k)
-			break;
-	if (!rf)
-		return; /* timed out already */
-	o = rf->o;
-	if (loc && (loc->key.len != o->key_len || memcmp(loc->key.data, o->key, o->key_len)))
-		loc = NULL;
 	for (size_t i = 0; loc && i < loc->n_holders && rf->n_addr < MAX_HOLDERS_TRIED; i++)
 		if (strcmp(loc->holders[i], n->id) != 0)
 			snprintf(rf->addr[rf->n_addr++], sizeof(rf->addr[0]), "%s",
@@ -651,7 +761,7 @@ void remote_located(struct node *n, struct link *k, uint32_t seq,
 		return;
 	}
 	o->len = loc->len;
-	r = store_land_place(st, o);
+	r = store_land_place(n->st, o);
 	if (r < 0) {
 		rf_finish(n, rf, r);
 		return;
@@ -660,6 +770,38 @@ void remote_located(struct node *n, struct link *k, uint32_t seq,
 	rf->transferring = true;
 	rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
 	xfer_queue(n, &rf->job);
+}
+
+void remote_located(struct node *n, struct link *k, uint32_t seq,
+		    const Kvc__Peer__LookupResp *resp)
+{
+	struct lgroup *g;
+	size_t li = 0;
+
+	if (query_answered(n, k, seq, resp))
+		return;
+	for (g = n->fetches.asked; g; g = g->next)
+		if (g->k == k && g->seq == seq)
+			break;
+	if (!g)
+		return; /* every fetch it asked for timed out already */
+	group_unlink(n, g);
+	/* the answers name the keys known, in the order asked */
+	for (unsigned i = 0; i < g->n; i++) {
+		struct rfetch *rf = g->rf[i];
+		const Kvc__Peer__Location *loc = li < resp->n_locations ? resp->locations[li] : NULL;
+
+		if (!rf)
+			continue;
+		rf->grp = NULL;
+		if (loc && loc->key.len == rf->o->key_len &&
+		    !memcmp(loc->key.data, rf->o->key, rf->o->key_len))
+			li++;
+		else
+			loc = NULL;
+		located(n, rf, loc);
+	}
+	free(g);
 }
 
 void remote_expire(struct node *n, usec_t now)
@@ -775,6 +917,9 @@ int remote_init(struct node *n)
 		return r;
 	if (dircache_init(n) < 0)
 		return -ENOMEM;
+	r = loop_add_poller(n->loop, lookups_flush, NULL, n, &n->fetches.flush);
+	if (r < 0)
+		return r;
 	holder_init(&n->h, n->st, &push_holder_ops);
 	return store_landing_init(n->st);
 }
@@ -790,6 +935,18 @@ void remote_done(struct node *n)
 		holder_done(&n->h, &res, &views);
 	}
 	serve_close_all(n);
+	loop_source_free(n->fetches.flush);
+	n->fetches.flush = NULL;
+	for (unsigned i = 0; i < RF_MASTERS; i++) {
+		free(n->fetches.filling[i]);
+		n->fetches.filling[i] = NULL;
+	}
+	while (n->fetches.asked) {
+		struct lgroup *g = n->fetches.asked;
+
+		group_unlink(n, g);
+		free(g);
+	}
 	while (n->fetches.rfetches || n->fetches.backlog) {
 		struct rfetch *rf = n->fetches.rfetches;
 

@@ -8,6 +8,10 @@
 
 
 struct rfetch;
+struct lgroup;
+struct loop_source;
+
+#define RF_MASTERS 8 /* (link.h's MAX_MASTERS) */
 
 /* The node's fetches (its fetches; only rfetch.c touches it). */
 struct rfetcher {
@@ -15,10 +19,17 @@ struct rfetcher {
 	unsigned n_rfetches;
 	struct rfetch *backlog, *backlog_tail; /* waiting for a place in flight */
 	unsigned n_backlog;
+	/* Lookups of the fetches begun in one turn, one frame per master:
+	 * the one being filled for each master, and those asked, oldest
+	 * first; flush: the poller that asks at the turn's end */
+	struct lgroup *filling[RF_MASTERS];
+	struct lgroup *asked, *asked_tail;
+	struct loop_source *flush;
 	struct {
 		uint64_t remote_hits, remote_misses, remote_errors, remote_corrupt;
 		uint64_t fetch_waited;  /* fetches that waited for a place in flight */
 		uint64_t fetch_ahead;   /* asked before the one ahead was answered (atomic) */
 		uint64_t sick_skips;    /* fetches not sent to a holder known sick */
+		uint64_t lookups, lookup_keys; /* Lookup frames the fetches sent, keys in them */
 	} c;
 };

@@ -1559,8 +1559,14 @@ fetch-backlog)
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" exists-many-async ||
 		{ ctl B stats >&2; fail "keys absent beyond the questions out"; }
 	[ "$(stat_of B remote_lookup_waited)" -gt 0 ] || { ctl B stats >&2; fail "no lookup waited"; }
+	sleep 1.2 # forgotten again: the gets ask the directory themselves
 	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" get-many-async ||
 		{ ctl B stats >&2; fail "gets lost beyond the fetches in flight"; }
+	# the fetches begun in one turn asked the master in one Lookup frame
+	echo "lookups: $(stat_of B remote_lookups) frames, $(stat_of B remote_lookup_keys) keys"
+	[ "$(stat_of B remote_lookup_keys)" -ge 3000 ] || { ctl B stats >&2; fail "lookup keys"; }
+	[ "$(stat_of B remote_lookup_keys)" -ge $((4 * $(stat_of B remote_lookups))) ] ||
+		{ ctl B stats >&2; fail "a Lookup frame for every few keys"; }
 	[ "$(stat_of B remote_fetch_waited)" -gt 0 ] || { ctl B stats >&2; fail "no fetch waited"; }
 	[ "$(stat_of B remote_fetch_waiting)" = 0 ] || fail "fetches still waiting"
 	[ "$(stat_of B remote_hits)" = 3000 ] || { ctl B stats >&2; fail "remote_hits"; }

@@ -579,6 +579,7 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 			/* small, and all here: taken in at once, by the loop */
 			struct blk_pace now = { .idle = USEC_PER_SEC, .cap = mono_us() + USEC_PER_SEC };
 
+			ps->n->srv.c.pushes_inline++;
 			r = recv_eager(ps, store_object_ptr(o), o->len,
 				       &now, &ps->digest);
 			ps->digested = r == 0;

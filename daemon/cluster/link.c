@@ -521,6 +521,12 @@ void link_update(struct link *k, uint8_t publish, const char *key, size_t key_le
 	k->cursor = 0;
 }
 
+struct flush_arrays {
+	Kvc__Peer__Entry ev[FLUSH_ENTRIES];
+	Kvc__Peer__Entry *ep[FLUSH_ENTRIES];
+	ProtobufCBinaryData wk[FLUSH_ENTRIES];
+};
+
 _Static_assert(FLUSH_ENTRIES <= PEER_MAX_BATCH, "a turn's updates fit one frame's arrays");
 
 /* Send what is queued on k, one frame per kind and batch, at most
@@ -536,11 +542,11 @@ bool link_flush(struct link *k)
 
 	if (!k->q_len || k->state != L_UP)
 		return false;
-	ev = calloc(FLUSH_ENTRIES, sizeof(*ev));
-	ep = calloc(FLUSH_ENTRIES, sizeof(*ep));
-	wk = calloc(FLUSH_ENTRIES, sizeof(*wk));
-	if (!ev || !ep || !wk)
-		goto out;
+	if (!k->fa && !(k->fa = malloc(sizeof(*k->fa))))
+		return false; /* sent in a later turn */
+	ev = k->fa->ev;
+	ep = k->fa->ep;
+	wk = k->fa->wk;
 	while (off < k->q_len && budget) {
 		Kvc__Peer__Publish p = KVC__PEER__PUBLISH__INIT;
 		Kvc__Peer__Withdraw w = KVC__PEER__WITHDRAW__INIT;
@@ -584,9 +590,6 @@ bool link_flush(struct link *k)
 			r = pconn_send(&k->pc, PEER_WITHDRAW, ++k->seq, &w.base);
 		}
 		if (r < 0) {
-			free(ev);
-			free(ep);
-			free(wk);
 			link_down(k, strerror(-r));
 			return true;
 		}
@@ -596,10 +599,6 @@ bool link_flush(struct link *k)
 	k->q_len -= off;
 	if (k->src)
 		loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
-out:
-	free(ev);
-	free(ep);
-	free(wk);
 	return did;
 }
 
@@ -681,6 +680,8 @@ void link_done(struct link *k)
 	if (k->pc.fd >= 0)
 		pconn_done(&k->pc);
 	free(k->q);
+	free(k->fa);
+	k->fa = NULL;
 	if (k->members)
 		kvc__peer__members__free_unpacked(k->members, NULL);
 	if (k->rq)

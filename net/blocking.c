@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "blocking.h"
@@ -66,29 +67,46 @@ static int bound(int fd, int opt, usec_t deadline)
 	return setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv)) < 0 ? -errno : 0;
 }
 
-int blk_send(int fd, const void *buf, size_t len, usec_t deadline)
+/* All of iov[0..n) (advanced as it goes), each system call bounded by
+ * what is left of deadline; flags as for sendmsg() (MSG_MORE). */
+static int send_iov(int fd, struct iovec *iov, int n, int flags, usec_t deadline)
 {
-	const uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n;
+	while (n && !iov->iov_len) {
+		iov++;
+		n--;
+	}
+	while (n) {
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t) n };
+		ssize_t k;
 		int r = bound(fd, SO_SNDTIMEO, deadline);
 
 		if (r < 0)
 			return r;
-		n = send(fd, p, len, MSG_NOSIGNAL);
-		if (n > 0) {
-			p += n;
-			len -= (size_t) n;
+		k = sendmsg(fd, &mh, flags | MSG_NOSIGNAL);
+		if (k < 0 && errno == EINTR)
 			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return -ETIMEDOUT;
-		return n < 0 ? (errno == EPIPE ? -ECONNRESET : -errno) : -ECONNRESET;
+		if (k <= 0)
+			return k < 0 ? (errno == EPIPE ? -ECONNRESET : -errno) : -ECONNRESET;
+		while (n && (size_t) k >= iov->iov_len) {
+			k -= (ssize_t) iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n) {
+			iov->iov_base = (uint8_t *) iov->iov_base + k;
+			iov->iov_len -= (size_t) k;
+		}
 	}
 	return 0;
+}
+
+int blk_send(int fd, const void *buf, size_t len, usec_t deadline)
+{
+	struct iovec iov = { (void *) buf, len };
+
+	return send_iov(fd, &iov, 1, 0, deadline);
 }
 
 /*
@@ -248,7 +266,14 @@ int blk_recv_checked(int fd, uint8_t *dst, uint64_t len, const struct blk_pace *
 /* known: the checksum of src, taken before (nothing to hash); else the
  * one computed goes to *ret_sum. */
 int blk_send_checked(int fd, const uint8_t *src, uint64_t len, const struct blk_pace *pace,
-			bool corrupt, const uint64_t *known, uint64_t *ret_sum)
+		     bool corrupt, const uint64_t *known, uint64_t *ret_sum)
+{
+	return blk_send_framed(fd, NULL, 0, src, len, pace, corrupt, known, ret_sum);
+}
+
+int blk_send_framed(int fd, const void *head, size_t head_len, const uint8_t *src, uint64_t len,
+		    const struct blk_pace *pace, bool corrupt, const uint64_t *known,
+		    uint64_t *ret_sum)
 {
 	struct csum *h = known ? NULL : csum_new();
 	uint64_t sum;
@@ -256,22 +281,27 @@ int blk_send_checked(int fd, const uint8_t *src, uint64_t len, const struct blk_
 
 	for (uint64_t off = 0; r == 0 && off < len; off += BLK_CHUNK) {
 		size_t n = len - off < BLK_CHUNK ? (size_t) (len - off) : BLK_CHUNK;
+		/* tests: the first byte arrives flipped */
+		uint8_t first = src[0] ^ 0xff;
+		bool flip = corrupt && off == 0;
+		struct iovec iov[3] = {
+			{ (void *) head, off == 0 ? head_len : 0 },
+			{ flip ? &first : (void *) (src + off), flip ? 1 : n },
+			{ (void *) (src + off + 1), flip ? n - 1 : 0 },
+		};
 
-		if (corrupt && off == 0) {
-			/* tests: the first byte arrives flipped */
-			uint8_t first = src[0] ^ 0xff;
-
-			r = blk_send(fd, &first, 1, blk_pace_next(pace));
-			if (r == 0 && n > 1)
-				r = blk_send(fd, src + 1, n - 1, blk_pace_next(pace));
-		} else
-			r = blk_send(fd, src + off, n, blk_pace_next(pace));
+		/* more follows (the checksum at least): only full segments
+		 * leave, and the frame, the bytes and the checksum arrive
+		 * together instead of a small segment ahead of the rest */
+		r = send_iov(fd, iov, 3, MSG_MORE, blk_pace_next(pace));
 		/* after the send: the kernel's copy brought the chunk into
 		 * cache, where hashing it costs a fifth of reading it cold
 		 * (values that were put long ago are in no cache) */
 		if (h)
 			csum_update(h, src + off, n);
 	}
+	if (r == 0 && !len && head_len)
+		r = blk_send(fd, head, head_len, blk_pace_next(pace));
 	if (r == 0) {
 		sum = known ? *known : csum_digest(h);
 		if (!known)

@@ -63,3 +63,8 @@ int blk_recv_checked(int fd, uint8_t *dst, uint64_t len, const struct blk_pace *
  * hash), or computed into *ret_sum; corrupt (tests) flips the first byte. */
 int blk_send_checked(int fd, const uint8_t *src, uint64_t len, const struct blk_pace *pace,
 		     bool corrupt, const uint64_t *known, uint64_t *ret_sum);
+/* The same with head_len bytes of head (the frame that announces them)
+ * in the same system call as the first chunk. */
+int blk_send_framed(int fd, const void *head, size_t head_len, const uint8_t *src, uint64_t len,
+		    const struct blk_pace *pace, bool corrupt, const uint64_t *known,
+		    uint64_t *ret_sum);

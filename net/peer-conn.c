@@ -92,6 +92,13 @@ int pconn_next(struct pconn *c, struct peer_hdr *ret_hdr, const uint8_t **ret_pa
 
 int pconn_send(struct pconn *c, uint8_t type, uint32_t seq, const ProtobufCMessage *msg)
 {
+	int r = pconn_queue(c, type, seq, msg);
+
+	return r < 0 ? r : pconn_flush(c);
+}
+
+int pconn_queue(struct pconn *c, uint8_t type, uint32_t seq, const ProtobufCMessage *msg)
+{
 	size_t plen = protobuf_c_message_get_packed_size(msg), need;
 	struct peer_hdr h = { .version = peer_major, .type = type, .seq = seq };
 
@@ -121,7 +128,7 @@ int pconn_send(struct pconn *c, uint8_t type, uint32_t seq, const ProtobufCMessa
 	peer_hdr_encode(&h, c->out + c->out_len);
 	protobuf_c_message_pack(msg, c->out + c->out_len + PEER_HDR_SIZE);
 	c->out_len = need;
-	return pconn_flush(c);
+	return 0;
 }
 
 int pconn_flush(struct pconn *c)

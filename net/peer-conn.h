@@ -39,6 +39,9 @@ int pconn_read(struct pconn *c);
 int pconn_next(struct pconn *c, struct peer_hdr *ret_hdr, const uint8_t **ret_payload);
 /* Queue one frame and try to send it. */
 int pconn_send(struct pconn *c, uint8_t type, uint32_t seq, const ProtobufCMessage *msg);
+/* Queue one frame only: pconn_flush() sends what is queued, several
+ * frames in one system call. */
+int pconn_queue(struct pconn *c, uint8_t type, uint32_t seq, const ProtobufCMessage *msg);
 /* After -EPROTONOSUPPORT: tell the other side, in this side's major, why
  * it is refused (a HelloAck with the error), as far as the socket takes it
  * now; the caller closes. */

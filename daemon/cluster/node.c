@@ -375,6 +375,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "pushes_received", n->srv.c.pushes_received);
 	emit(u, "pushes_received_eager", n->srv.c.pushes_eager);
 	emit(u, "pushes_received_inline", n->srv.c.pushes_inline);
+	emit(u, "pushes_inline_turns", n->srv.c.push_turns);
 	emit(u, "pushes_refused", n->srv.c.pushes_refused);
 	emit(u, "pushes_ahead", __atomic_load_n(&n->push.c.pushes_ahead, __ATOMIC_RELAXED));
 	emit(u, "master_drops", n->links.c.master_drops);

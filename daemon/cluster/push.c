@@ -10,7 +10,6 @@
 #include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,25 +84,25 @@ static int push_done(int fd, uint8_t *buf, size_t cap, usec_t deadline)
 static int push_eager(struct rpush *p, int fd, usec_t deadline, bool corrupt)
 {
 	Kvc__Peer__Push q = KVC__PEER__PUSH__INIT;
-	int r, on = 1, off = 0;
+	struct blk_pace pace = blk_pace(p->n->timeout, deadline, p->len);
+	uint8_t *frame;
+	size_t flen;
+	int r;
 
 	q.key = (ProtobufCBinaryData) { .len = p->key_len, .data = (uint8_t *) p->key };
 	q.len = p->len;
 	q.eager = true;
 	q.version = p->ver;
+	r = peer_frame_pack(PEER_PUSH, 1, &q.base, &frame, &flen);
+	if (r < 0)
+		return r;
 	/* frame, bytes and checksum leave in full segments, together: sent
 	 * as they come (TCP_NODELAY), the frame went out alone, the target's
 	 * loop woke to it before the bytes were there and handed the push to
 	 * a data thread instead of taking it in itself */
-	setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
-	r = xfer_send_msg(fd, PEER_PUSH, &q.base, deadline);
-	if (r == 0) {
-		struct blk_pace pace = blk_pace(p->n->timeout, deadline, p->len);
-
-		r = blk_send_checked(fd, p->bytes, p->len, &pace, corrupt,
-				 p->known ? &p->known_sum : NULL, &p->digest);
-	}
-	setsockopt(fd, IPPROTO_TCP, TCP_CORK, &off, sizeof(off));
+	r = blk_send_framed(fd, frame, flen, p->bytes, p->len, &pace, corrupt,
+			    p->known ? &p->known_sum : NULL, &p->digest);
+	free(frame);
 	if (r == 0 && !p->known)
 		p->digested = true;
 	return r;

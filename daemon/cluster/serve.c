@@ -64,6 +64,7 @@ struct pserve {
 	struct object *push_o;   /* a pushed object being received */
 	bool eager;              /* its bytes came right after its frame */
 	int push_err;            /* an eager push refused (push_o NULL): why */
+	unsigned inline_turn;    /* pushes the loop took in during this ps_process() */
 	struct waiter w;         /* waiting for a disk read-back */
 	uint32_t seq;
 	uint8_t key[PEER_MAX_KEY];
@@ -92,7 +93,7 @@ static void run_send(struct pserve *ps, struct xjob *j, usec_t timeout, bool cor
 {
 	usec_t deadline = mono_us() + timeout;
 	Kvc__Peer__FetchResp resp = KVC__PEER__FETCH_RESP__INIT;
-	uint8_t *frame;
+	uint8_t *frame = NULL;
 	size_t flen;
 	int r;
 
@@ -153,10 +154,8 @@ static void run_send(struct pserve *ps, struct xjob *j, usec_t timeout, bool cor
 		resp.offset = ps->offset;
 	}
 	r = peer_frame_pack(PEER_FETCH_RESP, ps->seq, &resp.base, &frame, &flen);
-	if (r == 0) {
+	if (r == 0 && ps->want_rdma)
 		r = blk_send(ps->pc.fd, frame, flen, deadline);
-		free(frame);
-	}
 	if (r == 0 && ps->want_rdma) {
 		ProtobufCMessage *m;
 		uint8_t buf[64];
@@ -170,9 +169,11 @@ static void run_send(struct pserve *ps, struct xjob *j, usec_t timeout, bool cor
 	} else if (r == 0) {
 		struct blk_pace pace = blk_pace(timeout, deadline, ps->len);
 
-		r = blk_send_checked(ps->pc.fd, ps->bytes, ps->len, &pace, corrupt,
-				 ps->known ? &ps->known_sum : NULL, &ps->digest);
+		/* the frame in the same system call as the first chunk */
+		r = blk_send_framed(ps->pc.fd, frame, flen, ps->bytes, ps->len, &pace, corrupt,
+				    ps->known ? &ps->known_sum : NULL, &ps->digest);
 	}
+	free(frame);
 	if (r == 0 && !ps->known)
 		ps->digested = true;
 	if (blk_set_blocking(ps->pc.fd, false) < 0 && r == 0)
@@ -220,6 +221,60 @@ static int recv_eager(struct pserve *ps, uint8_t *dst, uint64_t len, const struc
 	csum_free(h);
 	free(scratch);
 	return r;
+}
+
+/* Read ahead of an eager push the loop takes in: enough for the next
+ * push's frame, not so much of its bytes that copying them out of the
+ * buffer costs more than the system calls saved. */
+#define INLINE_AHEAD 4096u
+/* Pushes the loop takes in one after another from one connection before
+ * it looks at the others (and at its clients) again. */
+#define INLINE_TURN 16u
+
+/* Loop: an eager push whose len bytes and checksum are all in (FIONREAD
+ * said so): what the loop read past its frame, then the rest in one
+ * recvmsg() that also reads ahead (ahead) into the connection's buffer,
+ * where the next push's frame usually is: that push is then taken in the
+ * same turn instead of after another epoll_wait() and read. */
+static int recv_inline(struct pserve *ps, uint8_t *dst, uint64_t len, bool ahead,
+		       uint64_t *ret_sum)
+{
+	struct pconn *c = &ps->pc;
+	size_t have = c->in_len - c->in_off, k = have < len ? have : (size_t) len, t, need;
+	uint8_t tail[8];
+	uint64_t want;
+
+	memcpy(dst, c->in + c->in_off, k);
+	c->in_off += k;
+	have -= k;
+	t = have < sizeof(tail) ? have : sizeof(tail);
+	memcpy(tail, c->in + c->in_off, t);
+	c->in_off += t;
+	need = (size_t) (len - k) + sizeof(tail) - t;
+	if (need) {
+		size_t room = c->in_cap < INLINE_AHEAD ? c->in_cap : INLINE_AHEAD;
+		struct iovec iov[3] = { { dst + k, (size_t) (len - k) },
+					{ tail + t, sizeof(tail) - t },
+					{ c->in, ahead ? room : 0 } };
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 3 };
+		ssize_t got;
+
+		c->in_off = c->in_len = 0; /* all of it was taken above */
+		do
+			got = recvmsg(c->fd, &mh, MSG_DONTWAIT);
+		while (got < 0 && errno == EINTR);
+		if (got == 0)
+			return -ECONNRESET;
+		if (got < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? -EIO : -errno;
+		if ((size_t) got < need)
+			return -EIO; /* fewer than FIONREAD said were there */
+		c->in_len = (size_t) got - need;
+	}
+	memcpy(&want, tail, sizeof(want));
+	if (blk_sum(dst, len, ret_sum) < 0)
+		return -ENOMEM; /* (the connection is out of step: it goes) */
+	return *ret_sum == le64toh(want) ? 0 : -EBADMSG;
 }
 
 /* On a data thread: a pushed object's bytes into its block. */
@@ -577,11 +632,9 @@ static int ps_push(struct pserve *ps, uint32_t seq, const Kvc__Peer__Push *x)
 		if (o && o->len <= LOOP_RECV_MAX && ioctl(ps->pc.fd, FIONREAD, &ready) == 0 &&
 		    ps->pc.in_len - ps->pc.in_off + (size_t) ready >= o->len + 8) {
 			/* small, and all here: taken in at once, by the loop */
-			struct blk_pace now = { .idle = USEC_PER_SEC, .cap = mono_us() + USEC_PER_SEC };
-
 			ps->n->srv.c.pushes_inline++;
-			r = recv_eager(ps, store_object_ptr(o), o->len,
-				       &now, &ps->digest);
+			r = recv_inline(ps, store_object_ptr(o), o->len,
+					++ps->inline_turn < INLINE_TURN, &ps->digest);
 			ps->digested = r == 0;
 			return push_finish(ps, r);
 		}
@@ -647,7 +700,9 @@ static int push_finish(struct pserve *ps, int res)
 	}
 	if (res < 0 && res != -EBADMSG)
 		return res; /* the stream is out of step */
-	return pconn_send(&ps->pc, PEER_PUSH_DONE, ps->seq, &rep.base) < 0 ? -EIO : 0;
+	/* sent at the end of ps_process(): the PushDones of the pushes taken
+	 * in one turn leave together */
+	return pconn_queue(&ps->pc, PEER_PUSH_DONE, ps->seq, &rep.base) < 0 ? -EIO : 0;
 }
 
 /* Frames already read, one request at a time. */
@@ -657,6 +712,7 @@ static void ps_process(struct pserve *ps)
 	const uint8_t *payload;
 	int r = 0;
 
+	ps->inline_turn = 0;
 	while (!ps->busy && !ps->w.fetch) {
 		ProtobufCMessage *m;
 
@@ -712,7 +768,10 @@ static void ps_process(struct pserve *ps)
 		ps_free(ps);
 		return;
 	}
-	if (ps->eof && !ps->busy && !ps->w.fetch) {
+	ps->n->srv.c.push_turns += ps->inline_turn > 0;
+	/* (a data thread that owns the connection sends what is queued first) */
+	if ((!ps->busy && pconn_flush(&ps->pc) < 0) ||
+	    (ps->eof && !ps->busy && !ps->w.fetch)) {
 		ps_free(ps);
 		return;
 	}

@@ -31,6 +31,7 @@ struct peer_server {
 		uint64_t refused;         /* connections refused at accept (all in use) */
 		uint64_t pushes_received, pushes_eager, pushes_refused;
 		uint64_t pushes_inline;   /* eager ones the loop took in itself */
+		uint64_t push_turns;      /* turns in which it took in any (their PushDones go together) */
 		uint64_t remote_corrupt;  /* pushes received damaged */
 		uint64_t version_refused; /* peers of another protocol major */
 	} c;

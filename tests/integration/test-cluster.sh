@@ -1391,6 +1391,81 @@ push-eager|push-eager-off)
 	ctl B --local-only exists bad-l && fail "damaged bad-l kept"
 	[ "$(stat_of B pushes_received)" = 65 ] || fail "a damaged push counted"
 	;;
+push-burst)
+	# pushes that arrive together (a peer sends twelve eager pushes of
+	# 4,000 bytes in one write, the sixth with a wrong checksum): B's loop
+	# takes them all in one turn, reading each push's bytes and what
+	# follows them in one call, and their PushDones leave together, in
+	# order; the damaged one is refused and the stream stays in step
+	start_master 0
+	start_node A
+	start_node B
+	until_ok member A B up
+	b_port=$(ctl A cluster | sed -n 's/^B  *127\.0\.0\.1:\([0-9]*\) .*/\1/p')
+	[ -n "$b_port" ] || fail "no port for B"
+	python3 - "$b_port" "$dir" <<'PY' || fail "the burst's answers"
+import ctypes, os, socket, struct, sys
+
+xx = ctypes.CDLL("libxxhash.so.0")
+xx.XXH3_64bits.restype = ctypes.c_uint64
+xx.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def varint(v):
+    out = b""
+    while True:
+        b, v = v & 0x7F, v >> 7
+        out += bytes([b | (0x80 if v else 0)])
+        if not v:
+            return out
+
+
+def frame(kind, seq, payload):
+    return b"KP" + bytes([1, kind]) + struct.pack("<III", len(payload), seq, 0) + payload
+
+
+burst = b""
+for i in range(12):
+    key, val = b"burst-%d" % i, os.urandom(4000)
+    with open(os.path.join(sys.argv[2], "burst-%d" % i), "wb") as f:
+        f.write(val)
+    push = b"\x0a" + varint(len(key)) + key + b"\x10" + varint(len(val)) + b"\x20\x01"
+    bad = 1 if i == 5 else 0
+    burst += frame(13, i + 1, push) + val + struct.pack("<Q", xx.XXH3_64bits(val, len(val)) ^ bad)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(burst)
+got = b""
+for i in range(12):
+    while len(got) < 16:
+        got += s.recv(4096)
+    magic, ver, kind, plen, seq, flags = struct.unpack("<2sBBIII", got[:16])
+    while len(got) < 16 + plen:
+        got += s.recv(4096)
+    payload, got = got[16:16 + plen], got[16 + plen:]
+    err = 0
+    if payload:
+        assert payload[0] == 0x08, payload
+        v, shift = 0, 0
+        for b in payload[1:]:
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        err = v - (1 << 64) if v >= 1 << 63 else v
+    want = -74 if i == 5 else 0  # -EBADMSG
+    if (magic, kind, seq, err) != (b"KP", 15, i + 1, want):
+        sys.exit("answer %d: %r" % (i, (magic, kind, seq, err)))
+PY
+	for i in 0 1 2 3 4 6 7 8 9 10 11; do
+		ctl B --local-only get "burst-$i" "$dir/got" && cmp "$dir/burst-$i" "$dir/got" ||
+			fail "burst-$i on B"
+	done
+	ctl B --local-only exists burst-5 && fail "the damaged push was kept"
+	[ "$(stat_of B pushes_received)" = 11 ] || { ctl B stats >&2; fail "pushes_received"; }
+	[ "$(stat_of B remote_corrupt)" = 1 ] || { ctl B stats >&2; fail "remote_corrupt"; }
+	[ "$(stat_of B pushes_received_inline)" = 12 ] || { ctl B stats >&2; fail "not all taken in by the loop"; }
+	[ "$(stat_of B pushes_inline_turns)" = 1 ] || { ctl B stats >&2; fail "not taken in one turn"; }
+	;;
 push-apis|push-apis-old)
 	# every put that names push_to pushes (put, batch put, put_from small
 	# and large, batch put_from, asynchronous put_from), with the push in

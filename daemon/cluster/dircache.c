@@ -53,6 +53,8 @@ struct lpart {
 	struct link *k;
 	uint32_t seq;
 	bool done;
+	struct lquery *q;
+	struct lpart *next, *prev; /* in n->dc.asked[its master] until done */
 };
 
 struct lquery {
@@ -201,8 +203,42 @@ static void dc_pending(struct node *n, const char *key, size_t len)
 	d->until = now + DC_PENDING;
 }
 
+_Static_assert(DC_MASTERS == MAX_MASTERS, "a list per master");
+
+static void part_unlink(struct node *n, struct lpart *pt)
+{
+	unsigned m = pt->k->index;
+
+	if (pt->prev)
+		pt->prev->next = pt->next;
+	else
+		n->dc.asked[m] = pt->next;
+	if (pt->next)
+		pt->next->prev = pt->prev;
+	else
+		n->dc.asked_tail[m] = pt->prev;
+	pt->done = true;
+}
+
+static void part_append(struct node *n, struct lquery *q, struct lpart *pt)
+{
+	unsigned m = pt->k->index;
+
+	pt->q = q;
+	pt->next = NULL;
+	pt->prev = n->dc.asked_tail[m];
+	if (pt->prev)
+		pt->prev->next = pt;
+	else
+		n->dc.asked[m] = pt;
+	n->dc.asked_tail[m] = pt;
+}
+
 static void query_free(struct node *n, struct lquery *q)
 {
+	for (unsigned i = 0; i < q->n_parts; i++)
+		if (!q->parts[i].done)
+			part_unlink(n, &q->parts[i]);
 	if (q->prev)
 		q->prev->next = q->next;
 	else
@@ -261,54 +297,51 @@ bool queries_link_lost(struct node *n, const struct link *k)
 {
 	static const Kvc__Peer__LookupResp none = KVC__PEER__LOOKUP_RESP__INIT;
 
-	for (struct lquery *q = n->dc.queries; q; q = q->next)
-		for (unsigned i = 0; i < q->n_parts; i++)
-			if (q->parts[i].k == k && !q->parts[i].done) {
-				/* one at a time: an answer may end the query */
-				query_answered(n, k, q->parts[i].seq, &none);
-				return true;
-			}
-	return false;
+	struct lpart *pt = n->dc.asked[k->index];
+
+	/* one at a time: an answer may end the query */
+	return pt && query_answered(n, k, pt->seq, &none);
 }
 
 bool query_answered(struct node *n, const struct link *k, uint32_t seq,
 		    const Kvc__Peer__LookupResp *resp)
 {
-	for (struct lquery *q = n->dc.queries; q; q = q->next)
-		for (unsigned i = 0; i < q->n_parts; i++) {
-			struct lpart *pt = &q->parts[i];
-			const Kvc__Peer__LookupResp *r = resp;
+	struct lquery *q;
+	struct lpart *pt;
 
-			if (pt->done || pt->seq != seq || pt->k != k)
-				continue; /* (each link numbers its frames) */
-			pt->done = true;
-			q->found += r->n_locations;
-			for (size_t x = 0; x < r->n_locations; x++) {
-				const Kvc__Peer__Location *l = r->locations[x];
-				char ids[512], addrs[512];
-				size_t used = 0, aused = 0;
-				bool fits = true;
+	/* the first asked of k, as k answers in order (past any whose answer
+	 * never came), never one asked after seq (each link numbers its
+	 * frames) */
+	for (pt = n->dc.asked[k->index]; pt && pt->seq != seq && (int32_t) (seq - pt->seq) > 0;
+	     pt = pt->next)
+		;
+	if (!pt || pt->seq != seq)
+		return false;
+	q = pt->q;
+	part_unlink(n, pt);
+	q->found += resp->n_locations;
+	for (size_t x = 0; x < resp->n_locations; x++) {
+		const Kvc__Peer__Location *l = resp->locations[x];
+		char ids[512], addrs[512];
+		size_t used = 0, aused = 0;
+		bool fits = true;
 
-				for (size_t h = 0; h < l->n_holders; h++) {
-					if (!strcmp(l->holders[h], n->id))
-						continue;
-					fits = fits && join(ids, sizeof(ids), &used, l->holders[h]);
-					fits = fits &&
-					       join(addrs, sizeof(addrs), &aused, l->addresses[h]);
-				}
-				/* what does not fit is asked again at the fetch */
-				if (!used && l->pending)
-					dc_pending(n, (const char *) l->key.data, l->key.len);
-				else
-					dc_put(n, (const char *) l->key.data, l->key.len, used > 0,
-					       used ? ids : NULL, used && fits ? addrs : NULL,
-					       l->len);
-			}
-			if (--q->left == 0)
-				query_finish(n, q);
-			return true;
+		for (size_t h = 0; h < l->n_holders; h++) {
+			if (!strcmp(l->holders[h], n->id))
+				continue;
+			fits = fits && join(ids, sizeof(ids), &used, l->holders[h]);
+			fits = fits && join(addrs, sizeof(addrs), &aused, l->addresses[h]);
 		}
-	return false;
+		/* what does not fit is asked again at the fetch */
+		if (!used && l->pending)
+			dc_pending(n, (const char *) l->key.data, l->key.len);
+		else
+			dc_put(n, (const char *) l->key.data, l->key.len, used > 0,
+			       used ? ids : NULL, used && fits ? addrs : NULL, l->len);
+	}
+	if (--q->left == 0)
+		query_finish(n, q);
+	return true;
 }
 
 int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n_keys,
@@ -378,7 +411,8 @@ int remote_where(void *be, const char *const *keys, const size_t *lens, size_t n
 			continue;
 		if (node_lookup_many(k, bk, nk, &q->parts[q->n_parts].seq) < 0)
 			continue; /* that master is down: its keys are misses */
-		q->parts[q->n_parts++].k = k;
+		q->parts[q->n_parts].k = k;
+		part_append(n, q, &q->parts[q->n_parts++]);
 	}
 	free(bk);
 	bk = NULL;

@@ -19,6 +19,9 @@
 struct node;
 struct dcache;
 struct lquery;
+struct lpart;
+
+#define DC_MASTERS 8 /* (link.h's MAX_MASTERS) */
 
 /* The node's answers and questions (its dc; only dircache.c touches it,
  * but for pend_poll, which rfetch.c's timer runs). */
@@ -26,6 +29,9 @@ struct dircache {
 	struct dcache *slots;     /* the answers */
 	struct lquery *queries;   /* questions out */
 	unsigned n_queries;
+	/* their parts each master has not answered yet, oldest first (a
+	 * master answers in the order asked: an answer is the first one's) */
+	struct lpart *asked[DC_MASTERS], *asked_tail[DC_MASTERS];
 	struct fetch query_room;  /* requests waiting for a place in queries */
 	bool room_turn;           /* one of them runs again now */
 	struct fetch pend_poll;   /* lookups of keys another node is storing */

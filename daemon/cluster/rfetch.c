@@ -60,7 +60,7 @@ static const struct xjob_ops fetch_ops;
 _Static_assert(RF_MASTERS == MAX_MASTERS, "a Lookup filling for each master");
 
 struct lgroup {
-	struct lgroup *next, *prev; /* in n->fetches.asked, once asked */
+	struct lgroup *next, *prev; /* in n->fetches.asked[its master], once asked */
 	struct link *k;
 	uint32_t seq;
 	unsigned n;
@@ -511,14 +511,16 @@ static bool rf_healthy(struct node *n, struct rfetch *rf)
 
 static void group_unlink(struct node *n, struct lgroup *g)
 {
+	unsigned m = g->k->index;
+
 	if (g->prev)
 		g->prev->next = g->next;
 	else
-		n->fetches.asked = g->next;
+		n->fetches.asked[m] = g->next;
 	if (g->next)
 		g->next->prev = g->prev;
 	else
-		n->fetches.asked_tail = g->prev;
+		n->fetches.asked_tail[m] = g->prev;
 }
 
 /* g's keys (those whose fetches have not ended) go to its master in one
@@ -554,12 +556,12 @@ static void group_ask(struct node *n, struct lgroup *g)
 	n->fetches.c.lookups++;
 	n->fetches.c.lookup_keys += m;
 	g->next = NULL;
-	g->prev = n->fetches.asked_tail;
+	g->prev = n->fetches.asked_tail[g->k->index];
 	if (g->prev)
 		g->prev->next = g;
 	else
-		n->fetches.asked = g;
-	n->fetches.asked_tail = g;
+		n->fetches.asked[g->k->index] = g;
+	n->fetches.asked_tail[g->k->index] = g;
 }
 
 /* rf's key into the Lookup its master is asked at this turn's end (a
@@ -732,13 +734,8 @@ void remote_link_lost(struct node *n, struct link *k)
 			}
 		free(g);
 	}
-	for (g = n->fetches.asked; g;) {
-		struct lgroup *next = g->next; /* (an answer frees only its own) */
-
-		if (g->k == k)
-			remote_located(n, k, g->seq, &none);
-		g = next;
-	}
+	while ((g = n->fetches.asked[k->index]))
+		remote_located(n, k, g->seq, &none);
 }
 
 /* rf's holders are as loc says (NULL: held nowhere): its transfer is
@@ -780,11 +777,13 @@ void remote_located(struct node *n, struct link *k, uint32_t seq,
 
 	if (query_answered(n, k, seq, resp))
 		return;
-	for (g = n->fetches.asked; g; g = g->next)
-		if (g->k == k && g->seq == seq)
-			break;
-	if (!g)
-		return; /* every fetch it asked for timed out already */
+	/* the first one asked of k, as k answers in order (past any whose
+	 * answer never came), never one asked after seq */
+	for (g = n->fetches.asked[k->index]; g && g->seq != seq && (int32_t) (seq - g->seq) > 0;
+	     g = g->next)
+		;
+	if (!g || g->seq != seq)
+		return;
 	group_unlink(n, g);
 	/* the answers name the keys known, in the order asked */
 	for (unsigned i = 0; i < g->n; i++) {
@@ -941,12 +940,13 @@ void remote_done(struct node *n)
 		free(n->fetches.filling[i]);
 		n->fetches.filling[i] = NULL;
 	}
-	while (n->fetches.asked) {
-		struct lgroup *g = n->fetches.asked;
+	for (unsigned i = 0; i < RF_MASTERS; i++)
+		while (n->fetches.asked[i]) {
+			struct lgroup *g = n->fetches.asked[i];
 
-		group_unlink(n, g);
-		free(g);
-	}
+			group_unlink(n, g);
+			free(g);
+		}
 	while (n->fetches.rfetches || n->fetches.backlog) {
 		struct rfetch *rf = n->fetches.rfetches;
 

@@ -20,10 +20,11 @@ struct rfetcher {
 	struct rfetch *backlog, *backlog_tail; /* waiting for a place in flight */
 	unsigned n_backlog;
 	/* Lookups of the fetches begun in one turn, one frame per master:
-	 * the one being filled for each master, and those asked, oldest
-	 * first; flush: the poller that asks at the turn's end */
+	 * the one being filled for each master, and those asked of each,
+	 * oldest first (a master answers in the order asked: an answer is
+	 * the first one's); flush: the poller that asks at the turn's end */
 	struct lgroup *filling[RF_MASTERS];
-	struct lgroup *asked, *asked_tail;
+	struct lgroup *asked[RF_MASTERS], *asked_tail[RF_MASTERS];
 	struct loop_source *flush;
 	struct {
 		uint64_t remote_hits, remote_misses, remote_errors, remote_corrupt;

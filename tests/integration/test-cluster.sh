@@ -1357,10 +1357,15 @@ push-eager|push-eager-off)
 	until_stat A pushes 5
 	for k in s1 s2 s3; do ctl B --local-only get "$k" "$dir/got" && cmp "$dir/small" "$dir/got" ||
 		fail "$k on B"; done
-	# a small one's frame, bytes and checksum arrive together: B's loop
-	# takes each of the three kept in itself
-	[ $eager = 0 ] || [ "$(stat_of B pushes_received_inline)" = 3 ] ||
+	# a small one's frame, bytes and checksum leave together, and B's loop
+	# takes it in itself when they are all there.  Not each of the three:
+	# a pusher descheduled in the middle of one (a suite running beside
+	# this test) lets B see its frame first; push-burst checks the loop's
+	# side with bytes that are all there
+	[ $eager = 0 ] || [ "$(stat_of B pushes_received_inline)" -ge 1 ] ||
 		{ ctl B stats >&2; fail "small pushes handed to a data thread"; }
+	[ $eager = 1 ] || [ "$(stat_of B pushes_received_inline)" = 0 ] ||
+		{ ctl B stats >&2; fail "pushes taken in without eager"; }
 	for k in l1 l2; do ctl B --local-only get "$k" "$dir/got" && cmp "$dir/large" "$dir/got" ||
 		fail "$k on B"; done
 	for k in dup-s dup-l dup-s2; do ctl B --local-only get "$k" "$dir/got" &&

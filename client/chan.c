@@ -127,6 +127,16 @@ static bool reap_locked(struct kvc_client *c)
 			continue;
 		}
 		t = &ch->tags[e->user_data];
+		if (e->flags & SHM_CQE_MORE) {
+			/* news for a streamed request; only a waiting thread
+			 * asks for it */
+			if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == TAG_SYNC) {
+				t->more = *e;
+				__atomic_add_fetch(&t->more_seq, 1, __ATOMIC_RELEASE);
+				others = true;
+			}
+			continue;
+		}
 		t->cqe = *e;
 		if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == TAG_ASYNC) {
 			ch->done_q[ch->done_tail++ % CHAN_TAGS] = (uint32_t) e->user_data;
@@ -247,6 +257,7 @@ int chan_tag_get(struct kvc_client *c, enum tag_state kind, bool wait, uint32_t 
 			uint32_t t = ch->free_tags[--ch->n_free];
 
 			__atomic_store_n(&ch->tags[t].state, kind, __ATOMIC_RELAXED);
+			__atomic_store_n(&ch->tags[t].more_seq, 0, __ATOMIC_RELAXED);
 			pthread_mutex_unlock(&ch->sq_lock);
 			*ret = t;
 			return 0;
@@ -409,6 +420,13 @@ int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct sh
 
 	if (r == 0)
 		r = chan_wait(c, t);
+	return chan_call_end(c, t, r, ret_cqe);
+}
+
+int64_t chan_call_end(struct kvc_client *c, uint32_t t, int64_t r, struct shm_cqe *ret_cqe)
+{
+	if (r == 0)
+		r = c->chan.tags[t].cqe.res;
 	if (r == -ECONNRESET && c->broken) {
 		/* the tag may still be in the daemon's hands: never reuse it */
 		client_set_msg("the daemon went away");
@@ -424,6 +442,39 @@ int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct sh
 		*ret_cqe = c->chan.tags[t].cqe;
 	chan_tag_put(&c->chan, t);
 	return r;
+}
+
+bool chan_tag_done(struct kvc_client *c, uint32_t t)
+{
+	return tag_done(c, t) || (chan_reap(c) && tag_done(c, t));
+}
+
+uint32_t chan_more(struct kvc_client *c, uint32_t t, struct shm_cqe *ret)
+{
+	struct chan *ch = &c->chan;
+	uint32_t seq;
+
+	if (!__atomic_load_n(&ch->tags[t].more_seq, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&ch->cq_lock);
+	seq = ch->tags[t].more_seq;
+	*ret = ch->tags[t].more;
+	pthread_mutex_unlock(&ch->cq_lock);
+	return seq;
+}
+
+/* arg: the tag, and the low 16 bits of the news seen */
+static bool done_or_more(struct kvc_client *c, uint32_t arg)
+{
+	uint32_t t = arg & 0xffff;
+
+	return tag_done(c, t) ||
+	       (__atomic_load_n(&c->chan.tags[t].more_seq, __ATOMIC_ACQUIRE) & 0xffff) != arg >> 16;
+}
+
+int chan_wait_more(struct kvc_client *c, uint32_t t, uint32_t seen, int64_t timeout_us)
+{
+	return wait_until(c, done_or_more, t | (seen & 0xffff) << 16, timeout_us);
 }
 
 /* ---- asynchronous completions ---- */

@@ -26,6 +26,10 @@ struct tag {
 	uint32_t state;      /* enum tag_state, atomic */
 	uint64_t user_data;  /* async: the caller's */
 	struct shm_cqe cqe;  /* valid once DONE (or queued) */
+	/* SHM_CQE_MORE completions taken for it (atomic), and the last
+	 * (cq_lock) */
+	uint32_t more_seq;
+	struct shm_cqe more;
 };
 
 /* The client's half of a channel. */
@@ -127,6 +131,16 @@ int chan_prep_key(struct chan *ch, uint32_t t, struct shm_sqe *e, uint8_t op, co
 /* One synchronous descriptor: tag, submit, wait, put the tag back.  On
  * failure the daemon's message (if any) becomes kvc_last_error_msg(). */
 int64_t chan_call(struct kvc_client *c, struct shm_sqe *e, uint32_t t, struct shm_cqe *ret_cqe);
+/* chan_call()'s end, for a caller that submitted and waited itself: r is
+ * what the wait said (0: tag t is DONE). */
+int64_t chan_call_end(struct kvc_client *c, uint32_t t, int64_t r, struct shm_cqe *ret_cqe);
+/* A streamed request (SHM_SQE_STREAM): is tag t DONE?  The SHM_CQE_MORE
+ * completions taken for it so far (the last into *ret, when any); and a
+ * wait until it is DONE or more than `seen` came, or timeout_us passed
+ * (-1: no limit): 0, -ETIMEDOUT, -ECONNRESET. */
+bool chan_tag_done(struct kvc_client *c, uint32_t t);
+uint32_t chan_more(struct kvc_client *c, uint32_t t, struct shm_cqe *ret);
+int chan_wait_more(struct kvc_client *c, uint32_t t, uint32_t seen, int64_t timeout_us);
 /* e (a COMMIT or PUT_FROM on tag t) also pushes to node once stored: the
  * node id goes at offset at of the tag's slot.  -EOPNOTSUPP: the daemon
  * does not take it (push after, with kvc_push()); -EINVAL: a bad id. */

@@ -713,9 +713,108 @@ static int release_async(struct kvc_client *c, uint64_t handle)
 	return chan_submit(c, &e, 1);
 }
 
+/*
+ * A get of an object that comes from another node copies behind its
+ * bytes as they land (SHM_SQE_STREAM): the daemon says where they land
+ * and which progress word counts them in; what is in by the acquire's
+ * answer is copied already.  The copy so far stands only if the word
+ * still shows the landing it began on, never restarted, and the answer
+ * names the same place; else the whole copy is made again from the
+ * answer, as without streaming.
+ */
+#define STREAM_NAP 100                    /* us: sleep between looks at the word */
+#define STREAM_IDLE (10 * USEC_PER_MSEC)  /* nothing new this long: just wait */
+
+struct stream {
+	const uint8_t *src;
+	const uint64_t *word; /* NULL: not (or no longer) copying behind */
+	uint64_t word0, len, copied;
+};
+
+/* The daemon's news of where the object lands: copy behind it if it is
+ * sound (inside the mappings, a word in a header, a length that fits). */
+static void stream_from(struct kvc_client *c, const struct shm_cqe *m, size_t cap,
+			struct stream *s)
+{
+	void *p;
+
+	*s = (struct stream) { 0 };
+	if (m->len > cap || m->reserved[0] >= SHM_SEG_PROGRESS_SLOTS ||
+	    (m->reserved[1] & (SHM_PROGRESS_BYTES | SHM_PROGRESS_RESTART)) ||
+	    client_extent_ptr(c, m->segment, m->offset, m->len, &p) < 0)
+		return;
+	s->src = p;
+	s->len = m->len;
+	s->word0 = m->reserved[1];
+	s->word = (const uint64_t *) ((const uint8_t *) c->segs[m->segment].base +
+				      SHM_SEG_PROGRESS_OFF) + m->reserved[0];
+}
+
+/* Bytes in now, or the copy so far is void (s->word NULL). */
+static uint64_t stream_in(struct stream *s)
+{
+	uint64_t w = __atomic_load_n(s->word, __ATOMIC_ACQUIRE);
+
+	if ((w & ~SHM_PROGRESS_BYTES) != s->word0) {
+		s->word = NULL; /* started over, or the landing is over */
+		return 0;
+	}
+	w &= SHM_PROGRESS_BYTES;
+	return w < s->len ? w : s->len;
+}
+
+static int64_t get_streamed(struct kvc_client *c, const char *key, uint8_t *buf, size_t cap,
+			    struct shm_cqe *ret, uint64_t *ret_copied)
+{
+	struct stream s = { 0 };
+	struct shm_sqe e;
+	struct shm_cqe m;
+	uint32_t t, seen = 0;
+	usec_t idle;
+	int64_t r;
+	void *p;
+
+	if (client_check_key(key) < 0)
+		return -EINVAL;
+	r = chan_tag_get(c, TAG_SYNC, true, &t);
+	if (r < 0)
+		return r;
+	chan_prep_key(&c->chan, t, &e, SHM_OP_ACQUIRE, key, NULL);
+	e.flags |= SHM_SQE_STREAM;
+	r = chan_submit(c, &e, 1);
+	idle = mono_us();
+	while (r == 0 && !chan_tag_done(c, t)) {
+		uint32_t k = chan_more(c, t, &m);
+		uint64_t in;
+
+		if (k != seen) { /* (a later one: it lands elsewhere now) */
+			seen = k;
+			stream_from(c, &m, cap, &s);
+		}
+		if (s.word && (in = stream_in(&s)) > s.copied) {
+			memcpy(buf + s.copied, s.src + s.copied, in - s.copied);
+			s.copied = in;
+			idle = mono_us();
+			continue;
+		}
+		r = chan_wait_more(c, t, seen, mono_us() - idle > STREAM_IDLE ? -1 : STREAM_NAP);
+		if (r == -ETIMEDOUT)
+			r = 0;
+	}
+	r = chan_call_end(c, t, r, ret);
+	if (r < 0)
+		return r;
+	/* the copy so far is the answer's, from its only landing */
+	if (s.word && s.copied && (stream_in(&s), s.word) && ret->len == s.len &&
+	    client_extent_ptr(c, ret->segment, ret->offset, ret->len, &p) == 0 && p == s.src)
+		*ret_copied = s.copied;
+	return r;
+}
+
 ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap)
 {
 	struct shm_cqe cqe;
+	uint64_t copied = 0;
 	ssize_t n;
 	void *p;
 	int64_t r;
@@ -723,7 +822,10 @@ ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap)
 
 	if (!buf && cap)
 		return -EINVAL;
-	r = key_call(c, SHM_OP_ACQUIRE, key, &cqe);
+	if (c && (c->chan.features & SHM_CHAN_FEAT_STREAM) && cap)
+		r = get_streamed(c, key, buf, cap, &cqe, &copied);
+	else
+		r = key_call(c, SHM_OP_ACQUIRE, key, &cqe);
 	if (r < 0)
 		return r;
 	if (client_extent_ptr(c, cqe.segment, cqe.offset, cqe.len, &p) < 0)
@@ -731,7 +833,7 @@ ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap)
 	else if (cqe.len > cap)
 		n = -ENOBUFS;
 	else {
-		memcpy(buf, p, cqe.len);
+		memcpy((uint8_t *) buf + copied, (uint8_t *) p + copied, cqe.len - copied);
 		n = (ssize_t) cqe.len;
 	}
 	rr = release_async(c, cqe.handle);

@@ -43,10 +43,12 @@ static void test_hooks_read(struct test_hooks *t)
 	const char *bogus = getenv("KVCACHE_TEST_BOGUS_RDMA");
 
 	t->no_channel_push = env_is("KVCACHE_TEST_NO_CHANNEL_PUSH", NULL);
+	t->no_channel_stream = env_is("KVCACHE_TEST_NO_CHANNEL_STREAM", "1");
 	t->no_sums_ahead = env_is("KVCACHE_TEST_NO_SUMS_AHEAD", "1");
 	t->sums_ahead_delay_ms = (unsigned) (env_ulong("KVCACHE_TEST_SUMS_AHEAD_DELAY_MS") % 60000);
 	t->recovery_pause_ms = (unsigned) (env_ulong("KVCACHE_TEST_RECOVERY_PAUSE_MS") % 60000);
 	t->corrupt_peer_send = env_is("KVCACHE_TEST_CORRUPT_PEER_SEND", "1");
+	t->cut_peer_send = env_is("KVCACHE_TEST_CUT_PEER_SEND", "1");
 	if (bogus && (!strcmp(bogus, "rkey") || !strcmp(bogus, "address")))
 		t->bogus_rdma = bogus[0];
 	t->rdma_over_tcp = env_is("KVCACHE_TEST_RDMA_OVER_TCP", "1");

@@ -30,10 +30,14 @@
  */
 struct test_hooks {
 	bool no_channel_push;         /* KVCACHE_TEST_NO_CHANNEL_PUSH: a daemon before SHM_SQE_PUSH */
+	bool no_channel_stream;       /* KVCACHE_TEST_NO_CHANNEL_STREAM=1: a daemon before SHM_SQE_STREAM */
 	bool no_sums_ahead;           /* KVCACHE_TEST_NO_SUMS_AHEAD=1 */
 	unsigned sums_ahead_delay_ms; /* KVCACHE_TEST_SUMS_AHEAD_DELAY_MS: the first one waits */
 	unsigned recovery_pause_ms;   /* KVCACHE_TEST_RECOVERY_PAUSE_MS: per record recovered */
 	bool corrupt_peer_send;       /* KVCACHE_TEST_CORRUPT_PEER_SEND=1: objects sent damaged */
+	/* KVCACHE_TEST_CUT_PEER_SEND=1: a fetch answer on a connection that
+	 * carried one before sends half its bytes, as garbage, and closes it */
+	bool cut_peer_send;
 	char bogus_rdma;              /* KVCACHE_TEST_BOGUS_RDMA=rkey|address: 'r', 'a' or 0 */
 	bool rdma_over_tcp;           /* KVCACHE_TEST_RDMA_OVER_TCP=1: UCX on its tcp transport */
 	bool no_eager_push;           /* KVCACHE_TEST_NO_EAGER_PUSH=1 */

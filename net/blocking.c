@@ -236,7 +236,7 @@ int blk_sum(const uint8_t *p, uint64_t len, uint64_t *ret_sum)
 }
 
 int blk_recv_checked(int fd, uint8_t *dst, uint64_t len, const struct blk_pace *pace,
-			uint64_t *ret_sum)
+			uint64_t *ret_sum, uint64_t *progress, uint64_t word0)
 {
 	struct csum *h = csum_new();
 	uint64_t want;
@@ -247,6 +247,8 @@ int blk_recv_checked(int fd, uint8_t *dst, uint64_t len, const struct blk_pace *
 		size_t n = len - off < BLK_CHUNK ? (size_t) (len - off) : BLK_CHUNK;
 
 		r = blk_recv(fd, dst + off, n, blk_pace_next(pace));
+		if (r == 0 && progress)
+			__atomic_store_n(progress, word0 + off + n, __ATOMIC_RELEASE);
 		if (r == 0)
 			csum_update(h, dst + off, n);
 	}

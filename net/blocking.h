@@ -56,9 +56,11 @@ usec_t blk_pace_next(const struct blk_pace *p);
  * copy of this process touches). */
 int blk_sum(const uint8_t *p, uint64_t len, uint64_t *ret_sum);
 /* len bytes and their checksum into dst, checked (-EBADMSG when they do
- * not match); the checksum into *ret_sum. */
+ * not match); the checksum into *ret_sum.  progress (or NULL): set to
+ * word0 + the bytes in after each chunk (release: a reader that sees the
+ * count sees the bytes). */
 int blk_recv_checked(int fd, uint8_t *dst, uint64_t len, const struct blk_pace *pace,
-		     uint64_t *ret_sum);
+		     uint64_t *ret_sum, uint64_t *progress, uint64_t word0);
 /* len bytes of src and their checksum: known, taken before (nothing to
  * hash), or computed into *ret_sum; corrupt (tests) flips the first byte. */
 int blk_send_checked(int fd, const uint8_t *src, uint64_t len, const struct blk_pace *pace,

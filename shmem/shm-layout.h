@@ -44,6 +44,28 @@ _Static_assert(offsetof(struct shm_seg_header, generation) == 16, "header layout
 _Static_assert(offsetof(struct shm_seg_header, tier) == 40, "header layout");
 
 /*
+ * Progress words, in the rest of a memory segment's header page: the daemon
+ * advances one as an object from another node lands in that segment, so a
+ * client that asked with SHM_SQE_STREAM copies behind the bytes instead of
+ * after them.  Written by the daemon only; a client reads them, never
+ * trusts them beyond its own mapping.  A word:
+ *   bit 63      set once the bytes start over (another holder, or again on
+ *               a new connection): what was read so far is void
+ *   bits 40-62  the landing's generation (the completion with SHM_CQE_MORE
+ *               names it with the slot); any other: the slot moved on
+ *   bits 0-39   bytes in, from the start of the landing
+ */
+#define SHM_SEG_PROGRESS_OFF 2048u
+#define SHM_SEG_PROGRESS_SLOTS 256u
+#define SHM_PROGRESS_RESTART (UINT64_C(1) << 63)
+#define SHM_PROGRESS_GEN_SHIFT 40
+#define SHM_PROGRESS_GEN_MAX ((UINT32_C(1) << 23) - 1)
+#define SHM_PROGRESS_BYTES ((UINT64_C(1) << SHM_PROGRESS_GEN_SHIFT) - 1)
+_Static_assert(SHM_SEG_PROGRESS_OFF >= sizeof(struct shm_seg_header) &&
+		       SHM_SEG_PROGRESS_OFF + SHM_SEG_PROGRESS_SLOTS * 8 <= SHM_HEADER_SIZE,
+	       "progress words in the header page");
+
+/*
  * A channel: one client's submission ring (client -> daemon) and completion
  * ring (daemon -> client) of fixed-size descriptors, plus an arena where the
  * client puts keys, key lists and result arrays that descriptors point at by
@@ -114,6 +136,11 @@ enum shm_sqe_flags {
 	 * push's (the put stands either way).  With SHM_CHAN_FEAT_PUSH. */
 	SHM_SQE_PUSH = 1u << 3,
 	SHM_SQE_PEEK = 1u << 4, /* lookups: no lease, no use (KVC_PEEK) */
+	/* ACQUIRE (with SHM_CHAN_FEAT_STREAM): when the object comes from
+	 * another node, a completion with SHM_CQE_MORE says where it lands
+	 * and which progress word counts its bytes in; the final completion
+	 * (the acquire's own) follows as always */
+	SHM_SQE_STREAM = 1u << 5,
 };
 
 #define SHM_MSG_MAX 256u /* bytes at msg_off, NUL-terminated */
@@ -166,13 +193,23 @@ struct shm_cqe {
 	uint64_t offset;
 	uint64_t len;
 	uint32_t segment;
-	uint32_t pad;
-	uint64_t reserved[2];
+	uint32_t flags;     /* enum shm_cqe_flags */
+	uint64_t reserved[2]; /* SHM_CQE_MORE: progress slot, its word's starting value */
 };
 _Static_assert(sizeof(struct shm_cqe) == 64, "cqe size");
 
+enum shm_cqe_flags {
+	/* not the request's answer but news of it (SHM_SQE_STREAM): where
+	 * the object lands (segment, offset, len) and its progress word
+	 * (reserved[0]: the slot; reserved[1]: the word's value with no
+	 * bytes in, i.e. its generation).  Another may follow (the object
+	 * is landing again elsewhere): it replaces this one. */
+	SHM_CQE_MORE = 1u << 0,
+};
+
 /* What the daemon takes beyond version 1 (0 from older daemons). */
 #define SHM_CHAN_FEAT_PUSH (1u << 0) /* SHM_SQE_PUSH */
+#define SHM_CHAN_FEAT_STREAM (1u << 1) /* SHM_SQE_STREAM */
 
 struct shm_chan_header {
 	uint64_t magic;

@@ -140,6 +140,7 @@ int ctl_upgrade(struct kvc_client *c, const char *socket_path, const char *binar
 	}
 	old = s->pid;
 	kvc_status_free(s);
+	s = NULL;
 	snprintf(path, sizeof(path), "/proc/%u/cmdline", old);
 	cmd = read_strings(path, &cmd_buf);
 	snprintf(path, sizeof(path), "/proc/%u/environ", old);

@@ -362,6 +362,7 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_fetch_waiting", n->fetches.n_backlog);
 	emit(u, "remote_fetch_waited", n->fetches.c.fetch_waited);
 	emit(u, "remote_fetched_ahead", __atomic_load_n(&n->fetches.c.fetch_ahead, __ATOMIC_RELAXED));
+	emit(u, "remote_fetch_restarts", __atomic_load_n(&n->fetches.c.restarts, __ATOMIC_RELAXED));
 	emit(u, "remote_lookup_waited", n->dc.c.lookup_waited);
 	emit(u, "remote_lookups", n->fetches.c.lookups);
 	emit(u, "remote_lookup_keys", n->fetches.c.lookup_keys);

@@ -33,9 +33,11 @@
 #include "blocking.h"
 #include "dircache.h"
 #include "checksum.h"
+#include "fetch.h"
 #include "handoff.h"
 #include "node-private.h"
 #include "serve.h"
+#include "shm-layout.h"
 #include "xfer.h"
 
 #define LOG_TOPIC "remote"
@@ -58,6 +60,7 @@ static const struct xjob_ops fetch_ops;
 #define GROUP_MAX 64
 
 _Static_assert(RF_MASTERS == MAX_MASTERS, "a Lookup filling for each master");
+_Static_assert(RF_PROGRESS == SHM_SEG_PROGRESS_SLOTS, "a progress word per slot");
 
 struct lgroup {
 	struct lgroup *next, *prev; /* in n->fetches.asked[its master], once asked */
@@ -85,8 +88,76 @@ struct rfetch {
 	uint64_t ver;            /* the version of the bytes, as the holder said */
 	bool summed;             /* sum: the checksum they were checked against */
 	uint64_t sum;
+	/* its progress word (streamed: a slot taken), written by the data
+	 * thread; dirty: bytes may have landed (a next attempt starts over) */
+	bool streamed, dirty;
+	unsigned pslot;
+	uint64_t *word, word0;
 	struct xjob job;
 };
+
+/*
+ * Streaming (SHM_SQE_STREAM): once a fetch's bytes have a place, its
+ * waiters hear where, and of a progress word in the landing segment's
+ * header that the data thread advances chunk by chunk, so a client's get
+ * copies behind the transfer instead of after it (a 16 MiB get ran at
+ * 60% of an acquire).  An attempt after bytes may have landed (another
+ * holder; a kept connection that went stale) first marks the word
+ * restarted: what was read is void, and the reader waits for the end.
+ */
+static void stream_begin(struct node *n, struct rfetch *rf)
+{
+	struct rfetcher *fs = &n->fetches;
+	struct store_segment seg;
+	unsigned s;
+
+	if (!fs->n_pfree || !rf->o->fetch)
+		return;
+	s = fs->pfree[fs->pfree_head];
+	fs->pfree_head = (fs->pfree_head + 1) % RF_PROGRESS;
+	fs->n_pfree--;
+	fs->pgen[s] = fs->pgen[s] % SHM_PROGRESS_GEN_MAX + 1;
+	store_segment(n->st, 0, &seg); /* landings go to the first memory tier */
+	rf->streamed = true;
+	rf->pslot = s;
+	rf->word = (uint64_t *) ((uint8_t *) seg.base + SHM_SEG_PROGRESS_OFF) + s;
+	rf->word0 = (uint64_t) fs->pgen[s] << SHM_PROGRESS_GEN_SHIFT;
+	__atomic_store_n(rf->word, rf->word0, __ATOMIC_RELEASE);
+	fetch_landing(rf->o->fetch, &(struct fetch_stream) {
+		.on = true,
+		.segment = seg.index,
+		.offset = store_land_offset(rf->o),
+		.len = rf->o->len,
+		.slot = s,
+		.word0 = rf->word0,
+	});
+}
+
+static void stream_end(struct node *n, struct rfetch *rf)
+{
+	struct rfetcher *fs = &n->fetches;
+
+	if (!rf->streamed)
+		return;
+	fs->pfree[(fs->pfree_head + fs->n_pfree++) % RF_PROGRESS] = (uint16_t) rf->pslot;
+	rf->streamed = false;
+}
+
+/* On the data thread, before an attempt writes rf's bytes: the word to
+ * advance (NULL: none, or it was marked restarted). */
+static uint64_t *stream_attempt(struct rfetch *rf)
+{
+	if (!rf->word)
+		return NULL;
+	if (rf->dirty) {
+		__atomic_store_n(rf->word, rf->word0 | SHM_PROGRESS_RESTART, __ATOMIC_RELEASE);
+		__atomic_fetch_add(&rf->n->fetches.c.restarts, 1, __ATOMIC_RELAXED);
+		rf->word = NULL;
+		return NULL;
+	}
+	rf->dirty = true;
+	return rf->word;
+}
 
 static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
 		    usec_t deadline);
@@ -130,7 +201,10 @@ static int fetch_rdma(struct rfetch *rf, int fd, const Kvc__Peer__FetchResp *res
 	Kvc__Peer__FetchDone done = KVC__PEER__FETCH_DONE__INIT;
 	uint64_t loff = store_land_offset(o);
 	struct blk_pace pace = blk_pace(n->timeout, deadline, o->len);
-	int r = xfer_rdma(n, true, address, resp->region, resp->offset, 0, loff, o->len, &pace);
+	int r;
+
+	stream_attempt(rf); /* (an RDMA read says nothing until it is whole) */
+	r = xfer_rdma(n, true, address, resp->region, resp->offset, 0, loff, o->len, &pace);
 
 	if (r == 0)
 		r = blk_sum(rf->dst, o->len, &rf->sum);
@@ -207,7 +281,9 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 	else {
 		struct blk_pace pace = blk_pace(rf->n->timeout, deadline, o->len);
 
-		r = blk_recv_checked(fd, rf->dst, o->len, &pace, &rf->sum);
+		uint64_t *word = stream_attempt(rf);
+
+		r = blk_recv_checked(fd, rf->dst, o->len, &pace, &rf->sum, word, rf->word0);
 	}
 	if (r == 0)
 		rf->summed = true;
@@ -438,6 +514,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 
 	rf_unlink(n, rf);
 	rf_unprobe(rf);
+	stream_end(n, rf);
 	if (rf->grp)
 		rf->grp->rf[rf->gi] = NULL;
 	if (rf->n_addr && rf->transferring && !rf->expired) {
@@ -621,6 +698,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 	    store_land_place(n->st, o) == 0) {
 		rf->dst = store_object_ptr(o);
 		rf->transferring = true;
+		stream_begin(n, rf);
 	} else {
 		rf->n_addr = 0;
 		o->len = 0;
@@ -765,6 +843,7 @@ static void located(struct node *n, struct rfetch *rf, const Kvc__Peer__Location
 	}
 	rf->dst = store_object_ptr(o);
 	rf->transferring = true;
+	stream_begin(n, rf);
 	rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
 	xfer_queue(n, &rf->job);
 }
@@ -911,6 +990,9 @@ int remote_init(struct node *n)
 	int r;
 
 	n->dc.pend_poll.far = true;
+	for (unsigned i = 0; i < RF_PROGRESS; i++)
+		n->fetches.pfree[i] = (uint16_t) i;
+	n->fetches.n_pfree = RF_PROGRESS;
 	r = xfer_init(n);
 	if (r < 0)
 		return r;

@@ -12,6 +12,7 @@ struct lgroup;
 struct loop_source;
 
 #define RF_MASTERS 8 /* (link.h's MAX_MASTERS) */
+#define RF_PROGRESS 256 /* (shm-layout.h's SHM_SEG_PROGRESS_SLOTS) */
 
 /* The node's fetches (its fetches; only rfetch.c touches it). */
 struct rfetcher {
@@ -26,11 +27,18 @@ struct rfetcher {
 	struct lgroup *filling[RF_MASTERS];
 	struct lgroup *asked[RF_MASTERS], *asked_tail[RF_MASTERS];
 	struct loop_source *flush;
+	/* progress words for the landings in flight: the free slots, in the
+	 * order freed (a word stays as its fetch left it while 255 others
+	 * are handed out), and each slot's generation */
+	uint16_t pfree[RF_PROGRESS];
+	unsigned pfree_head, n_pfree;
+	uint32_t pgen[RF_PROGRESS];
 	struct {
 		uint64_t remote_hits, remote_misses, remote_errors, remote_corrupt;
 		uint64_t fetch_waited;  /* fetches that waited for a place in flight */
 		uint64_t fetch_ahead;   /* asked before the one ahead was answered (atomic) */
 		uint64_t sick_skips;    /* fetches not sent to a holder known sick */
 		uint64_t lookups, lookup_keys; /* Lookup frames the fetches sent, keys in them */
+		uint64_t restarts;      /* landings whose bytes started over (atomic) */
 	} c;
 };

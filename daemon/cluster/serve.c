@@ -65,6 +65,7 @@ struct pserve {
 	bool eager;              /* its bytes came right after its frame */
 	int push_err;            /* an eager push refused (push_o NULL): why */
 	unsigned inline_turn;    /* pushes the loop took in during this ps_process() */
+	unsigned fetches;        /* asked on this connection so far */
 	struct waiter w;         /* waiting for a disk read-back */
 	uint32_t seq;
 	uint8_t key[PEER_MAX_KEY];
@@ -166,6 +167,19 @@ static void run_send(struct pserve *ps, struct xjob *j, usec_t timeout, bool cor
 				r = -EIO; /* the asker got nothing: not served */
 			protobuf_c_message_free_unpacked(m, NULL);
 		}
+	} else if (r == 0 && ps->n->xfer->cut && ps->fetches > 1) {
+		/* tests: a connection that breaks in the middle of an answer,
+		 * after bytes that are not the object's */
+		uint8_t *junk = malloc(ps->len / 2 + 1);
+
+		r = junk ? blk_send(ps->pc.fd, frame, flen, deadline) : -ENOMEM;
+		if (r == 0) {
+			memset(junk, 0xee, ps->len / 2 + 1);
+			r = blk_send(ps->pc.fd, junk, ps->len / 2, deadline);
+		}
+		free(junk);
+		shutdown(ps->pc.fd, SHUT_RDWR);
+		r = r < 0 ? r : -ECONNRESET;
 	} else if (r == 0) {
 		struct blk_pace pace = blk_pace(timeout, deadline, ps->len);
 
@@ -301,7 +315,8 @@ static void run_recv(struct pserve *ps, struct xjob *j, usec_t timeout)
 		if (r == 0 && ps->digest != le64toh(want))
 			r = -EBADMSG;
 	} else if (r == 0)
-		r = blk_recv_checked(ps->pc.fd, store_object_ptr(o), o->len, &pace, &ps->digest);
+		r = blk_recv_checked(ps->pc.fd, store_object_ptr(o), o->len, &pace, &ps->digest,
+				     NULL, 0);
 	if (r == 0 && o)
 		ps->digested = true;
 	if (blk_set_blocking(ps->pc.fd, false) < 0 && r == 0)
@@ -749,6 +764,7 @@ static void ps_process(struct pserve *ps)
 			break;
 		}
 		ps->seq = h.seq;
+		ps->fetches++;
 		ps->want_rdma = ps->rdma && ((Kvc__Peer__Fetch *) m)->rdma;
 		ps->key_len = ((Kvc__Peer__Fetch *) m)->key.len;
 		memcpy(ps->key, ((Kvc__Peer__Fetch *) m)->key.data, ps->key_len);

@@ -474,6 +474,9 @@ int xfer_init(struct node *n)
 	x->corrupt = t->corrupt_peer_send;
 	if (x->corrupt)
 		log_warn("KVCACHE_TEST_CORRUPT_PEER_SEND: every object served is sent damaged");
+	x->cut = t->cut_peer_send;
+	if (x->cut)
+		log_warn("KVCACHE_TEST_CUT_PEER_SEND: a second answer on a connection is cut short");
 	x->no_eager = t->no_eager_push;
 	if (t->bogus_rdma) {
 		x->bogus_rdma = t->bogus_rdma;

@@ -103,6 +103,7 @@ struct xfer {
 		usec_t at;
 	} moved[PEER_BUSY_MAX];
 	bool corrupt; /* tests: flip the first byte of what is served */
+	bool cut;     /* tests: KVCACHE_TEST_CUT_PEER_SEND=1 (config.h) */
 	bool no_eager; /* tests: KVCACHE_TEST_NO_EAGER_PUSH=1, pushes wait for PushReady */
 	char bogus_rdma; /* tests: 'r' damaged rkeys, 'a' a damaged worker address */
 	struct {

@@ -55,6 +55,14 @@ bool fetch_wake_oldest(struct fetch *f, int res)
 	return true;
 }
 
+void fetch_landing(struct fetch *f, const struct fetch_stream *s)
+{
+	f->stream = *s;
+	for (struct waiter *w = f->waiters; w; w = w->next)
+		if (w->landing)
+			w->landing(w, f); /* posts news only: never ends a wait */
+}
+
 const char *fetch_error_msg(int res)
 {
 	switch (res) {

@@ -20,6 +20,19 @@ struct waiter {
 	struct waiter *next, *prev;
 	struct fetch *fetch;                    /* NULL when not waiting */
 	void (*done)(struct waiter *w, int res); /* 0: in memory; or -errno */
+	/* optional: f's bytes have a place and a progress word now
+	 * (f->stream); the fetch goes on */
+	void (*landing)(struct waiter *w, const struct fetch *f);
+};
+
+/* Where a far fetch's bytes land, and the progress word that counts them
+ * in (shm-layout.h's SHM_SEG_PROGRESS_OFF): a waiter may read behind them. */
+struct fetch_stream {
+	bool on;
+	uint32_t segment;
+	uint64_t offset, len;
+	uint32_t slot;    /* the word's place in the segment's header */
+	uint64_t word0;   /* its value with nothing in yet */
 };
 
 struct fetch {
@@ -29,6 +42,7 @@ struct fetch {
 	 * far longer than the loop takes to wake (loop_client_turn()) */
 	bool far;
 	struct fetch *next_woken; /* a put's waiters, on st->woken until woken */
+	struct fetch_stream stream; /* once the backend says (fetch_landing()) */
 };
 
 /* What a waiter tells its client about a fetch that ended with res when
@@ -46,6 +60,9 @@ void fetch_unwait(struct waiter *w); /* idempotent */
 void fetch_wake(struct fetch *f, int res);
 /* Only the waiter that waits longest; false if none did. */
 bool fetch_wake_oldest(struct fetch *f, int res);
+/* The backend placed f's bytes and counts them in a progress word: tell the
+ * waiters that read behind them (a later one reads f->stream). */
+void fetch_landing(struct fetch *f, const struct fetch_stream *s);
 
 /* A waiter's res that is neither "in memory" nor an error: a place came
  * free for a request that waited for one; it runs again as if new. */

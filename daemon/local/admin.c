@@ -270,6 +270,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		{ "buffer_prefaulted_bytes", buffer_warmed_bytes(sv) },
 		{ "spill_waits", sv->stats.spill_waits },
 		{ "copies_offloaded", sv->stats.copies_offloaded },
+		{ "gets_streamed", sv->stats.gets_streamed },
 		{ "warm_kept_objects", w.kept },
 		{ "warm_kept_bytes", w.kept_bytes },
 		{ "warm_dropped_objects", w.dropped },

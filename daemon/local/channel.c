@@ -51,6 +51,7 @@ struct parked {
 	bool space;
 	bool put_wait;               /* a lookup waiting for a put in flight */
 	bool far;                    /* waiting on another node */
+	bool streamed;               /* told where its object lands (SHM_CQE_MORE) */
 	usec_t deadline;             /* space: give up with -EAGAIN; put_wait: miss */
 	struct channel *ch;
 	struct shm_sqe e;
@@ -109,8 +110,10 @@ static int chan_mem_new(const struct config *cfg, int *ret_fd, uint8_t **ret_bas
 	h = (struct shm_chan_header *) *ret_base;
 	*h = (struct shm_chan_header) {
 		.version = SHM_CHAN_VERSION,
-		/* tests: a daemon without it, as before SHM_SQE_PUSH */
-		.features = cfg->test.no_channel_push ? 0 : SHM_CHAN_FEAT_PUSH,
+		/* tests: a daemon without them, as before SHM_SQE_PUSH or
+		 * SHM_SQE_STREAM */
+		.features = (cfg->test.no_channel_push ? 0 : SHM_CHAN_FEAT_PUSH) |
+			    (cfg->test.no_channel_stream ? 0 : SHM_CHAN_FEAT_STREAM),
 		.entries = SHM_CHAN_ENTRIES,
 		.arena_slot = SHM_CHAN_ARENA_SLOT,
 		.size = SHM_CHAN_SIZE,
@@ -973,6 +976,29 @@ static struct parked *parked_new(struct channel *ch, const struct shm_sqe *e)
 	return p;
 }
 
+/* An acquire asked with SHM_SQE_STREAM: where its object lands, and the
+ * word that counts its bytes in, so the client copies behind them. */
+static void parked_landing(struct waiter *w, const struct fetch *f)
+{
+	struct parked *p = (struct parked *) w;
+	struct channel *ch = p->ch;
+	struct shm_cqe c = {
+		.user_data = p->e.user_data,
+		.flags = SHM_CQE_MORE,
+		.segment = f->stream.segment,
+		.offset = f->stream.offset,
+		.len = f->stream.len,
+		.reserved = { f->stream.slot, f->stream.word0 },
+	};
+
+	if (p->streamed || ch->broken)
+		return;
+	p->streamed = true;
+	post(ch, &c);
+	ch->s->sv->stats.gets_streamed++;
+	wake_client(ch);
+}
+
 static void park(struct channel *ch, const struct shm_sqe *e, struct fetch *f)
 {
 	struct server *sv = ch->s->sv;
@@ -985,6 +1011,12 @@ static void park(struct channel *ch, const struct shm_sqe *e, struct fetch *f)
 	if (p->far)
 		__atomic_store_n(&ch->cq.r->far, ++ch->n_far, __ATOMIC_RELAXED);
 	fetch_wait(f, &p->w);
+	if (p->far && e->opcode == SHM_OP_ACQUIRE && (e->flags & SHM_SQE_STREAM) &&
+	    !(e->flags & SHM_SQE_NO_CQE)) {
+		p->w.landing = parked_landing;
+		if (f->stream.on)
+			parked_landing(&p->w, f);
+	}
 	if (f->o && (f->o->flags & OBJ_IN_FLIGHT)) {
 		/* a lookup waiting for a put: a miss at its deadline (the same
 		 * wait for every one: the list stays in deadline order) */

@@ -33,6 +33,7 @@ struct server_stats {
 	uint64_t refused_clients, refused_channels, refused_buffers; /* daemon-wide limits */
 	uint64_t spill_waits;      /* puts that waited for a spill */
 	uint64_t copies_offloaded; /* get_into/put_from copies done by the copier */
+	uint64_t gets_streamed;    /* acquires told where their object lands (SHM_SQE_STREAM) */
 };
 
 /* Service time of requests on the channels, one in OPHIST_SAMPLE timed

@@ -28,6 +28,14 @@
  * clients, 256 each, asynchronously): none is read, and every one ends;
  * prints how long the last took (the test holds it to B's
  * --remote-timeout-ms).
+ *
+ * cluster-client A_SOCKET B_SOCKET get-streamed: values of 8 MiB put
+ * through A, each read from B with kvc_get, which copies behind the bytes
+ * as they land (get_streamed()): every byte right, each get told where its
+ * value lands (gets_streamed); a buffer too small gets -ENOBUFS and keeps
+ * its bytes.  Run against a holder that cuts answers short with junk
+ * (KVCACHE_TEST_CUT_PEER_SEND), the same holds: what was copied before
+ * the bytes started over is not kept.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -469,6 +477,61 @@ static int ask_end(struct asker *q)
 	return q->result;
 }
 
+#define STREAMED 4
+#define STREAMED_LEN ((8u << 20) + 4093)
+
+static int get_streamed(struct kvc_client *a, struct kvc_client *b)
+{
+	uint8_t *v = malloc(STREAMED_LEN), *got = malloc(STREAMED_LEN);
+	char names[STREAMED][32];
+	const char *keys[STREAMED];
+	uint64_t streamed = test_counter(b, "gets_streamed");
+	int tries;
+
+	CHECK(v && got);
+	for (int i = 0; i < STREAMED; i++) {
+		snprintf(names[i], sizeof(names[i]), "streamed-%d", i);
+		keys[i] = names[i];
+		fill(v, STREAMED_LEN, 40 + i);
+		CHECK_EQ(kvc_put(a, keys[i], v, STREAMED_LEN, NULL), 0);
+	}
+	for (tries = 0; tries < 200; tries++) {
+		uint8_t present[STREAMED];
+
+		if (kvc_batch_exists(b, keys, STREAMED, present) == STREAMED)
+			break;
+		usleep(50000);
+	}
+	CHECK(tries < 200);
+	/* too small: refused, and nothing written into it */
+	memset(got, 0x11, STREAMED_LEN);
+	CHECK_EQ(kvc_get(b, keys[0], got, STREAMED_LEN - 1), -ENOBUFS);
+	for (size_t k = 0; k < STREAMED_LEN; k++)
+		CHECK_EQ(got[k], 0x11);
+	/* (that fetch landed it on B: drop B's copy, so every get below
+	 * streams) */
+	CHECK(test_counter(b, "gets_streamed") >= streamed + 1);
+	kvc_set_get_flags(b, KVC_LOCAL_ONLY);
+	CHECK_EQ(kvc_remove_force(b, keys[0]), 0);
+	kvc_set_get_flags(b, 0);
+	streamed = test_counter(b, "gets_streamed");
+	for (int i = 0; i < STREAMED; i++) {
+		memset(got, 0x11, STREAMED_LEN);
+		CHECK_EQ(kvc_get(b, keys[i], got, STREAMED_LEN), (ssize_t) STREAMED_LEN);
+		CHECK(same(got, STREAMED_LEN, 40 + i));
+	}
+	CHECK(test_counter(b, "gets_streamed") >= streamed + STREAMED);
+	/* held on B now: a local get, nothing to stream */
+	streamed = test_counter(b, "gets_streamed");
+	CHECK_EQ(kvc_get(b, keys[1], got, STREAMED_LEN), (ssize_t) STREAMED_LEN);
+	CHECK(same(got, STREAMED_LEN, 41));
+	CHECK_EQ(test_counter(b, "gets_streamed"), streamed);
+	CHECK_EQ(kvc_get(b, "streamed-none", got, STREAMED_LEN), -ENOENT);
+	free(v);
+	free(got);
+	return 0;
+}
+
 static int put_in_flight(struct kvc_client *a, const char *b_sock)
 {
 	static uint8_t v[4096];
@@ -543,6 +606,7 @@ int main(int argc, char **argv)
 			: strcmp(argv[3], "push-apis") == 0 ? push_apis(a, b, false)
 			: strcmp(argv[3], "push-apis-old") == 0 ? push_apis(a, b, true)
 			: strcmp(argv[3], "put-in-flight") == 0 ? put_in_flight(a, argv[2])
+			: strcmp(argv[3], "get-streamed") == 0 ? get_streamed(a, b)
 							    : 2;
 
 		kvc_disconnect(a);

@@ -7,7 +7,10 @@
  * dims x fp16 = 2 MiB).  Each block's key chains the hash of its prefix, as
  * vLLM's prefix caching does.  Engine A (prefill) looks up how much of each
  * prompt is cached and stores the rest; engine B, a separate process, finds
- * every prompt fully cached, loads all blocks and checks every byte.
+ * every prompt fully cached, loads all blocks and checks every byte.  B
+ * loads as the engine adapters do: each prompt's cached blocks in one
+ * kvc_batch_get_into() into its KV region, a buffer registered once at
+ * start (--per-block-get: one kvc_get() a block, into private memory).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -26,6 +29,7 @@
 static const char *arg_socket;
 static const char *arg_cluster; /* engine B's daemon, on another node */
 static double arg_link_gbs;     /* the link's GB/s measured in the same run (0: none) */
+static bool arg_per_block;      /* engine B loads a block a kvc_get() */
 static unsigned arg_prompts = 24, arg_blocks = 16, arg_shared = 4;
 static uint64_t arg_block_size = 16 * 32 * 2 * 8 * 128 * 2;
 
@@ -174,14 +178,34 @@ static int decode(void)
 	char (*keys)[KEY_LEN] = calloc(arg_blocks, KEY_LEN);
 	uint64_t *seeds = calloc(arg_blocks, sizeof(*seeds));
 	const char **kp = calloc(arg_blocks, sizeof(*kp));
-	uint8_t *engine_buf = malloc(arg_block_size);
+	struct kvc_iov *iov = calloc(arg_blocks, sizeof(*iov));
+	const struct kvc_iov **iop = calloc(arg_blocks, sizeof(*iop));
+	size_t *n_iov = calloc(arg_blocks, sizeof(*n_iov));
+	ssize_t *res = calloc(arg_blocks, sizeof(*res));
+	uint8_t *engine_buf = NULL;
+	struct kvc_buffer kv = { 0 };
 	unsigned loaded = 0, bad = 0, full = 0;
 	struct kvc_client *c;
 	double t_load = 0, t_lookup = 0, t0, gbs;
+	int r;
 
-	if (!keys || !seeds || !kp || !engine_buf ||
+	if (!keys || !seeds || !kp || !iov || !iop || !n_iov || !res ||
 	    connect_or_say(arg_cluster ? arg_cluster : arg_socket, &c) < 0)
 		return 1;
+	/* the engine's KV region: one prompt's blocks */
+	if (arg_per_block)
+		engine_buf = malloc(arg_block_size);
+	else if ((r = kvc_buffer_alloc(c, (size_t) arg_blocks * arg_block_size, &kv)) < 0) {
+		fprintf(stderr, "kvcache-workload: registering the KV region: %s\n", kvc_strerror(r));
+		return 1;
+	}
+	if (arg_per_block && !engine_buf)
+		return 1;
+	for (unsigned b = 0; b < arg_blocks; b++) {
+		iov[b] = (struct kvc_iov) { &kv, (uint64_t) b * arg_block_size, arg_block_size };
+		iop[b] = &iov[b];
+		n_iov[b] = 1;
+	}
 	t0 = now_s();
 	for (unsigned p = 0; p < arg_prompts; p++) {
 		int hit;
@@ -193,6 +217,25 @@ static int decode(void)
 		if (hit < 0)
 			return 1;
 		full += (unsigned) hit == arg_blocks;
+		if (!arg_per_block && hit > 0) {
+			double t = now_s();
+
+			r = kvc_batch_get_into(c, (size_t) hit, kp, iop, n_iov, res);
+			t_load += now_s() - t;
+			if (r < 0) {
+				fprintf(stderr, "kvcache-workload: batch load: %s\n", kvc_strerror(r));
+				return 1;
+			}
+			for (unsigned b = 0; b < (unsigned) hit; b++) {
+				uint8_t *at = (uint8_t *) kv.data + (size_t) b * arg_block_size;
+
+				if (res[b] != (ssize_t) arg_block_size ||
+				    kv_check(at, arg_block_size, seeds[b]) < 0)
+					bad++;
+				loaded++;
+			}
+			continue;
+		}
 		for (unsigned b = 0; b < (unsigned) hit; b++) {
 			double t = now_s();
 			ssize_t n = kvc_get(c, keys[b], engine_buf, arg_block_size);
@@ -205,19 +248,26 @@ static int decode(void)
 	}
 	gbs = t_load > 0 ? (double) loaded * (double) arg_block_size / t_load / 1e9 : 0.0;
 	printf("engine B (decode, pid %d%s): %u/%u prompts fully cached, loaded %u blocks "
-	       "(%.1f MiB) in %.3f s of get time = %.2f GB/s, %u bad blocks, total %.2f s "
+	       "(%.1f MiB, %s) in %.3f s of load time = %.2f GB/s, %u bad blocks, total %.2f s "
 	       "(lookups %.3f s)\n",
 	       (int) getpid(), arg_cluster ? ", on the other node" : "", full, arg_prompts, loaded,
-	       (double) loaded * (double) arg_block_size / (1 << 20), t_load, gbs, bad,
-	       now_s() - t0, t_lookup);
+	       (double) loaded * (double) arg_block_size / (1 << 20),
+	       arg_per_block ? "a kvc_get a block" : "a kvc_batch_get_into a prompt", t_load, gbs,
+	       bad, now_s() - t0, t_lookup);
 	if (arg_link_gbs > 0)
 		printf("engine B loaded at %.0f%% of the link (iperf3 between the same hosts in this "
 		       "run: %.2f GB/s)\n", 100.0 * gbs / arg_link_gbs, arg_link_gbs);
+	if (kv.data)
+		kvc_buffer_free(c, &kv);
 	kvc_disconnect(c);
 	free(engine_buf);
 	free(keys);
 	free(seeds);
 	free(kp);
+	free(iov);
+	free(iop);
+	free(n_iov);
+	free(res);
 	if (bad || full != arg_prompts) {
 		fprintf(stderr, "kvcache-workload: verification FAILED\n");
 		return 1;
@@ -234,7 +284,10 @@ static void usage(FILE *f)
 		   "  --cluster PATH   engine B uses the kvcached at PATH (another node of the\n"
 		   "                   same cluster): everything it loads crosses nodes\n"
 		   "  --link-gbs X     the link's GB/s measured in this run: B's load is put\n"
-		   "                   beside it\n");
+		   "                   beside it\n"
+		   "  --per-block-get  engine B loads a block a kvc_get() into private memory\n"
+		   "                   (default: a prompt's blocks a kvc_batch_get_into() into\n"
+		   "                   a registered buffer, as the engine adapters load)\n");
 }
 
 int main(int argc, char **argv)
@@ -247,6 +300,7 @@ int main(int argc, char **argv)
 		{ "block-size", required_argument, NULL, 'z' },
 		{ "cluster", required_argument, NULL, 'c' },
 		{ "link-gbs", required_argument, NULL, 'l' },
+		{ "per-block-get", no_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -263,6 +317,9 @@ int main(int argc, char **argv)
 			break;
 		case 'l':
 			arg_link_gbs = strtod(optarg, NULL);
+			break;
+		case 'g':
+			arg_per_block = true;
 			break;
 		case 'p':
 			arg_prompts = (unsigned) strtoul(optarg, NULL, 10);

@@ -1007,6 +1007,13 @@ exists-across-nodes)
 		--blocks 8 --block-size 256K >"$dir/out" 2>"$dir/err" || fail "workload across nodes"
 	grep -q "6/6 prompts fully cached" "$dir/out" || fail "not every prompt was found"
 	grep -q "every byte of every block matched" "$dir/out" || fail "bytes"
+	grep -q "a kvc_batch_get_into a prompt" "$dir/out" || fail "not loaded a batch a prompt"
+	# again, a block a kvc_get (B holds them now: their copies there)
+	"$KVCACHE_WORKLOAD" --socket "$dir/A.sock" --cluster "$dir/B.sock" --prompts 6 \
+		--blocks 8 --block-size 256K --per-block-get >"$dir/out" 2>"$dir/err" ||
+		fail "workload across nodes, a get a block"
+	grep -q "a kvc_get a block" "$dir/out" || fail "not loaded a get a block"
+	grep -q "every byte of every block matched" "$dir/out" || fail "bytes, a get a block"
 	;;
 two-hosts | rdma-two-hosts)
 	# the same across two network namespaces joined by a veth pair, each

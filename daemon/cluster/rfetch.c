@@ -89,8 +89,9 @@ struct rfetch {
 	bool summed;             /* sum: the checksum they were checked against */
 	uint64_t sum;
 	/* its progress word (streamed: a slot taken), written by the data
-	 * thread; dirty: bytes may have landed (a next attempt starts over) */
-	bool streamed, dirty;
+	 * thread; dirty: bytes may have landed (a next attempt starts over);
+	 * restarted: the word says so, and advances no more */
+	bool streamed, dirty, restarted;
 	unsigned pslot;
 	uint64_t *word, word0;
 	struct xjob job;
@@ -133,12 +134,20 @@ static void stream_begin(struct node *n, struct rfetch *rf)
 	});
 }
 
-static void stream_end(struct node *n, struct rfetch *rf)
+/* The fetch ended with res.  One that failed may go on elsewhere (the
+ * shared tier, perhaps into the very same block): whatever a reader
+ * copied from this one is void, and the fetch streams no more. */
+static void stream_end(struct node *n, struct rfetch *rf, int res)
 {
 	struct rfetcher *fs = &n->fetches;
 
 	if (!rf->streamed)
 		return;
+	if (res < 0) {
+		__atomic_store_n(rf->word, rf->word0 | SHM_PROGRESS_RESTART, __ATOMIC_RELEASE);
+		if (rf->o->fetch)
+			rf->o->fetch->stream.on = false;
+	}
 	fs->pfree[(fs->pfree_head + fs->n_pfree++) % RF_PROGRESS] = (uint16_t) rf->pslot;
 	rf->streamed = false;
 }
@@ -147,12 +156,12 @@ static void stream_end(struct node *n, struct rfetch *rf)
  * advance (NULL: none, or it was marked restarted). */
 static uint64_t *stream_attempt(struct rfetch *rf)
 {
-	if (!rf->word)
+	if (!rf->streamed || rf->restarted)
 		return NULL;
 	if (rf->dirty) {
 		__atomic_store_n(rf->word, rf->word0 | SHM_PROGRESS_RESTART, __ATOMIC_RELEASE);
 		__atomic_fetch_add(&rf->n->fetches.c.restarts, 1, __ATOMIC_RELAXED);
-		rf->word = NULL;
+		rf->restarted = true;
 		return NULL;
 	}
 	rf->dirty = true;
@@ -514,7 +523,7 @@ static void rf_finish(struct node *n, struct rfetch *rf, int res)
 
 	rf_unlink(n, rf);
 	rf_unprobe(rf);
-	stream_end(n, rf);
+	stream_end(n, rf, res);
 	if (rf->grp)
 		rf->grp->rf[rf->gi] = NULL;
 	if (rf->n_addr && rf->transferring && !rf->expired) {

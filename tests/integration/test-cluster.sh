@@ -1542,6 +1542,20 @@ get-streamed-restart)
 	[ "$(stat_of B remote_fetch_restarts)" -ge 3 ] || { ctl B stats >&2; fail "restarts"; }
 	[ "$(stat_of B remote_errors)" = 0 ] || { ctl B stats >&2; fail "errors"; }
 	;;
+get-streamed-shared)
+	# every fetch from the holder arrives damaged, and the shared tier
+	# then brings the key into the same place: what the client copied
+	# behind the damaged bytes is not kept
+	start_master 0
+	mkdir "$dir/shared"
+	start_node_env KVCACHE_TEST_CORRUPT_PEER_SEND=1 A --dram-size 256MB \
+		--shared-dir "$dir/shared" --shared-write-through
+	start_node B --dram-size 256MB --shared-dir "$dir/shared"
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" get-streamed-plain >"$dir/out" \
+		2>"$dir/err" ||
+		{ cat "$dir/err" >&2; ctl B stats >&2; fail "streamed gets"; }
+	[ "$(stat_of B remote_corrupt)" -ge 4 ] || { ctl B stats >&2; fail "not damaged"; }
+	;;
 batch-across-nodes)
 	start_master 0
 	start_node A --dram-size 32MB

@@ -47,6 +47,7 @@ static void test_hooks_read(struct test_hooks *t)
 	t->no_sums_ahead = env_is("KVCACHE_TEST_NO_SUMS_AHEAD", "1");
 	t->sums_ahead_delay_ms = (unsigned) (env_ulong("KVCACHE_TEST_SUMS_AHEAD_DELAY_MS") % 60000);
 	t->recovery_pause_ms = (unsigned) (env_ulong("KVCACHE_TEST_RECOVERY_PAUSE_MS") % 60000);
+	t->shared_write_ms = (unsigned) (env_ulong("KVCACHE_TEST_SHARED_WRITE_MS") % 60000);
 	t->corrupt_peer_send = env_is("KVCACHE_TEST_CORRUPT_PEER_SEND", "1");
 	t->cut_peer_send = env_is("KVCACHE_TEST_CUT_PEER_SEND", "1");
 	if (bogus && (!strcmp(bogus, "rkey") || !strcmp(bogus, "address")))

@@ -34,6 +34,7 @@ struct test_hooks {
 	bool no_sums_ahead;           /* KVCACHE_TEST_NO_SUMS_AHEAD=1 */
 	unsigned sums_ahead_delay_ms; /* KVCACHE_TEST_SUMS_AHEAD_DELAY_MS: the first one waits */
 	unsigned recovery_pause_ms;   /* KVCACHE_TEST_RECOVERY_PAUSE_MS: per record recovered */
+	unsigned shared_write_ms;     /* KVCACHE_TEST_SHARED_WRITE_MS: each shared-tier copy waits first */
 	bool corrupt_peer_send;       /* KVCACHE_TEST_CORRUPT_PEER_SEND=1: objects sent damaged */
 	/* KVCACHE_TEST_CUT_PEER_SEND=1: a fetch answer on a connection that
 	 * carried one before sends half its bytes, as garbage, and closes it */

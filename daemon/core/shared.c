@@ -6,6 +6,8 @@
  * (daemon/disk/shared.c) owns the files; core only decides when to ask.
  */
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "store-private.h"
 #include "tier.h"
@@ -24,17 +26,102 @@ void store_shared_detach(struct store *st)
 	st->shared = (struct below) { 0 };
 }
 
+/*
+ * A write-through the shared tier cannot queue now (its copies in flight
+ * hold a quarter of dram, at most 1 GiB) waits, by key, in the order put,
+ * and goes as copies end: puts faster than the shared directory takes
+ * them used to be copied only when they left memory, so a prefill node
+ * that died first lost them from the shared tier.  A key whose object is
+ * gone, replaced, or copied meanwhile is passed over.  Past THROUGH_MAX
+ * waiting, a put is counted (shared_through_dropped) and copied when it
+ * leaves memory, as before.
+ */
+#define THROUGH_MAX 65536
+
+struct through_wait {
+	struct through_wait *next;
+	size_t len;
+	char key[];
+};
+
+static bool through_wants(struct store *st, const struct object *o)
+{
+	const struct below *sh = &st->shared;
+
+	return o && o->where == OBJ_MEMORY && (o->flags & OBJ_COMMITTED) &&
+	       !(o->flags & (OBJ_SHARED | OBJ_SHARING)) && sh->ops->accepting(sh->be, o);
+}
+
+static void through_wait(struct store *st, const struct object *o)
+{
+	struct through_wait *w;
+
+	if (st->n_through >= THROUGH_MAX || !(w = malloc(sizeof(*w) + o->key_len))) {
+		st->stats.shared_through_dropped++;
+		return;
+	}
+	w->next = NULL;
+	w->len = o->key_len;
+	memcpy(w->key, o->key, o->key_len);
+	if (st->through_tail)
+		st->through_tail->next = w;
+	else
+		st->through_head = w;
+	st->through_tail = w;
+	st->n_through++;
+	st->stats.shared_through_waited++;
+}
+
+static void through_pop(struct store *st)
+{
+	struct through_wait *w = st->through_head;
+
+	st->through_head = w->next;
+	if (!st->through_head)
+		st->through_tail = NULL;
+	st->n_through--;
+	free(w);
+}
+
 void shared_through(struct store *st, struct object *o)
 {
 	const struct below *sh = &st->shared;
 
-	if (sh->ops && st->cfg->shared_write_through &&
-	    !(o->flags & (OBJ_SHARED | OBJ_SHARING)) && sh->ops->accepting(sh->be, o))
-		tier_shared_copy(st, o);
+	if (!sh->ops || !st->cfg->shared_write_through || !through_wants(st, o))
+		return;
+	/* behind those waiting: in the order put */
+	if (st->through_head || tier_shared_copy(st, o) == -EBUSY)
+		through_wait(st, o);
+}
+
+bool shared_through_more(struct store *st)
+{
+	bool did = false;
+
+	if (!st->through_ready || !st->shared.ops)
+		return false;
+	st->through_ready = false;
+	while (st->through_head) {
+		struct through_wait *w = st->through_head;
+		struct object *o = store_find(st, w->key, w->len);
+
+		if (through_wants(st, o) && tier_shared_copy(st, o) == -EBUSY)
+			break; /* the next copy to end makes room */
+		through_pop(st);
+		did = true;
+	}
+	return did;
+}
+
+void shared_through_done(struct store *st)
+{
+	while (st->through_head)
+		through_pop(st);
 }
 
 bool store_shared_copied(struct store *st, struct object *o, bool ok)
 {
+	st->through_ready = true;
 	o->flags &= ~OBJ_SHARING;
 	if (ok)
 		o->flags |= OBJ_SHARED;

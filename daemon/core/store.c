@@ -27,7 +27,9 @@ static struct object *lookup(struct store *st, const void *key, size_t len)
  * index's growth: each step bounded (tier_maintain()). */
 static bool maintain(void *userdata)
 {
-	return tier_maintain(userdata);
+	bool did = tier_maintain(userdata);
+
+	return shared_through_more(userdata) || did;
 }
 
 int store_new(struct config *cfg, struct loop *loop, int numa_node, struct store **ret)
@@ -97,6 +99,7 @@ void store_free(struct store *st)
 	if (st->reserving.buckets)
 		index_done(&st->reserving);
 	store_landing_done(st); /* empty: its backends went first */
+	shared_through_done(st);
 	tiers_done(st);
 	catalog_done(&st->cat);
 	index_done(&st->index);

@@ -33,6 +33,8 @@ struct stats {
 	uint64_t prefetches;       /* fetches a prefetch started or joined */
 	uint64_t lookup_waits;     /* lookups that waited for a put in flight */
 	uint64_t leases_broken;    /* leases that yielded to a request or to --max-leased-ratio */
+	uint64_t shared_through_waited;  /* write-throughs that waited for room in the queue */
+	uint64_t shared_through_dropped; /* ...that found too many waiting: copied on leaving memory */
 };
 
 /*

@@ -836,6 +836,8 @@ static void job_run(struct work *w)
 		run_probe(j);
 		break;
 	case SJ_WRITE:
+		if (store_config(j->sh->st)->test.shared_write_ms) /* tests: a slow directory */
+			usleep(store_config(j->sh->st)->test.shared_write_ms * 1000u);
 		run_write(j);
 		break;
 	case SJ_HEAD:

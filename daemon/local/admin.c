@@ -265,6 +265,8 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		{ "evict_examined", x->evict_examined },
 		{ "prefetches", x->prefetches },
 		{ "lookup_waits", x->lookup_waits },
+		{ "shared_through_waited", x->shared_through_waited },
+		{ "shared_through_dropped", x->shared_through_dropped },
 		{ "leases_broken", x->leases_broken },
 		{ "prefaulted_bytes", store_prefaulted(sv->st) },
 		{ "buffer_prefaulted_bytes", buffer_warmed_bytes(sv) },

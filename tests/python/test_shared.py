@@ -152,6 +152,36 @@ def written_through_read_by_another_after_the_writer_died(shared):
         b.stop()
 
 
+def test_write_through_faster_than_the_directory_waits_its_turn(shared):
+    # a quarter of dram may be queued for the shared tier (16 MiB here),
+    # whose copies take 30 ms each: puts past that wait for room, in
+    # order, and every one is written while all of them are still in
+    # memory; then the writer dies and another node reads them all
+    os.environ["KVCACHE_TEST_SHARED_WRITE_MS"] = "30"
+    try:
+        a = Node(shared.mount("a"), "--dram-size", "64MiB", "--shared-write-through")
+    finally:
+        del os.environ["KVCACHE_TEST_SHARED_WRITE_MS"]
+    b = Node(shared.mount("b"))
+    try:
+        vals = values(12, size=4 << 20, prefix="t")
+        for k, v in vals.items():
+            assert a.c.put(k, v) == 0
+        wait_for(lambda: stat(a.c, "writes") == len(vals), what="every copy written")
+        st = a.c.stats()
+        assert st["shared_through_waited"] > 0
+        assert st["shared_through_dropped"] == 0
+        assert st["evictions"] == 0  # none was copied for leaving memory
+        a.kill()
+        a = None
+        for k, v in vals.items():
+            assert b.c.get(k) == v, k
+    finally:
+        if a:
+            a.stop()
+        b.stop()
+
+
 def test_objects_leaving_memory_are_copied_first(shared):
     n = Node(shared.mount("n"), "--dram-size", "16MiB")
     try:

@@ -38,6 +38,11 @@ struct store {
 	/* objects held while a copy of them is taken (below, shared): room
 	 * they hold comes free when the copies end */
 	uint64_t copies_held;
+	/* puts whose write-through found the shared tier's queue full, by
+	 * key, oldest first: taken as copies end (shared_through_more()) */
+	struct through_wait *through_head, *through_tail;
+	size_t n_through;
+	bool through_ready;    /* a copy ended since the last look */
 	struct remote remote;  /* other nodes (the cluster), or nothing */
 	struct store_listener *listeners; /* in the order they were added */
 	struct object **promote_q; /* objects waiting to move up */

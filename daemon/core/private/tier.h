@@ -88,6 +88,10 @@ struct tier *tier_at(struct store *st, unsigned i);
  * (store_where). */
 int tier_shared_copy(struct store *st, struct object *o);
 void shared_through(struct store *st, struct object *o);
+/* Write-throughs that waited for room in the shared tier's queue: as many
+ * as it takes now (true if any).  shared_through_done() drops the rest. */
+bool shared_through_more(struct store *st);
+void shared_through_done(struct store *st);
 int shared_locate(struct store *st, const void *key, size_t len, struct fetch **ret);
 int shared_where(struct store *st, const char *const *keys, const size_t *lens, size_t n,
 		 uint8_t *present, bool settle, struct fetch **ret);

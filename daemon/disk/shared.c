@@ -1771,6 +1771,9 @@ int shared_new(struct store *st, struct shared **ret)
 	sh->st = st;
 	sh->loop = store_loop(st);
 	sh->queue_max = cfg->dram_size / 4 < QUEUED_BYTES_MAX ? cfg->dram_size / 4 : QUEUED_BYTES_MAX;
+	if (cfg->test.shared_write_ms)
+		log_warn("KVCACHE_TEST_SHARED_WRITE_MS: each copy to the shared tier waits %u ms first",
+			 cfg->test.shared_write_ms);
 	sh->rm = calloc(REMOVALS_MAX, sizeof(*sh->rm));
 	if (!sh->rm) {
 		free(sh);

@@ -1265,6 +1265,8 @@ int channel_init(struct server *sv)
 	int r = loop_add_poller(sv->loop, poll_channels, channels_sleeping, sv, &sv->channels_src);
 
 	store_add_listener(sv->st, &sv->space_listener, &server_events, sv);
+	if (sv->cfg->test.no_channel_stream)
+		log_warn("KVCACHE_TEST_NO_CHANNEL_STREAM: channels offer no SHM_SQE_STREAM");
 
 	if (r == 0)
 		r = loop_add_timer(sv->loop, space_deadline, sv, &sv->space_timer);

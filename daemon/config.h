@@ -30,7 +30,7 @@
  */
 struct test_hooks {
 	bool no_channel_push;         /* KVCACHE_TEST_NO_CHANNEL_PUSH: a daemon before SHM_SQE_PUSH */
-	bool no_channel_stream;       /* KVCACHE_TEST_NO_CHANNEL_STREAM=1: a daemon before SHM_SQE_STREAM */
+	bool no_channel_stream;       /* KVCACHE_TEST_NO_CHANNEL_STREAM=1: as before SHM_SQE_STREAM */
 	bool no_sums_ahead;           /* KVCACHE_TEST_NO_SUMS_AHEAD=1 */
 	unsigned sums_ahead_delay_ms; /* KVCACHE_TEST_SUMS_AHEAD_DELAY_MS: the first one waits */
 	unsigned recovery_pause_ms;   /* KVCACHE_TEST_RECOVERY_PAUSE_MS: per record recovered */

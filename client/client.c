@@ -805,7 +805,9 @@ static int64_t get_streamed(struct kvc_client *c, const char *key, uint8_t *buf,
 	if (r < 0)
 		return r;
 	/* the copy so far is the answer's, from its only landing */
-	if (s.word && s.copied && (stream_in(&s), s.word) && ret->len == s.len &&
+	if (s.word && s.copied)
+		stream_in(&s); /* (no word any more if it started over) */
+	if (s.word && s.copied && ret->len == s.len &&
 	    client_extent_ptr(c, ret->segment, ret->offset, ret->len, &p) == 0 && p == s.src)
 		*ret_copied = s.copied;
 	return r;

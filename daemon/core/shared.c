@@ -31,8 +31,9 @@ void store_shared_detach(struct store *st)
  * hold a quarter of dram, at most 1 GiB) waits, by key, in the order put,
  * and goes as copies end: puts faster than the shared directory takes
  * them used to be copied only when they left memory, so a prefill node
- * that died first lost them from the shared tier.  A key whose object is
- * gone, replaced, or copied meanwhile is passed over.  Past THROUGH_MAX
+ * that died first lost them from the shared tier.  A key whose object
+ * went or was copied meanwhile is passed over (a key put again is copied
+ * once, with its newest bytes).  Past THROUGH_MAX
  * waiting, a put is counted (shared_through_dropped) and copied when it
  * leaves memory, as before.
  */

@@ -166,8 +166,10 @@ static int full_io(int fd, void *buf, size_t len, bool out)
  * them, as a node sends and receives an object; the receiver checks it. */
 #define SUM_CHUNK (256u << 10)
 
-/* One value sent or received (send), with its checksum if sum. */
-static int move_value(int c, uint8_t *buf, uint64_t size, bool sum, bool send)
+/* One value sent or received (send), with its checksum if sum; out: the
+ * receiver also copies each chunk there right after hashing it, while it is
+ * in cache (a node's copy to its client, at best). */
+static int move_value(int c, uint8_t *buf, uint64_t size, bool sum, bool send, uint8_t *out)
 {
 	struct csum *h;
 	uint64_t d, got;
@@ -185,6 +187,8 @@ static int move_value(int c, uint8_t *buf, uint64_t size, bool sum, bool send)
 			return -1;
 		}
 		csum_update(h, buf + off, k);
+		if (out)
+			memcpy(out + off, buf + off, k);
 	}
 	d = csum_digest(h);
 	csum_free(h);
@@ -199,7 +203,10 @@ static int move_value(int c, uint8_t *buf, uint64_t size, bool sum, bool send)
  * value at a time over one connection with TCP_NODELAY; n values, GB/s.
  * No directory, no shared memory: what one request and one answer cost
  * between the same namespaces; with sum, and the checksum a node sends and
- * verifies (the limit of a fetch on a machine whose CPUs are the link).
+ * verifies (the limit of a fetch on a machine whose CPUs are the link); with
+ * copy as well, the receiver copies each value once more, as a node copies
+ * a fetched value to its client (the limit of get, get_into and
+ * batch_get_into where the same CPUs carry both ends).
  */
 /* The congestion control a new TCP socket gets here, and the one a node's
  * connections run (--peer-tcp-congestion auto; namespaces start with the
@@ -221,8 +228,11 @@ static void congestion_names(void)
 	close(fd);
 }
 
-static double plain_tcp(uint64_t size, uint64_t n, bool sum)
+static double plain_tcp(uint64_t size, uint64_t n, bool sum, bool copy)
 {
+	/* each value has a place of its own on both sides, as in a node's
+	 * memory (one buffer again and again would stay in cache) */
+	size_t room = (size_t) (size * (n + 1));
 	int one = 1, ready[2], res[2];
 	pid_t server, client;
 	double gbs = 0;
@@ -232,9 +242,9 @@ static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 	server = fork();
 	if (server == 0) {
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(5302) };
-		uint8_t *buf = malloc(size);
+		uint8_t *buf = malloc(room);
 		int l, c;
-		uint64_t want;
+		uint64_t want, i = 0;
 
 		enter_ns(ns_a);
 		inet_pton(AF_INET, NET ".1", &sa.sin_addr);
@@ -242,14 +252,14 @@ static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 		setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (!buf || bind(l, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(l, 1) < 0)
 			_exit(1);
-		memset(buf, 0x5a, size);
+		memset(buf, 0x5a, room);
 		if (write(ready[1], "r", 1) != 1)
 			_exit(1);
 		c = accept(l, NULL, NULL);
 		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		net_congestion(c, "auto"); /* as a node's */
 		while (full_io(c, &want, sizeof(want), false) == 0 && want <= size)
-			if (move_value(c, buf, want, sum, true) < 0)
+			if (move_value(c, buf + size * (i++ % (n + 1)), want, sum, true, NULL) < 0)
 				break;
 		_exit(0);
 	}
@@ -262,7 +272,7 @@ static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 	client = fork();
 	if (client == 0) {
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(5302) };
-		uint8_t *buf = malloc(size);
+		uint8_t *buf = malloc(room), *out = copy ? malloc(size) : NULL;
 		int c;
 		uint64_t t0;
 		double g;
@@ -272,17 +282,19 @@ static double plain_tcp(uint64_t size, uint64_t n, bool sum)
 		c = socket(AF_INET, SOCK_STREAM, 0);
 		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		net_congestion(c, "auto");
-		if (!buf || connect(c, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+		if (!buf || (copy && !out) || connect(c, (struct sockaddr *) &sa, sizeof(sa)) < 0)
 			_exit(1);
-		memset(buf, 0, size);
+		memset(buf, 0, room);
+		if (out)
+			memset(out, 0, size);
 		/* a warm-up value: a fresh connection starts with a small window */
 		if (full_io(c, &size, sizeof(size), true) < 0 ||
-		    move_value(c, buf, size, sum, false) < 0)
+		    move_value(c, buf, size, sum, false, out) < 0)
 			_exit(1);
 		t0 = now_ns();
 		for (uint64_t i = 0; i < n; i++)
 			if (full_io(c, &size, sizeof(size), true) < 0 ||
-			    move_value(c, buf, size, sum, false) < 0)
+			    move_value(c, buf + size * (i + 1), size, sum, false, out) < 0)
 				_exit(1);
 		g = (double) (n * size) / (double) (now_ns() - t0);
 		if (write(res[1], &g, sizeof(g)) != sizeof(g))
@@ -995,6 +1007,9 @@ int run_cluster(void)
 	/* rat_*: a round's figure over the same round's plain TCP, taken
 	 * moments apart (the machine's speed moves between rounds) */
 	static struct fig rat_at[MAX_SIZES], rat_as[MAX_SIZES], rat_gt[MAX_SIZES];
+	/* tcc: plain TCP with the checksum and a copy out; rat_*c: get and
+	 * batch over it, round by round */
+	static struct fig tcc[MAX_SIZES], rat_gc[MAX_SIZES], rat_bc[MAX_SIZES];
 	static struct fig g5[MAX_SIZES]; /* fetched again: sums known */
 	static struct fig tcp[MAX_SIZES], tcs[MAX_SIZES], g1[MAX_SIZES], g2[MAX_SIZES], g3[MAX_SIZES],
 		g4[MAX_SIZES], g6[MAX_SIZES], push[MAX_SIZES], pushw[MAX_SIZES], pushb[MAX_SIZES];
@@ -1024,8 +1039,9 @@ int run_cluster(void)
 			if (n < 8)
 				n = 8;
 			size_name(name, sizeof(name), size);
-			tcp[i].v[tcp[i].n++] = plain_tcp(size, n, false);
-			tcs[i].v[tcs[i].n++] = plain_tcp(size, n, true);
+			tcp[i].v[tcp[i].n++] = plain_tcp(size, n, false, false);
+			tcs[i].v[tcs[i].n++] = plain_tcp(size, n, true, false);
+			tcc[i].v[tcc[i].n++] = plain_tcp(size, n, true, true);
 			snprintf(p, sizeof(p), "one-%s-%u", name, r);
 			g1[i].v[g1[i].n++] = remote_gets(sa, sb, p, size, n, 1, true, false);
 			snprintf(p, sizeof(p), "two-%s-%u", name, r);
@@ -1043,6 +1059,8 @@ int run_cluster(void)
 			put_values(sa, p, size, n);
 			g4[i].v[g4[i].n++] =
 				remote_batches(sb, p, size, n, batch_keys(size));
+			rat_gc[i].v[rat_gc[i].n++] = g3[i].v[r] / tcc[i].v[r];
+			rat_bc[i].v[rat_bc[i].n++] = g4[i].v[r] / tcc[i].v[r];
 			clear_nodes(sa, sb); /* room for the next on both nodes */
 		}
 	p1b = iperf(1);
@@ -1055,8 +1073,10 @@ int run_cluster(void)
 	printf("remote fetches into B's dram (acquire: a view of the replica), then gets (the same\n"
 	       "plus the copy to the client); each value is fetched once; daemons run their defaults\n"
 	       "(%s pages; their tiers faulted in first, which took %.1f s);\n"
-	       "tcp: the same values asked for and sent one at a time over a plain TCP connection;\n"
+	       "tcp: the same values asked for and sent one at a time over a plain TCP connection\n"
+	       "(each value in a place of its own on both sides, as in a node's memory);\n"
 	       "tcp+sum: the same with the transfer checksum (%s) hashed and checked as a node does;\n"
+	       "tcp+sum+copy: and the receiver copying each value once more (below);\n"
 	       "batch: kvc_batch_get_into of 64 keys a call at 64 KiB (one layer's blocks of a\n"
 	       "1024-token prompt), 16 MiB a call above (at least 4 keys);\n"
 	       "TCP congestion control: the system's is %s; nodes and plain TCP run %s\n"
@@ -1105,11 +1125,23 @@ int run_cluster(void)
 		printf("%-6s GB/s:", name);
 		fig_range("tcp", &tcp[i]);
 		fig_range("tcp+sum", &tcs[i]);
+		fig_range("tcp+sum+copy", &tcc[i]);
 		fig_range("acquire", &g1[i]);
 		fig_range("2 clients", &g2[i]);
 		fig_range("get", &g3[i]);
 		fig_range("batch", &g4[i]);
 		printf("\n");
+	}
+	printf("against tcp+sum+copy (plain TCP with the checksum, the receiver copying each value\n"
+	       "once more, as a node copies to its client: where one host's CPUs carry both ends,\n"
+	       "the most a get or a batch load can reach; medians of each round's ratio):\n");
+	for (size_t i = 0; i < ns; i++) {
+		char name[16];
+
+		size_name(name, sizeof(name), sizes[i]);
+		printf("%-6s tcp+sum+copy %5.2f GB/s (%.0f%% of iperf3): get %.0f%%, batch %.0f%%\n",
+		       name, fig_med(&tcc[i]), 100 * fig_med(&tcc[i]) / p1,
+		       100 * fig_med(&rat_gc[i]), 100 * fig_med(&rat_bc[i]));
 	}
 	printf("acquired again after B dropped its replicas (A knows every checksum now; the first "
 	       "time, those not yet taken ahead were hashed as they were sent):\n");
@@ -1168,6 +1200,11 @@ int run_cluster(void)
 		       100 * g / p1, fig_min(&push[i]), fig_max(&push[i]), w, 100 * w / p1,
 		       fig_min(&pushw[i]), fig_max(&pushw[i]), bt, 100 * bt / p1, fig_min(&pushb[i]),
 		       fig_max(&pushb[i]));
+		/* a push also copies each byte once more (the put into A's
+		 * memory) on the same CPUs */
+		printf("%-6s         of tcp+sum+copy: %.0f%% fresh, %.0f%% warm, %.0f%% batches\n",
+		       name, 100 * g / fig_med(&tcc[i]), 100 * w / fig_med(&tcc[i]),
+		       100 * bt / fig_med(&tcc[i]));
 	}
 	local_while_remote(sa, sb);
 	loop_figures("A", sa);

@@ -731,17 +731,40 @@ struct stream {
 	uint64_t word0, len, copied;
 };
 
+/* Where a get's bytes go: buf of cap bytes, or (alloc) one made once the
+ * length is known, made again if the length changes. */
+struct get_dest {
+	uint8_t *buf;
+	size_t cap;
+	kvc_alloc_fn alloc;
+	void *ctx;
+};
+
+/* Room for len bytes: 0, or -ENOBUFS (a buffer too small), -ENOMEM (alloc
+ * made none). */
+static int dest_fit(struct get_dest *d, size_t len)
+{
+	if (!d->alloc)
+		return len <= d->cap ? 0 : -ENOBUFS;
+	if (d->buf && d->cap == len)
+		return 0;
+	d->buf = d->alloc(d->ctx, len);
+	d->cap = d->buf ? len : 0;
+	return d->buf ? 0 : -ENOMEM;
+}
+
 /* The daemon's news of where the object lands: copy behind it if it is
  * sound (inside the mappings, a word in a header, a length that fits). */
-static void stream_from(struct kvc_client *c, const struct shm_cqe *m, size_t cap,
+static void stream_from(struct kvc_client *c, const struct shm_cqe *m, struct get_dest *d,
 			struct stream *s)
 {
 	void *p;
 
 	*s = (struct stream) { 0 };
-	if (m->len > cap || m->reserved[0] >= SHM_SEG_PROGRESS_SLOTS ||
+	if (m->reserved[0] >= SHM_SEG_PROGRESS_SLOTS ||
 	    (m->reserved[1] & (SHM_PROGRESS_BYTES | SHM_PROGRESS_RESTART)) ||
-	    client_extent_ptr(c, m->segment, m->offset, m->len, &p) < 0)
+	    client_extent_ptr(c, m->segment, m->offset, m->len, &p) < 0 ||
+	    dest_fit(d, m->len) < 0)
 		return;
 	s->src = p;
 	s->len = m->len;
@@ -763,7 +786,7 @@ static uint64_t stream_in(struct stream *s)
 	return w < s->len ? w : s->len;
 }
 
-static int64_t get_streamed(struct kvc_client *c, const char *key, uint8_t *buf, size_t cap,
+static int64_t get_streamed(struct kvc_client *c, const char *key, struct get_dest *d,
 			    struct shm_cqe *ret, uint64_t *ret_copied)
 {
 	struct stream s = { 0 };
@@ -789,10 +812,10 @@ static int64_t get_streamed(struct kvc_client *c, const char *key, uint8_t *buf,
 
 		if (k != seen) { /* (a later one: it lands elsewhere now) */
 			seen = k;
-			stream_from(c, &m, cap, &s);
+			stream_from(c, &m, d, &s);
 		}
 		if (s.word && (in = stream_in(&s)) > s.copied) {
-			memcpy(buf + s.copied, s.src + s.copied, in - s.copied);
+			memcpy(d->buf + s.copied, s.src + s.copied, in - s.copied);
 			s.copied = in;
 			idle = mono_us();
 			continue;
@@ -813,7 +836,7 @@ static int64_t get_streamed(struct kvc_client *c, const char *key, uint8_t *buf,
 	return r;
 }
 
-ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap)
+static ssize_t get_to(struct kvc_client *c, const char *key, struct get_dest *d)
 {
 	struct shm_cqe cqe;
 	uint64_t copied = 0;
@@ -822,24 +845,43 @@ ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap)
 	int64_t r;
 	int rr;
 
-	if (!buf && cap)
-		return -EINVAL;
-	if (c && (c->chan.features & SHM_CHAN_FEAT_STREAM) && cap)
-		r = get_streamed(c, key, buf, cap, &cqe, &copied);
+	if (c && (c->chan.features & SHM_CHAN_FEAT_STREAM) && (d->cap || d->alloc))
+		r = get_streamed(c, key, d, &cqe, &copied);
 	else
 		r = key_call(c, SHM_OP_ACQUIRE, key, &cqe);
 	if (r < 0)
 		return r;
 	if (client_extent_ptr(c, cqe.segment, cqe.offset, cqe.len, &p) < 0)
 		n = -EPROTO;
-	else if (cqe.len > cap)
-		n = -ENOBUFS;
-	else {
-		memcpy((uint8_t *) buf + copied, (uint8_t *) p + copied, cqe.len - copied);
+	else if ((n = dest_fit(d, cqe.len)) == 0) {
+		if (cqe.len > copied)
+			memcpy(d->buf + copied, (uint8_t *) p + copied, cqe.len - copied);
 		n = (ssize_t) cqe.len;
 	}
 	rr = release_async(c, cqe.handle);
 	return rr < 0 ? rr : n;
+}
+
+ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap)
+{
+	struct get_dest d = { .buf = buf, .cap = cap };
+
+	if (!buf && cap)
+		return -EINVAL;
+	return get_to(c, key, &d);
+}
+
+ssize_t kvc_get_alloc(struct kvc_client *c, const char *key, kvc_alloc_fn alloc, void *ctx,
+		      void **ret_buf)
+{
+	struct get_dest d = { .alloc = alloc, .ctx = ctx };
+	ssize_t n;
+
+	if (!alloc || !ret_buf)
+		return -EINVAL;
+	n = get_to(c, key, &d);
+	*ret_buf = n >= 0 ? d.buf : NULL;
+	return n;
 }
 
 int kvc_exists(struct kvc_client *c, const char *key)

@@ -534,42 +534,54 @@ fail:
 	return NULL;
 }
 
-/* Small objects are copied with the GIL held: taking it twice more costs
- * more than the copy. */
-#define COPY_WITH_GIL 65536
+/* Client.get()'s bytes, made once the library knows the length (with the
+ * GIL, taken back for that moment): across nodes the copy then runs behind
+ * the transfer instead of after it. */
+struct get_bytes {
+	PyThreadState **ts; /* the thread's state while the GIL is let go */
+	PyObject *out;
+};
+
+static void *get_bytes_alloc(void *ctx, size_t len)
+{
+	struct get_bytes *g = ctx;
+	void *p = NULL;
+
+	if (len > PY_SSIZE_T_MAX)
+		return NULL;
+	PyEval_RestoreThread(*g->ts);
+	Py_CLEAR(g->out); /* made before for another length */
+	g->out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t) len);
+	if (g->out)
+		p = PyBytes_AS_STRING(g->out);
+	else
+		PyErr_Clear(); /* -ENOMEM below */
+	*g->ts = PyEval_SaveThread();
+	return p;
+}
 
 static PyObject *client_get(ClientObject *self, PyObject *arg)
 {
-	struct kvc_view v;
-	PyObject *out = NULL;
+	PyThreadState *ts;
+	struct get_bytes g = { &ts, NULL };
 	const char *key;
-	char *dst;
-	int r;
+	void *buf;
+	ssize_t r;
 
 	if (key_from(arg, &key) || client_enter(self))
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	r = kvc_acquire(self->c, key, &v);
-	Py_END_ALLOW_THREADS
-	if (r < 0) {
-		client_leave(self);
-		if (r == -ENOENT)
-			Py_RETURN_NONE;
-		return raise_kvc(r);
-	}
-	out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t) v.len);
-	dst = out ? PyBytes_AS_STRING(out) : NULL;
-	if (dst && v.len <= COPY_WITH_GIL) {
-		memcpy(dst, v.data, v.len);
-		dst = NULL;
-	}
-	Py_BEGIN_ALLOW_THREADS
-	if (dst)
-		memcpy(dst, v.data, v.len);
-	kvc_release(self->c, &v);
-	Py_END_ALLOW_THREADS
+	ts = PyEval_SaveThread();
+	r = kvc_get_alloc(self->c, key, get_bytes_alloc, &g, &buf);
+	PyEval_RestoreThread(ts);
 	client_leave(self);
-	return out;
+	if (r >= 0)
+		return g.out;
+	Py_CLEAR(g.out);
+	if (r == -ENOENT)
+		Py_RETURN_NONE;
+	if (r == -ENOMEM)
+		return PyErr_NoMemory();
+	return raise_kvc((int) r);
 }
 
 static PyObject *client_exists(ClientObject *self, PyObject *arg)

@@ -35,7 +35,9 @@
  * value lands (gets_streamed); a buffer too small gets -ENOBUFS and keeps
  * its bytes.  Run against a holder that cuts answers short with junk
  * (KVCACHE_TEST_CUT_PEER_SEND), the same holds: what was copied before
- * the bytes started over is not kept.  get-streamed-plain: the gets
+ * the bytes started over is not kept.  Every other get is kvc_get_alloc's,
+ * whose buffer is asked for once, at the value's length; refused, the get
+ * fails with -ENOMEM; a miss asks for none.  get-streamed-plain: the gets
  * alone, once A has written the values through to its shared tier.
  */
 #include <errno.h>
@@ -481,6 +483,23 @@ static int ask_end(struct asker *q)
 #define STREAMED 4
 #define STREAMED_LEN ((8u << 20) + 4093)
 
+/* kvc_get_alloc's buffer: the test's, or none (refuse); the calls made. */
+struct alloc_rec {
+	uint8_t *buf;
+	bool refuse;
+	unsigned calls;
+	size_t len;
+};
+
+static void *alloc_rec(void *ctx, size_t len)
+{
+	struct alloc_rec *a = ctx;
+
+	a->calls++;
+	a->len = len;
+	return a->refuse || len > STREAMED_LEN ? NULL : a->buf;
+}
+
 static int get_streamed(struct kvc_client *a, struct kvc_client *b, bool plain)
 {
 	uint8_t *v = malloc(STREAMED_LEN), *got = malloc(STREAMED_LEN);
@@ -524,12 +543,39 @@ static int get_streamed(struct kvc_client *a, struct kvc_client *b, bool plain)
 	kvc_set_get_flags(b, 0);
 gets:
 	streamed = test_counter(b, "gets_streamed");
+	/* odd ones through kvc_get_alloc: a buffer asked for once, at the
+	 * value's length */
 	for (int i = 0; i < STREAMED; i++) {
+		struct alloc_rec ar = { .buf = got };
+		void *out = NULL;
+
 		memset(got, 0x11, STREAMED_LEN);
-		CHECK_EQ(kvc_get(b, keys[i], got, STREAMED_LEN), (ssize_t) STREAMED_LEN);
+		if (i % 2) {
+			CHECK_EQ(kvc_get_alloc(b, keys[i], alloc_rec, &ar, &out),
+				 (ssize_t) STREAMED_LEN);
+			CHECK(out == got);
+			CHECK_EQ(ar.calls, 1u);
+			CHECK_EQ(ar.len, (size_t) STREAMED_LEN);
+		} else
+			CHECK_EQ(kvc_get(b, keys[i], got, STREAMED_LEN), (ssize_t) STREAMED_LEN);
 		CHECK(same(got, STREAMED_LEN, 40 + i));
 	}
 	CHECK(test_counter(b, "gets_streamed") >= streamed + STREAMED);
+	/* no buffer to be had: -ENOMEM; a miss asks for none */
+	if (!plain) {
+		struct alloc_rec ar = { .buf = got, .refuse = true };
+		void *out = got;
+
+		kvc_set_get_flags(b, KVC_LOCAL_ONLY);
+		CHECK_EQ(kvc_remove_force(b, keys[3]), 0);
+		kvc_set_get_flags(b, 0);
+		CHECK_EQ(kvc_get_alloc(b, keys[3], alloc_rec, &ar, &out), -ENOMEM);
+		CHECK(ar.calls >= 1 && out == NULL);
+		ar = (struct alloc_rec) { .buf = got };
+		CHECK_EQ(kvc_get_alloc(b, "streamed-none", alloc_rec, &ar, &out), -ENOENT);
+		CHECK_EQ(ar.calls, 0u);
+		CHECK_EQ(kvc_get_alloc(b, keys[3], NULL, &ar, &out), -EINVAL);
+	}
 	/* held on B now: a local get, nothing to stream */
 	streamed = test_counter(b, "gets_streamed");
 	CHECK_EQ(kvc_get(b, keys[1], got, STREAMED_LEN), (ssize_t) STREAMED_LEN);

@@ -51,6 +51,46 @@ static void test_put_get(struct kvc_client *c)
 	CHECK_EQ(kvc_remove(c, "big"), 0);
 }
 
+/* kvc_get_alloc: the buffer is asked for once the length is known */
+struct alloc_calls {
+	unsigned calls;
+	size_t len;
+	void *give;
+};
+
+static void *alloc_calls(void *ctx, size_t len)
+{
+	struct alloc_calls *a = ctx;
+
+	a->calls++;
+	a->len = len;
+	return a->give;
+}
+
+static void test_get_alloc(struct kvc_client *c)
+{
+	uint8_t big[10000], out[10000];
+	struct alloc_calls a = { .give = out };
+	void *got = NULL;
+
+	test_fill(big, sizeof(big), 7);
+	CHECK_EQ(kvc_put(c, "ga", big, sizeof(big), NULL), 0);
+	CHECK_EQ(kvc_get_alloc(c, "ga", alloc_calls, &a, &got), (ssize_t) sizeof(big));
+	CHECK(got == out && a.calls == 1 && a.len == sizeof(big));
+	CHECK(test_verify(out, sizeof(out), 7));
+	/* a miss asks for nothing */
+	a = (struct alloc_calls) { .give = out };
+	CHECK_EQ(kvc_get_alloc(c, "ga-none", alloc_calls, &a, &got), -ENOENT);
+	CHECK(a.calls == 0 && got == NULL);
+	/* refused: -ENOMEM */
+	a = (struct alloc_calls) { 0 };
+	CHECK_EQ(kvc_get_alloc(c, "ga", alloc_calls, &a, &got), -ENOMEM);
+	CHECK(a.calls == 1 && got == NULL);
+	CHECK_EQ(kvc_get_alloc(c, "ga", NULL, &a, &got), -EINVAL);
+	CHECK_EQ(kvc_get_alloc(c, "ga", alloc_calls, &a, NULL), -EINVAL);
+	CHECK_EQ(kvc_remove(c, "ga"), 0);
+}
+
 static void test_bad_args(struct kvc_client *c)
 {
 	char key[600];
@@ -516,6 +556,7 @@ int main(void)
 			  "--default-kv-lease-ttl", "0", NULL);
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	test_put_get(c);
+	test_get_alloc(c);
 	test_bad_args(c);
 	test_reserve_commit(c);
 	test_replace_while_viewed(c);

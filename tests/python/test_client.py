@@ -528,3 +528,26 @@ def test_fileno_with_asyncio(client):
         return sorted(results)
 
     assert asyncio.run(run()) == [(i, 0) for i in range(20)]
+
+
+def test_get_of_another_nodes_value_copies_behind_its_transfer(two_nodes):
+    """Client.get() of a value another node holds gets its bytes object as
+    the transfer starts and fills it as the bytes land (gets_streamed);
+    held locally after, the same bytes without a stream."""
+    import time
+    a, b = kvcache.Client(two_nodes[0]), kvcache.Client(two_nodes[1])
+    value = bytes(range(256)) * (32 * 1024) + b"tail"  # 8 MiB and 4 bytes
+    a.put("py-far", value)
+    for _ in range(400):  # the directory hears of commits in batches
+        if b.exists("py-far"):
+            break
+        time.sleep(0.025)
+    before = b.stats()["gets_streamed"]
+    got = b.get("py-far")
+    assert type(got) is bytes and got == value
+    assert b.stats()["gets_streamed"] == before + 1
+    assert b.get("py-far") == value  # a local hit now
+    assert b.stats()["gets_streamed"] == before + 1
+    assert b.get("py-far-none") is None
+    a.close()
+    b.close()

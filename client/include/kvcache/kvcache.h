@@ -90,6 +90,17 @@ int kvc_put(struct kvc_client *c, const char *key, const void *val, size_t len,
  * is smaller than the object (nothing copied). */
 ssize_t kvc_get(struct kvc_client *c, const char *key, void *buf, size_t cap);
 
+/* kvc_get into a buffer made once the object's length is known:
+ * alloc(ctx, len) returns len writable bytes (NULL: the get fails with
+ * -ENOMEM).  Across nodes it is called as the bytes start to arrive and the
+ * copy runs behind them; should the object change under the get, it is
+ * called again with the new length and the buffer it returned before is
+ * left unused.  Returns the length, the buffer last returned in *ret_buf,
+ * or -errno (-ENOENT: miss). */
+typedef void *(*kvc_alloc_fn)(void *ctx, size_t len);
+ssize_t kvc_get_alloc(struct kvc_client *c, const char *key, kvc_alloc_fn alloc, void *ctx,
+		      void **ret_buf);
+
 /* 1 present, 0 absent, or -errno. */
 int kvc_exists(struct kvc_client *c, const char *key);
 

@@ -64,6 +64,10 @@ struct kvc_client {
 	bool broken;
 	uint32_t get_flags; /* enum kvc_get_flags, atomic */
 	pthread_mutex_t lock; /* one socket request/response in flight at a time */
+	/* views let go without waiting for the daemon (kvc_get, batch loads),
+	 * and how many of those it had taken in at the last settle (atomic):
+	 * see client_settle() */
+	uint64_t let_go, let_go_settled;
 	uint32_t seq;
 	uint64_t client_id;
 	uint64_t max_value;

@@ -126,6 +126,26 @@ int client_rpc(struct kvc_client *c, Kvc__Request *q, Kvc__Response **ret)
 	return client_rpc_fds(c, q, ret, NULL, 0, NULL);
 }
 
+static int64_t handle_call(struct kvc_client *c, uint8_t op, uint64_t handle);
+
+/*
+ * Views this client let go without waiting are gone before a socket
+ * request is read: the daemon takes a channel's requests in order, but
+ * its socket may be read first, and a kvc_remove_all() right after a
+ * kvc_get() found the get's view still held and kept the object.  A NOP
+ * on the channel, answered, means every release before it was taken in;
+ * only when some were made since the last one.
+ */
+static void client_settle(struct kvc_client *c)
+{
+	uint64_t n = __atomic_load_n(&c->let_go, __ATOMIC_ACQUIRE);
+
+	if (n == __atomic_load_n(&c->let_go_settled, __ATOMIC_RELAXED))
+		return;
+	if (handle_call(c, SHM_OP_NOP, 0) >= 0)
+		__atomic_store_n(&c->let_go_settled, n, __ATOMIC_RELAXED);
+}
+
 int client_rpc_fds(struct kvc_client *c, Kvc__Request *q, Kvc__Response **ret, int *ret_fds,
 		   size_t max_fds, size_t *ret_n_fds)
 {
@@ -137,6 +157,8 @@ int client_rpc_fds(struct kvc_client *c, Kvc__Request *q, Kvc__Response **ret, i
 	uint32_t seq;
 	int r;
 
+	if (q->op != KVC__OP__OP_CHANNEL_OPEN)
+		client_settle(c);
 	pthread_mutex_lock(&c->lock);
 	if (c->broken) {
 		r = -ECONNRESET;
@@ -709,8 +731,11 @@ static int release_async(struct kvc_client *c, uint64_t handle)
 		.user_data = CHAN_NO_TAG,
 		.arg = handle,
 	};
+	int r = chan_submit(c, &e, 1);
 
-	return chan_submit(c, &e, 1);
+	if (r == 0)
+		__atomic_fetch_add(&c->let_go, 1, __ATOMIC_RELEASE);
+	return r;
 }
 
 /*

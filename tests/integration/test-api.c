@@ -91,6 +91,22 @@ static void test_get_alloc(struct kvc_client *c)
 	CHECK_EQ(kvc_remove(c, "ga"), 0);
 }
 
+/* A get lets its view go without waiting; a removal asked on the socket
+ * right after still finds it gone (each round: removed, none skipped). */
+static void test_get_then_remove_all(struct kvc_client *c)
+{
+	char buf[16];
+
+	for (int i = 0; i < 300; i++) {
+		uint64_t skipped = 1;
+
+		CHECK_EQ(kvc_put(c, "gr", "value", 5, NULL), 0);
+		CHECK_EQ(kvc_get(c, "gr", buf, sizeof(buf)), 5);
+		CHECK_EQ(kvc_remove_prefix(c, "gr", 0, &skipped), 1);
+		CHECK_EQ(skipped, 0u);
+	}
+}
+
 static void test_bad_args(struct kvc_client *c)
 {
 	char key[600];
@@ -557,6 +573,7 @@ int main(void)
 	CHECK_EQ(kvc_connect(td.socket, &c), 0);
 	test_put_get(c);
 	test_get_alloc(c);
+	test_get_then_remove_all(c);
 	test_bad_args(c);
 	test_reserve_commit(c);
 	test_replace_while_viewed(c);

@@ -125,3 +125,8 @@ uint64_t loop_steps_aside(const struct loop *l);
 /* Microseconds the loop spent spinning for clients with nothing to do
  * (wall clock, preemption included): the CPU --poll-us costs. */
 uint64_t loop_spin_us(const struct loop *l);
+
+/* While busy(data) says the CPUs are wanted by helper threads (transfers in
+ * flight), the loop spins for a client at most --poll-us, however far its
+ * window has stretched; NULL: no such limit. */
+void loop_set_spin_cap(struct loop *l, bool (*busy)(void *data), void *data);

@@ -393,6 +393,15 @@ static void xjob_drop(struct work *w)
 		j->ops->drop(j); /* a push's view goes with the holder */
 }
 
+/* Transfers queued or at work: the loop's spin for a client is held to
+ * --poll-us meanwhile (loop_set_spin_cap()). */
+static bool xfer_busy(void *data)
+{
+	struct xfer *x = data;
+
+	return worker_pending(x->q[0].wk) || worker_pending(x->q[1].wk);
+}
+
 /* Loop: never waits. */
 void xfer_queue(struct node *n, struct xjob *j)
 {
@@ -493,6 +502,8 @@ int xfer_init(struct node *n)
 	if (r == 0)
 		r = worker_new_shared(n->loop, "serve", streams, WORKER_NORMAL, &xfer_choice,
 				      &x->q[1], &x->q[1].wk);
+	if (r == 0)
+		loop_set_spin_cap(n->loop, xfer_busy, x);
 	return r;
 }
 
@@ -502,6 +513,7 @@ void xfer_done(struct node *n)
 
 	if (!x)
 		return;
+	loop_set_spin_cap(n->loop, NULL, NULL);
 	/* the threads run what was queued; jobs whose end was not heard go */
 	for (unsigned i = 0; i < 2; i++)
 		worker_free_dropping(x->q[i].wk, xjob_drop);

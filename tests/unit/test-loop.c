@@ -183,6 +183,67 @@ static void test_spin_policy(void)
 }
 
 /*
+ * The spin cap (loop_set_spin_cap()): a client that asks 20 ms after its
+ * last turn, the loop having slept meanwhile, stretches a 2 ms window to
+ * 1.5 times that gap, and the loop spins 15 ms after its next request
+ * without sleeping; with the helpers busy, it spins only its 2 ms and
+ * sleeps.  Phases as in test_spin_policy().
+ */
+struct capped {
+	struct spin z;
+	bool busy;
+};
+
+static bool helpers_busy(void *u)
+{
+	return ((struct capped *) u)->busy;
+}
+
+static void cap_phase(struct loop_source *s, void *u)
+{
+	static const int client;
+	struct capped *c = u;
+	struct spin *z = &c->z;
+	static const usec_t next[] = { 20 * MS, 15 * MS, 15 * MS };
+
+	(void) s;
+	if (z->phase) {
+		z->got_polls[z->phase - 1] = z->polls - z->mark_polls;
+		z->got_sleeps[z->phase - 1] = z->sleeps - z->mark_sleeps;
+	}
+	if (z->phase == 3) {
+		loop_quit(z->l);
+		return;
+	}
+	/* 0: a turn to spin after; 1: a request 20 ms later (stretches the
+	 * window); 2: the same with the helpers busy */
+	c->busy = z->phase == 2;
+	loop_client_turn(z->l, z->phase ? LOOP_CLIENT_ASKED : LOOP_CLIENT_ANSWERED, &client);
+	z->mark_polls = z->polls;
+	z->mark_sleeps = z->sleeps;
+	loop_timer_arm(z->t, loop_now(z->l) + next[z->phase++]);
+}
+
+static void test_spin_cap(void)
+{
+	struct capped c = { 0 };
+	struct loop_source *ps;
+
+	CHECK_EQ(loop_new(2000, &c.z.l), 0);
+	loop_set_spin_cap(c.z.l, helpers_busy, &c);
+	CHECK_EQ(loop_add_poller(c.z.l, count_poll, count_sleep, &c.z, &ps), 0);
+	CHECK_EQ(loop_add_timer(c.z.l, cap_phase, &c, &c.z.t), 0);
+	loop_timer_arm(c.z.t, loop_now(c.z.l) + 1 * MS);
+	CHECK_EQ(loop_run(c.z.l), 0);
+	CHECK_EQ(c.z.phase, 3u);
+	CHECK_EQ(c.z.got_sleeps[0], 1u); /* its 2 ms, then asleep */
+	CHECK_EQ(c.z.got_sleeps[1], 0u); /* stretched: 15 ms spinning */
+	CHECK(c.z.got_polls[1] > 100);
+	CHECK_EQ(c.z.got_sleeps[2], 1u); /* busy helpers: 2 ms, then asleep */
+	loop_free(c.z.l);
+}
+
+/*
  * Clients asking from the loop's CPU: after SAME_CPU_ANSWERS (8) answers
  * in a row the loop moves to another CPU it may run on, and may run on
  * all of them again; an answer to a client elsewhere starts the count
@@ -417,6 +478,7 @@ int main(void)
 	CHECK_EQ(loop_spin_us(l), 0u); /* --poll-us 0 never spins */
 	loop_free(l);
 	test_spin_policy();
+	test_spin_cap();
 	test_step_aside();
 	test_control_while_spinning();
 	return 0;

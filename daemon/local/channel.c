@@ -916,7 +916,8 @@ static void unpark(struct parked *p)
 
 /* The object a parked request waited for is in dram (res 0) or is not
  * coming (res < 0), or a place to ask the directory came free
- * (FETCH_AGAIN): run the request again, or fail it. */
+ * (FETCH_AGAIN), or the put a lookup waited for landed (FETCH_PUT_LANDED;
+ * also when its wait is over): run the request again, or fail it. */
 static void unparked(struct waiter *w, int res)
 {
 	struct parked *p = (struct parked *) w;
@@ -925,14 +926,31 @@ static void unparked(struct waiter *w, int res)
 	struct shm_cqe c = { 0 };
 	struct fetch *f = NULL;
 	int64_t r = res;
+	bool ran = res == FETCH_PUT_LANDED && p->put_wait;
 
-	unpark(p);
-	if (p->put_wait)
+	if (ran) {
+		/* the put landed within the wait: the lookup runs again and
+		 * waits in its place for the next put in flight it meets,
+		 * until the same deadline; a prefill storing a prompt's blocks
+		 * one commit at a time is found whole, not its first block */
+		r = run(ch, &p->e, &c, &f, msg);
+		if (r == -EINPROGRESS && f && f->o && (f->o->flags & OBJ_IN_FLIGHT)) {
+			fetch_wait(f, &p->w);
+			return;
+		}
+		unpark(p);
 		put_wait_unlink(ch->s->sv, p);
-	if (res == 0 || res == FETCH_AGAIN || res == FETCH_PUT_LANDED) {
+	} else {
+		unpark(p);
+		if (p->put_wait)
+			put_wait_unlink(ch->s->sv, p);
+	}
+	if (ran) {
+		/* (above) */
+	} else if (res == 0 || res == FETCH_AGAIN || res == FETCH_PUT_LANDED) {
 		/* a directory question is asked once per request (it waited
-		 * for a place to ask it in: it asks now); a lookup waits for a
-		 * put in flight once */
+		 * for a place to ask it in: it asks now); a lookup whose wait
+		 * for a put is over waits for none again */
 		ch->settle = res == 0;
 		ch->put_waited = res == FETCH_PUT_LANDED;
 		r = run(ch, &p->e, &c, &f, msg);

@@ -865,6 +865,25 @@ static void *lookup_main(void *u)
 	return NULL;
 }
 
+/* A prefix lookup of n keys on a client of its own. */
+struct prefix_job {
+	const char *sock;
+	const char *const *keys;
+	size_t n;
+	int result;
+};
+
+static void *prefix_main(void *u)
+{
+	struct prefix_job *j = u;
+	struct kvc_client *c;
+
+	CHECK_EQ(kvc_connect(j->sock, &c), 0);
+	j->result = kvc_prefix_lookup(c, j->keys, j->n);
+	kvc_disconnect(c);
+	return NULL;
+}
+
 /* Reserve key on c, start a lookup of it on another client, see that it
  * waits (it has not answered 200 ms later: a lookup that did not wait
  * answers in microseconds), then end the put (commit or abort). */
@@ -929,6 +948,26 @@ static void test_lookup_waits_for_put(struct kvc_client *c, const char *sock)
 		CHECK_EQ(aj.result, 2);
 		CHECK_EQ(kvc_announce(c, NULL, 0), 0);
 		CHECK_EQ(kvc_announce(c, (const char *[]) { "" }, 1), -EINVAL);
+	}
+
+	/* a prompt's blocks announced, then stored one put at a time: the
+	 * lookup waits for each in turn and finds all four, not the first */
+	{
+		const char *blocks[] = { "pb-0", "pb-1", "pb-2", "pb-3" };
+		struct prefix_job pj = { sock, blocks, 4, -100 };
+		uint64_t w0 = test_counter(c, "lookup_waits");
+		pthread_t t;
+
+		CHECK_EQ(kvc_announce(c, blocks, 4), 4);
+		CHECK(pthread_create(&t, NULL, prefix_main, &pj) == 0);
+		usleep(200 * 1000);
+		for (int i = 0; i < 4; i++) {
+			CHECK_EQ(kvc_put(c, blocks[i], "b", 1, NULL), 0);
+			usleep(20 * 1000);
+		}
+		CHECK(pthread_join(t, NULL) == 0);
+		CHECK_EQ(pj.result, 4);
+		CHECK_EQ(test_counter(c, "lookup_waits") - w0, 4);
 	}
 
 	/* a put that does not land in time: a miss at the deadline, while the

@@ -131,7 +131,10 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 		r = chan_submit(c, e, (uint32_t) m);
 		if (r < 0)
 			return (int) r;
-		/* 2: copy into what was reserved, then commit all */
+		/* 2: copy into what was reserved, committing each as its copy
+		 * ends: what it pushes goes while the next ones are copied (all
+		 * committed at the end, a batch of 16 MiB values had its pushes
+		 * start after the last copy) */
 		for (size_t i = 0; i < m; i++) {
 			struct shm_cqe cqe;
 
@@ -156,16 +159,7 @@ int kvc_batch_put(struct kvc_client *c, size_t n, const char *const *keys,
 			if (push && !push_after &&
 			    chan_push_to(&c->chan, tags[i], &e[i], 0, push) < 0)
 				push_after = true; /* (a bad id: kvc_push() says so) */
-		}
-		/* submit the commits of the reservations that succeeded */
-		{
-			struct shm_sqe commits[BATCH_CHUNK];
-			size_t nc = 0;
-
-			for (size_t i = 0; i < m; i++)
-				if (ret_results[idx[i]] == 0)
-					commits[nc++] = e[i];
-			r = chan_submit(c, commits, (uint32_t) nc);
+			r = chan_submit(c, &e[i], 1);
 			if (r < 0)
 				return (int) r;
 		}

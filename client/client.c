@@ -140,7 +140,7 @@ static void client_settle(struct kvc_client *c)
 {
 	uint64_t n = __atomic_load_n(&c->let_go, __ATOMIC_ACQUIRE);
 
-	if (n == __atomic_load_n(&c->let_go_settled, __ATOMIC_RELAXED))
+	if (n == __atomic_load_n(&c->let_go_settled, __ATOMIC_RELAXED) || c->broken)
 		return;
 	if (handle_call(c, SHM_OP_NOP, 0) >= 0)
 		__atomic_store_n(&c->let_go_settled, n, __ATOMIC_RELAXED);

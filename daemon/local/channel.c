@@ -926,9 +926,8 @@ static void unparked(struct waiter *w, int res)
 	struct shm_cqe c = { 0 };
 	struct fetch *f = NULL;
 	int64_t r = res;
-	bool ran = res == FETCH_PUT_LANDED && p->put_wait;
 
-	if (ran) {
+	if (res == FETCH_PUT_LANDED && p->put_wait) {
 		/* the put landed within the wait: the lookup runs again and
 		 * waits in its place for the next put in flight it meets,
 		 * until the same deadline; a prefill storing a prompt's blocks
@@ -944,22 +943,21 @@ static void unparked(struct waiter *w, int res)
 		unpark(p);
 		if (p->put_wait)
 			put_wait_unlink(ch->s->sv, p);
+		if (res == 0 || res == FETCH_AGAIN || res == FETCH_PUT_LANDED) {
+			/* a directory question is asked once per request (it
+			 * waited for a place to ask it in: it asks now); a
+			 * lookup whose wait for a put is over waits for none
+			 * again */
+			ch->settle = res == 0;
+			ch->put_waited = res == FETCH_PUT_LANDED;
+			r = run(ch, &p->e, &c, &f, msg);
+			ch->settle = ch->put_waited = false;
+		} else if (res == -EBADMSG)
+			snprintf(msg, sizeof(msg),
+				 "the object's record on disk is damaged; it was dropped");
+		else if (fetch_error_msg(res))
+			snprintf(msg, sizeof(msg), "%s", fetch_error_msg(res));
 	}
-	if (ran) {
-		/* (above) */
-	} else if (res == 0 || res == FETCH_AGAIN || res == FETCH_PUT_LANDED) {
-		/* a directory question is asked once per request (it waited
-		 * for a place to ask it in: it asks now); a lookup whose wait
-		 * for a put is over waits for none again */
-		ch->settle = res == 0;
-		ch->put_waited = res == FETCH_PUT_LANDED;
-		r = run(ch, &p->e, &c, &f, msg);
-		ch->settle = ch->put_waited = false;
-	}
-	else if (res == -EBADMSG)
-		snprintf(msg, sizeof(msg), "the object's record on disk is damaged; it was dropped");
-	else if (fetch_error_msg(res))
-		snprintf(msg, sizeof(msg), "%s", fetch_error_msg(res));
 	if (r == -EINPROGRESS && f)
 		park(ch, &p->e, f); /* evicted again before it ran: wait again */
 	else if (r != COPYING) /* else the copier answers */

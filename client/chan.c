@@ -214,12 +214,14 @@ static int wait_until(struct kvc_client *c, bool (*ready)(struct kvc_client *, u
 			return 0;
 		if (chan_reap(c) && ready(c, arg))
 			return 0;
-		if (spins == 64 && __atomic_load_n(&ch->cq.r->far, __ATOMIC_RELAXED))
-			spin = SPIN_SHORT;
 		if (spins < 64) {
 			cpu_relax();
 			continue;
 		}
+		/* looked at on each pass: the daemon counts the request
+		 * when it takes it, microseconds after it was sent */
+		if (spin != SPIN_SHORT && __atomic_load_n(&ch->cq.r->far, __ATOMIC_RELAXED))
+			spin = SPIN_SHORT;
 		now = mono_us();
 		if (timeout_us >= 0 && now - start >= (uint64_t) timeout_us)
 			return -ETIMEDOUT;

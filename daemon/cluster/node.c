@@ -368,6 +368,12 @@ static void be_stats(void *be, void (*emit)(void *u, const char *name, uint64_t 
 	emit(u, "remote_lookup_keys", n->fetches.c.lookup_keys);
 	emit(u, "remote_lookup_waits", n->dc.c.pending_waits);
 	emit(u, "remote_sick_skips", n->fetches.c.sick_skips);
+	emit(u, "remote_fetches_timed", n->fetches.c.timed);
+	emit(u, "remote_fetch_locate_us", n->fetches.c.locate_us);
+	emit(u, "remote_fetch_queue_us", n->fetches.c.queue_us);
+	emit(u, "remote_fetch_answer_us", n->fetches.c.answer_us);
+	emit(u, "remote_fetch_bytes_us", n->fetches.c.bytes_us);
+	emit(u, "remote_fetch_end_us", n->fetches.c.end_us);
 	emit(u, "peer_handshake_timeouts", n->srv.c.hs_timeouts);
 	emit(u, "peer_refused", n->srv.c.refused);
 	emit(u, "remote_peer_connections", n->srv.n_serving);

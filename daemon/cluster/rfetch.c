@@ -94,6 +94,9 @@ struct rfetch {
 	bool streamed, dirty, restarted;
 	unsigned pslot;
 	uint64_t *word, word0;
+	/* when it was asked for, had a holder and a place, asked its holder
+	 * (data thread), had the holder's answer, had its bytes checked */
+	usec_t t_begin, t_placed, t_asked, t_answer, t_bytes;
 	struct xjob job;
 };
 
@@ -261,6 +264,7 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 
 	if (r < 0)
 		return r;
+	rf->t_answer = mono_us();
 	r = peer_hdr_decode(hdr, sizeof(small), &h);
 	if (r == 0 && (h.type != PEER_FETCH_RESP || h.seq != seq))
 		r = -EPROTO;
@@ -294,8 +298,10 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 
 		r = blk_recv_checked(fd, rf->dst, o->len, &pace, &rf->sum, word, rf->word0);
 	}
-	if (r == 0)
+	if (r == 0) {
 		rf->summed = true;
+		rf->t_bytes = mono_us();
+	}
 	protobuf_c_message_free_unpacked(m, NULL);
 	return r;
 }
@@ -306,7 +312,10 @@ static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
 		    usec_t deadline)
 {
 	Kvc__Peer__Fetch q = fetch_msg(rf, rdma);
-	int r = xfer_send_msg(fd, PEER_FETCH, &q.base, deadline);
+	int r;
+
+	rf->t_asked = mono_us();
+	r = xfer_send_msg(fd, PEER_FETCH, &q.base, deadline);
 
 	if (r == 0)
 		r = fetch_answer(rf, fd, 1, rdma, address, deadline);
@@ -385,7 +394,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, usec_t m
 	bool rd = false, kept;
 	int fd, r = 0;
 
-	usec_t timeout = n->timeout, now = mono_us();
+	usec_t timeout = n->timeout, now = mono_us(), asked;
 	unsigned live = 0;
 
 	memcpy(address, ((struct rfetch *) jobs[0]->owner)->addr[0], sizeof(address));
@@ -422,6 +431,9 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, usec_t m
 	for (int attempt = 0; r == 0 && attempt < 2; attempt++) {
 		if (fd < 0)
 			r = xfer_open_conn(n, address, fetch_deadline(jobs[0]->owner, moved), &fd, &rd);
+		asked = mono_us();
+		for (unsigned i = 0; r == 0 && i < k; i++)
+			((struct rfetch *) jobs[i]->owner)->t_asked = asked;
 		if (r == 0)
 			r = blk_send(fd, frames, len, fetch_deadline(jobs[0]->owner, moved));
 		if (r == 0 || !kept || (r != -ECONNRESET && r != -EPIPE))
@@ -707,6 +719,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 	    store_land_place(n->st, o) == 0) {
 		rf->dst = store_object_ptr(o);
 		rf->transferring = true;
+		rf->t_placed = mono_us();
 		stream_begin(n, rf);
 	} else {
 		rf->n_addr = 0;
@@ -781,6 +794,7 @@ int remote_locate(void *be, const void *key, size_t len, struct fetch **ret)
 	}
 	rf->n = n;
 	rf->o = o;
+	rf->t_begin = mono_us();
 	/* from the request: lookup, a place, a thread and the answer all count */
 	rf->deadline = loop_now(n->loop) + n->timeout;
 	if (n->fetches.n_rfetches >= MAX_RFETCHES || n->fetches.backlog) {
@@ -852,6 +866,7 @@ static void located(struct node *n, struct rfetch *rf, const Kvc__Peer__Location
 	}
 	rf->dst = store_object_ptr(o);
 	rf->transferring = true;
+	rf->t_placed = mono_us();
 	stream_begin(n, rf);
 	rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
 	xfer_queue(n, &rf->job);
@@ -982,8 +997,35 @@ static void fetch_run(struct node *n, struct xjob **jobs, unsigned k)
 	xfer_hand_back(n, jobs[0]);
 }
 
+/*
+ * Where a fetch's time went, phase by phase (kvcachectl stats,
+ * remote_fetch_*_us): finding its holder and a place for its bytes (the
+ * directory's answer, or a place among the fetches in flight), waiting for
+ * a data thread, from asking to the holder's answer (the request's way
+ * there, the holder's loop and thread), the bytes until checked, and the
+ * hand-back to this loop.  Each step is a hand-off between threads or
+ * nodes; a single fetch pays them all, a batch overlaps them.
+ */
+static void fetch_timed(struct node *n, const struct rfetch *rf)
+{
+	usec_t now = mono_us();
+	const usec_t t[] = { rf->t_begin, rf->t_placed, rf->t_asked, rf->t_answer, rf->t_bytes,
+			     now };
+	uint64_t *sum[] = { &n->fetches.c.locate_us, &n->fetches.c.queue_us,
+			    &n->fetches.c.answer_us, &n->fetches.c.bytes_us, &n->fetches.c.end_us };
+
+	for (size_t i = 1; i < sizeof(t) / sizeof(t[0]); i++)
+		if (!t[i - 1] || t[i] < t[i - 1])
+			return; /* (a path that skipped a step: not timed) */
+	for (size_t i = 0; i < sizeof(sum) / sizeof(sum[0]); i++)
+		*sum[i] += t[i + 1] - t[i];
+	n->fetches.c.timed++;
+}
+
 static void fetch_ended(struct node *n, struct xjob *j)
 {
+	if (j->res == 0)
+		fetch_timed(n, j->owner);
 	rf_finish(n, j->owner, j->res);
 }
 

@@ -40,5 +40,8 @@ struct rfetcher {
 		uint64_t sick_skips;    /* fetches not sent to a holder known sick */
 		uint64_t lookups, lookup_keys; /* Lookup frames the fetches sent, keys in them */
 		uint64_t restarts;      /* landings whose bytes started over (atomic) */
+		/* fetches that landed, and the time they spent in each phase
+		 * (us, summed): rfetch.c, fetch_timed() */
+		uint64_t timed, locate_us, queue_us, answer_us, bytes_us, end_us;
 	} c;
 };

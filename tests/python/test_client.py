@@ -551,3 +551,34 @@ def test_get_of_another_nodes_value_copies_behind_its_transfer(two_nodes):
     assert b.get("py-far-none") is None
     a.close()
     b.close()
+
+
+def test_a_remote_fetchs_time_is_told_phase_by_phase(two_nodes):
+    """Each value fetched from another node is timed phase by phase
+    (remote_fetch_*_us): one at a time, the phases of all of them add up to
+    no more than the wall time of the gets, and the holder's answer and
+    the bytes each took some of it."""
+    import time
+    a, b = kvcache.Client(two_nodes[0]), kvcache.Client(two_nodes[1])
+    n, size = 40, 256 * 1024
+    for i in range(n):
+        a.put("phase-%d" % i, bytes([i]) * size)
+    for _ in range(400):  # the directory hears of commits in batches
+        if b.exists("phase-%d" % (n - 1)):
+            break
+        time.sleep(0.025)
+    phases = ("locate", "queue", "answer", "bytes", "end")
+    before = b.stats()
+    t0 = time.monotonic()
+    for i in range(n):
+        assert b.get("phase-%d" % i) == bytes([i]) * size
+    wall_us = (time.monotonic() - t0) * 1e6
+    after = b.stats()
+    assert after["remote_fetches_timed"] - before["remote_fetches_timed"] == n
+    spent = {p: after["remote_fetch_%s_us" % p] - before["remote_fetch_%s_us" % p]
+             for p in phases}
+    assert all(v >= 0 for v in spent.values()), spent
+    assert spent["answer"] > 0 and spent["bytes"] > 0, spent
+    assert sum(spent.values()) <= wall_us, (spent, wall_us)
+    a.close()
+    b.close()

@@ -835,6 +835,43 @@ static void local_while_remote(const char *sa, const char *sb)
 
 static uint64_t daemons_up_ns; /* when both nodes had joined */
 
+/* Where B's fetches spent their time, phase by phase (its counters
+ * remote_fetch_*_us, summed over remote_fetches_timed fetches). */
+static const char *const phase_names[] = { "locate", "queue", "answer", "bytes", "end" };
+#define N_PHASES (sizeof(phase_names) / sizeof(phase_names[0]))
+
+struct phases {
+	uint64_t timed, us[N_PHASES];
+	uint64_t values;  /* the client's, and its wall time for them */
+	double wall_us;
+};
+
+static struct phases phases_of(const char *sock)
+{
+	struct phases p = { 0 };
+	struct kvc_client *c;
+	char name[64];
+
+	check(kvc_connect(sock, &c), "connect");
+	p.timed = counter(c, "remote_fetches_timed");
+	for (size_t i = 0; i < N_PHASES; i++) {
+		snprintf(name, sizeof(name), "remote_fetch_%s_us", phase_names[i]);
+		p.us[i] = counter(c, name);
+	}
+	kvc_disconnect(c);
+	return p;
+}
+
+/* *sum += what B's counters gained since `before`. */
+static void phases_add(struct phases *sum, const struct phases *before, const char *sock)
+{
+	struct phases now = phases_of(sock);
+
+	sum->timed += now.timed - before->timed;
+	for (size_t i = 0; i < N_PHASES; i++)
+		sum->us[i] += now.us[i] - before->us[i];
+}
+
 /* How long each daemon's loop went without serving anyone during the run,
  * and how long it spun for local clients. */
 static void loop_figures(const char *name, const char *sock)
@@ -1011,6 +1048,7 @@ int run_cluster(void)
 	 * batch over it, round by round */
 	static struct fig tcc[MAX_SIZES], rat_gc[MAX_SIZES], rat_bc[MAX_SIZES];
 	static struct fig g5[MAX_SIZES]; /* fetched again: sums known */
+	static struct phases ph1[MAX_SIZES]; /* B's fetch phases under acquire, 1 client */
 	static struct fig tcp[MAX_SIZES], tcs[MAX_SIZES], g1[MAX_SIZES], g2[MAX_SIZES], g3[MAX_SIZES],
 		g4[MAX_SIZES], g6[MAX_SIZES], push[MAX_SIZES], pushw[MAX_SIZES], pushb[MAX_SIZES];
 	double p1, p2, p1b, p2b;
@@ -1033,6 +1071,7 @@ int run_cluster(void)
 		for (size_t i = 0; i < ns; i++) {
 			uint64_t size = sizes[i], n = (UINT64_C(384) << 20) / size;
 			char name[16], p[48];
+			struct phases ph0;
 
 			if (n > 4096)
 				n = 4096;
@@ -1043,7 +1082,11 @@ int run_cluster(void)
 			tcs[i].v[tcs[i].n++] = plain_tcp(size, n, true, false);
 			tcc[i].v[tcc[i].n++] = plain_tcp(size, n, true, true);
 			snprintf(p, sizeof(p), "one-%s-%u", name, r);
+			ph0 = phases_of(sb);
 			g1[i].v[g1[i].n++] = remote_gets(sa, sb, p, size, n, 1, true, false);
+			phases_add(&ph1[i], &ph0, sb);
+			ph1[i].values += n;
+			ph1[i].wall_us += (double) (n * size) / g1[i].v[r] / 1e3; /* (bytes/ns) */
 			snprintf(p, sizeof(p), "two-%s-%u", name, r);
 			g2[i].v[g2[i].n++] = remote_gets(sa, sb, p, size, n, 2, true, false);
 			snprintf(p, sizeof(p), "get-%s-%u", name, r);
@@ -1142,6 +1185,22 @@ int run_cluster(void)
 		printf("%-6s tcp+sum+copy %5.2f GB/s (%.0f%% of iperf3): get %.0f%%, batch %.0f%%\n",
 		       name, fig_med(&tcc[i]), 100 * fig_med(&tcc[i]) / p1,
 		       100 * fig_med(&rat_gc[i]), 100 * fig_med(&rat_bc[i]));
+	}
+	printf("where a single client's acquires went, per value (us): B's fetch phase by phase\n"
+	       "(kvcachectl stats, remote_fetch_*_us: finding the holder and a place, waiting for a\n"
+	       "data thread, the holder's answer, the bytes until checked, B's loop taking it in),\n"
+	       "and the client's wall time per value:\n");
+	for (size_t i = 0; i < ns; i++) {
+		char name[16];
+		const struct phases *ph = &ph1[i];
+
+		size_name(name, sizeof(name), sizes[i]);
+		printf("%-6s", name);
+		for (size_t k = 0; k < N_PHASES; k++)
+			printf(" %s %.0f", phase_names[k],
+			       ph->timed ? (double) ph->us[k] / (double) ph->timed : 0.0);
+		printf("; wall %.0f (%" PRIu64 " of %" PRIu64 " timed)\n",
+		       ph->values ? ph->wall_us / (double) ph->values : 0.0, ph->timed, ph->values);
 	}
 	printf("acquired again after B dropped its replicas (A knows every checksum now; the first "
 	       "time, those not yet taken ahead were hashed as they were sent):\n");

@@ -208,7 +208,7 @@ static int copy_out(struct kvc_client *c, const struct shm_cqe *cqe,
 	}
 	r = chan_submit_lazy(c, &rel, 1); /* the batch's end rings for it */
 	if (r == 0)
-		__atomic_fetch_add(&c->let_go, 1, __ATOMIC_RELEASE);
+		client_let_go(c);
 	return r < 0 ? (int) r : loaded;
 }
 

@@ -97,6 +97,13 @@ static inline uint32_t client_wire_put_flags(uint32_t flags)
 }
 /* Before copying len bytes into p (in a segment): maps the range in with
  * one call if the warm thread has not reached it (client.c). */
+/* A view was released without waiting for the daemon (submitted on the
+ * channel): the next socket request settles first (client_settle()). */
+static inline void client_let_go(struct kvc_client *c)
+{
+	__atomic_fetch_add(&c->let_go, 1, __ATOMIC_RELEASE);
+}
+
 void client_map_ahead(struct kvc_client *c, const void *p, size_t len);
 /* Pointer to an extent the daemon named, checked against the mappings. */
 int client_extent_ptr(struct kvc_client *c, uint32_t segment, uint64_t offset, uint64_t len,

@@ -734,7 +734,7 @@ static int release_async(struct kvc_client *c, uint64_t handle)
 	int r = chan_submit(c, &e, 1);
 
 	if (r == 0)
-		__atomic_fetch_add(&c->let_go, 1, __ATOMIC_RELEASE);
+		client_let_go(c);
 	return r;
 }
 

@@ -701,6 +701,16 @@ static bool lookups_flush(void *u)
 	return did;
 }
 
+/* rf's bytes have their place (store_land_place()): they land there, and
+ * its waiters may hear where (a transfer follows at once). */
+static void rf_placed(struct node *n, struct rfetch *rf)
+{
+	rf->dst = store_object_ptr(rf->o);
+	rf->transferring = true;
+	rf->t_placed = mono_us();
+	stream_begin(n, rf);
+}
+
 /* Begin a fetch whose placeholder is made: a place among the fetches in
  * flight, then the transfer at once if an exists or prefix lookup just
  * asked the directory, else a Lookup.  <0: not begun. */
@@ -717,10 +727,7 @@ static int rf_begin(struct node *n, struct rfetch *rf)
 	if (dc_addresses(n, o->key, o->key_len, o->hash, rf->addr, MAX_HOLDERS_TRIED, &rf->n_addr,
 			 &o->len) && rf_healthy(n, rf) &&
 	    store_land_place(n->st, o) == 0) {
-		rf->dst = store_object_ptr(o);
-		rf->transferring = true;
-		rf->t_placed = mono_us();
-		stream_begin(n, rf);
+		rf_placed(n, rf);
 	} else {
 		rf->n_addr = 0;
 		o->len = 0;
@@ -864,10 +871,7 @@ static void located(struct node *n, struct rfetch *rf, const Kvc__Peer__Location
 		rf_finish(n, rf, r);
 		return;
 	}
-	rf->dst = store_object_ptr(o);
-	rf->transferring = true;
-	rf->t_placed = mono_us();
-	stream_begin(n, rf);
+	rf_placed(n, rf);
 	rf->job = (struct xjob) { .ops = &fetch_ops, .owner = rf };
 	xfer_queue(n, &rf->job);
 }

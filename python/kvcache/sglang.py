@@ -93,7 +93,10 @@ except ImportError:
             prefetch_bandwidth: List[float] = field(default_factory=list)
             backup_bandwidth: List[float] = field(default_factory=list)
 
-LAYOUTS = ("page_first", "page_first_direct", "layer_first", "page_head")
+LAYOUTS = ("page_first", "page_first_direct", "layer_first", "page_head", "page_first_kv_split")
+# page_first_kv_split (SGLang on Ascend, MLA): the pieces of a page live in
+# allocations of their own, kv_buffer being only the first
+KV_SPLIT = ("k_buffer", "v_buffer", "index_k_buffer", "index_k_scale_buffer")
 STORAGE_BATCH_SIZE = 128  # SGLang's pages per batched storage call
 KV = "kv"
 
@@ -107,15 +110,31 @@ def _name(pool_name: Any) -> str:
 
 
 def _buffers(pool: Any) -> List[Any]:
-    """The tensors of a host pool: get_hybrid_pool_buffer() where it has
-    one, else kv_buffer (a tensor, or a tuple for asymmetric K and V)."""
+    """The tensors of a host pool: each piece's with page_first_kv_split,
+    else get_hybrid_pool_buffer() where it has one, else kv_buffer (a
+    tensor, or a tuple for asymmetric K and V)."""
     get = getattr(pool, "get_hybrid_pool_buffer", None)
-    bufs = get() if callable(get) else getattr(pool, "kv_buffer", None)
+    if getattr(pool, "layout", None) == "page_first_kv_split":
+        bufs = [getattr(pool, n, None) for n in KV_SPLIT]
+    else:
+        bufs = get() if callable(get) else getattr(pool, "kv_buffer", None)
     if bufs is None:
         return []
     if not isinstance(bufs, (list, tuple)):
         bufs = [bufs]
     return [b for b in bufs if b is not None]
+
+
+def _split_pieces(pool: Any) -> str:
+    """Which pieces a page_first_kv_split page has (its objects differ)."""
+    if getattr(pool, "layout", None) != "page_first_kv_split":
+        return ""
+    out = "" if getattr(pool, "dsa_kv_cache_store_fp8", False) else "+v"
+    if getattr(pool, "index_k_buffer", None) is not None:
+        out += "+ik"
+    if getattr(pool, "index_k_scale_buffer", None) is not None:
+        out += "+iks"
+    return out
 
 
 class KvcacheStore(HiCacheStorage):
@@ -147,7 +166,7 @@ class KvcacheStore(HiCacheStorage):
                              % ("/".join(LAYOUTS), layout))
         c = self.config
         dtype = getattr(pool, "dtype", None)
-        layout_field = "sglang-" + layout + ("" if name == KV else "-" + name)
+        layout_field = "sglang-" + layout + _split_pieces(pool) + ("" if name == KV else "-" + name)
         return KeySpec(
             getattr(c, "model_name", None) or self.extra.get("model_name") or "unknown",
             _dtype_name(dtype) if dtype is not None else "unknown", layout_field,

@@ -479,6 +479,10 @@ class KvcacheKVEvents(KVConnectorKVEvents):  # type: ignore[misc]
 class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     """vLLM v1 connector over kvcached (see the module's text)."""
 
+    # vLLM's base sets it where EAGLE prefix-cache hashing exists; where it
+    # does not (vLLM with has_sync_kv_loads, 00f4240), every hash publishes
+    use_eagle_prefix_cache_hashing = False
+
     # kv_connector_extra_config defaults: kvcache is a shared pool, so a
     # decode instance (kv_consumer) loads from it, loads do not hold up the
     # step, and what a request generated is stored too

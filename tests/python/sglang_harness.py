@@ -24,7 +24,8 @@ the versions named:
   ``kv_buffer`` by layout (``page_first`` (2, size, L, H, D),
   ``layer_first`` (2, L, size, H, D)), ``get_page_buffer_meta`` (K and V per
   page, or per layer for layer_first); asymmetric MHA pools hold a tuple;
-  MLA pools one piece per page; a logical anchor (DeepSeek V4) has
+  MLA pools one piece per page, or with ``page_first_kv_split`` (Ascend)
+  K, V, index K and scales from buffers of their own; a logical anchor (DeepSeek V4) has
   ``kv_buffer`` None and its bytes in side pools registered with
   ``register_mem_host_pool_v2``;
 * the hybrid controller: ``batch_exists_v2`` with ``PoolTransfer`` (hit
@@ -180,6 +181,80 @@ class MLAHostPool:
         return [self.kv_buffer[start:start + self.page_size]]
 
 
+class MLASplitHostPool:
+    """MLATokenToKVPoolHost with ``page_first_kv_split`` (``pool_host/mla.py``
+    @01c0ede3; SGLang picks it on Ascend for MLA models): K (the latent),
+    V (RoPE) and, with an indexer, its K and FP32 scales in allocations of
+    their own, each (page_num, layers, page_size, 1, width); per page,
+    ``get_page_buffer_meta`` gives K, V (not with FP8 DSA, which packs V
+    into K), index K, scale.  ``kv_buffer`` is the K buffer."""
+
+    def __init__(self, size, page_size, layers, k_width, rope, index_dim=None, scales=False,
+                 index_layers=None, fp8_dsa=False, seed=0, dtype=torch.bfloat16):
+        g = torch.Generator().manual_seed(seed)
+        self.size, self.page_size, self.layout, self.dtype = size, page_size, \
+            "page_first_kv_split", dtype
+        self.page_num = size // page_size + 1
+        self.layer_num, self.qk_rope_head_dim = layers, rope
+        self.dsa_kv_cache_store_fp8 = fp8_dsa
+        base = (self.page_num, layers, page_size, 1)
+        nidx = index_layers or layers
+        idx = (self.page_num, nidx, page_size, 1)
+        self.k_buffer = torch.randn(base + (k_width,), generator=g).to(dtype)
+        self.v_buffer = torch.randn(base + (rope,), generator=g).to(dtype)
+        self.index_k_buffer = None if index_dim is None else \
+            torch.randn(idx + (index_dim,), generator=g).to(dtype)
+        self.index_k_scale_buffer = torch.randn(idx + (1,), generator=g) \
+            if scales else None
+        self.kv_buffer = self.k_buffer
+
+    def get_ksize_per_token(self):
+        n = self.layer_num * (self.k_buffer.shape[-1] + self.qk_rope_head_dim) * \
+            self.k_buffer.element_size()
+        if self.index_k_buffer is not None:
+            n += self.index_k_buffer.shape[1] * self.index_k_buffer.shape[-1] * \
+                self.index_k_buffer.element_size()
+        if self.index_k_scale_buffer is not None:
+            n += 4 * self.index_k_scale_buffer.shape[1]
+        return n
+
+    def get_page_buffer_meta(self, indices):
+        assert len(indices) % self.page_size == 0
+        indices = indices.tolist()
+        kw, ki = self.k_buffer.shape[-1], self.k_buffer.element_size()
+        item = self.v_buffer.element_size()
+        ik = self.index_k_buffer
+        nidx = ik.shape[1] if ik is not None else 0
+        iw = ik.shape[-1] if ik is not None else 0
+        ii = ik.element_size() if ik is not None else 0
+        sc = self.index_k_scale_buffer
+        ptrs, sizes = [], []
+        for i in range(0, len(indices), self.page_size):
+            t = indices[i]
+            ptrs.append(self.k_buffer.data_ptr() + t * self.layer_num * kw * ki)
+            sizes.append(self.layer_num * ki * self.page_size * kw)
+            if not self.dsa_kv_cache_store_fp8:
+                ptrs.append(self.v_buffer.data_ptr() + t * self.layer_num *
+                            self.qk_rope_head_dim * item)
+                sizes.append(self.layer_num * item * self.page_size * self.qk_rope_head_dim)
+            if ik is not None:
+                ptrs.append(ik.data_ptr() + t * nidx * iw * ii)
+                sizes.append(nidx * ii * self.page_size * iw)
+            if sc is not None:
+                ptrs.append(sc.data_ptr() + t * nidx * 4)
+                sizes.append(nidx * 4 * self.page_size)
+        return ptrs, sizes
+
+    def page(self, start):
+        p = start // self.page_size
+        out = [self.k_buffer[p]]
+        if not self.dsa_kv_cache_store_fp8:
+            out.append(self.v_buffer[p])
+        out += [b[p] for b in (self.index_k_buffer, self.index_k_scale_buffer)
+                if b is not None]
+        return out
+
+
 def storage_config(socket, tp_rank=0, tp_size=1, mla=False, cp_rank=0, cp_size=1,
                    model="Qwen/Qwen3-8B", **extra) -> HiCacheStorageConfig:
     e = {"backend_name": "kvcache", "module_path": "kvcache.sglang",
@@ -222,13 +297,19 @@ class Controller:
                 prefix_keys += batch
         return hit
 
-    def page_get(self, hashes: List[str], host_indices: torch.Tensor) -> int:
+    def page_get(self, hashes: List[str], host_indices: torch.Tensor,
+                 prefix_keys: Optional[List[str]] = None) -> int:
         """_page_transfer with _page_get_zero_copy: pages loaded from the start."""
+        if not self.pass_prefix_keys:
+            prefix_keys = None
         done = 0
         for start in range(0, len(hashes), STORAGE_BATCH_SIZE):
             batch = hashes[start:start + STORAGE_BATCH_SIZE]
             idx = host_indices[start * self.page_size:(start + len(batch)) * self.page_size]
-            results = self.backend.batch_get_v1(batch, idx, None)
+            results = self.backend.batch_get_v1(
+                batch, idx, HiCacheStorageExtraInfo(prefix_keys=prefix_keys))
+            if prefix_keys and len(prefix_keys) > 0:
+                prefix_keys += batch  # in place, as _page_transfer grows it
             inc = 0
             for r in results:
                 if not r:
@@ -269,4 +350,4 @@ class Controller:
 
 
 __all__ = ["Controller", "HiCacheStorageConfig", "HiCacheStorageExtraInfo", "PoolTransfer",
-           "MHAHostPool", "MLAHostPool", "storage_config", "create_backend", "page_hashes"]
+           "MHAHostPool", "MLAHostPool", "MLASplitHostPool", "storage_config", "create_backend", "page_hashes"]

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """kvcache.sglang driven as SGLang's cache controller drives a HiCache
 storage backend (sglang_harness.py: its controller, factory, host pools and
-metrics check at 001067f, transcribed), on real host pools."""
+metrics check at 001067f, the split MLA pool at 01c0ede3, transcribed), on
+real host pools."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -128,6 +129,33 @@ def test_tuple_and_logical_pools(daemon):
                                sh.MLAHostPool(64, PAGE, LAYERS, 16, dummy=True))
     assert anchor.batch_exists(ks) == 5 and anchor.batch_get_v1(ks, torch.arange(20)) == [True] * 5
     for s in (a, b, anchor):
+        s.clear()
+        s.close()
+
+
+@pytest.mark.parametrize("pieces", [dict(), dict(index_dim=8, scales=True, index_layers=2),
+                                    dict(index_dim=8, fp8_dsa=True)],
+                         ids=["k+v", "indexer", "fp8-dsa"])
+def test_ascend_mla_split_pages(daemon, pieces):
+    """page_first_kv_split (SGLang on Ascend picks it for MLA models): every
+    piece of a page, from buffers of their own, stored by one instance and
+    loaded by another into other pages, byte for byte; a pool with other
+    pieces does not take these pages for its own."""
+    def pool(seed):
+        return sh.MLASplitHostPool(64, PAGE, LAYERS, 16, 4, seed=seed, **pieces)
+    pa, pb = pool(20), pool(21)
+    a, b = pair(daemon, pa, pb, mla=True)
+    ks = sh.page_hashes(list(range(6 * PAGE)), PAGE, "5a" * 32)
+    ca, cb = sh.Controller(a, PAGE), sh.Controller(b, PAGE)
+    assert ca.page_backup(ks, torch.arange(PAGE, 7 * PAGE)) == 6 * PAGE
+    assert cb.storage_hit_query(ks) == ks
+    assert cb.page_get(ks, torch.arange(8 * PAGE, 14 * PAGE)) == 6
+    assert same_pages(pa, PAGE, pb, 8 * PAGE, 6)
+    assert not same_pages(pa, 0, pb, 0, 1)  # (the pools differ elsewhere)
+    other = sh.create_backend(sh.storage_config(daemon, mla=True),
+                              sh.MLASplitHostPool(64, PAGE, LAYERS, 16, 4, seed=22))
+    assert pieces == {} or other.batch_exists(ks) == 0
+    for s in (a, b, other):
         s.clear()
         s.close()
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """kvcache.vllm driven as vLLM drives a v1 KV connector (vllm_harness.py:
-its scheduler and model runner at 003df29, transcribed), on real tensors
+its scheduler and model runner at 003df29 and after 2aac565c, transcribed), on real tensors
 laid out as vLLM lays them out, against a private kvcached.
 
 Each engine is a fresh connector pair with its own KV cache; "engine B
@@ -23,18 +23,46 @@ def prompt(salt):
     return [t + salt for t in PROMPT]
 
 
-def test_stores_with_the_engines_own_requests(daemon):
+@pytest.mark.parametrize("after", [True, False], ids=["loads-after-forward", "before"])
+@pytest.mark.parametrize("load_async", [True, False])
+def test_stores_with_the_engines_own_requests(daemon, after, load_async):
     """Current vLLM leaves num_publishable_block_hashes at 0 (no EAGLE
     prefix-cache hashing): the blocks are stored all the same, and a second
-    engine loads them."""
-    a = vh.Engine(vh.config(daemon))
-    a.run_one("a1", prompt(1))
+    engine loads them; whether its worker starts loads before the forward
+    (every step, as before 2aac565c; or a step with a synchronous load) or
+    after it (asynchronous loads only)."""
+    salt = 1 + 1000 * (2 * after + load_async)  # prompts of their own
+    a = vh.Engine(vh.config(daemon), loads_after_forward=after)
+    a.run_one("a1", prompt(salt))
     # 70 prompt tokens + 3 generated, 72 computed: 4 full blocks stored
     assert a.stat("save_blocks") == 4 and a.stat("save_errors") == 0
-    b = vh.Engine(vh.config(daemon))
-    b.run_one("b1", prompt(1))
+    b = vh.Engine(vh.config(daemon, load_async=load_async), loads_after_forward=after)
+    b.run_one("b1", prompt(salt))
     assert b.stat("hit_tokens") == 64 and b.stat("load_blocks") == 4
     assert b.stat("load_errors") == 0
+    a.shutdown()
+    b.shutdown()
+
+
+def test_a_base_without_eagle_hashing(daemon, monkeypatch):
+    """vLLM's base class at 00f4240 sets no use_eagle_prefix_cache_hashing:
+    a request still finishes, and its blocks are stored and found."""
+    def init(self, vllm_config, role, kv_cache_config=None):
+        self._connector_metadata = None
+        self._vllm_config = vllm_config
+        self._kv_transfer_config = vllm_config.kv_transfer_config
+        self._kv_cache_config = kv_cache_config
+        self._kv_cache_manager = None
+        self._role = role
+    monkeypatch.setattr(kv.KVConnectorBase_V1, "__init__", init)
+    monkeypatch.delattr(kv.KVConnectorBase_V1, "set_eagle_prefix_cache_hashing")
+    a = vh.Engine(vh.config(daemon))
+    assert "use_eagle_prefix_cache_hashing" not in vars(a.connector)
+    a.run_one("a1", prompt(5))
+    assert a.stat("save_blocks") == 4 and a.stat("save_errors") == 0
+    b = vh.Engine(vh.config(daemon))
+    b.run_one("b1", prompt(5))
+    assert b.stat("load_blocks") == 4 and b.stat("load_errors") == 0
     a.shutdown()
     b.shutdown()
 
@@ -54,14 +82,15 @@ def test_eagle_fence_applies_only_when_on(daemon):
     a.shutdown()
 
 
+@pytest.mark.parametrize("after", [True, False], ids=["loads-after-forward", "before"])
 @pytest.mark.parametrize("load_async", [True, False])
-def test_abort_while_loading(daemon, load_async):
+def test_abort_while_loading(daemon, load_async, after):
     """An abort that arrives while a request's blocks load: vLLM calls
     request_finished at once and frees the blocks when the load is reported;
     storing them too would report the id twice (and they hold no KV yet)."""
     a = vh.Engine(vh.config(daemon))
     a.run_one("a", prompt(3))
-    b = vh.Engine(vh.config(daemon, load_async=load_async))
+    b = vh.Engine(vh.config(daemon, load_async=load_async), loads_after_forward=after)
     free0 = len(b.free)
     b.add_request("b", prompt(3), 3)
     b.abort("b")  # during the first step, as EngineCore applies it

@@ -35,6 +35,14 @@ Transcribed from vllm-project/vllm at 003df2961dd8830c317a61f9745ccd557da9fa06
   back (HND is a non-contiguous view), with ``kernel_block_size`` rows per
   manager block split; FlashAttention ``(2, blocks, bs, H, D)``, FlashInfer
   ``(blocks, 2, bs, H, D)``, MLA ``(blocks, bs, D)``;
+* ``kv_connector_model_runner_mixin.py`` and ``scheduler.py`` after
+  2aac565c (vLLM #53333, 2026-08; the shape of 00f4240): the scheduler
+  sets ``SchedulerOutput.has_sync_kv_loads`` when a request scheduled in
+  the step loads synchronously, and without one the worker calls
+  ``start_load_kv`` after the forward instead of before it
+  (``Engine(..., loads_after_forward=False)`` for the order before);
+  ``KVConnectorBase_V1.__init__`` there sets no
+  ``use_eagle_prefix_cache_hashing``;
 * ``kv_connector/utils.py`` ``KVOutputAggregator``: a request finishes a
   transfer when every worker reported it;
 * ``kv_connector/factory.py``: the class is ``getattr(import_module(
@@ -360,7 +368,10 @@ class Worker:
         c.handle_preemptions(meta)
         self.preemptions_seen.append(meta)
         c.bind_connector_metadata(meta)
-        c.start_load_kv(SimpleNamespace(attn_metadata={}))
+        # synchronous loads feed this step's forward; asynchronous ones
+        # start after it (2aac565c)
+        if so.has_sync_kv_loads:
+            c.start_load_kv(SimpleNamespace(attn_metadata={}))
         for name in self.kv_caches:
             c.wait_for_layer_load(name)
         # the forward: every scheduled token's KV, layer by layer
@@ -368,6 +379,8 @@ class Worker:
             self.compute(job.tokens, job.block_ids, job.start, job.end)
         for name, t in self.kv_caches.items():
             c.save_kv_layer(name, t, None)
+        if not so.has_sync_kv_loads:
+            c.start_load_kv(SimpleNamespace(attn_metadata={}))
         c.wait_for_save()
         sending, recving = c.get_finished(so.finished_req_ids)
         out = SimpleNamespace(finished_sending=sending, finished_recving=recving,
@@ -436,13 +449,16 @@ class SchedulerOutput:
     finished_req_ids: Set[str]
     preempted_req_ids: Set[str]
     kv_connector_metadata: Any = None
+    has_sync_kv_loads: bool = True
 
 
 class Engine:
     """The scheduler (vllm/v1/core/sched/scheduler.py) and its workers."""
 
-    def __init__(self, cfg: SimpleNamespace, **worker_kw: Any):
+    def __init__(self, cfg: SimpleNamespace, loads_after_forward: bool = True,
+                 **worker_kw: Any):
         self.cfg = cfg
+        self.loads_after_forward = loads_after_forward
         vc = cfg.vllm
         # resolve_kv_cache_block_sizes, one KV cache group
         self.block_size = self.hash_block_size = \
@@ -505,6 +521,7 @@ class Engine:
     def schedule(self) -> SchedulerOutput:
         scheduled: List[Scheduled] = []
         num_scheduled: Dict[str, int] = {}
+        has_sync_kv_loads = not self.loads_after_forward
         for req in list(self.running):
             n = req.num_tokens - req.num_computed_tokens
             while not self._allocate(req, req.num_computed_tokens + n):
@@ -540,6 +557,7 @@ class Engine:
                     still_waiting.append(req)  # no update_state_after_alloc
                     continue
                 self.connector.update_state_after_alloc(req, self._blocks_of(req), ext)
+                has_sync_kv_loads |= ext > 0 and not load_async
                 if load_async:
                     req.status = RequestStatus.WAITING_FOR_REMOTE_KVS
                     req.num_computed_tokens = num_computed
@@ -561,7 +579,8 @@ class Engine:
             num_scheduled[req.request_id] = n
         self.waiting = still_waiting
         so = SchedulerOutput(scheduled, num_scheduled, set(self.finished_req_ids),
-                             set(self.reset_preempted_req_ids))
+                             set(self.reset_preempted_req_ids),
+                             has_sync_kv_loads=has_sync_kv_loads)
         so.kv_connector_metadata = self.connector.build_connector_meta(so)
         for req_id, n in num_scheduled.items():
             self.requests[req_id].num_computed_tokens += n

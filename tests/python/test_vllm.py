@@ -189,11 +189,13 @@ def test_hit_outlives_pressure_until_its_load(daemon):
     b.shutdown()
 
 
-def test_preemption(daemon):
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_preemption(daemon, prefix_caching):
     """A cache too small for two requests: vLLM preempts one, frees its
-    blocks, and looks it up again when it resumes."""
+    blocks, and looks it up again when it resumes (with the prefix cache,
+    finding some of its own blocks still cached)."""
     cfg = vh.config(daemon, num_blocks=7)
-    e = vh.Engine(cfg)
+    e = vh.Engine(cfg, prefix_caching=prefix_caching)
     e.add_request("p1", prompt(30)[:40], 40)
     e.add_request("p2", prompt(31)[:40], 40)
     e.run()
@@ -201,8 +203,40 @@ def test_preemption(daemon):
                           "p2": vh.RequestStatus.FINISHED_LENGTH_CAPPED}
     assert any(m.preempted for m in e.workers[0].preemptions_seen)
     assert e.kv_at_finish["p1"] == [] and e.kv_at_finish["p2"] == []
+    assert (e.local_hit_tokens > 0) == prefix_caching
     assert len(e.free) == 7
     e.shutdown()
+
+
+@pytest.mark.parametrize("load_async", [True, False])
+def test_local_prefix_hits(daemon, load_async):
+    """With vLLM's prefix cache: engine B has the first two blocks of a
+    prompt cached from another request and asks the connector with that
+    local hit; only the two blocks after it are loaded from the pool (into
+    blocks of their own), the cached ones are kept, and every byte of KV
+    is right. A third time the whole prompt is cached: nothing is loaded."""
+    p = prompt(40 + load_async)  # prompts of their own
+    a = vh.Engine(vh.config(daemon))
+    a.run_one("a", p)
+    b = vh.Engine(vh.config(daemon, load_async=load_async), prefix_caching=True)
+    seen = []
+    ask = b.connector.get_num_new_matched_tokens
+
+    def asked(request, num_computed_tokens):
+        seen.append((request.request_id, num_computed_tokens))
+        return ask(request, num_computed_tokens)
+    b.connector.get_num_new_matched_tokens = asked
+    b.run_one("q", p[:32] + [7 + 100 * load_async + i for i in range(30)])
+    loaded = b.stat("load_blocks")
+    assert loaded == 2  # the shared prefix, from the pool
+    b.run_one("p", p)
+    assert seen[-1] == ("p", 32)
+    assert b.stat("load_blocks") - loaded == 2 and b.stat("load_errors") == 0
+    b.run_one("p2", p)
+    assert seen[-1] == ("p2", 64)  # whole blocks, short of the last token
+    assert b.stat("load_blocks") - loaded == 2
+    a.shutdown()
+    b.shutdown()
 
 
 def test_tensor_parallel_every_rank(daemon):

@@ -43,6 +43,15 @@ Transcribed from vllm-project/vllm at 003df2961dd8830c317a61f9745ccd557da9fa06
   (``Engine(..., loads_after_forward=False)`` for the order before);
   ``KVConnectorBase_V1.__init__`` there sets no
   ``use_eagle_prefix_cache_hashing``;
+* ``kv_cache_manager.py`` / ``block_pool.py`` with prefix caching (on,
+  as vLLM's default; ``Engine(..., prefix_caching=False)``): full blocks are cached by hash
+  as they are allocated (a load's only once it is done when asynchronous),
+  a freed block keeps its KV until it is handed out again (the free queue
+  takes a request's blocks tail first, and hands out the oldest), a new
+  request starts with its cached leading blocks (at most up to its last
+  token) and the connector is asked with that local hit
+  (``get_num_new_matched_tokens(request, num_new_local_computed_tokens)``);
+  blocks a load failed are dropped from the cache;
 * ``kv_connector/utils.py`` ``KVOutputAggregator``: a request finishes a
   transfer when every worker reported it;
 * ``kv_connector/factory.py``: the class is ``getattr(import_module(
@@ -456,9 +465,14 @@ class Engine:
     """The scheduler (vllm/v1/core/sched/scheduler.py) and its workers."""
 
     def __init__(self, cfg: SimpleNamespace, loads_after_forward: bool = True,
-                 **worker_kw: Any):
+                 prefix_caching: bool = True, **worker_kw: Any):
         self.cfg = cfg
         self.loads_after_forward = loads_after_forward
+        self.prefix_caching = prefix_caching
+        self.cached: Dict[Any, int] = {}      # block hash -> a block holding its KV
+        self.block_hash: Dict[int, Any] = {}
+        self.refs: Dict[int, int] = {}
+        self.local_hit_tokens = 0  # what new requests found in the prefix cache
         vc = cfg.vllm
         # resolve_kv_cache_block_sizes, one KV cache group
         self.block_size = self.hash_block_size = \
@@ -508,11 +522,64 @@ class Engine:
         if need > len(self.free):
             return False
         for _ in range(max(0, need)):
-            blocks.append(self.free.pop(0))
+            b = self.free.pop(0)
+            self._uncache(b)  # handed out again: its KV goes
+            self.refs[b] = 1
+            blocks.append(b)
         return True
 
     def _free_request_blocks(self, req: Request) -> None:
-        self.free += self.req_blocks.pop(req.request_id, [])
+        blocks = self.req_blocks.pop(req.request_id, [])
+        if not self.prefix_caching:
+            self.free += blocks
+            return
+        for b in reversed(blocks):  # the tail goes first
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                self.free.append(b)
+
+    # -- the prefix cache --
+    def _uncache(self, b: int) -> None:
+        h = self.block_hash.pop(b, None)
+        if h is not None and self.cached.get(h) == b:
+            del self.cached[h]
+
+    def _cache_blocks(self, req: Request, num_tokens: int) -> None:
+        """The request's full blocks up to num_tokens, by hash."""
+        if not self.prefix_caching:
+            return
+        ids = self.req_blocks.get(req.request_id, [])
+        for i, h in enumerate(req.block_hashes[:min(num_tokens // self.block_size, len(ids))]):
+            if h not in self.cached and ids[i] not in self.block_hash:
+                self.cached[h] = ids[i]
+                self.block_hash[ids[i]] = h
+
+    def _local_hit(self, req: Request) -> List[int]:
+        """get_computed_blocks: the cached leading blocks, short of the
+        last token (one KV cache group, no context parallelism)."""
+        if not self.prefix_caching:
+            return []
+        hit = []
+        for h in req.block_hashes[:(req.num_tokens - 1) // self.block_size]:
+            b = self.cached.get(h)
+            if b is None:
+                break
+            hit.append(b)
+        return hit
+
+    def _allocate_with_hit(self, req: Request, hit: List[int], num_tokens: int) -> bool:
+        """allocate_slots with new computed blocks: nothing changes if the
+        rest does not fit."""
+        reusable = sum(1 for b in hit if self.refs.get(b, 0) == 0)
+        need = -(-num_tokens // self.workers[0].block_size) - len(hit)
+        if need > len(self.free) - reusable:
+            return False
+        for b in hit:
+            if self.refs.get(b, 0) == 0:
+                self.free.remove(b)
+            self.refs[b] = self.refs.get(b, 0) + 1
+        self.req_blocks[req.request_id] = list(hit)
+        return self._allocate(req, num_tokens)
 
     def _blocks_of(self, req: Request) -> KVCacheBlocks:
         return KVCacheBlocks(([KVCacheBlock(b) for b in self.req_blocks.get(req.request_id, [])],))
@@ -531,6 +598,7 @@ class Engine:
                     break
             if req.status != RequestStatus.RUNNING:
                 continue
+            self._cache_blocks(req, req.num_computed_tokens + n)
             scheduled.append(Scheduled(req.request_id, list(req._all_token_ids),
                                        list(self.req_blocks[req.request_id]),
                                        req.num_computed_tokens, req.num_computed_tokens + n))
@@ -546,19 +614,23 @@ class Engine:
                     else RequestStatus.WAITING
             load_async = False
             if req.num_computed_tokens == 0:
-                ext, load_async = self.connector.get_num_new_matched_tokens(req, 0)
+                hit = self._local_hit(req)
+                local = len(hit) * self.block_size
+                self.local_hit_tokens += local
+                ext, load_async = self.connector.get_num_new_matched_tokens(req, local)
                 if ext is None:
                     still_waiting.append(req)
                     continue
                 assert not (load_async and ext == 0)
-                num_computed = ext
+                num_computed = local + ext
                 assert num_computed <= req.num_tokens
-                if not self._allocate(req, req.num_tokens):
+                if not self._allocate_with_hit(req, hit, req.num_tokens):
                     still_waiting.append(req)  # no update_state_after_alloc
                     continue
                 self.connector.update_state_after_alloc(req, self._blocks_of(req), ext)
                 has_sync_kv_loads |= ext > 0 and not load_async
                 if load_async:
+                    self._cache_blocks(req, local)  # the loaded ones once loaded
                     req.status = RequestStatus.WAITING_FOR_REMOTE_KVS
                     req.num_computed_tokens = num_computed
                     still_waiting.append(req)
@@ -573,6 +645,7 @@ class Engine:
             req.num_computed_tokens = num_computed
             self.running.append(req)
             n = req.num_tokens - num_computed
+            self._cache_blocks(req, num_computed + n)
             scheduled.append(Scheduled(req.request_id, list(req._all_token_ids),
                                        list(self.req_blocks[req.request_id]), num_computed,
                                        num_computed + n))
@@ -595,6 +668,7 @@ class Engine:
             self.failed_recving_kv_req_ids.remove(req.request_id)
         elif req.num_computed_tokens == req.num_tokens:
             req.num_computed_tokens = req.num_tokens - 1
+        self._cache_blocks(req, req.num_computed_tokens)  # loaded: cached now
         self.finished_recving_kv_req_ids.remove(req.request_id)
 
     def _preempt_request(self, req: Request) -> None:
@@ -644,6 +718,8 @@ class Engine:
 
     def _handle_invalid_blocks(self, invalid: Set[int], num_scheduled: Dict[str, int]) -> Set[str]:
         async_failed, sync_failed = set(), set()
+        for b in invalid:
+            self._uncache(b)  # their KV is not what the hash says
         for req in list(self.waiting) + list(self.running):
             if req.status not in (RequestStatus.WAITING_FOR_REMOTE_KVS, RequestStatus.RUNNING):
                 continue

@@ -4,13 +4,20 @@ client of LMCache's multiprocess server.
 
 Remote connector (LMCache in the engine process)::
 
-    remote_url: "kvcache://localhost:0/?socket=/run/kvcached.sock"
     remote_serde: "naive"
     remote_storage_plugins: ["kvcache"]
     extra_config:
       remote_storage_plugin.kvcache.module_path: kvcache.lmcache
       remote_storage_plugin.kvcache.class_name: KvcacheConnectorAdapter
+      remote_storage_plugin.kvcache.socket: /run/kvcached.sock
       save_chunk_meta: false
+
+LMCache makes a remote backend of each plugin, whose URL is
+``plugin://kvcache`` (or ``plugin://kvcache.<instance>``, each instance with
+its own ``remote_storage_plugin.kvcache.<instance>.socket``).  LMCache
+before per-plugin backends needs the URL as well, and takes the socket from
+it: ``remote_url: "kvcache://localhost:0/?socket=/run/kvcached.sock"``
+(where both exist, give one: each would be a backend of its own).
 
 The value of a key is the chunk's raw KV bytes (``save_chunk_meta`` false:
 LMCache keeps the shape and dtype locally), stored and loaded with the
@@ -297,14 +304,38 @@ def _memory_format(mla: bool) -> Any:
         return "KV_MLA_FMT" if mla else "KV_2LTD"
 
 
+PLUGIN_TYPE = "kvcache"
+
+
+def _plugin_socket(context: Any) -> Optional[str]:
+    """A plugin backend's socket: ``remote_storage_plugin.<name>.socket``,
+    else the plugin type's, else None (the default)."""
+    name = getattr(context, "plugin_name", None) or context.url[len("plugin://"):]
+    extra = getattr(getattr(context, "config", None), "extra_config", None) or {}
+    for n in (name, PLUGIN_TYPE):
+        sock = extra.get("remote_storage_plugin.%s.socket" % n)
+        if sock:
+            return str(sock)
+    return None
+
+
 class KvcacheConnectorAdapter(ConnectorAdapter):
-    """Makes KvcacheRemoteConnectors for ``kvcache://`` URLs."""
+    """Makes KvcacheRemoteConnectors for ``kvcache://`` URLs, and for the
+    ``plugin://kvcache[.instance]`` URL of a plugin's own backend."""
 
     def __init__(self) -> None:
         super().__init__("kvcache://")
 
+    def can_parse(self, url: str) -> bool:
+        if url.startswith("kvcache://"):
+            return True
+        return url.startswith("plugin://") and \
+            url[len("plugin://"):].split(".", 1)[0] == PLUGIN_TYPE
+
     def create_connector(self, context: Any) -> KvcacheRemoteConnector:
-        return KvcacheRemoteConnector(socket_from_url(context.url), context.loop,
+        socket = socket_from_url(context.url) if context.url.startswith("kvcache://") \
+            else _plugin_socket(context)
+        return KvcacheRemoteConnector(socket, context.loop,
                                       context.local_cpu_backend,
                                       getattr(context, "config", None),
                                       getattr(context, "metadata", None))

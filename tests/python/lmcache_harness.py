@@ -22,7 +22,14 @@ RemoteConnector", 2025-12-26; PR #1927, 2025-10-31, for batched_put):
   adds up each backend's count of leading hits and slices the keys with it;
 * ``lmcache/v1/memory_management.py``: MemoryObj reference counts (a chunk
   goes back to the allocator at 0; below 0 is a bug);
-* ``lmcache/utils.py``: ``CacheEngineKey.to_string()``.
+* ``lmcache/utils.py``: ``CacheEngineKey.to_string()``;
+* the newest ``storage_backend/__init__.py`` ``CreateStorageBackends``
+  (after per-plugin backends): a ``RemoteBackend`` named
+  ``RemoteBackend-<plugin>`` for each of ``remote_storage_plugins``, whose
+  URL is ``plugin://<plugin>`` and whose context carries ``plugin_name``,
+  then one more for a (deprecated) ``remote_url``; ``RemoteBackend.
+  init_connection`` logs a failure to make its connector and leaves the
+  backend without one (it then finds nothing and stores nothing).
 """
 
 from __future__ import annotations
@@ -130,12 +137,21 @@ class CacheEngineKey:
                                    str(m.kv_dtype).replace("torch.", ""))
 
 
-def config(socket: str, **extra: Any) -> SimpleNamespace:
-    e = {"remote_storage_plugin.kvcache.module_path": "kvcache.lmcache",
-         "remote_storage_plugin.kvcache.class_name": "KvcacheConnectorAdapter"}
+def config(socket: str, plugins: Optional[List[str]] = None, url: bool = True,
+           **extra: Any) -> SimpleNamespace:
+    """LMCache's config with kvcache as its remote plugin: with url, the
+    socket in a kvcache:// remote_url (LMCache before per-plugin backends);
+    else in remote_storage_plugin.<plugin>.socket."""
+    plugins = plugins or ["kvcache"]
+    e: Dict[str, Any] = {}
+    for p in plugins:
+        e["remote_storage_plugin.%s.module_path" % p] = "kvcache.lmcache"
+        e["remote_storage_plugin.%s.class_name" % p] = "KvcacheConnectorAdapter"
+        if not url:
+            e["remote_storage_plugin.%s.socket" % p] = socket
     e.update(extra)
-    return SimpleNamespace(remote_url="kvcache://localhost:0/?socket=" + socket,
-                           remote_serde="naive", remote_storage_plugins=["kvcache"],
+    return SimpleNamespace(remote_url="kvcache://localhost:0/?socket=" + socket if url else None,
+                           remote_serde="naive", remote_storage_plugins=plugins,
                            extra_config=e, use_layerwise=False, blocking_timeout_secs=10)
 
 
@@ -160,7 +176,8 @@ class InstrumentedRemoteConnector:
                 memory_obj.ref_count_down()
 
 
-def create_connector(cfg, loop, local_cpu_backend, metadata, era: int = 3) -> Any:
+def create_connector(cfg, loop, local_cpu_backend, metadata, era: int = 3,
+                     plugin_name: Optional[str] = None) -> Any:
     """CreateConnector: the plugin's adapter, its connector, wrapped."""
     adapters = []
     for name in set(cfg.remote_storage_plugins or ()):
@@ -170,8 +187,9 @@ def create_connector(cfg, loop, local_cpu_backend, metadata, era: int = 3) -> An
             "remote_storage_plugin.%s.class_name" % name])()
         assert isinstance(adapter, kvl.ConnectorAdapter)
         adapters.append(adapter)
-    context = SimpleNamespace(url=cfg.remote_url, loop=loop, local_cpu_backend=local_cpu_backend,
-                              config=cfg, metadata=metadata, plugin_name=None)
+    url = "plugin://%s" % plugin_name if plugin_name is not None else cfg.remote_url
+    context = SimpleNamespace(url=url, loop=loop, local_cpu_backend=local_cpu_backend,
+                              config=cfg, metadata=metadata, plugin_name=plugin_name)
     for adapter in adapters:
         if adapter.can_parse(context.url):
             connector = adapter.create_connector(context)
@@ -192,14 +210,23 @@ class RemoteBackend:
     """The remote backend of one LMCache engine: its event loop thread, its
     connector, naive serde."""
 
-    def __init__(self, cfg, metadata: Metadata, era: int = 3):
+    def __init__(self, cfg, metadata: Metadata, era: int = 3,
+                 plugin_name: Optional[str] = None, quiet: bool = False):
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.local_cpu_backend = LocalCPUBackend(cfg, metadata)
         self.config = cfg
         self.serializer = NaiveSerializer()
-        self.connection = create_connector(cfg, self.loop, self.local_cpu_backend, metadata, era)
+        self.connection = None
+        self.error: Optional[Exception] = None
+        try:
+            self.connection = create_connector(cfg, self.loop, self.local_cpu_backend, metadata,
+                                               era, plugin_name)
+        except ValueError as e:  # init_connection: logged, the backend goes on without
+            if not quiet:
+                raise
+            self.error = e
 
     def _run(self, coro) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(
@@ -224,6 +251,8 @@ class RemoteBackend:
         self._run(self.connection.batched_put(keys, compressed))
 
     def batched_contains(self, keys, pin: bool = False) -> int:
+        if self.connection is None:
+            return 0
         if not self.connection.support_batched_contains():
             n = 0
             for k in keys:
@@ -240,9 +269,23 @@ class RemoteBackend:
         return self._run(self.connection.batched_get(keys))
 
     def close(self) -> None:
-        self._run(self.connection.close())
+        if self.connection is not None:
+            self._run(self.connection.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join()
+
+
+def create_storage_backends(cfg, metadata: Metadata) -> Dict[str, RemoteBackend]:
+    """The newest CreateStorageBackends' remote part: a backend per plugin,
+    then one for remote_url; a backend whose connector could not be made
+    stays, without one."""
+    backends: Dict[str, RemoteBackend] = {}
+    for name in cfg.remote_storage_plugins or ():
+        backends["RemoteBackend-%s" % name] = RemoteBackend(cfg, metadata, plugin_name=name,
+                                                            quiet=True)
+    if cfg.remote_url is not None:
+        backends["RemoteBackend"] = RemoteBackend(cfg, metadata, quiet=True)
+    return backends
 
 
 def storage_manager_batched_contains(backends: Dict[str, Any], keys) -> tuple:
@@ -262,5 +305,5 @@ def storage_manager_batched_contains(backends: Dict[str, Any], keys) -> tuple:
     return total_hit_chunks, block_mapping
 
 
-__all__ = ["RemoteBackend", "Metadata", "CacheEngineKey", "MemoryObj", "LocalCPUBackend",
+__all__ = ["RemoteBackend", "create_storage_backends", "Metadata", "CacheEngineKey", "MemoryObj", "LocalCPUBackend",
            "config", "storage_manager_batched_contains"]

@@ -60,6 +60,26 @@ def test_remote_backend_as_lmcache_drives_it(daemon):
     rb.close()
 
 
+@pytest.mark.parametrize("plugin", ["kvcache", "kvcache.primary"])
+def test_per_plugin_backends(daemon, plugin):
+    """The newest LMCache makes a backend of each remote plugin, whose URL is
+    plugin://<name>: configured as it documents (no remote_url), the one
+    backend has its connector, stores, and finds and loads what it stored."""
+    meta = lh.Metadata(model="org/plugin-" + plugin)
+    backends = lh.create_storage_backends(lh.config(daemon, [plugin], url=False), meta)
+    assert list(backends) == ["RemoteBackend-" + plugin]
+    rb = backends["RemoteBackend-" + plugin]
+    assert rb.error is None and rb.connection is not None
+    chunks = [chunk(rb, i) for i in range(2)]
+    keys = [lh.CacheEngineKey(meta, 0x2000 + i) for i in range(2)]
+    rb.batched_submit_put_task(keys, chunks)
+    hits, _ = lh.storage_manager_batched_contains(backends, keys)
+    assert hits == 2
+    got = rb.batched_get_blocking(keys)
+    assert all(torch.equal(g.raw_data, c.raw_data) for g, c in zip(got, chunks))
+    rb.close()
+
+
 def test_older_manager_calls_init_chunk_meta(daemon, monkeypatch):
     """LMCache before PR #2314: the base takes no arguments, the manager
     calls init_chunk_meta (which set nothing up unless the config said

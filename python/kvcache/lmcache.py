@@ -253,6 +253,24 @@ class KvcacheRemoteConnector(RemoteConnector):
                 out[i] = o
         return out
 
+    def support_batched_get_non_blocking(self) -> bool:
+        return True
+
+    async def batched_get_non_blocking(self, lookup_id: str, keys: List[Any],
+                                       transfer_spec: Any = None) -> List[Any]:
+        """The prefetch path: one batch, the loaded leading chunks (those
+        after the first miss go back to LMCache's allocator)."""
+        out: List[Any] = []
+        missed = False
+        for o in await self.batched_get(keys):
+            if o is None:
+                missed = True
+            elif missed:
+                o.ref_count_down()
+            else:
+                out.append(o)
+        return out
+
     def support_batched_put(self) -> bool:
         return True
 

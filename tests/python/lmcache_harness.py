@@ -29,7 +29,9 @@ RemoteConnector", 2025-12-26; PR #1927, 2025-10-31, for batched_put):
   URL is ``plugin://<plugin>`` and whose context carries ``plugin_name``,
   then one more for a (deprecated) ``remote_url``; ``RemoteBackend.
   init_connection`` logs a failure to make its connector and leaves the
-  backend without one (it then finds nothing and stores nothing).
+  backend without one (it then finds nothing and stores nothing); its
+  ``batched_get_non_blocking`` (the prefetch of what a lookup found) asks
+  the connector's, whose base default is a ``get`` per key.
 """
 
 from __future__ import annotations
@@ -267,6 +269,15 @@ class RemoteBackend:
 
     def batched_get_blocking(self, keys) -> List[Optional[MemoryObj]]:
         return self._run(self.connection.batched_get(keys))
+
+    def batched_get_non_blocking(self, lookup_id: str, keys) -> List[MemoryObj]:
+        """The storage manager's prefetch of keys a lookup found: on the
+        backend's loop, bounded by blocking_timeout_secs."""
+        if self.connection is None or not self.connection.support_batched_get_non_blocking():
+            return []
+        return self._run(asyncio.wait_for(
+            self.connection.batched_get_non_blocking(lookup_id, keys),
+            self.config.blocking_timeout_secs))
 
     def close(self) -> None:
         if self.connection is not None:

@@ -77,6 +77,13 @@ def test_per_plugin_backends(daemon, plugin):
     assert hits == 2
     got = rb.batched_get_blocking(keys)
     assert all(torch.equal(g.raw_data, c.raw_data) for g, c in zip(got, chunks))
+    # the prefetch: one batch, the leading hits; what follows a miss is
+    # handed back to LMCache's allocator
+    live = rb.local_cpu_backend.live
+    missing = lh.CacheEngineKey(meta, 0xbad)
+    pre = rb.batched_get_non_blocking("lookup-1", [keys[0], missing, keys[1]])
+    assert len(pre) == 1 and torch.equal(pre[0].raw_data, chunks[0].raw_data)
+    assert rb.local_cpu_backend.live == live + 1
     rb.close()
 
 

@@ -250,6 +250,24 @@ def test_mooncake_config(tmp_path, monkeypatch):
     assert (c.protocol, c.device_name) == ("rdma", "mlx5_0")
     assert c.enable_ssd_offload is True and c.ssd_offload_path == "/nvme/x"
     assert c.tenant_id == "7"
+    assert (c.enable_client_http_server, c.client_http_port) == (False, 9300)
+    # Mooncake's words and checks: enable/disable, a protocol in any case,
+    # the client HTTP fields; an empty required field is an error
+    path.write_text(json.dumps({
+        "local_hostname": "n", "metadata_server": "P2PHANDSHAKE",
+        "master_server_address": "m:1", "protocol": " RDMA ", "enable_ssd_offload": "Enable",
+        "enable_client_http_server": "enable", "client_http_port": 9400}))
+    c = MooncakeConfig.from_file(str(path))
+    assert (c.protocol, c.enable_ssd_offload) == ("rdma", True)
+    assert (c.enable_client_http_server, c.client_http_port) == (True, 9400)
+    path.write_text(json.dumps({"local_hostname": "", "metadata_server": "P2PHANDSHAKE",
+                                "master_server_address": "m:1"}))
+    with pytest.raises(ValueError, match="local_hostname"):
+        MooncakeConfig.from_file(str(path))
+    path.write_text(json.dumps({"local_hostname": "n", "metadata_server": "P2PHANDSHAKE",
+                                "master_server_address": "m:1", "global_segment_size": -1}))
+    with pytest.raises(ValueError, match="non-negative"):
+        MooncakeConfig.from_file(str(path))
     # the defaults, and a field that must be there
     path.write_text(json.dumps({"local_hostname": "h", "metadata_server": "P2PHANDSHAKE",
                                 "master_server_address": "m:1"}))
@@ -1048,7 +1066,7 @@ _MOONCAKE_METHODS = [
     "pub_tensor", "pub_tensor_with_tp", "put", "put_batch", "put_from",
     "put_from_with_metadata", "put_parts", "put_tensor", "put_tensor_from",
     "put_tensor_with_parallelism", "put_tensor_with_parallelism_from", "put_tensor_with_tp",
-    "put_tensor_with_tp_from", "register_buffer", "remove", "remove_all", "remove_by_regex",
+    "put_tensor_with_tp_from", "query_task", "register_buffer", "remove", "remove_all", "remove_by_regex",
     "save_tensor_to_safetensor", "setup", "setup_dummy", "unmount_and_free_segment",
     "unmount_local_disk_segment", "unmount_segment", "unregister_buffer", "upsert",
     "upsert_batch", "upsert_from", "upsert_parts", "upsert_pub_tensor", "upsert_tensor",
@@ -1073,7 +1091,11 @@ def test_every_mooncake_name(daemon):
     missing = [n for n in _MOONCAKE_METHODS if not callable(getattr(MooncakeDistributedStore,
                                                                     n, None))]
     assert missing == []
-    assert len(_MOONCAKE_METHODS) == 97 and len(_MOONCAKE_MODULE) == 33
+    assert len(_MOONCAKE_METHODS) == 98 and len(_MOONCAKE_MODULE) == 33
+    # the helper classes' fields and methods as Mooncake's
+    assert mc.ReplicateConfig().data_type == mc.ObjectDataType.UNKNOWN
+    assert mc.ReplicateConfig(data_type=mc.ObjectDataType.KVCACHE).data_type == 1
+    assert mc.ReplicaDescriptor(disk=mc.DiskDescriptor("/x", 4)).is_local_disk_replica() is False
     assert [n for n in _MOONCAKE_MODULE if not hasattr(mc, n)] == []
     shim = os.environ.get("KVCACHE_SHIM_DIR")
     if shim:

@@ -134,6 +134,7 @@ class ReplicateConfig:
         self.preferred_nof_segments: List[str] = []
         self.preferred_segment = ""
         self.prefer_alloc_in_same_node = False
+        self.data_type = ObjectDataType.UNKNOWN  # what the object holds: a hint
         self.group_ids: List[str] = []
         for k, v in kw.items():
             setattr(self, k, v)
@@ -341,6 +342,12 @@ class ReplicaDescriptor:
 
     def is_disk_replica(self) -> bool:
         return self._disk is not None
+
+    def is_local_disk_replica(self) -> bool:
+        """Mooncake's client-local SSD copies, described apart from the
+        disk replicas: this node's disk tier is described as a disk
+        replica (with its file), so never."""
+        return False
 
     def get_memory_descriptor(self) -> MemoryDescriptor:
         if self._memory is None:

@@ -46,9 +46,9 @@ def parse_flag(value) -> bool:
     if isinstance(value, (int, float)):
         return value != 0
     word = str(value).strip().lower()
-    if word in ("", "false", "no", "off", "0"):
+    if word in ("", "false", "no", "off", "0", "disable"):
         return False
-    if word in ("true", "yes", "on", "1"):
+    if word in ("true", "yes", "on", "1", "enable"):
         return True
     raise ValueError(f"not a yes/no value: {value!r}")
 
@@ -65,6 +65,25 @@ class MooncakeConfig:
     enable_ssd_offload: bool = False
     ssd_offload_path: str = ""
     tenant_id: str = "default"
+    enable_client_http_server: bool = False  # Mooncake's client HTTP endpoints;
+    client_http_port: int = 9300             # kvcached has --metrics-port
+
+    def __post_init__(self) -> None:
+        """As Mooncake's: the protocol in lower case, and a clear error for a
+        negative size or an empty required field."""
+        if not isinstance(self.protocol, str) or not self.protocol.strip():
+            raise ValueError(f"Invalid protocol: {self.protocol!r}. Protocol must be a "
+                             "non-empty string, e.g. 'tcp' or 'rdma'.")
+        self.protocol = self.protocol.strip().lower()
+        for name in ("global_segment_size", "local_buffer_size"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Invalid {name}: {getattr(self, name)}. "
+                                 "Size must be non-negative.")
+        for name in ("local_hostname", "metadata_server", "master_server_address"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"Config field {name!r} must be a non-empty string, "
+                                 f"got {value!r}.")
 
     @staticmethod
     def from_file(file_path: str) -> "MooncakeConfig":
@@ -88,6 +107,8 @@ class MooncakeConfig:
             enable_ssd_offload=parse_flag(doc.get("enable_ssd_offload", False)),
             ssd_offload_path="" if path is None else str(path),
             tenant_id="default" if tenant is None else str(tenant),
+            enable_client_http_server=parse_flag(doc.get("enable_client_http_server", False)),
+            client_http_port=int(doc.get("client_http_port", 9300)),
         )
 
     @staticmethod
@@ -113,4 +134,7 @@ class MooncakeConfig:
             enable_ssd_offload=parse_flag(env("MOONCAKE_OFFLOAD_ENABLED", "false")),
             ssd_offload_path=env("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", ""),
             tenant_id=env("MOONCAKE_TENANT_ID", "default"),
+            enable_client_http_server=parse_flag(
+                env("MOONCAKE_ENABLE_CLIENT_HTTP_SERVER", "false")),
+            client_http_port=int(env("MOONCAKE_CLIENT_HTTP_PORT", "9300")),
         )

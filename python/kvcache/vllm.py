@@ -61,6 +61,7 @@ import enum
 import logging
 import math
 import queue
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -476,6 +477,29 @@ class KvcacheKVEvents(KVConnectorKVEvents):  # type: ignore[misc]
 
 # ---- the connector ----
 
+def _physical_layers(names: List[str]) -> Tuple[Dict[str, int], List[List[int]]]:
+    """The registered caches grouped by model layer (``layers.<n>``, MTP
+    layers after the others; a name without a layer number on its own), in
+    the order their layers first appear: vLLM-Ascend registers a sparse
+    attention layer's indexer cache under a name of its own
+    (``...layers.<n>....indexer.k_cache``) that the forward never passes to
+    ``wait_for_layer_load``."""
+    keys: Dict[Any, int] = {}
+    groups: List[List[int]] = []
+    of: Dict[str, int] = {}
+    for i, name in enumerate(names):
+        mtp = re.search(r"(?:^|\.)mtp(?:\.layers)?\.(\d+)(?:\.|$)", name)
+        m = re.search(r"layers\.(\d+)", name)
+        key = ("mtp", int(mtp.group(1))) if mtp else ("layers", int(m.group(1))) if m \
+            else ("name", name)
+        if key not in keys:
+            keys[key] = len(groups)
+            groups.append([])
+        groups[keys[key]].append(i)
+        of[name] = keys[key]
+    return of, groups
+
+
 class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     """vLLM v1 connector over kvcached (see the module's text)."""
 
@@ -527,7 +551,12 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         self._kv_events: Optional[KvcacheKVEvents] = None
         # worker side
         self._layer_names: Dict[str, int] = {}
+        # layer by layer: the caches of each model layer (its attention's,
+        # and a sparse-attention indexer's), in the order the forward asks
+        self._layer_group: Dict[str, int] = {}
+        self._groups: List[List[int]] = []
         self._layerwise: List[Tuple[BlockJob, Any]] = []
+        self._layerwise_next = 0
         self._jobs: "queue.Queue[Optional[Tuple[str, BlockJob]]]" = queue.Queue()
         self._done_lock = threading.Lock()
         self._done_sending: Set[str] = set()
@@ -590,8 +619,8 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             [hashes[(i + 1) * scale - 1] for i in range(len(hashes) // scale)]
 
     def _loads_here(self) -> bool:
-        if self.kv_role == "kv_producer":
-            return False
+        # a prefill (kv_producer) loads the prefixes the pool has, as
+        # vLLM-Ascend's pool connector does: only a kv_consumer may opt out
         return self.kv_role != "kv_consumer" or self.options.consumer_is_to_load
 
     def _stores_here(self) -> bool:
@@ -712,6 +741,7 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     # ---- worker ----
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
         self._layer_names = {name: i for i, name in enumerate(kv_caches)}
+        self._layer_group, self._groups = _physical_layers(list(kv_caches))
         values = list(kv_caches.values())
         layout = KVLayout.from_tensors(values, self.num_blocks)
         dev = getattr(layout.segments[0].tensor, "device", None)
@@ -775,24 +805,36 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         return self._connector_metadata is not None
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        if not self._layerwise:
+        """Every cache of the layer asked for (and of any layer before it
+        not asked for), so a sparse-attention indexer's cache, which the
+        forward never names, comes with its layer's."""
+        group = self._layer_group.get(layer_name)
+        if not self._layerwise or group is None:
             return
-        layer = self._layer_names.get(layer_name)
-        if layer is None:
-            return
-        for _, load in self._layerwise:
-            load.load_layer(layer)
-        if layer == len(self._layer_names) - 1:
+        self._load_groups(group + 1)
+
+    def _load_groups(self, upto: int) -> None:
+        for g in range(self._layerwise_next, upto):
+            for layer in self._groups[g]:
+                for _, load in self._layerwise:
+                    load.load_layer(layer)
+        self._layerwise_next = max(self._layerwise_next, upto)
+        if self._layerwise_next >= len(self._groups):
             for job, load in self._layerwise:
                 self._note_load(job, load.finish(), report=False, seconds=0.0)
             self._layerwise = []
+            self._layerwise_next = 0
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
                       **kwargs: Any) -> None:
         pass  # blocks are stored whole when their request finishes
 
     def wait_for_save(self) -> None:
-        pass  # stores run on the connector's thread, reported by get_finished
+        # stores run on the connector's thread, reported by get_finished;
+        # after the forward, a layer-by-layer load whose last layers were
+        # never asked for ends here
+        if self._layerwise:
+            self._load_groups(len(self._groups))
 
     def get_finished(self, finished_req_ids: Set[str]
                      ) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:

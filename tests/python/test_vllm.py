@@ -273,15 +273,22 @@ def test_decode_context_parallel_hashes(daemon):
 
 
 def test_roles(daemon):
+    """A prefill (kv_producer) stores, and loads what the pool has of its
+    prompts (as vLLM-Ascend's pool connector: a prefill gains from a prefix
+    another instance computed); a decode (kv_consumer) loads and stores
+    nothing."""
     p = vh.Engine(vh.config(daemon, role="kv_producer"))
     p.run_one("p", prompt(60))
-    assert p.stat("save_blocks") == 4 and p.stat("lookups") == 0
+    assert p.stat("save_blocks") == 4 and p.stat("load_blocks") == 0
     c = vh.Engine(vh.config(daemon, role="kv_consumer"))
     c.run_one("c", prompt(60))
     assert c.stat("load_blocks") == 4 and c.stat("save_blocks") == 0
     assert c.connector.requires_kv_delivery is False
-    p.shutdown()
-    c.shutdown()
+    p2 = vh.Engine(vh.config(daemon, role="kv_producer"))
+    p2.run_one("p2", prompt(60))
+    assert p2.stat("load_blocks") == 4 and p2.stat("load_errors") == 0
+    for e in (p, c, p2):
+        e.shutdown()
 
 
 def test_stats_and_events(daemon):

@@ -84,3 +84,23 @@ def test_ascend_pd_keys(daemon):
     with pytest.raises(ValueError, match="backend"):
         vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
                                       backend="yuanrong"), "scheduler")
+
+
+@pytest.mark.parametrize("layerwise", [False, True])
+def test_sparse_attention_indexer_caches(daemon, layerwise):
+    """A sparse-attention model on Ascend registers each layer's indexer
+    cache beside its attention cache, under a name the forward never
+    passes to wait_for_layer_load: a block's object holds both, and a load
+    layer by layer brings each indexer cache with its layer."""
+    cfg = vh.config(daemon, connector="AscendStoreConnector", use_layerwise=layerwise,
+                    dtype=torch.bfloat16)
+    a = vh.Engine(cfg, ascend=True, indexer=True)
+    salt = 40 + layerwise
+    a.run_one("a", tokens(salt))
+    assert a.stat("save_blocks") == 3
+    b = vh.Engine(vh.config(daemon, connector="AscendStoreConnector", use_layerwise=layerwise,
+                            dtype=torch.bfloat16), ascend=True, indexer=True)
+    b.run_one("b", tokens(salt))  # every byte checked, the indexer caches' too
+    assert b.stat("load_blocks") == 3 and b.stat("load_errors") == 0
+    a.shutdown()
+    b.shutdown()

@@ -252,6 +252,7 @@ def create_connector(cfg: SimpleNamespace, role: Any, rank: int = 0) -> Any:
 # ---- the model's KV: what a token's K and V are ----
 
 HEADS, HEAD_DIM, LAYERS = 4, 8, 3
+INDEXER, INDEXER_DIM = "model.layers.%d.self_attn.indexer.k_cache", 4
 
 
 def kv_value(tokens: List[int], pos: int, layer: int, kv: int, heads: int, dim: int,
@@ -276,7 +277,7 @@ class Worker:
 
     def __init__(self, cfg: SimpleNamespace, rank: int = 0, backend: str = "flash_attn",
                  layout: str = "NHD", kernel_block_size: Optional[int] = None,
-                 ascend: bool = False):
+                 ascend: bool = False, indexer: bool = False):
         vc = cfg.vllm
         self.cfg = cfg
         self.rank = rank
@@ -293,6 +294,18 @@ class Worker:
         self.ascend = ascend
         self.kv_caches = {"model.layers.%d.self_attn.attn" % i: self._alloc(i)
                           for i in range(LAYERS)}
+        # a sparse-attention model on Ascend (model_runner_v1 at 182b75e):
+        # each layer's indexer cache, (indexer_k_cache,), under a name of
+        # its own, in the same KV cache group (here after every layer's)
+        self.indexer = indexer
+        self.kinds = (0, 1, 2) if indexer else (0, 1)
+        if indexer:
+            ratio = self.block_size // self.kbs
+            for i in range(LAYERS):
+                g = torch.Generator().manual_seed(2000 + i)
+                self.kv_caches[INDEXER % i] = (torch.rand(
+                    self.num_blocks * ratio, self.kbs, 1, INDEXER_DIM, generator=g)
+                    .to(self.dtype),)
         self.connector = create_connector(cfg, "worker", rank)
         self.connector.register_kv_caches(self.kv_caches)
         self.preemptions_seen: List[Any] = []
@@ -326,6 +339,8 @@ class Worker:
         """The (heads, dim) view of one token's K or V, by logical index."""
         ratio = self.block_size // self.kbs
         row, off = block_id * ratio + offset // self.kbs, offset % self.kbs
+        if kv == 2:
+            return self.kv_caches[INDEXER % layer][0][row, off]
         t = self.kv_caches["model.layers.%d.self_attn.attn" % layer]
         if self.ascend:
             return t[kv][row, off]
@@ -349,10 +364,10 @@ class Worker:
             if place is None:
                 continue
             for layer in range(LAYERS):
-                for kv in (0, 1):
+                for kv in self.kinds:
                     dst = self._kv_slot(layer, kv, *place)
                     if dst is not None:
-                        dst.copy_(kv_value(tokens, pos, layer, kv, dst.shape[0], HEAD_DIM,
+                        dst.copy_(kv_value(tokens, pos, layer, kv, dst.shape[0], dst.shape[1],
                                            self.dtype))
 
     def check(self, tokens: List[int], block_ids: List[int], upto: int) -> List[int]:
@@ -363,10 +378,10 @@ class Worker:
             if place is None:
                 continue
             for layer in range(LAYERS):
-                for kv in (0, 1):
+                for kv in self.kinds:
                     got = self._kv_slot(layer, kv, *place)
                     if got is not None and not torch.equal(got, kv_value(
-                            tokens, pos, layer, kv, got.shape[0], HEAD_DIM, self.dtype)):
+                            tokens, pos, layer, kv, got.shape[0], got.shape[1], self.dtype)):
                         bad.append(pos)
         return sorted(set(bad))
 
@@ -382,7 +397,8 @@ class Worker:
         if so.has_sync_kv_loads:
             c.start_load_kv(SimpleNamespace(attn_metadata={}))
         for name in self.kv_caches:
-            c.wait_for_layer_load(name)
+            if not name.endswith(".indexer.k_cache"):  # the attention asks, by its name
+                c.wait_for_layer_load(name)
         # the forward: every scheduled token's KV, layer by layer
         for job in so.scheduled:
             self.compute(job.tokens, job.block_ids, job.start, job.end)

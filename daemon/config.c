@@ -232,6 +232,10 @@ static const struct opt_def opts[] = {
 	  "records found there at start are served again" },
 	{ "disk-size", NULL, 0, T_SIZE, FIELD(disk_size), MiB1, 0, false, false, "SIZE",
 	  "disk tier capacity (default 10GiB)" },
+	/* Mooncake's SSD offload: a disk tier in ssd_offload_path */
+	{ "enable-ssd-offload", NULL, 0, T_FLAG, FIELD(ssd_offload), 0, 0, false, true, NULL, NULL },
+	{ "ssd-offload-path", NULL, 0, T_STRING, FIELD(ssd_offload_path), 0, 0, false, true, NULL,
+	  NULL },
 	{ "disk-compress", NULL, 0, T_ZSTD, FIELD(disk_zstd), 0, 0, false, false, "zstd|none",
 	  "compress records (default none)" },
 	{ "disk-compress-level", NULL, 0, T_U32, FIELD(disk_zstd_level), 1, 19, false, false, "N",
@@ -403,6 +407,33 @@ static int set_protocol(struct config *c, const char *v, const char *what, char 
 	return -EINVAL;
 }
 
+/* A yes/no as Mooncake's configuration reads one (true/false, yes/no,
+ * on/off, 1/0, enable/disable, any case; empty is no): 1, 0, or -1. */
+static int flag_word(const char *v)
+{
+	static const char *const yes[] = { "true", "yes", "on", "1", "enable" };
+	static const char *const no[] = { "", "false", "no", "off", "0", "disable" };
+	char w[16];
+	size_t n = 0;
+
+	while (*v == ' ' || *v == '\t')
+		v++;
+	for (; *v && n < sizeof(w) - 1; v++)
+		w[n++] = (char) tolower((unsigned char) *v);
+	while (n && (w[n - 1] == ' ' || w[n - 1] == '\t'))
+		n--;
+	if (*v)
+		return -1;
+	w[n] = '\0';
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+		if (!strcmp(w, yes[i]))
+			return 1;
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		if (!strcmp(w, no[i]))
+			return 0;
+	return -1;
+}
+
 /* Set option o from text v; `what` is the name as the user spelled it. */
 static int set_opt(struct config *c, const struct opt_def *o, const char *what, const char *v,
 		   char *err)
@@ -493,6 +524,18 @@ static int set_opt(struct config *c, const struct opt_def *o, const char *what, 
 		*(bool *) field = !strcmp(v, "zstd");
 		return 0;
 	case T_FLAG:
+		/* a command-line flag has no value; a file's or a variable's says */
+		if (v) {
+			int f = flag_word(v);
+
+			if (f < 0) {
+				snprintf(err, CONFIG_ERR_MAX,
+					 "invalid value '%s' for %s: expected true or false", v, what);
+				return -EINVAL;
+			}
+			*(bool *) field = f;
+			return 0;
+		}
 		*(bool *) field = true;
 		return 0;
 	case T_CONFIG:
@@ -563,13 +606,22 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 			continue;
 		}
 		if (o->type == T_FLAG) {
-			if (!json_object_is_type(val, json_type_boolean)) {
+			/* true/false; Mooncake's keys also take the words and
+			 * numbers Mooncake's configuration reads ("enable", 1) */
+			int f = json_object_is_type(val, json_type_boolean) ? json_object_get_boolean(val) :
+				!o->json_only ? -1 :
+				json_object_is_type(val, json_type_int) ?
+				(json_object_get_int64(val) == 0 ? 0 : json_object_get_int64(val) == 1 ? 1 : -1) :
+				json_object_is_type(val, json_type_string) ?
+				flag_word(json_object_get_string(val)) : -1;
+
+			if (f < 0) {
 				snprintf(err, CONFIG_ERR_MAX, "config key \"%s\": expected true or false",
 					 key);
 				r = -EINVAL;
 				goto out;
 			}
-			*(bool *) ((uint8_t *) &tmp + o->offset) = json_object_get_boolean(val);
+			*(bool *) ((uint8_t *) &tmp + o->offset) = f;
 			continue;
 		}
 		kind = o->type == T_RATIO ? JSON_NUMBER :
@@ -657,6 +709,8 @@ static int apply_env(struct config *c, char *err)
 	} vars[] = {
 		{ "MOONCAKE_MASTER", "master" },
 		{ "MOONCAKE_GLOBAL_SEGMENT_SIZE", "dram-size" },
+		{ "MOONCAKE_OFFLOAD_ENABLED", "enable-ssd-offload" },
+		{ "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "ssd-offload-path" },
 	};
 
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
@@ -785,6 +839,15 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 	r = apply_env(c, err);
 	if (r < 0)
 		return r;
+	/* Mooncake's SSD offload is a disk tier there (--disk-dir overrides) */
+	if (c->ssd_offload && !c->disk_dir[0]) {
+		if (!c->ssd_offload_path[0]) {
+			snprintf(err, CONFIG_ERR_MAX,
+				 "enable_ssd_offload needs ssd_offload_path (or --disk-dir)");
+			return -EINVAL;
+		}
+		snprintf(c->disk_dir, sizeof(c->disk_dir), "%s", c->ssd_offload_path);
+	}
 
 	opterr = 1;
 	optind = 1;
@@ -808,7 +871,8 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 			}
 			/* errors name the flag as the user spelled it */
 			snprintf(name, sizeof(name), "--%s", long_opts[idx].name);
-			r = set_opt(c, &opts[opt - 0x100], name, optarg ? optarg : "", err);
+			r = set_opt(c, &opts[opt - 0x100], name,
+				    opts[opt - 0x100].type == T_FLAG ? NULL : optarg ? optarg : "", err);
 			break;
 		}
 		if (r < 0)

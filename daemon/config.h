@@ -60,6 +60,8 @@ struct config {
 	double max_leased_ratio;       /* leased bytes of a tier, at most */
 	uint32_t promotion_hits;       /* hits in dram before moving to device */
 	char disk_dir[4096];           /* "" = no disk tier */
+	bool ssd_offload;              /* mooncake.json: enable_ssd_offload */
+	char ssd_offload_path[4096];   /* mooncake.json: the disk tier's directory then */
 	uint64_t disk_size;
 	bool disk_zstd;
 	int disk_zstd_level;

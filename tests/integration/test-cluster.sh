@@ -1776,10 +1776,12 @@ mooncake-json-ascend)
 	    "global_segment_size": "1GB"
 	}
 	EOF
+	mkdir -p "$dir/ssd"
 	cat >"$dir/e2e.json" <<-EOF
 	{"local_hostname": "localhost", "metadata_server": "P2PHANDSHAKE", "protocol": "ascend",
 	 "device_name": "", "master_server_address": "127.0.0.1:$master_port",
-	 "global_segment_size": 30000000000}
+	 "global_segment_size": 30000000000, "local_buffer_size": 1073741824,
+	 "enable_ssd_offload": "true", "ssd_offload_path": "$dir/ssd"}
 	EOF
 	# every address without a secret: only with --insecure
 	env MOONCAKE_CONFIG_PATH="$dir/ucm.json" MOONCAKE_MASTER="127.0.0.1:$master_port" \
@@ -1800,6 +1802,9 @@ mooncake-json-ascend)
 		grep -q 'it runs as auto, and auto chose tcp' "$dir/$n.log" || fail "$n: choice not named"
 		ctl "$n" status | grep -Eq "16(\.0)? ?MiB" || fail "$n: MOONCAKE_GLOBAL_SEGMENT_SIZE not used"
 	done
+	# B's SSD offload is its disk tier; A asked for none
+	ctl B status | grep -q "^disk " || fail "B: enable_ssd_offload gave no disk tier"
+	ctl A status | grep -q "^disk " && fail "A: a disk tier nobody asked for"
 	printf 'ascend-bytes' | ctl A put k-ascend - || fail "put on A"
 	[ "$(ctl B get k-ascend -)" = ascend-bytes ] || fail "B did not read A's object"
 	# the same file without a way in: refused, and the refusal says why

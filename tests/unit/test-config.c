@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Daemon configuration: flags, underscore spellings, JSON files with
  * Mooncake's keys, MOONCAKE_CONFIG_PATH, and errors that name the culprit. */
+#include <fcntl.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -197,6 +198,59 @@ int main(void)
 	unsetenv("MOONCAKE_MASTER");
 	unsetenv("MOONCAKE_CONFIG_PATH");
 	unlink(path);
+
+	/* Mooncake's SSD offload is a disk tier in ssd_offload_path, its yes/no
+	 * in Mooncake's words; --disk-dir wins; asked without a path, an error */
+	{
+		static const struct {
+			const char *text;
+			int res;
+			const char *dir;
+		} cases[] = {
+			{ "{\"enable_ssd_offload\": true, \"ssd_offload_path\": \"/nvme/off\"}", 0,
+			  "/nvme/off" },
+			{ "{\"enable_ssd_offload\": \"Enable\", \"ssd_offload_path\": \"/n\"}", 0, "/n" },
+			{ "{\"enable_ssd_offload\": 1, \"ssd_offload_path\": \"/n\"}", 0, "/n" },
+			{ "{\"enable_ssd_offload\": \"no\", \"ssd_offload_path\": \"/n\"}", 0, "" },
+			{ "{\"ssd_offload_path\": \"/n\"}", 0, "" },
+			{ "{\"enable_ssd_offload\": \"true\"}", -EINVAL, NULL },
+			{ "{\"enable_ssd_offload\": \"maybe\", \"ssd_offload_path\": \"/n\"}", -EINVAL,
+			  NULL },
+			{ "{\"enable_ssd_offload\": 2, \"ssd_offload_path\": \"/n\"}", -EINVAL, NULL },
+		};
+
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+			CHECK(fd >= 0);
+			CHECK(write(fd, cases[i].text, strlen(cases[i].text)) ==
+			      (ssize_t) strlen(cases[i].text));
+			close(fd);
+			CHECK_EQ(parse(&c, err, "--config", path, NULL), cases[i].res);
+			if (cases[i].dir)
+				CHECK(strcmp(c.disk_dir, cases[i].dir) == 0);
+			else
+				CHECK(strstr(err, "enable_ssd_offload"));
+		}
+		CHECK_EQ(parse(&c, err, "--config", path, "--disk-dir", "/d", NULL), -EINVAL);
+		fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		CHECK(write(fd, "{\"enable_ssd_offload\": \"on\", \"ssd_offload_path\": \"/n\"}", 55) == 55);
+		close(fd);
+		CHECK_EQ(parse(&c, err, "--config", path, "--disk-dir", "/d", NULL), 0);
+		CHECK(strcmp(c.disk_dir, "/d") == 0);
+		setenv("MOONCAKE_OFFLOAD_ENABLED", "true", 1);
+		setenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "/from/env", 1);
+		CHECK_EQ(parse(&c, err, NULL), 0);
+		CHECK(strcmp(c.disk_dir, "/from/env") == 0);
+		unsetenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH");
+		CHECK_EQ(parse(&c, err, NULL), -EINVAL);
+		CHECK(strstr(err, "ssd_offload_path"));
+		unsetenv("MOONCAKE_OFFLOAD_ENABLED");
+		/* Mooncake's keys only: they are not flags, and our own flags
+		 * stay true or false in a file */
+		CHECK_EQ(parse(&c, err, "--enable-ssd-offload", NULL), -EINVAL);
+		CHECK_EQ(json(&c, "{\"allow_overcommit\": \"yes\"}", err), -EINVAL);
+		unlink(path);
+	}
 
 	/* one table: every flag in both spellings, and as a JSON key */
 	CHECK_EQ(parse(&c, err, "--spill_wait_ms", "7", "--max_clients", "9", "--max-channels=11",

@@ -22,7 +22,10 @@ stores two objects (``_k`` and ``_v``): half the keys, and a page is never
 half present.  Keys are ``kvcache.keys`` keys: the model, the host pool's
 dtype, the layout, the page size and the rank (TP, PP, and the attention
 context-parallel rank, which holds its own slice even of MLA pages) beside
-SGLang's page hash; MLA pages are shared by every TP rank.  A batch of pages
+SGLang's page hash; MLA pages are shared by every TP rank.  As with
+Mooncake's backend, ``extra_backend_tag`` (the weights' identity, say) and
+``tenant_id`` in the extra config put the model's pages in a domain of
+their own.  A batch of pages
 is stored in one call, each page naming the one before it as its parent
 (the page before the batch comes from ``prefix_keys`` when SGLang passes
 them, else from the batch before it in the same backup).
@@ -168,7 +171,8 @@ class KvcacheStore(HiCacheStorage):
         dtype = getattr(pool, "dtype", None)
         layout_field = "sglang-" + layout + _split_pieces(pool) + ("" if name == KV else "-" + name)
         return KeySpec(
-            getattr(c, "model_name", None) or self.extra.get("model_name") or "unknown",
+            self._domain() + (getattr(c, "model_name", None) or self.extra.get("model_name")
+                              or "unknown"),
             _dtype_name(dtype) if dtype is not None else "unknown", layout_field,
             int(getattr(pool, "page_size", 1) or 1),
             int(getattr(c, "tp_rank", 0)) if not self.is_mla else 0,
@@ -176,6 +180,21 @@ class KvcacheStore(HiCacheStorage):
             int(getattr(c, "pp_size", 1)), shared_across_ranks=self.is_mla,
             cp_rank=int(getattr(c, "attn_cp_rank", 0) or 0),
             cp_size=int(getattr(c, "attn_cp_size", 1) or 1))
+
+    def _domain(self) -> str:
+        """The reuse domain before the model's name: Mooncake's backend
+        prefixes its keys with ``extra_backend_tag`` (operators set it to
+        the weights' identity, so that deployments of other weights under
+        the same served name never read each other's pages) and keeps each
+        ``tenant_id``'s keys apart."""
+        out = ""
+        tenant = self.extra.get("tenant_id")
+        if tenant not in (None, "", "default"):
+            out += "tenant:%s/" % tenant
+        tag = self.extra.get("extra_backend_tag")
+        if tag not in (None, ""):
+            out += "%s_" % tag
+        return out
 
     def _register(self, pool: Any) -> None:
         for buf in _buffers(pool):

@@ -116,6 +116,28 @@ def test_ranks_context_parallel_and_mla(daemon):
         s.close()
 
 
+def test_reuse_domains(daemon):
+    """extra_backend_tag and tenant_id (as Mooncake's backend takes them):
+    deployments under the same served name with other tags or tenants never
+    find each other's pages; the same tag and tenant do."""
+    ks = sh.page_hashes(list(range(2 * PAGE)), PAGE, "9d" * 32)
+
+    def backend(seed, **extra):
+        return sh.create_backend(sh.storage_config(daemon, **extra), mha(seed, 64))
+    a = backend(30, extra_backend_tag="m-weights1")
+    assert a.batch_set_v1(ks, torch.arange(2 * PAGE)) == [True, True]
+    assert "m-weights1_" in a.spec.key(ks[0])
+    same = backend(31, extra_backend_tag="m-weights1")
+    assert same.batch_exists(ks) == 2
+    for other in (backend(32), backend(33, extra_backend_tag="m-weights2"),
+                  backend(34, extra_backend_tag="m-weights1", tenant_id="team-b")):
+        assert other.batch_exists(ks) == 0
+        other.close()
+    a.clear()
+    a.close()
+    same.close()
+
+
 def test_tuple_and_logical_pools(daemon):
     """Asymmetric K/V (a tuple kv_buffer) and a logical anchor (None) are
     registered, not crashed on."""

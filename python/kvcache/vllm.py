@@ -245,6 +245,7 @@ class Options:
         mla = bool(getattr(vllm_config.model_config, "use_mla", False))
         role = getattr(vllm_config.kv_transfer_config, "kv_role", None) or "kv_both"
         self.socket: Optional[str] = extra.pop("socket", None)
+        extra.pop("cache_prefix", None)  # (key_spec: the reuse domain)
         self.transfer = extra.pop("transfer", "pointers")
         if self.transfer not in ("pointers", "torch"):
             raise ValueError("kv_connector_extra_config transfer: 'pointers' or 'torch', not %r"
@@ -332,7 +333,15 @@ def key_spec(vllm_config: Any, tp_rank: int = 0, pp_rank: int = 0, pcp_rank: int
     if dtype == "auto":
         dtype = str(getattr(mc, "dtype", "auto")).replace("torch.", "")
     mla = bool(getattr(mc, "use_mla", False))
-    return KeySpec(str(mc.model).rstrip("/"), dtype, "vllm-NHD",
+    # kv_connector_extra_config cache_prefix, as vLLM's Mooncake store
+    # connector takes it: a reuse domain before the model's name (operators
+    # set the weights' identity, so that other weights under the same name
+    # never share blocks)
+    prefix = _extra(vllm_config).get("cache_prefix")
+    model = str(mc.model).rstrip("/")
+    if prefix not in (None, ""):
+        model = "%s@%s" % (prefix, model)
+    return KeySpec(model, dtype, "vllm-NHD",
                    block_sizes(vllm_config, kv_cache_config)[0],
                    tp_rank, int(getattr(pc, "tensor_parallel_size", 1)), pp_rank,
                    int(getattr(pc, "pipeline_parallel_size", 1)), shared_across_ranks=mla,

@@ -239,6 +239,27 @@ def test_local_prefix_hits(daemon, load_async):
     b.shutdown()
 
 
+def test_cache_prefix_is_a_reuse_domain(daemon, caplog):
+    """cache_prefix (as vLLM's Mooncake store connector takes it): engines
+    with another prefix, or none, never find each other's blocks."""
+    p = prompt(50)
+    a = vh.Engine(vh.config(daemon, cache_prefix="m-weights1"))
+    with caplog.at_level(logging.WARNING, logger="kvcache.vllm"):
+        a.run_one("a", p)
+    assert not [r for r in caplog.records if "cache_prefix" in r.getMessage()]
+    assert a.stat("save_blocks") == 4
+    for other in (vh.Engine(vh.config(daemon)),
+                  vh.Engine(vh.config(daemon, cache_prefix="m-weights2"))):
+        other.run_one("o", p)
+        assert other.stat("hit_tokens") == 0
+        other.shutdown()
+    same = vh.Engine(vh.config(daemon, cache_prefix="m-weights1"))
+    same.run_one("s", p)
+    assert same.stat("hit_tokens") == 64
+    a.shutdown()
+    same.shutdown()
+
+
 def test_tensor_parallel_every_rank(daemon):
     a = vh.Engine(vh.config(daemon, tp=2))
     a.run_one("a", prompt(40))

@@ -32,8 +32,9 @@ Native client (``lmcache server``, MP mode)::
 It runs batches on its own threads and signals completions on an eventfd,
 holding each batch's memoryviews until its completion is drained.
 
-LMCache's keys (``model@world_size@worker_id@chunk_hash@dtype``) already
-carry the model, the KV dtype and the rank; they are stored as they are.
+LMCache's keys already carry the model and the rank (the connector's
+``model@world_size@worker_id@chunk_hash@dtype``, the multiprocess server's
+``model@rank@group@chunk_hash[@salt]``); they are stored as they are.
 LMCache is not installed where the test suite runs: the suite drives these
 classes with LMCache-shaped memory objects and contexts.
 """

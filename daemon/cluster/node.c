@@ -275,6 +275,17 @@ static void describe_etcd(struct node *n, const struct member_list *l,
 	}
 }
 
+/* This node's row: its load now, not as its last heartbeat told the
+ * master (seconds old: a node that had just stored or fetched showed the
+ * load from before). */
+static void own_load(struct node *n, struct cluster_view *v)
+{
+	for (unsigned i = 0; i < v->n_members; i++)
+		if (!strcmp(v->members[i].id, n->id))
+			store_load(n->st, &v->members[i].capacity, &v->members[i].used,
+				   &v->members[i].objects);
+}
+
 static int be_describe(void *be, struct cluster_view *v)
 {
 	struct node *n = be;
@@ -300,6 +311,7 @@ static int be_describe(void *be, struct cluster_view *v)
 	}
 	if (l) {
 		describe_etcd(n, l, ms, v);
+		own_load(n, v);
 		return 0;
 	}
 	if (!ms)
@@ -319,6 +331,7 @@ static int be_describe(void *be, struct cluster_view *v)
 			x->objects = m->load->objects;
 		}
 	}
+	own_load(n, v);
 	return 0;
 }
 

@@ -218,6 +218,14 @@ join-and-leave)
 	member A A up || fail "A lost itself"
 	# local operation never noticed
 	printf 'v' | ctl A put k1 - || fail "put on A"
+	# a node's own row is its load now, not its last heartbeat's
+	printf 'w' | ctl A put k2 - || fail "put on A"
+	ctl A --json cluster | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+own = [n for n in v["nodes"] if n["id"] == "A"]
+sys.exit(0 if own and own[0]["objects"] == 2 and own[0]["used"] > 0 else 1)' ||
+		fail "--json cluster: A's own row is not its load"
 	;;
 master-restart)
 	start_master 0 --client_ttl 2

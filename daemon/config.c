@@ -407,6 +407,10 @@ static int set_protocol(struct config *c, const char *v, const char *what, char 
 	return -EINVAL;
 }
 
+/* Where Mooncake's SSD offload goes without ssd_offload_path (its
+ * FileStorageConfig's storage_filepath) */
+#define MOONCAKE_OFFLOAD_DIR "/data/file_storage"
+
 /* A yes/no as Mooncake's configuration reads one (true/false, yes/no,
  * on/off, 1/0, enable/disable, any case; empty is no): 1, 0, or -1. */
 static int flag_word(const char *v)
@@ -839,15 +843,6 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 	r = apply_env(c, err);
 	if (r < 0)
 		return r;
-	/* Mooncake's SSD offload is a disk tier there (--disk-dir overrides) */
-	if (c->ssd_offload && !c->disk_dir[0]) {
-		if (!c->ssd_offload_path[0]) {
-			snprintf(err, CONFIG_ERR_MAX,
-				 "enable_ssd_offload needs ssd_offload_path (or --disk-dir)");
-			return -EINVAL;
-		}
-		snprintf(c->disk_dir, sizeof(c->disk_dir), "%s", c->ssd_offload_path);
-	}
 
 	opterr = 1;
 	optind = 1;
@@ -881,6 +876,14 @@ int config_parse_args(struct config *c, int argc, char **argv, char *err)
 	if (optind < argc) {
 		snprintf(err, CONFIG_ERR_MAX, "unexpected argument '%s'", argv[optind]);
 		return -EINVAL;
+	}
+	/* Mooncake's SSD offload is a disk tier there (Mooncake's default
+	 * directory without a path), unless a disk tier was given (--disk-dir,
+	 * disk_dir) */
+	if (c->ssd_offload && !c->disk_dir[0]) {
+		snprintf(c->disk_dir, sizeof(c->disk_dir), "%s",
+			 c->ssd_offload_path[0] ? c->ssd_offload_path : MOONCAKE_OFFLOAD_DIR);
+		c->disk_from_ssd_offload = true;
 	}
 	return check_ratios(c, true, err);
 }

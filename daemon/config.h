@@ -61,6 +61,7 @@ struct config {
 	uint32_t promotion_hits;       /* hits in dram before moving to device */
 	char disk_dir[4096];           /* "" = no disk tier */
 	bool ssd_offload;              /* mooncake.json: enable_ssd_offload */
+	bool disk_from_ssd_offload;    /* disk_dir is the SSD offload's */
 	char ssd_offload_path[4096];   /* mooncake.json: the disk tier's directory then */
 	uint64_t disk_size;
 	bool disk_zstd;

@@ -543,7 +543,10 @@ int disk_new(struct store *st, struct disk **ret)
 	snprintf(k->dir, sizeof(k->dir), "%s", store_config(st)->disk_dir);
 	k->dirfd = open(k->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (k->dirfd < 0) {
-		r = log_error_errno(errno, "Failed to open disk directory %s", k->dir);
+		r = log_error_errno(errno, "Failed to open disk directory %s%s", k->dir,
+				    store_config(st)->disk_from_ssd_offload ?
+				    " (the config's enable_ssd_offload: its ssd_offload_path, or"
+				    " Mooncake's default directory)" : "");
 		free(k);
 		return r;
 	}

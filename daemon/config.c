@@ -438,6 +438,23 @@ static int flag_word(const char *v)
 	return -1;
 }
 
+/* A JSON config's yes/no: true or false; Mooncake's keys (mooncake) also
+ * take the words and numbers Mooncake's configuration reads ("enable", 1).
+ * 1, 0, or -1. */
+static int json_flag(struct json_object *val, bool mooncake)
+{
+	if (json_object_is_type(val, json_type_boolean))
+		return json_object_get_boolean(val);
+	if (mooncake && json_object_is_type(val, json_type_int)) {
+		int64_t n = json_object_get_int64(val);
+
+		return n == 0 || n == 1 ? (int) n : -1;
+	}
+	if (mooncake && json_object_is_type(val, json_type_string))
+		return flag_word(json_object_get_string(val));
+	return -1;
+}
+
 /* Set option o from text v; `what` is the name as the user spelled it. */
 static int set_opt(struct config *c, const struct opt_def *o, const char *what, const char *v,
 		   char *err)
@@ -610,14 +627,7 @@ int config_parse_json(struct config *c, const char *buf, size_t len, char *err,
 			continue;
 		}
 		if (o->type == T_FLAG) {
-			/* true/false; Mooncake's keys also take the words and
-			 * numbers Mooncake's configuration reads ("enable", 1) */
-			int f = json_object_is_type(val, json_type_boolean) ? json_object_get_boolean(val) :
-				!o->json_only ? -1 :
-				json_object_is_type(val, json_type_int) ?
-				(json_object_get_int64(val) == 0 ? 0 : json_object_get_int64(val) == 1 ? 1 : -1) :
-				json_object_is_type(val, json_type_string) ?
-				flag_word(json_object_get_string(val)) : -1;
+			int f = json_flag(val, o->json_only);
 
 			if (f < 0) {
 				snprintf(err, CONFIG_ERR_MAX, "config key \"%s\": expected true or false",

@@ -559,7 +559,6 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         self._saving: Set[str] = set()
         self._kv_events: Optional[KvcacheKVEvents] = None
         # worker side
-        self._layer_names: Dict[str, int] = {}
         # layer by layer: the caches of each model layer (its attention's,
         # and a sparse-attention indexer's), in the order the forward asks
         self._layer_group: Dict[str, int] = {}
@@ -749,7 +748,6 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
 
     # ---- worker ----
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
-        self._layer_names = {name: i for i, name in enumerate(kv_caches)}
         self._layer_group, self._groups = _physical_layers(list(kv_caches))
         values = list(kv_caches.values())
         layout = KVLayout.from_tensors(values, self.num_blocks)

@@ -53,8 +53,10 @@ def test_setup_forms(daemon):
     bad = MooncakeDistributedStore()
     assert bad.setup({"ipc_socket_path": daemon + ".none"}) == -1
     assert bad.health_check() == 1
-    with pytest.raises(RuntimeError):
-        bad.put("k", b"v")
+    assert bad.put("k", b"v") == -600  # not set up: Mooncake's answer, no exception
+    assert init.init_all("tcp", "", 1 << 30, socket=daemon) == 0  # closed: set up again
+    assert init.init_all("tcp", "", 1 << 30, socket=daemon) == -600  # already set up
+    assert init.close() == 0
     d = MooncakeDistributedStore()
     assert d.setup_dummy(1 << 30, 1 << 26, daemon) == 0
     assert d.get("setup") == b"v"
@@ -94,10 +96,50 @@ def test_put_get_exist_remove(store):
         store.is_exist("") if False else store.put("", b"v")
 
 
-def test_is_exist_error_is_minus_one(daemon):
+def test_calls_before_setup_answer_as_mooncake(daemon, caplog):
+    """Before setup() (or after close()) each call answers what Mooncake's
+    binding answers (store_py.cpp, real_client.cpp @3b5a594), never raises;
+    where Mooncake would crash, its failure value for the call."""
     s = MooncakeDistributedStore()
-    assert s.is_exist("k") == -1  # not set up
-    assert s.batch_is_exist(["k", "l"]) == [-1, -1]
+    rp = mc.ReplicateConfig()
+    assert s.is_exist("k") == -600 and s.batch_is_exist(["k", "l"]) == [-600, -600]
+    for call in (lambda: s.put("k", b"v"), lambda: s.upsert("k", b"v", rp),
+                 lambda: s.put_parts("k", b"a", b"b"), lambda: s.upsert_parts("k", b"a"),
+                 lambda: s.put_batch(["k"], [b"v"]), lambda: s.upsert_batch(["k"], [b"v"]),
+                 lambda: s.put_from("k", 4096, 1), lambda: s.upsert_from("k", 4096, 1),
+                 lambda: s.get_into("k", 4096, 1), lambda: s.get_size("k"),
+                 lambda: s.register_buffer(4096, 1), lambda: s.unregister_buffer(4096),
+                 lambda: s.remove("k"), lambda: s.remove_by_regex(".*"), s.remove_all):
+        assert call() == -600
+    assert s.get("k") == b"" and s.get_batch(["k", "l"]) == [b""]  # one, as Mooncake's
+    assert s.get_buffer("k") is None and s.batch_get_buffer(["k", "l"]) == [None, None]
+    assert s.batch_put_from(["k", "l"], [1, 2], [1, 1]) == [-600, -600]
+    assert s.batch_upsert_from(["k"], [1], [1]) == [-600]
+    assert s.batch_get_into(["k", "l"], [1, 2], [1, 1]) == [-600, -600]
+    assert s.batch_remove(["k", "l"]) == [-600, -600]
+    assert s.get_into_ranges([1], [["k", "l"]], [[[0, 8], [16]]], [[[0, 8], [0]]],
+                             [[[8, 8], [4]]]) == [[[-600, -600], [-600]]]
+    for call in (s.batch_put_session_start, s.batch_put_session_end,
+                 s.batch_put_session_revoke, s.batch_get_session_start):
+        assert call(["k"], *([[1]] if call == s.batch_put_session_start else [])) == []
+    assert s.batch_put_from_multi_buffer_ranges(["k"], [[1]], [[1]], [[0]]) == []
+    assert s.batch_get_into_multi_buffer_ranges(["k"], [[1]], [[1]], [[0]]) == []
+    assert s.batch_get_session_end(["k"]) == -1
+    assert s.batch_get_tensor_with_tp_into(["k", "l"], [1, 2], [1, 1]) == [None, None]
+    assert s.get_replica_desc("k") == [] and s.batch_get_replica_desc(["k"]) == {}
+    assert s.mount_segment("/x", 1 << 20) == {"ret": -1, "segment_ids": []}
+    assert s.allocate_and_mount_segment(1 << 20)["ret"] == -1
+    assert s.unmount_segment(["x"]) == s.unmount_and_free_segment(["x"]) == -1
+    assert s.unmount_local_disk_segment() == -1
+    assert [r.message for r in caplog.records].count(
+        "MooncakeDistributedStore.is_exist: the store is not set up "
+        "(setup() was not called, failed, or close() was)") == 1  # once a store
+    # set up, the same calls work; closed, they answer as before setup again
+    assert s.setup({"ipc_socket_path": daemon}) == 0
+    assert s.put("before-setup", b"v") == 0 and s.is_exist("before-setup") == 1
+    assert s.remove("before-setup", force=True) == 0
+    assert s.close() == 0
+    assert s.get("before-setup") == b"" and s.is_exist("before-setup") == -600
 
 
 def test_registered_pointers(store):

@@ -360,6 +360,32 @@ class ReplicaDescriptor:
         return self._disk
 
 
+def _unset(answer: Any):
+    """A method's answer when the store is not set up (never, or closed),
+    as Mooncake's binding gives it: a value, or ``answer(*args, **kw)`` for
+    one shaped by the request (one code per key).  Where Mooncake's binding
+    has no such check and would crash, the answer is its own failure value
+    for the call.  Mooncake logs each such call; here the first is logged."""
+    def wrap(f):
+        @functools.wraps(f)
+        def method(self, *args: Any, **kw: Any) -> Any:
+            if self._client is None:
+                if not self._told_unset:
+                    self._told_unset = True
+                    logging.getLogger("kvcache").error(
+                        "MooncakeDistributedStore.%s: the store is not set up "
+                        "(setup() was not called, failed, or close() was)", f.__name__)
+                return answer(*args, **kw) if callable(answer) else answer
+            return f(self, *args, **kw)
+        return method
+    return wrap
+
+
+def _per_key(code: Any):
+    """``code`` for each key of a batch (its first argument)."""
+    return lambda keys, *a, **kw: [code] * len(keys)
+
+
 def _acquire_client(sock: Optional[str]) -> "_kvcache.Client":
     key = (os.getpid(), _kvcache.socket_path(sock))
     with _lock:
@@ -419,6 +445,11 @@ def _ranges(sessions, keys, all_ptrs, all_sizes, all_offsets, copy) -> List[int]
     return out
 
 
+def _ranges_unset(buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+    """get_into_ranges' answer before setup: INVALID_PARAMS for each range."""
+    return [[[INVALID_PARAMS] * len(r) for r in key_sizes] for key_sizes in all_sizes]
+
+
 class MooncakeDistributedStore(TensorParallelIO):
     """Drop-in for ``mooncake.store.MooncakeDistributedStore`` over kvcached."""
 
@@ -429,6 +460,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         self._get_sessions: Dict[str, _kvcache.View] = {}
         self._registered: Dict[int, int] = {}  # pointer: size
         self._ns = ""  # the tenant's key prefix ("" for the default tenant)
+        self._told_unset = False  # a call before setup() was logged
 
     def _k(self, key: str) -> str:
         """The daemon's name of key, in this store's tenant."""
@@ -488,7 +520,10 @@ class MooncakeDistributedStore(TensorParallelIO):
                  mount_segment_size: int = 0, **kw: Any) -> int:
         """Mooncake's ``init_all(protocol, device_name, mount_segment_size)``:
         a client of the node's kvcached (the transport and the segment are
-        the daemon's); the host name is left alone."""
+        the daemon's); the host name is left alone.  A store already set up
+        answers -600, as Mooncake's ("Client is already initialized")."""
+        if self._client is not None:
+            return INVALID_PARAMS
         return self.setup({"socket": kw["socket"]} if kw.get("socket") else {})
 
     def _c(self) -> _kvcache.Client:
@@ -540,16 +575,20 @@ class MooncakeDistributedStore(TensorParallelIO):
         return 0
 
     # ---- copying ----
+    @_unset(INVALID_PARAMS)
     def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
         return _put_code(self._c().put(self._k(key), value, **_put_opts(config)))
 
+    @_unset(INVALID_PARAMS)
     def upsert(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
         return mooncake_code(self._c().put(self._k(key), value,
                                            **_put_opts(config, replace=True)))
 
+    @_unset(INVALID_PARAMS)
     def put_parts(self, key: str, *parts: Any, config: Optional[ReplicateConfig] = None) -> int:
         return self._parts(key, parts, config, False)
 
+    @_unset(INVALID_PARAMS)
     def upsert_parts(self, key: str, *parts: Any,
                      config: Optional[ReplicateConfig] = None) -> int:
         return self._parts(key, parts, config, True)
@@ -561,10 +600,12 @@ class MooncakeDistributedStore(TensorParallelIO):
                                                    **_put_opts(config, replace))[0]
         return mooncake_code(r) if replace else _put_code(r)
 
+    @_unset(INVALID_PARAMS)
     def put_batch(self, keys: Sequence[str], values: Sequence[Any],
                   config: Optional[ReplicateConfig] = None) -> int:
         return self._batch(keys, values, config, False)
 
+    @_unset(INVALID_PARAMS)
     def upsert_batch(self, keys: Sequence[str], values: Sequence[Any],
                      config: Optional[ReplicateConfig] = None) -> int:
         return self._batch(keys, values, config, True)
@@ -582,6 +623,7 @@ class MooncakeDistributedStore(TensorParallelIO):
                 return code
         return 0
 
+    @_unset(b"")
     def get(self, key: str) -> bytes:
         try:
             v = self._c().get(self._k(key))
@@ -589,9 +631,11 @@ class MooncakeDistributedStore(TensorParallelIO):
             return b""
         return b"" if v is None else v
 
+    @_unset([b""])
     def get_batch(self, keys: Sequence[str]) -> List[bytes]:
         return [self.get(k) for k in keys]
 
+    @_unset(None)
     def get_buffer(self, key: str) -> Optional[BufferHandle]:
         """A BufferHandle (``ptr()``, ``size()``, the buffer protocol) of
         the object's bytes in place, pinning it until the handle is
@@ -602,9 +646,11 @@ class MooncakeDistributedStore(TensorParallelIO):
             return None
         return None if view is None else _handle(view)
 
+    @_unset(_per_key(None))
     def batch_get_buffer(self, keys: Sequence[str]) -> List[Optional[BufferHandle]]:
         return [self.get_buffer(k) for k in keys]
 
+    @_unset(INVALID_PARAMS)
     def get_size(self, key: str) -> int:
         try:
             view = self._c().acquire(self._k(key))
@@ -616,6 +662,7 @@ class MooncakeDistributedStore(TensorParallelIO):
             return view.size
 
     # ---- registered memory ----
+    @_unset(INVALID_PARAMS)
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
         c = self._c()
         buf, _ = _find_allocation(c, buffer_ptr, size)
@@ -637,6 +684,7 @@ class MooncakeDistributedStore(TensorParallelIO):
             return True
         return any(b <= ptr and ptr + size <= b + n for b, n in self._registered.items())
 
+    @_unset(INVALID_PARAMS)
     def unregister_buffer(self, buffer_ptr: int) -> int:
         if buffer_ptr in self._registered:
             del self._registered[buffer_ptr]
@@ -653,10 +701,12 @@ class MooncakeDistributedStore(TensorParallelIO):
             r = c.batch_put_from_multi_buffers([self._k(key)], [[ptr]], [[size]], **opts)[0]
         return mooncake_code(r) if replace else _put_code(r)
 
+    @_unset(INVALID_PARAMS)
     def put_from(self, key: str, buffer_ptr: int, size: int,
                  config: Optional[ReplicateConfig] = None) -> int:
         return self._put_from(key, buffer_ptr, size, config, False)
 
+    @_unset(INVALID_PARAMS)
     def upsert_from(self, key: str, buffer_ptr: int, size: int,
                     config: Optional[ReplicateConfig] = None) -> int:
         return self._put_from(key, buffer_ptr, size, config, True)
@@ -679,6 +729,7 @@ class MooncakeDistributedStore(TensorParallelIO):
                                                      **_put_opts(config))
         return _put_code(res[0])
 
+    @_unset(INVALID_PARAMS)
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Bytes read, or <0 (-704 miss, -600 when size is smaller than the
         object or the memory is not registered)."""
@@ -690,12 +741,14 @@ class MooncakeDistributedStore(TensorParallelIO):
             r = c.batch_get_into_multi_buffers([self._k(key)], [[buffer_ptr]], [[size]])[0]
         return mooncake_code(r)
 
+    @_unset(_per_key(INVALID_PARAMS))
     def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                        sizes: Sequence[int],
                        config: Optional[ReplicateConfig] = None) -> List[int]:
         return self.batch_put_from_multi_buffers(keys, [[p] for p in buffer_ptrs],
                                                  [[s] for s in sizes], config)
 
+    @_unset(_per_key(INVALID_PARAMS))
     def batch_upsert_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                           sizes: Sequence[int],
                           config: Optional[ReplicateConfig] = None) -> List[int]:
@@ -704,11 +757,13 @@ class MooncakeDistributedStore(TensorParallelIO):
             **_put_opts(config, replace=True))
         return [mooncake_code(r) for r in res]
 
+    @_unset(_per_key(INVALID_PARAMS))
     def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                        sizes: Sequence[int]) -> List[int]:
         return self.batch_get_into_multi_buffers(keys, [[p] for p in buffer_ptrs],
                                                  [[s] for s in sizes])
 
+    @_unset(_ranges_unset)
     def get_into_ranges(self, buffer_ptrs: Sequence[int], all_keys: Sequence[Sequence[str]],
                         all_dst_offsets: Sequence[Sequence[Sequence[int]]],
                         all_src_offsets: Sequence[Sequence[Sequence[int]]],
@@ -778,6 +833,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         return [mooncake_code(r) for r in res]
 
     # ---- sessions: reserve ... commit, acquire ... release ----
+    @_unset([])
     def batch_put_session_start(self, keys: Sequence[str], sizes: Sequence[int],
                                 config: Optional[ReplicateConfig] = None) -> List[int]:
         c, out = self._c(), []
@@ -792,6 +848,7 @@ class MooncakeDistributedStore(TensorParallelIO):
                 out.append(mooncake_code(-e.errno))
         return out
 
+    @_unset([])
     def batch_put_from_multi_buffer_ranges(self, keys: Sequence[str],
                                            all_buffer_ptrs: Sequence[Sequence[int]],
                                            all_sizes: Sequence[Sequence[int]],
@@ -800,6 +857,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         return _ranges(self._put_sessions, keys, all_buffer_ptrs, all_sizes, all_dst_offsets,
                        lambda r, o, p, s: r.write_from(o, p, s))
 
+    @_unset([])
     def batch_put_session_end(self, keys: Sequence[str]) -> List[int]:
         out = []
         for k in keys:
@@ -807,6 +865,7 @@ class MooncakeDistributedStore(TensorParallelIO):
             out.append(OBJECT_NOT_FOUND if r is None else _put_code(r.commit()))
         return out
 
+    @_unset([])
     def batch_put_session_revoke(self, keys: Sequence[str]) -> List[int]:
         out = []
         for k in keys:
@@ -814,6 +873,7 @@ class MooncakeDistributedStore(TensorParallelIO):
             out.append(OBJECT_NOT_FOUND if r is None else mooncake_code(r.abort()))
         return out
 
+    @_unset([])
     def batch_get_session_start(self, keys: Sequence[str]) -> List[int]:
         c, out = self._c(), []
         for k in keys:
@@ -831,6 +891,7 @@ class MooncakeDistributedStore(TensorParallelIO):
             out.append(0)  # Mooncake: 0, the size is get_size()'s
         return out
 
+    @_unset([])
     def batch_get_into_multi_buffer_ranges(self, keys: Sequence[str],
                                            all_buffer_ptrs: Sequence[Sequence[int]],
                                            all_sizes: Sequence[Sequence[int]],
@@ -838,6 +899,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         return _ranges(self._get_sessions, keys, all_buffer_ptrs, all_sizes, all_src_offsets,
                        lambda v, o, p, s: v.read_into(o, p, s))
 
+    @_unset(-1)
     def batch_get_session_end(self, keys: Sequence[str]) -> int:
         """0, as Mooncake's (a key with no session is nothing to end)."""
         for k in keys:
@@ -1006,6 +1068,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         return self.get_tensor_into(key if tp_size <= 1 else _tp_key(key, tp_rank),
                                     buffer_ptr, size)
 
+    @_unset(_per_key(None))
     def batch_get_tensor_with_tp_into(self, base_keys: Sequence[str],
                                       buffer_ptrs: Sequence[int], sizes: Sequence[int],
                                       tp_rank: int = 0, tp_size: int = 1) -> List[Any]:
@@ -1175,6 +1238,7 @@ class MooncakeDistributedStore(TensorParallelIO):
             out.append(ReplicaDescriptor(memory=MemoryDescriptor(BufferDescriptor(size, node))))
         return out
 
+    @_unset([])
     def get_replica_desc(self, key: str) -> List[ReplicaDescriptor]:
         """The copies of key: this node's (in memory, and on its disk tier
         when there is a copy there), then one memory copy for each other
@@ -1182,6 +1246,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         c = self._c()
         return self._replicas(c, self._self_id(c), key)
 
+    @_unset({})
     def batch_get_replica_desc(self, keys: Sequence[str]) -> Dict[str, List[ReplicaDescriptor]]:
         c = self._c()
         me = self._self_id(c)  # asked once for the batch
@@ -1207,44 +1272,55 @@ class MooncakeDistributedStore(TensorParallelIO):
     # Segments: kvcached's tiers are its own memory and disk, sized by its
     # configuration; a client mounts none (Mooncake's answers, with its
     # "not in this mode" code).
+    @_unset({"ret": -1, "segment_ids": []})
     def mount_segment(self, path: str, size: int, offset: int = 0, protocol: str = "tcp",
                       location: str = "") -> Dict[str, Any]:
         return {"ret": UNAVAILABLE_IN_CURRENT_MODE, "segment_ids": []}
 
+    @_unset(-1)
     def unmount_segment(self, segment_ids: Sequence[str], grace_period_seconds: int = 0) -> int:
         return UNAVAILABLE_IN_CURRENT_MODE
 
+    @_unset({"ret": -1, "segment_ids": [], "allocated_size": 0})
     def allocate_and_mount_segment(self, size: int, protocol: str = "tcp",
                                    location: str = "") -> Dict[str, Any]:
         return {"ret": UNAVAILABLE_IN_CURRENT_MODE, "segment_ids": [], "allocated_size": 0}
 
+    @_unset(-1)
     def unmount_and_free_segment(self, segment_ids: Sequence[str],
                                  grace_period_seconds: int = 0) -> int:
         return UNAVAILABLE_IN_CURRENT_MODE
 
+    @_unset(-1)
     def unmount_local_disk_segment(self, grace_period_seconds: int = 0) -> int:
         return UNAVAILABLE_IN_CURRENT_MODE
 
     # ---- presence and removal ----
+    @_unset(INVALID_PARAMS)
     def is_exist(self, key: str) -> int:
-        """1 present, 0 absent, -1 error."""
+        """1 present, 0 absent, -1 when the daemon cannot answer (-600 before
+        setup, as Mooncake's)."""
         try:
             return 1 if self._c().exists(self._k(key)) else 0
         except (OSError, ValueError, RuntimeError):
             return -1
 
+    @_unset(_per_key(INVALID_PARAMS))
     def batch_is_exist(self, keys: Sequence[str]) -> List[int]:
         try:
             return [1 if p else 0 for p in self._c().batch_exists(self._ks(keys))]
         except (OSError, ValueError, RuntimeError):
             return [-1] * len(keys)
 
+    @_unset(INVALID_PARAMS)
     def remove(self, key: str, force: bool = False) -> int:
         return mooncake_code(self._c().remove(self._k(key), force=force))
 
+    @_unset(_per_key(INVALID_PARAMS))
     def batch_remove(self, keys: Sequence[str], force: bool = False) -> List[int]:
         return [self.remove(k, force) for k in keys]
 
+    @_unset(INVALID_PARAMS)
     def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
         """How many objects were removed, or <0."""
         try:
@@ -1259,6 +1335,7 @@ class MooncakeDistributedStore(TensorParallelIO):
                     removed += 1
         return removed
 
+    @_unset(INVALID_PARAMS)
     def remove_all(self, force: bool = False) -> int:
         """Every object of this store's tenant: how many, or <0."""
         c = self._c()

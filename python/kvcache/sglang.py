@@ -68,20 +68,27 @@ except ImportError:
                 self.registered_pools = {}
             self.registered_pools[host_pool_name] = host_pool
 
-try:
-    from sglang.srt.mem_cache.hicache_storage import (  # type: ignore
+try:  # newer SGLang: pool_transfer.py (hicache_storage.py re-exports them)
+    from sglang.srt.mem_cache.pool_transfer import (  # type: ignore
         PoolHitPolicy,
         PoolTransferResult,
     )
 except ImportError:
-    class PoolHitPolicy:  # type: ignore[no-redef]
-        ALL_PAGES = "all_pages"
-        TRAILING_PAGES = "trailing_pages"
+    try:
+        from sglang.srt.mem_cache.hicache_storage import (  # type: ignore
+            PoolHitPolicy,
+            PoolTransferResult,
+        )
+    except ImportError:
+        class PoolHitPolicy:  # type: ignore[no-redef]
+            ALL_PAGES = "all_pages"
+            TRAILING_PAGES = "trailing_pages"
 
-    @dataclass
-    class PoolTransferResult:  # type: ignore[no-redef]
-        kv_hit_pages: int
-        extra_pool_hit_pages: Dict[str, int]
+        @dataclass
+        class PoolTransferResult:  # type: ignore[no-redef]
+            kv_hit_pages: int
+            extra_pool_hit_pages: Dict[str, int]
+            restorable_prefix_pages: Optional[List[int]] = None
 
 try:
     from sglang.srt.observability.metrics_collector import StorageMetrics  # type: ignore
@@ -334,33 +341,43 @@ class KvcacheStore(HiCacheStorage):
     # ---- hybrid models (v2) ----
     def batch_exists_v2(self, keys: List[str], pool_transfers: Any = None,
                         extra_info: Any = None) -> Any:
-        """The pages usable from the start: the KV prefix, cut where a side
-        pool lacks what its hit policy needs (every page, or the last
-        ``len(transfer.keys)`` pages before the cut)."""
+        """The longest prefix every pool can end: each pool's possible ends
+        (ALL_PAGES: every length up to its first missing page;
+        TRAILING_PAGES: every length whose last ``len(transfer.keys)`` pages
+        it holds) intersected with the KV prefix's.  Those ends go back as
+        ``restorable_prefix_pages`` (SGLang intersects them across ranks), the
+        longest as ``kv_hit_pages``; as Mooncake's backend answers.  A
+        trailing pool's ends have holes, so the least of the pools' longest
+        ends need not be one of them."""
         kv_pages = self.batch_exists(keys, extra_info)
-        hits: Dict[str, int] = {}
-        final = kv_pages
+        hits: Dict[str, int] = {KV: kv_pages} if kv_pages else {}
+        ends = list(range(1, kv_pages + 1))
         for t in pool_transfers or ():
-            if final == 0:
+            if not ends:
                 break
             name = _name(t.name)
             try:
-                present = self.client.batch_exists(self._keys(keys[:final], name))
+                present = self.client.batch_exists(self._keys(keys[:kv_pages], name))
             except OSError as e:
-                present = unanswered("batch_exists_v2", e, [False] * final)
+                present = unanswered("batch_exists_v2", e, [False] * kv_pages)
             if _name(getattr(t, "hit_policy", PoolHitPolicy.ALL_PAGES)) == \
                     _name(PoolHitPolicy.TRAILING_PAGES):
                 window = max(1, len(getattr(t, "keys", None) or ()))
-                boundary = 0
-                for n in range(final, 0, -1):
-                    if all(present[max(0, n - window):n]):
-                        boundary = n
-                        break
+                pool_ends = [n for n in range(kv_pages, 0, -1)
+                             if all(present[max(0, n - window):n])]
+                longest = pool_ends[0] if pool_ends else 0
             else:
-                boundary = present.index(False) if False in present else final
-            hits[name] = boundary
-            final = min(final, boundary)
-        return PoolTransferResult(kv_hit_pages=final, extra_pool_hit_pages=hits)
+                longest = present.index(False) if False in present else kv_pages
+                pool_ends = list(range(1, longest + 1))
+            if longest:
+                hits[name] = longest
+            usable = set(pool_ends)
+            ends = [n for n in ends if n in usable]
+        final = ends[-1] if ends else 0
+        try:
+            return PoolTransferResult(final, hits, ends)
+        except TypeError:  # SGLang before restorable_prefix_pages
+            return PoolTransferResult(kv_hit_pages=final, extra_pool_hit_pages=hits)
 
     def batch_get_v2(self, transfers: Any, extra_info: Any = None) -> Dict[str, List[bool]]:
         out: Dict[str, List[bool]] = {}

@@ -182,20 +182,24 @@ def test_ascend_mla_split_pages(daemon, pieces):
         s.close()
 
 
-def test_hybrid_v2(daemon):
-    """DeepSeek-V4-like: a logical KV anchor and two side pools, an indexer
-    needed for every page and a state needed for the last page only."""
-    def backend(seed):
-        s = sh.create_backend(sh.storage_config(daemon, mla=True, model="dsv4"),
-                              sh.MLAHostPool(256, PAGE, LAYERS, 16, dummy=True))
-        idx = sh.MLAHostPool(256, PAGE, 1, 8, seed=seed)
-        state = sh.MLAHostPool(64, 1, 1, 32, seed=seed + 1)
-        s.register_mem_host_pool_v2(idx, "indexer")
-        s.register_mem_host_pool_v2(state, "mamba")
-        return s, idx, state
+def _hybrid(daemon, seed):
+    """A DeepSeek-V4-like backend: a logical KV anchor and side pools, an
+    indexer (a page's worth a page) and two states (one slot a page)."""
+    s = sh.create_backend(sh.storage_config(daemon, mla=True, model="dsv4"),
+                          sh.MLAHostPool(256, PAGE, LAYERS, 16, dummy=True))
+    pools = {"indexer": sh.MLAHostPool(256, PAGE, 1, 8, seed=seed),
+             "mamba": sh.MLAHostPool(64, 1, 1, 32, seed=seed + 1),
+             "swa": sh.MLAHostPool(64, 1, 1, 32, seed=seed + 2)}
+    for name, pool in pools.items():
+        s.register_mem_host_pool_v2(pool, name)
+    return s, pools["indexer"], pools["mamba"]
 
-    a, a_idx, a_state = backend(20)
-    b, b_idx, b_state = backend(30)
+
+def test_hybrid_v2(daemon):
+    """An indexer needed for every page and a state needed for the last page
+    only."""
+    a, a_idx, a_state = _hybrid(daemon, 20)
+    b, b_idx, b_state = _hybrid(daemon, 30)
     ks = sh.page_hashes(list(range(6 * PAGE)), PAGE, "12" * 32)
     sets = a.batch_set_v2([sh.PoolTransfer("indexer", torch.arange(6 * PAGE), keys=ks),
                            sh.PoolTransfer("mamba", torch.tensor([3]), keys=ks[5:])])
@@ -203,10 +207,12 @@ def test_hybrid_v2(daemon):
     policies = [sh.PoolTransfer("indexer", keys=ks),
                 sh.PoolTransfer("mamba", keys=ks[-1:], hit_policy="trailing_pages")]
     r = b.batch_exists_v2(ks, policies)
-    assert r.kv_hit_pages == 6 and r.extra_pool_hit_pages == {"indexer": 6, "mamba": 6}
-    # the state of page 4 is not there: a shorter prefix has none either
+    assert r.kv_hit_pages == 6 and r.extra_pool_hit_pages == {"kv": 6, "indexer": 6, "mamba": 6}
+    assert r.restorable_prefix_pages == [6]  # the state is the last page's only
+    # the state of page 5 is not there: a shorter prefix has none either
     r = b.batch_exists_v2(ks[:5], policies)
-    assert r.kv_hit_pages == 0 and r.extra_pool_hit_pages["mamba"] == 0
+    assert r.kv_hit_pages == 0 and "mamba" not in r.extra_pool_hit_pages
+    assert r.restorable_prefix_pages == []
     got = b.batch_get_v2([sh.PoolTransfer("indexer", torch.arange(8, 8 + 6 * PAGE), keys=ks),
                           sh.PoolTransfer("mamba", torch.tensor([9]), keys=ks[5:])])
     assert got == {"indexer": [True] * 6, "mamba": [True]}
@@ -215,6 +221,60 @@ def test_hybrid_v2(daemon):
     for s in (a, b):
         s.clear()
         s.close()
+
+
+def test_hybrid_v2_ends_every_pool_can_serve(daemon, monkeypatch):
+    """The prefix found is one every pool can end (SGLang's
+    PoolTransferResult.restorable_prefix_pages, as Mooncake's backend answers
+    at sglang 7bfc299a): a trailing pool's ends have holes, so the least of
+    the pools' longest ends is not always one of them."""
+    s, _, _ = _hybrid(daemon, 40)
+    slot = iter(range(64))
+
+    def pages(seed, held):
+        """Four pages; each pool holds the pages (1-based) it is given."""
+        ks = sh.page_hashes(list(range(4 * PAGE)), PAGE, seed * 32)
+        for pool, at in held.items():
+            width = PAGE if pool == "indexer" else 1
+            idx = torch.cat([torch.arange(width) + next(slot) * width for _ in at])
+            assert s.batch_set_v2([sh.PoolTransfer(pool, idx, keys=[ks[p - 1] for p in at])]) \
+                == {pool: [True] * len(at)}
+        return ks
+
+    def trailing(pool, window=1):
+        return sh.PoolTransfer(pool, keys=["w"] * window, hit_policy="trailing_pages")
+
+    # each state ends a different prefix: none is usable
+    ks = pages("a1", {"swa": [3], "mamba": [2]})
+    r = s.batch_exists_v2(ks, [trailing("swa"), trailing("mamba")])
+    assert (r.kv_hit_pages, r.restorable_prefix_pages) == (0, [])
+    assert r.extra_pool_hit_pages == {"kv": 4, "swa": 3, "mamba": 2}
+    # both can end one page; only the state can end three
+    ks = pages("b2", {"mamba": [1, 3], "swa": [1, 2]})
+    r = s.batch_exists_v2(ks, [trailing("mamba"), trailing("swa")])
+    assert (r.kv_hit_pages, r.restorable_prefix_pages) == (1, [1])
+    # a two-page window (pages 2 and 3) beside an indexer of every page
+    ks = pages("c3", {"indexer": [1, 2, 3, 4], "mamba": [2, 3]})
+    r = s.batch_exists_v2(ks, [sh.PoolTransfer("indexer", keys=ks), trailing("mamba", 2)])
+    assert (r.kv_hit_pages, r.restorable_prefix_pages) == (3, [3])
+    assert r.extra_pool_hit_pages == {"kv": 4, "indexer": 4, "mamba": 3}
+    # the order of the pools does not matter
+    ks = pages("d4", {"indexer": [1, 2], "swa": [3]})
+    for order in ([sh.PoolTransfer("indexer", keys=ks), trailing("swa")],
+                  [trailing("swa"), sh.PoolTransfer("indexer", keys=ks)]):
+        r = s.batch_exists_v2(ks, order)
+        assert (r.kv_hit_pages, r.restorable_prefix_pages) == (0, [])
+    # an SGLang whose result has two fields still gets the longest end
+    class TwoFields:
+        def __init__(self, kv_hit_pages, extra_pool_hit_pages):
+            self.kv_hit_pages, self.extra_pool_hit_pages = kv_hit_pages, extra_pool_hit_pages
+
+    monkeypatch.setattr(kvs, "PoolTransferResult", TwoFields)
+    ks = pages("e5", {"mamba": [1, 3], "swa": [1, 2]})
+    r = s.batch_exists_v2(ks, [trailing("mamba"), trailing("swa")])
+    assert r.kv_hit_pages == 1 and not hasattr(r, "restorable_prefix_pages")
+    s.clear()
+    s.close()
 
 
 def test_generic_path_and_errors(daemon):

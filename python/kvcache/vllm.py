@@ -60,6 +60,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import os
 import queue
 import re
 import threading
@@ -221,6 +222,22 @@ _NOT_NEEDED = {
     "layerwise_num_shared_buffers": "layer loads copy straight into the KV cache",
     "layerwise_independent_layers": "layer loads copy straight into the KV cache",
 }
+
+
+def retention_interval() -> Optional[int]:
+    """vLLM's ``VLLM_PREFIX_CACHE_RETENTION_INTERVAL`` (tokens; None when
+    unset), read as vLLM-Ascend's pool scheduler reads it: from vllm.envs,
+    else (no vLLM) from the environment."""
+    try:
+        import vllm.envs as envs  # type: ignore
+        value = getattr(envs, "VLLM_PREFIX_CACHE_RETENTION_INTERVAL", None)
+    except ImportError:
+        raw = os.environ.get("VLLM_PREFIX_CACHE_RETENTION_INTERVAL", "")
+        try:
+            value = int(raw) if raw else None
+        except ValueError:
+            value = None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _flag(v: Any) -> bool:
@@ -399,7 +416,8 @@ class KvcacheConnectorMetadata(KVConnectorMetadata):  # type: ignore[misc]
 
 _STAT_FIELDS = ("lookups", "lookup_tokens", "hit_tokens", "lookup_seconds",
                 "load_blocks", "load_bytes", "load_seconds", "load_errors",
-                "save_blocks", "save_bytes", "save_seconds", "save_skipped", "save_errors")
+                "save_blocks", "save_bytes", "save_seconds", "save_skipped", "save_errors",
+                "lookups_skipped")
 
 
 @dataclass
@@ -435,6 +453,8 @@ class KvcacheConnectorStats(KVConnectorStats):  # type: ignore[misc]
             "Load errors": d.get("load_errors", 0),
             "Store errors": d.get("save_errors", 0),
         }
+        if d.get("lookups_skipped"):
+            out["Lookups skipped (short prompts)"] = d["lookups_skipped"]
         for what in ("load", "save"):
             secs = d.get(what + "_seconds", 0)
             out[what.capitalize() + " GB/s"] = round(d.get(what + "_bytes", 0) / secs / 1e9, 3) \
@@ -521,6 +541,9 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     # step, and what a request generated is stored too
     DEFAULTS = {"load_async": True, "use_layerwise": False, "consumer_is_to_put": False,
                 "consumer_is_to_load": True, "save_decode_cache": True}
+    # vLLM-Ascend's pool scheduler looks nothing up for a prompt shorter than
+    # twice VLLM_PREFIX_CACHE_RETENTION_INTERVAL (unless layerwise)
+    SHORT_PROMPTS_SKIP_LOOKUP = False
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None):
         try:
@@ -536,6 +559,8 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         self.load_async = self.options.load_async
         self.use_layerwise = self.options.use_layerwise
         self.transfer = self.options.transfer
+        self.retention_interval = retention_interval() if self.SHORT_PROMPTS_SKIP_LOOKUP \
+            else None
         self.block_size, self.hash_block_size = block_sizes(vllm_config, kv_cache_config)
         if self.block_size % self.hash_block_size:
             raise ValueError("block size %d is not a multiple of the hash block size %d"
@@ -637,6 +662,10 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int
                                    ) -> Tuple[Optional[int], bool]:
         if not self._loads_here():
+            return 0, False
+        if self.retention_interval is not None and not self.use_layerwise and \
+                len(request.prompt_token_ids) < 2 * self.retention_interval:
+            self._stat(lookups_skipped=1)
             return 0, False
         hashes = self._hashes(request)
         t0 = time.perf_counter()
@@ -957,10 +986,12 @@ class AscendStoreConnector(KvcacheConnector):
 
     DEFAULTS = {"load_async": False, "use_layerwise": False, "consumer_is_to_put": False,
                 "consumer_is_to_load": False, "save_decode_cache": False}
+    SHORT_PROMPTS_SKIP_LOOKUP = True
 
 
 MooncakeConnectorStoreV1 = AscendStoreConnector
 
 __all__ = ["KvcacheConnector", "AscendStoreConnector", "MooncakeConnectorStoreV1",
            "KvcacheConnectorMetadata", "KvcacheConnectorStats", "KvcacheKVEvents",
-           "BlockJob", "Options", "block_sizes", "key_spec", "worker_ranks", "HAVE_VLLM"]
+           "BlockJob", "Options", "block_sizes", "key_spec", "retention_interval", "worker_ranks",
+           "HAVE_VLLM"]

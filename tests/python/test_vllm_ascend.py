@@ -39,6 +39,38 @@ def test_ascend_names_and_tuples(daemon, name):
     b.shutdown()
 
 
+def test_ascend_retention_interval_skips_short_prompts(daemon, monkeypatch):
+    """vLLM-Ascend's pool scheduler (ascend_store/pool_scheduler.py at
+    182b75e) looks nothing up for a prompt shorter than twice vLLM's
+    VLLM_PREFIX_CACHE_RETENTION_INTERVAL, except layerwise; kvcache's own
+    connector name does not."""
+    monkeypatch.setenv("VLLM_PREFIX_CACHE_RETENTION_INTERVAL", "32")
+    assert kv.retention_interval() == 32
+    a = vh.Engine(vh.config(daemon, connector="AscendStoreConnector"), ascend=True)
+    long_prompt = tokens(40) + tokens(41)[:14]  # 64 tokens: 4 blocks
+    a.run_one("a0", tokens(40))  # 50 tokens: stored, never looked up
+    a.run_one("a1", long_prompt)
+    assert a.stat("lookups") == 1 and a.stat("lookups_skipped") == 1
+    assert a.stat("save_blocks") == 4  # the long one's first 3 are the short one's
+    b = vh.Engine(vh.config(daemon, connector="AscendStoreConnector"), ascend=True,
+                  prefix_caching=False)
+    b.run_one("b0", tokens(40))
+    assert b.stat("lookups") == 0 and b.stat("load_blocks") == 0
+    b.run_one("b1", long_prompt)
+    assert b.stat("lookups_skipped") == 1 and b.stat("load_blocks") == 4
+    layerwise = vh.Engine(vh.config(daemon, connector="AscendStoreConnector",
+                                    use_layerwise=True), ascend=True)
+    layerwise.run_one("l0", tokens(40))
+    assert layerwise.stat("lookups") == 1 and layerwise.stat("load_blocks") == 3
+    plain = vh.Engine(vh.config(daemon))
+    plain.run_one("p0", tokens(40))
+    assert plain.stat("lookups") == 1 and plain.stat("load_blocks") == 3
+    monkeypatch.setenv("VLLM_PREFIX_CACHE_RETENTION_INTERVAL", "x")
+    assert kv.retention_interval() is None
+    for e in (a, b, layerwise, plain):
+        e.shutdown()
+
+
 def test_ascend_consumer_roles(daemon):
     """vLLM-Ascend's kv_consumer neither loads nor stores unless
     consumer_is_to_load / consumer_is_to_put say so."""

@@ -28,8 +28,18 @@ the versions named:
   K, V, index K and scales from buffers of their own; a logical anchor (DeepSeek V4) has
   ``kv_buffer`` None and its bytes in side pools registered with
   ``register_mem_host_pool_v2``;
-* the hybrid controller: ``batch_exists_v2`` with ``PoolTransfer`` (hit
-  policy ALL_PAGES or TRAILING_PAGES), ``batch_get_v2``/``batch_set_v2``.
+* the hybrid controller (``HybridController``: ``mem_cache/hybrid_cache/
+  hybrid_cache_controller.py`` and ``unified_radix_cache.py`` @92389675,
+  the components and sidecar specs of ``mamba_component.py``,
+  ``swa_component.py`` and ``hybrid_pool_assembler.py`` @17313cf4b): a
+  backup is one ``batch_set_v2`` of a radix node's side pools (a Mamba
+  state under the node's last page only, an SWA window under its last
+  pages, KV-derived pools under every page) before its KV batches; a
+  prefetch asks ``batch_exists_v2`` once over every page on each rank,
+  takes the least hit over the ranks, loads KV in batches of 128 with the
+  KV-derived pools beside each batch, then (where a rank loaded every page)
+  the other side pools at the window ending at the hit, and keeps the whole
+  prefetch only if every rank's side pools loaded all of it.
 """
 
 from __future__ import annotations
@@ -349,5 +359,161 @@ class Controller:
         return sum(sum(getattr(m, what + "_pgs")) for m in self.logged)
 
 
-__all__ = ["Controller", "HiCacheStorageConfig", "HiCacheStorageExtraInfo", "PoolTransfer",
+TRAILING, ALL_PAGES = "trailing_pages", "all_pages"
+
+
+def _leading(results) -> int:
+    results = list(results)
+    return results.index(False) if False in results else len(results)
+
+
+def count_pool_hits(results) -> dict:
+    """hicache_storage.count_pool_hits: each pool's leading successes."""
+    return {str(name): _leading(r) for name, r in results.items()}
+
+
+@dataclass
+class SideSpec:
+    """A side pool as the radix tree's components and sidecar specs make
+    its transfers: ``source`` None for a component (Mamba: window 1, SWA:
+    its window in pages), "kv" for a pool that follows KV page by page (an
+    indexer, DeepSeek V4's compressed pools)."""
+    name: str
+    hit_policy: str = ALL_PAGES
+    source: Optional[str] = None
+    window: int = 1
+
+
+class HybridController:
+    """One controller per attention rank (``ranks``: each a backend and its
+    host pools by name, "kv" among them); the all-reduces (MIN over the
+    ranks) are taken across them.  ``threshold``: the prefetch threshold in
+    tokens (SGLang's default is 256)."""
+
+    def __init__(self, ranks, page_size: int, specs: List[SideSpec],
+                 pass_prefix_keys: bool = False, backup_skip: bool = False,
+                 threshold: int = 0):
+        self.ranks, self.page_size, self.specs = ranks, page_size, specs
+        self.pass_prefix_keys, self.backup_skip, self.threshold = \
+            pass_prefix_keys, backup_skip, threshold
+        self.kv = [Controller(backend, page_size, pass_prefix_keys) for backend, _ in ranks]
+        for backend, pools in ranks:  # attach_storage_backend
+            for name, pool in pools.items():
+                backend.register_mem_host_pool_v2(pool, name)
+
+    def backup(self, node_hashes: List[str], slots: List[dict],
+               prefix_keys: Optional[List[str]] = None) -> List[int]:
+        """write_backup_storage of one radix node, ``slots[r]``: the host
+        indices of its KV pages and of each component's share on rank r.
+        Tokens backed up, per rank."""
+        pk = prefix_keys if self.pass_prefix_keys else None
+        out = []
+        for r, (backend, pools) in enumerate(self.ranks):
+            transfers = []
+            for spec in self.specs:
+                if spec.source == "kv":
+                    t = PoolTransfer(spec.name, host_indices=slots[r]["kv"],
+                                     keys=list(node_hashes), hit_policy=spec.hit_policy,
+                                     indices_from_pool="kv")
+                elif spec.name == "mamba":  # mamba_component: the node's last page
+                    t = PoolTransfer(spec.name, host_indices=slots[r][spec.name],
+                                     keys=[node_hashes[-1]], hit_policy=TRAILING)
+                else:  # swa_component: the window's pages at the node's end
+                    idx = slots[r][spec.name]
+                    n = len(idx) // pools[spec.name].page_size
+                    t = PoolTransfer(spec.name, host_indices=idx, keys=node_hashes[-n:],
+                                     hit_policy=TRAILING)
+                transfers.append(t)
+            skip = self.backup_skip and r != 0
+            if skip:  # should_backup: only Mamba
+                transfers = [t for t in transfers if t.name == "mamba"]
+            res = backend.batch_set_v2(transfers, HiCacheStorageExtraInfo(prefix_keys=pk)) \
+                if transfers else {}
+            if not skip:
+                out.append(self.kv[r].page_backup(node_hashes, slots[r]["kv"], pk))
+            else:
+                out.append(len(node_hashes) * self.page_size if transfers and all(
+                    len(res.get(t.name, [])) == len(t.keys) and all(res[t.name])
+                    for t in transfers) else 0)
+        return out
+
+    def _transfers(self) -> List[PoolTransfer]:
+        """prefetch_from_storage's component and sidecar transfers."""
+        out = []
+        for spec in self.specs:
+            if spec.source == "kv":
+                out.append(PoolTransfer(spec.name, keys=None, hit_policy=spec.hit_policy,
+                                        indices_from_pool="kv"))
+            else:
+                out.append(PoolTransfer(spec.name, keys=["__placeholder__"] * spec.window,
+                                        hit_policy=TRAILING))
+        return out
+
+    def prefetch(self, hashes: List[str], dest: List[dict],
+                 prefix_keys: Optional[List[str]] = None):
+        """A prefetch into ``dest[r]`` (host indices by pool: "kv" for the
+        pages, each component's staging).  (tokens kept, pool hits after
+        the MIN, kept)."""
+        pk = prefix_keys if self.pass_prefix_keys else None
+        ops = [self._transfers() for _ in self.ranks]
+        hits = []
+        for r, (backend, _) in enumerate(self.ranks):  # _storage_hit_query
+            extra = HiCacheStorageExtraInfo(prefix_keys=pk.copy() if pk else None)
+            hits.append(backend.batch_exists_v2(hashes, ops[r], extra).kv_hit_pages if ops[r]
+                        else backend.batch_exists(hashes, extra))
+        hv = hashes[:min(hits)]  # the MIN over prefetch_hits_sync_groups
+        if not hv or len(hv) * self.page_size < self.threshold:
+            return 0, {}, False  # revoked: nothing is loaded
+        done, keys_after = [], []
+        for r, (backend, pools) in enumerate(self.ranks):
+            for t in ops[r]:  # _alloc_prefetch_aux_staging, at the hit
+                if t.indices_from_pool is None:
+                    n = min(len(t.keys), len(hv)) * pools[t.name].page_size
+                    t.host_indices = dest[r][t.name][:n]
+            kp = pk  # op.prefix_keys: grown in place batch by batch
+            derived = [t for t in ops[r] if t.indices_from_pool == "kv"]
+            ok, pages = True, 0
+            for i in range(0, len(hv), STORAGE_BATCH_SIZE):  # _page_transfer_kv_batch
+                if not ok:
+                    continue
+                batch = hv[i:i + STORAGE_BATCH_SIZE]
+                idx = dest[r]["kv"][i * self.page_size:(i + len(batch)) * self.page_size]
+                n = _leading(backend.batch_get_v1(batch, idx,
+                                                  HiCacheStorageExtraInfo(prefix_keys=kp)))
+                if derived:
+                    got = backend.batch_get_v2([PoolTransfer(t.name, host_indices=idx, keys=batch)
+                                                for t in derived])
+                    n = min([n] + list(count_pool_hits(got).values()))
+                ok = n == len(batch)
+                if kp:
+                    kp += batch
+                pages += n
+            done.append(pages)
+            keys_after.append(kp)
+        completed = min(done) * self.page_size  # MIN of the acks
+        pool_hits = []
+        for r, (backend, pools) in enumerate(self.ranks):  # _page_transfer_sidecar
+            got = {}
+            if done[r] == len(hv):  # this rank's own count
+                others = [t for t in ops[r] if t.indices_from_pool != "kv"]
+                for t in others:  # _sync_trailing_keys
+                    if t.hit_policy == TRAILING:
+                        n = len(t.keys) if t.keys else 1
+                        t.keys = hv[max(0, done[r] - n):done[r]]
+                        if t.host_indices is not None:
+                            t.host_indices = t.host_indices[:len(t.keys) * pools[t.name].page_size]
+                got = count_pool_hits(backend.batch_get_v2(
+                    others, extra_info=HiCacheStorageExtraInfo(prefix_keys=keys_after[r])))
+            pool_hits.append(got)
+        names = {t.name for t in ops[0]}
+        reduced = {n: min(h.get(n, 0) for h in pool_hits) for n in names}  # absent: 0
+        others = [t for t in ops[0] if t.indices_from_pool != "kv"]
+        if not others:  # KV and pools that follow it: what loaded is kept
+            return completed, reduced, True
+        kept = completed == len(hv) * self.page_size and all(
+            t.keys is not None and reduced[t.name] == len(t.keys) for t in others)
+        return (completed if kept else 0), reduced, kept
+
+
+__all__ = ["Controller", "HybridController", "SideSpec", "count_pool_hits", "HiCacheStorageConfig", "HiCacheStorageExtraInfo", "PoolTransfer",
            "MHAHostPool", "MLAHostPool", "MLASplitHostPool", "storage_config", "create_backend", "page_hashes"]

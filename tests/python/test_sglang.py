@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """kvcache.sglang driven as SGLang's cache controller drives a HiCache
 storage backend (sglang_harness.py: its controller, factory, host pools and
-metrics check at 001067f, the split MLA pool at 01c0ede3, transcribed), on
-real host pools."""
+metrics check at 001067f, the split MLA pool at 01c0ede3, the hybrid
+controller at 92389675, transcribed), on real host pools."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -275,6 +275,158 @@ def test_hybrid_v2_ends_every_pool_can_serve(daemon, monkeypatch):
     assert r.kv_hit_pages == 1 and not hasattr(r, "restorable_prefix_pages")
     s.clear()
     s.close()
+
+
+def _hybrid_ranks(daemon, seed, tp=1, side=("mamba",)):
+    """Qwen3-Next-like ranks: MHA KV, a Mamba state pool (a slot a page)
+    and an SWA pool (a page's worth a page)."""
+    ranks = []
+    for r in range(tp):
+        kv = mha(seed + 10 * r, size=256)
+        backend = sh.create_backend(sh.storage_config(daemon, tp_rank=r, tp_size=tp,
+                                                      model="Qwen/Qwen3-Next"), kv)
+        pools = {"kv": kv}
+        for i, name in enumerate(side):
+            pools[name] = sh.MLAHostPool(64, 1 if name == "mamba" else PAGE, 1, 24,
+                                         seed=seed + 10 * r + 1 + i)
+        ranks.append((backend, pools))
+    return ranks
+
+
+def _close(*controllers):
+    for c in controllers:
+        for backend, _ in c.ranks:
+            backend.clear()
+            backend.close()
+
+
+def test_hybrid_controller_mamba(daemon):
+    """SGLang's hybrid controller over Qwen3-Next-like pools: a radix node's
+    Mamba state is stored under its last page only, so a prompt that ends
+    inside a node is found up to the last node boundary before it, and what
+    is loaded is that boundary's state with the KV before it."""
+    specs = [sh.SideSpec("mamba", sh.TRAILING)]
+    a = sh.HybridController(_hybrid_ranks(daemon, 100), PAGE, specs)
+    b = sh.HybridController(_hybrid_ranks(daemon, 200), PAGE, specs)
+    hashes = sh.page_hashes(list(range(10 * PAGE)), PAGE, "5a" * 32)
+    # two radix nodes of 4 pages each, their states in slots 5 and 6
+    assert a.backup(hashes[:4], [{"kv": torch.arange(0, 4 * PAGE),
+                                  "mamba": torch.tensor([5])}]) == [4 * PAGE]
+    assert a.backup(hashes[4:8], [{"kv": torch.arange(4 * PAGE, 8 * PAGE),
+                                   "mamba": torch.tensor([6])}], hashes[:4]) == [4 * PAGE]
+    pa, pb = a.ranks[0][1], b.ranks[0][1]
+    dest = [{"kv": torch.arange(64, 64 + 10 * PAGE), "mamba": torch.tensor([40])}]
+    tokens, hits, kept = b.prefetch(hashes, dest)
+    assert (tokens, kept) == (8 * PAGE, True) and hits["mamba"] == 1
+    assert same_pages(pa["kv"], 0, pb["kv"], 64, 8)
+    assert torch.equal(pb["mamba"].kv_buffer[40], pa["mamba"].kv_buffer[6])
+    # six pages of the same prompt: the state at page 4 is the one there is
+    dest = [{"kv": torch.arange(128, 128 + 6 * PAGE), "mamba": torch.tensor([41])}]
+    tokens, hits, kept = b.prefetch(hashes[:6], dest)
+    assert (tokens, kept) == (4 * PAGE, True)
+    assert same_pages(pa["kv"], 0, pb["kv"], 128, 4)
+    assert torch.equal(pb["mamba"].kv_buffer[41], pa["mamba"].kv_buffer[5])
+    # three pages: no state ends there, nothing is loaded
+    assert b.prefetch(hashes[:3], dest) == (0, {}, False)
+    _close(a, b)
+
+
+def test_hybrid_controller_two_states(daemon):
+    """A Mamba state and an SWA window of two pages: the prefix loaded is one
+    both can end.  The least of the pools' longest ends (what the backend
+    answered before) was not one: that prefetch was thrown away whole."""
+    specs = [sh.SideSpec("mamba", sh.TRAILING), sh.SideSpec("swa", sh.TRAILING, window=2)]
+    a = sh.HybridController(_hybrid_ranks(daemon, 300, side=("mamba", "swa")), PAGE, specs)
+    b = sh.HybridController(_hybrid_ranks(daemon, 400, side=("mamba", "swa")), PAGE, specs)
+    hashes = sh.page_hashes(list(range(6 * PAGE)), PAGE, "6b" * 32)
+    # nodes of pages 1-2 and 3-4 (1-based): states at 2 and 4, SWA windows
+    # of pages 1-2 and 3-4
+    for n, (lo, hi) in enumerate(((0, 2), (2, 4))):
+        assert a.backup(hashes[lo:hi], [{
+            "kv": torch.arange(lo * PAGE, hi * PAGE), "mamba": torch.tensor([n]),
+            "swa": torch.arange(lo * PAGE, hi * PAGE)}], hashes[:lo]) == [2 * PAGE]
+    pa, pb = a.ranks[0][1], b.ranks[0][1]
+    backend = a.ranks[0][0]
+    # page 4's window loses page 3 (SWA ends: 2 only); a state for page 3
+    # alone appears (Mamba ends: 2, 3, 4)
+    assert backend.client.remove(backend._keys([hashes[2]], "swa")[0], force=True) == 0
+    assert a.ranks[0][0].batch_set_v2([sh.PoolTransfer("mamba", torch.tensor([7]),
+                                                       keys=[hashes[2]])]) == {"mamba": [True]}
+    dest = [{"kv": torch.arange(64, 64 + 6 * PAGE), "mamba": torch.tensor([30]),
+             "swa": torch.arange(32, 32 + 2 * PAGE)}]
+    tokens, hits, kept = b.prefetch(hashes, dest)
+    assert (tokens, kept) == (2 * PAGE, True)
+    assert hits == {"mamba": 1, "swa": 2}
+    assert same_pages(pa["kv"], 0, pb["kv"], 64, 2)
+    assert torch.equal(pb["mamba"].kv_buffer[30], pa["mamba"].kv_buffer[0])
+    assert same_pages(pa["swa"], 0, pb["swa"], 32, 2)
+    _close(a, b)
+    # one-page windows: states end pages 1 and 3, SWA windows pages 1 and 2;
+    # the least of the longest ends, 2, has no state
+    specs = [sh.SideSpec("mamba", sh.TRAILING), sh.SideSpec("swa", sh.TRAILING)]
+    a = sh.HybridController(_hybrid_ranks(daemon, 700, side=("mamba", "swa")), PAGE, specs)
+    b = sh.HybridController(_hybrid_ranks(daemon, 800, side=("mamba", "swa")), PAGE, specs)
+    hashes = sh.page_hashes(list(range(3 * PAGE)), PAGE, "8d" * 32)
+    for n, (lo, hi) in enumerate(((0, 1), (1, 3))):
+        assert a.backup(hashes[lo:hi], [{
+            "kv": torch.arange(lo * PAGE, hi * PAGE), "mamba": torch.tensor([n]),
+            "swa": torch.arange((hi - 1) * PAGE, hi * PAGE)}], hashes[:lo]) == [(hi - lo) * PAGE]
+    backend = a.ranks[0][0]
+    assert backend.client.remove(backend._keys([hashes[2]], "swa")[0], force=True) == 0
+    assert backend.batch_set_v2([sh.PoolTransfer("swa", torch.arange(PAGE, 2 * PAGE),
+                                                 keys=[hashes[1]])]) == {"swa": [True]}
+    pa, pb = a.ranks[0][1], b.ranks[0][1]
+    dest = [{"kv": torch.arange(64, 64 + 3 * PAGE), "mamba": torch.tensor([30]),
+             "swa": torch.arange(32, 32 + PAGE)}]
+    tokens, hits, kept = b.prefetch(hashes, dest)
+    assert (tokens, kept) == (PAGE, True) and hits == {"mamba": 1, "swa": 1}
+    assert same_pages(pa["kv"], 0, pb["kv"], 64, 1)
+    assert torch.equal(pb["mamba"].kv_buffer[30], pa["mamba"].kv_buffer[0])
+    assert same_pages(pa["swa"], 0, pb["swa"], 32, 1)
+    _close(a, b)
+
+
+def test_hybrid_controller_ranks(daemon):
+    """Two TP ranks: the least hit over the ranks is loaded on both; a
+    state that goes between the lookup and the load makes that rank's side
+    pool miss, and the whole prefetch is thrown away."""
+    specs = [sh.SideSpec("mamba", sh.TRAILING)]
+    a = sh.HybridController(_hybrid_ranks(daemon, 500, tp=2), PAGE, specs)
+    b = sh.HybridController(_hybrid_ranks(daemon, 600, tp=2), PAGE, specs)
+    hashes = sh.page_hashes(list(range(8 * PAGE)), PAGE, "7c" * 32)
+    for lo, slot in ((0, 3), (4, 4)):
+        assert a.backup(hashes[lo:lo + 4], [
+            {"kv": torch.arange(lo * PAGE, (lo + 4) * PAGE), "mamba": torch.tensor([slot])}
+            for _ in range(2)], hashes[:lo]) == [4 * PAGE, 4 * PAGE]
+    rank1 = a.ranks[1][0]
+    assert rank1.client.remove(rank1._keys([hashes[7]], "mamba")[0], force=True) == 0
+    dest = [{"kv": torch.arange(64, 64 + 8 * PAGE), "mamba": torch.tensor([20])}
+            for _ in range(2)]
+    tokens, hits, kept = b.prefetch(hashes, dest)
+    assert (tokens, kept) == (4 * PAGE, True) and hits == {"mamba": 1}
+    for r in range(2):
+        pa, pb = a.ranks[r][1], b.ranks[r][1]
+        assert same_pages(pa["kv"], 0, pb["kv"], 64, 4)
+        assert torch.equal(pb["mamba"].kv_buffer[20], pa["mamba"].kv_buffer[3])
+    # rank 0's state of page 4 goes after the lookup: rank 0 misses it
+    class StateGoesFirst:
+        """B's rank-0 client, whose Mamba state loads find it removed."""
+
+        def __init__(self, client):
+            self.client = client
+
+        def __getattr__(self, name):
+            return getattr(self.client, name)
+
+        def batch_get_into_multi_buffers(self, keys, *args, **kw):
+            if any("mamba" in k for k in keys):
+                assert self.client.remove(keys[0], force=True) == 0
+            return self.client.batch_get_into_multi_buffers(keys, *args, **kw)
+
+    b.ranks[0][0].client = StateGoesFirst(b.ranks[0][0].client)
+    tokens, hits, kept = b.prefetch(hashes, dest)
+    assert (tokens, kept) == (0, False) and hits == {"mamba": 0}
+    _close(a, b)
 
 
 def test_generic_path_and_errors(daemon):

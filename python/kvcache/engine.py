@@ -18,6 +18,10 @@ between them and kvcached:
   the transfer of layer i with the compute of layer i+1 (a reservation or a
   view held over the whole step, one layer's bytes copied at a time).
 
+``HeadSplitStore`` is the same for a rank whose blocks are kept under the
+keys of a larger TP (a prefill and a decode of different TP sizes): one
+object per group of its KV heads, each what a rank of the larger TP holds.
+
 Two ways to move the bytes: ``"pointers"`` (host tensors: their memory is
 registered once and libkvcache copies, with the GIL released) and
 ``"torch"`` (``tensor.copy_`` into reservation and view memory: what device
@@ -178,6 +182,24 @@ class KVLayout:
                 sizes.append(s.block_bytes)
         return ptrs, sizes
 
+    def head_group(self, group: int, groups: int) -> "KVLayout":
+        """The layout of one of ``groups`` equal groups of each segment's
+        KV heads (the next to last dimension of a block in logical order):
+        the blocks a rank of a ``groups`` times larger TP holds, gathered by
+        torch."""
+        segs = []
+        for s in self.segments:
+            shape = tuple(s.tensor.shape[1:]) if s.tensor is not None else ()
+            if len(shape) < 2 or shape[-2] % groups:
+                raise ValueError(
+                    "layer %d: blocks of shape %s do not split into %d KV head groups (the "
+                    "other instance's TP size needs whole heads per rank)"
+                    % (s.layer, shape, groups))
+            h = shape[-2] // groups
+            segs.append(Segment(s.base, s.block_bytes // groups, s.stride, s.num_blocks,
+                                s.layer, s.tensor[..., group * h:(group + 1) * h, :], False))
+        return KVLayout(segs)
+
     def ranges(self) -> List[Tuple[int, int]]:
         """The memory the segments span, merged: what to register."""
         spans = sorted((s.base, s.base + (s.num_blocks - 1) * s.stride + s.block_bytes)
@@ -283,12 +305,13 @@ class BlockStore:
 
     # ---- whole blocks ----
     def save(self, hashes: Sequence[BlockHash], block_ids: Sequence[int],
-             parent: Optional[BlockHash] = None, skip_existing: bool = True) -> List[int]:
+             parent: Optional[BlockHash] = None, skip_existing: bool = True,
+             raw: bool = False) -> List[int]:
         """Store blocks (hashes[i] from block_ids[i]): 0 or -errno each; a
-        block stored already answers 0 (its put is refused before any byte
-        is copied; no lookup first, which would wait for a put announced
-        for these very blocks).  ``parent`` is the hash of the block before
-        hashes[0], if any."""
+        block stored already answers 0 (-EEXIST with ``raw``: its put is
+        refused before any byte is copied; no lookup first, which would wait
+        for a put announced for these very blocks).  ``parent`` is the hash
+        of the block before hashes[0], if any."""
         self._need_layout()
         if len(hashes) != len(block_ids):
             raise ValueError("hashes and block_ids differ in length")
@@ -308,7 +331,7 @@ class BlockStore:
                 res = self.client.batch_put_from_multi_buffers(
                     [keys[i] for i in run], ptrs, sizes, parent=parents[run[0]], chain=True)
                 for i, r in zip(run, res):
-                    self._note_save(results, i, r)
+                    self._note_save(results, i, r, raw)
                 if -errno.ENOSPC in res:
                     # store pressure: the other runs would fail too
                     self.stats["pressure"] += 1
@@ -318,7 +341,7 @@ class BlockStore:
             return results
         for i in pending:
             r = self._save_torch(keys[i], block_ids[i], parents[i])
-            self._note_save(results, i, r)
+            self._note_save(results, i, r, raw)
             if r == -errno.ENOSPC:
                 self.stats["pressure"] += 1
                 # store pressure: the rest would fail too
@@ -327,8 +350,8 @@ class BlockStore:
                 break
         return results
 
-    def _note_save(self, results: List[int], i: int, r: int) -> None:
-        results[i] = 0 if r == -errno.EEXIST else r
+    def _note_save(self, results: List[int], i: int, r: int, raw: bool = False) -> None:
+        results[i] = 0 if r == -errno.EEXIST and not raw else r
         if r == -errno.EEXIST:
             self.stats["skipped"] += 1
         elif r == 0:
@@ -399,6 +422,105 @@ class BlockStore:
     def _need_layout(self) -> None:
         if self.layout is None:
             raise RuntimeError("no KV cache attached (BlockStore.attach)")
+
+
+class HeadSplitStore:
+    """A rank's blocks kept as ``groups`` objects each, under the keys of a
+    TP ``groups`` times larger (a prefill and a decode of different TP
+    sizes): object g of a block holds the g-th group of this rank's KV heads
+    and is, byte for byte, the object that rank ``tp_rank + g`` of the
+    larger TP stores, so either side reads the other's.  ``spec``: the key
+    spec of this rank's first group.  A block is stored, loaded or skipped
+    when every group is; its result is the first group's error otherwise,
+    and a load's the block's length."""
+
+    def __init__(self, client, spec: KeySpec, groups: int):
+        self.client = client
+        self.spec = spec
+        self.groups = groups
+        self.layout: Optional[KVLayout] = None
+        self.transfer = "torch"
+        self.parts = [BlockStore(client, spec.for_rank(spec.tp_rank + g, spec.pp_rank,
+                                                       spec.cp_rank), transfer="torch")
+                      for g in range(groups)]
+        self.stats = {"saved": 0, "skipped": 0, "loaded": 0, "save_failed": 0,
+                      "load_failed": 0, "pressure": 0}
+
+    def attach(self, layout: KVLayout) -> None:
+        parts = [layout.head_group(g, self.groups) for g in range(self.groups)]
+        self.layout = layout
+        for store, part in zip(self.parts, parts):
+            store.attach(part)
+
+    def keys(self, hashes: Sequence[BlockHash]) -> List[str]:
+        return self.spec.keys(hashes)
+
+    def lookup(self, hashes: Sequence[BlockHash], all_ranks: bool = True) -> int:
+        if all_ranks:
+            return self.parts[0].lookup(hashes)
+        return min(p.lookup(hashes, all_ranks=False) for p in self.parts)
+
+    def save(self, hashes: Sequence[BlockHash], block_ids: Sequence[int],
+             parent: Optional[BlockHash] = None, skip_existing: bool = True) -> List[int]:
+        skipped = [0] * len(hashes)
+        results = [0] * len(hashes)
+        for p in self.parts:
+            for i, r in enumerate(p.save(hashes, block_ids, parent, raw=True)):
+                skipped[i] += r == -errno.EEXIST
+                if r not in (0, -errno.EEXIST) and results[i] == 0:
+                    results[i] = r
+        for i, r in enumerate(results):
+            if r:
+                self.stats["save_failed"] += 1
+            elif skipped[i] == self.groups:
+                self.stats["skipped"] += 1
+            else:
+                self.stats["saved"] += 1
+        if any(p.stats["pressure"] for p in self.parts):
+            self.stats["pressure"] = max(p.stats["pressure"] for p in self.parts)
+        return results
+
+    def _merge_loads(self, per_group: List[List[int]]) -> List[int]:
+        out = []
+        for rs in zip(*per_group):
+            bad = [r for r in rs if r < 0]
+            out.append(bad[0] if bad else sum(rs))
+        self.stats["loaded"] += sum(1 for r in out if r >= 0)
+        self.stats["load_failed"] += sum(1 for r in out if r < 0)
+        return out
+
+    def load(self, hashes: Sequence[BlockHash], block_ids: Sequence[int]) -> List[int]:
+        return self._merge_loads([p.load(hashes, block_ids) for p in self.parts])
+
+    def begin_save(self, hashes, block_ids, parent=None) -> "_GroupedLayers":
+        return _GroupedLayers([p.begin_save(hashes, block_ids, parent) for p in self.parts],
+                              "save_layer", self._merge_saves)
+
+    def begin_load(self, hashes, block_ids) -> "_GroupedLayers":
+        return _GroupedLayers([p.begin_load(hashes, block_ids) for p in self.parts],
+                              "load_layer", self._merge_loads)
+
+    @staticmethod
+    def _merge_saves(per_group: List[List[int]]) -> List[int]:
+        return [next((r for r in rs if r), 0) for rs in zip(*per_group)]
+
+
+class _GroupedLayers:
+    """Layer-by-layer saves or loads of every head group of the blocks."""
+
+    def __init__(self, parts, step: str, merge):
+        self.parts, self.step, self.merge = parts, step, merge
+
+    def save_layer(self, layer: int) -> None:
+        for p in self.parts:
+            p.save_layer(layer)
+
+    def load_layer(self, layer: int) -> None:
+        for p in self.parts:
+            p.load_layer(layer)
+
+    def finish(self, *args) -> List[int]:
+        return self.merge([p.finish(*args) for p in self.parts])
 
 
 def _runs(idx: List[int]) -> List[List[int]]:
@@ -525,5 +647,6 @@ def block_hashes_of(tokens: Sequence[int], block_tokens: int,
     return out
 
 
-__all__ = ["Segment", "KVLayout", "BlockStore", "LayerwiseSave", "LayerwiseLoad",
+__all__ = ["Segment", "KVLayout", "BlockStore", "HeadSplitStore", "LayerwiseSave",
+           "LayerwiseLoad",
            "block_hashes_of"]

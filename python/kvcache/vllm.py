@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import _kvcache
-from .engine import BlockStore, KVLayout
+from .engine import BlockStore, HeadSplitStore, KVLayout
 from .keys import KeySpec
 
 log = logging.getLogger("kvcache.vllm")
@@ -285,18 +285,26 @@ class Options:
         if not _flag(discard):
             log.warning("discard_partial_chunks false: kvcache stores whole blocks only; a "
                         "partial last block is computed again")
-        # Prefill and decode of different shapes (vLLM-Ascend's PD keys)
+        # Prefill and decode of different shapes (vLLM-Ascend's PD keys).
+        # Of different TP sizes, the pool's keys go by the larger: a rank of
+        # the smaller holds each block as ``head_groups`` objects, each the
+        # bytes (its heads' share) a rank of the larger holds
         tp = int(getattr(pc, "tensor_parallel_size", 1))
         pp = int(getattr(pc, "pipeline_parallel_size", 1))
+        self.key_tp, self.head_groups = tp, 1
         peer_key = "prefill_tp_size" if role == "kv_consumer" else "decode_tp_size"
         for key in ("prefill_tp_size", "decode_tp_size"):
             v = extra.pop(key, None)
             if v is None or key != peer_key or int(v) == tp or mla:
                 continue
-            raise ValueError(
-                "kv_connector_extra_config %s=%s with tensor parallelism %d here: kvcache keys "
-                "a block per rank, so a prefill and a decode with different TP sizes do not "
-                "share KV (MLA models do); run both with the same TP size" % (key, v, tp))
+            peer = int(v)
+            if peer <= 0 or max(peer, tp) % min(peer, tp):
+                raise ValueError(
+                    "kv_connector_extra_config %s=%s with tensor parallelism %d here: one TP "
+                    "size must be a multiple of the other, for a rank's KV heads to be whole "
+                    "head groups of the other's" % (key, v, tp))
+            self.key_tp = max(peer, tp)
+            self.head_groups = self.key_tp // tp
         ppp = extra.pop("prefill_pp_size", None)
         partition = extra.pop("prefill_pp_layer_partition", None)
         if ppp is not None and int(ppp) != pp and role == "kv_consumer" and self.consumer_is_to_put:
@@ -340,9 +348,10 @@ def block_sizes(vllm_config: Any, kv_cache_config: Any = None) -> Tuple[int, int
 
 
 def key_spec(vllm_config: Any, tp_rank: int = 0, pp_rank: int = 0, pcp_rank: int = 0,
-             kv_cache_config: Any = None) -> KeySpec:
+             kv_cache_config: Any = None, tp_size: Optional[int] = None) -> KeySpec:
     """The key spec of one rank, from vLLM's configuration alone (the
-    scheduler has no tensors to look at)."""
+    scheduler has no tensors to look at); ``tp_size``: the TP size the
+    keys go by, when not this instance's."""
     mc = vllm_config.model_config
     cc = vllm_config.cache_config
     pc = vllm_config.parallel_config
@@ -360,7 +369,7 @@ def key_spec(vllm_config: Any, tp_rank: int = 0, pp_rank: int = 0, pcp_rank: int
         model = "%s@%s" % (prefix, model)
     return KeySpec(model, dtype, "vllm-NHD",
                    block_sizes(vllm_config, kv_cache_config)[0],
-                   tp_rank, int(getattr(pc, "tensor_parallel_size", 1)), pp_rank,
+                   tp_rank, tp_size or int(getattr(pc, "tensor_parallel_size", 1)), pp_rank,
                    int(getattr(pc, "pipeline_parallel_size", 1)), shared_across_ranks=mla,
                    cp_rank=pcp_rank,
                    cp_size=int(getattr(pc, "prefill_context_parallel_size", 1) or 1))
@@ -569,9 +578,12 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             getattr(vllm_config.cache_config, "num_gpu_blocks", None)
         tp_rank, pp_rank, pcp_rank = (0, 0, 0) if self._is_scheduler else worker_ranks(vllm_config)
         self.client = _kvcache.Client(self.options.socket)
-        self.store = BlockStore(self.client, key_spec(vllm_config, tp_rank, pp_rank, pcp_rank,
-                                                      kv_cache_config),
-                                transfer=self.transfer)
+        groups = self.options.head_groups
+        spec = key_spec(vllm_config, tp_rank * groups, pp_rank, pcp_rank, kv_cache_config,
+                        self.options.key_tp)
+        self.store = BlockStore(self.client, spec, transfer=self.transfer) \
+            if groups == 1 or self._is_scheduler else \
+            HeadSplitStore(self.client, spec, groups)
         events = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(getattr(events, "enable_kv_cache_events", False))
         self._stats = KvcacheConnectorStats()

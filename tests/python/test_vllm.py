@@ -352,11 +352,12 @@ def test_extra_config_keys(daemon, caplog):
     assert "brand_new_key: not a key kvcache.vllm knows" in text
     c.shutdown()
     for bad, msg in (({"backend": "memcache"}, "backend"),
-                     ({"decode_tp_size": 4, "tp": 2}, "decode_tp_size=4"),
+                     ({"decode_tp_size": 3, "tp": 2}, "decode_tp_size=3"),
                      ({"transfer": "carrier"}, "transfer")):
         with pytest.raises(ValueError, match=msg):
             vh.create_connector(vh.config(daemon, **bad), "scheduler")
     # a prefill and a decode of different TP sizes share an MLA model's KV
+    # (and another model's: test_vllm_ascend.py)
     c = vh.create_connector(vh.config(daemon, decode_tp_size=4, tp=2, use_mla=True), "scheduler")
     c.shutdown()
     with pytest.raises(ConnectionError):

@@ -94,17 +94,18 @@ def test_ascend_consumer_roles(daemon):
 
 
 def test_ascend_pd_keys(daemon):
-    """Prefill and decode of different shapes: the same shape is fine, a
-    different TP or PP size is refused with the reason (kvcache keys blocks
-    per rank); an MLA model shares KV across TP sizes."""
+    """Prefill and decode of different shapes: the same shape is fine, TP
+    sizes neither of which divides the other and a different PP size are
+    refused with the reason (kvcache keys blocks per rank); an MLA model
+    shares KV across TP sizes."""
     ok = vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
                                        role="kv_consumer", prefill_tp_size=2, tp=2,
                                        consumer_is_to_put=True, prefill_pp_size=1,
                                        prefill_pp_layer_partition="3"), "scheduler")
     ok.shutdown()
-    with pytest.raises(ValueError, match="prefill_tp_size=4"):
+    with pytest.raises(ValueError, match="prefill_tp_size=3"):
         vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
-                                      role="kv_consumer", prefill_tp_size=4, tp=2), "scheduler")
+                                      role="kv_consumer", prefill_tp_size=3, tp=2), "scheduler")
     with pytest.raises(ValueError, match="prefill_pp_size=2"):
         vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
                                       role="kv_consumer", consumer_is_to_put=True,
@@ -116,6 +117,43 @@ def test_ascend_pd_keys(daemon):
     with pytest.raises(ValueError, match="backend"):
         vh.create_connector(vh.config(daemon, connector="AscendStoreConnector",
                                       backend="yuanrong"), "scheduler")
+
+
+@pytest.mark.parametrize("prefill_tp,decode_tp,layerwise,ascend", [
+    (4, 2, False, True), (2, 4, False, True), (1, 4, True, False), (4, 1, False, False)])
+def test_prefill_and_decode_of_other_tp_sizes(daemon, prefill_tp, decode_tp, layerwise, ascend):
+    """A prefill and a decode of different TP sizes (vLLM-Ascend's
+    prefill_tp_size / decode_tp_size): the keys go by the larger TP, and a
+    rank of the smaller holds each block as one object per head group of the
+    larger's; every KV byte the decode loads is checked, head by head."""
+    name = "AscendStoreConnector" if ascend else "KvcacheConnector"
+    prefill = vh.Engine(vh.config(daemon, connector=name, role="kv_producer", tp=prefill_tp,
+                                  decode_tp_size=decode_tp, use_layerwise=layerwise),
+                        ascend=ascend)
+    salt = 60 + prefill_tp * 5 + decode_tp
+    prefill.run_one("p", tokens(salt))
+    assert prefill.stat("save_blocks") == 3 * prefill_tp  # the workers' stats add up
+    decode = vh.Engine(vh.config(daemon, connector=name, role="kv_consumer", tp=decode_tp,
+                                 prefill_tp_size=prefill_tp, consumer_is_to_load=True,
+                                 use_layerwise=layerwise), ascend=ascend)
+    decode.run_one("d", tokens(salt))  # every byte of every head checked
+    assert decode.stat("load_blocks") == 3 * decode_tp and decode.stat("load_errors") == 0
+    # the larger side's objects are those of an instance of its own TP size
+    larger = max(prefill_tp, decode_tp)
+    same = vh.Engine(vh.config(daemon, connector=name, role="kv_consumer", tp=larger,
+                               consumer_is_to_load=True), ascend=ascend)
+    same.run_one("s", tokens(salt))
+    assert same.stat("load_blocks") == 3 * larger
+    for e in (prefill, decode, same):
+        e.shutdown()
+
+
+def test_other_tp_sizes_need_whole_heads(daemon):
+    """A decode of TP 2 beside a prefill of TP 8 would split its 2 KV heads
+    into 4 groups: refused when its caches are registered, with the reason."""
+    with pytest.raises(ValueError, match="KV head groups"):
+        vh.Engine(vh.config(daemon, connector="AscendStoreConnector", role="kv_consumer",
+                            tp=2, prefill_tp_size=8, consumer_is_to_load=True), ascend=True)
 
 
 @pytest.mark.parametrize("layerwise", [False, True])

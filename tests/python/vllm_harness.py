@@ -256,11 +256,12 @@ INDEXER, INDEXER_DIM = "model.layers.%d.self_attn.indexer.k_cache", 4
 
 
 def kv_value(tokens: List[int], pos: int, layer: int, kv: int, heads: int, dim: int,
-             dtype) -> torch.Tensor:
-    """K (kv=0) or V (kv=1) of the token at pos: depends on the prefix's
-    last token and the position (the same prompt gives the same KV)."""
+             dtype, head0: int = 0) -> torch.Tensor:
+    """K (kv=0) or V (kv=1) of the token at pos, heads head0.. of the
+    model's: depends on the prefix's last token, the position and the head
+    (the same prompt gives the same KV, whatever the TP size)."""
     base = (tokens[pos] * 7 + pos * 3 + layer * 11 + kv * 5) % 251
-    h = torch.arange(heads, dtype=torch.float32).view(heads, 1) * 0.25
+    h = torch.arange(head0, head0 + heads, dtype=torch.float32).view(heads, 1) * 0.25
     d = torch.arange(dim, dtype=torch.float32).view(1, dim) * 0.03125
     return (base / 8.0 + h + d).to(dtype)
 
@@ -289,6 +290,11 @@ class Worker:
         self.dtype = vc.model_config.dtype
         self.mla = vc.model_config.use_mla
         self.heads = 1 if self.mla else max(1, HEADS // self.tp)
+        # vLLM shards KV heads by TP rank (a rank's are heads rank*heads..;
+        # with fewer heads than ranks each is on tp/HEADS ranks)
+        tp_rank = rank % self.tp
+        self.head0 = 0 if self.mla else \
+            (tp_rank * self.heads if HEADS >= self.tp else tp_rank // (self.tp // HEADS))
         self.backend = backend
         self.layout = layout
         self.ascend = ascend
@@ -350,6 +356,9 @@ class Worker:
             return t[kv, row, off]
         return t[row, kv, off]
 
+    def _head0(self, kv: int) -> int:
+        return 0 if kv == 2 else self.head0  # (an indexer cache has one head)
+
     def _place(self, block_ids: List[int], pos: int):
         """Where this rank keeps the token at pos, or None (DCP: another rank)."""
         if self.dcp > 1:
@@ -368,7 +377,7 @@ class Worker:
                     dst = self._kv_slot(layer, kv, *place)
                     if dst is not None:
                         dst.copy_(kv_value(tokens, pos, layer, kv, dst.shape[0], dst.shape[1],
-                                           self.dtype))
+                                           self.dtype, self._head0(kv)))
 
     def check(self, tokens: List[int], block_ids: List[int], upto: int) -> List[int]:
         """Positions below upto whose KV here is not what compute() writes."""
@@ -381,7 +390,8 @@ class Worker:
                 for kv in self.kinds:
                     got = self._kv_slot(layer, kv, *place)
                     if got is not None and not torch.equal(got, kv_value(
-                            tokens, pos, layer, kv, got.shape[0], got.shape[1], self.dtype)):
+                            tokens, pos, layer, kv, got.shape[0], got.shape[1], self.dtype,
+                            self._head0(kv))):
                         bad.append(pos)
         return sorted(set(bad))
 

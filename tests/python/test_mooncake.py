@@ -626,6 +626,12 @@ def test_get_into_ranges(store):
     assert store.put("gr2", b"abcdefgh") == 0
     a = np.zeros(64, dtype=np.uint8)
     b = np.zeros(16, dtype=np.uint8)
+    # memory not registered is never written to
+    res = store.get_into_ranges([a.ctypes.data], [["gr1"]], [[[0]]], [[[0]]], [[[4]]])
+    assert res == [[[-600]]] and a[0] == 0
+    assert store.get_into_ranges([0x1000], [["gr1"]], [[[0]]], [[[0]]], [[[4]]]) == [[[-600]]]
+    assert store.register_buffer(a.ctypes.data, a.nbytes) == 0
+    assert store.register_buffer(b.ctypes.data, b.nbytes) == 0
     res = store.get_into_ranges(
         [a.ctypes.data, b.ctypes.data],
         [["gr1", "gr2"], ["gr2", "missing"]],
@@ -643,6 +649,104 @@ def test_get_into_ranges(store):
     assert res == [[[-600, 2]]] and bytes(b[8:10]) == b"ab"
     with pytest.raises(ValueError):
         store.get_into_ranges([a.ctypes.data], [["gr1"], ["gr2"]], [[[0]]], [[[0]]], [[[1]]])
+
+
+class FakeDevice:
+    """A GPU's memory as the store meets it: addresses no mapping of the
+    process holds (CUDA's unified addressing), reached only by the copies
+    the CUDA runtime makes.  The store's device path runs on this stand-in
+    here (there is no GPU)."""
+    BASE = 0x7e00_0000_0000
+
+    def __init__(self, size):
+        self.mem = bytearray(size)
+        self.copies = 0
+
+    def _dev(self, p, n):
+        return self.BASE <= p and p + n <= self.BASE + len(self.mem)
+
+    def is_device(self, ptr):
+        return self._dev(ptr, 1)
+
+    def copy(self, dst, src, n):
+        self.copies += 1
+        if self._dev(dst, n) and not self._dev(src, 1):
+            self.mem[dst - self.BASE:dst - self.BASE + n] = ctypes.string_at(src, n)
+        elif self._dev(src, n) and not self._dev(dst, 1):
+            ctypes.memmove(dst, bytes(self.mem[src - self.BASE:src - self.BASE + n]), n)
+        else:
+            return False
+        return True
+
+
+def test_device_memory(store, monkeypatch):
+    """vLLM's own Mooncake store connector (vllm/distributed/kv_transfer/
+    kv_connector/v1/mooncake/store/worker.py @055e47c) registers its KV
+    cache, GPU memory, with register_buffer and moves blocks with
+    batch_put_from_multi_buffers / batch_get_into_multi_buffers of pointers
+    into it.  Such memory is copied through the CUDA runtime (a stand-in
+    here); it was refused with -600, so that connector stored nothing."""
+    dev = FakeDevice(1 << 20)
+    base, out = dev.BASE, dev.BASE + 65536
+    assert mc._CudaCopies().is_device(base) is False  # no CUDA runtime in this process
+    assert store.register_buffer(base, 1 << 20) == -600  # so: not memory it can use
+    monkeypatch.setattr(mc, "_device", dev)
+    assert store.register_buffer(base, 1 << 20) == 0
+    dev.mem[0:4096] = bytes(range(256)) * 16
+    dev.mem[8192:8292] = b"v" * 100
+    # a block's pieces (its K and V), as the connector's per-layer addresses
+    assert store.batch_put_from_multi_buffers(["blk-0", "blk-1"], [[base, base + 8192],
+                                              [base + 1024]], [[4096, 100], [512]]) == [0, 0]
+    assert store.get("blk-0") == bytes(dev.mem[0:4096]) + b"v" * 100
+    assert store.batch_is_exist(["blk-0", "blk-1", "blk-2"]) == [1, 1, 0]
+    copies = dev.copies
+    assert store.batch_put_from_multi_buffers(["blk-0"], [[base]], [[8]]) == [0]  # stored
+    assert dev.copies == copies  # refused before any byte was copied
+    assert store.batch_get_into_multi_buffers(
+        ["blk-0", "blk-1", "blk-2"], [[out, out + 4096], [out + 8192], [out + 9000]],
+        [[4096, 100], [512], [64]]) == [4196, 512, -704]
+    assert bytes(dev.mem[65536:65536 + 4196]) == store.get("blk-0")
+    assert dev.mem[65536 + 8192:65536 + 8704] == dev.mem[1024:1536]
+    # too small, past the registered memory, half host half device: -600
+    assert store.batch_get_into_multi_buffers(["blk-0"], [[out]], [[100]]) == [-600]
+    assert store.batch_put_from_multi_buffers(["far"], [[base + (1 << 20) - 10]], [[100]]) == \
+        [-600]
+    host = np.zeros(64, dtype=np.uint8)
+    assert store.register_buffer(host.ctypes.data, 64) == 0
+    assert store.batch_put_from_multi_buffers(["mixed"], [[base, host.ctypes.data]],
+                                              [[8, 8]]) == [-600]
+    assert store.batch_put_from_multi_buffers(["host"], [[host.ctypes.data]], [[64]]) == [0]
+    # the single and upsert calls, sessions and ranges
+    assert store.put_from("one", base, 256) == 0 and store.get_into("one", out, 256) == 256
+    assert dev.mem[65536:65536 + 256] == dev.mem[0:256]
+    assert store.upsert_from("up", base + 256, 256) == 0
+    assert store.upsert_from("up", base, 256) == 0  # (a get would lease it)
+    assert store.get("up") == bytes(dev.mem[0:256])
+    assert store.batch_upsert_from(["up2"], [base + 256], [256]) == [0]
+    assert store.get("up2") == bytes(dev.mem[256:512])
+    assert store.batch_put_from(["two"], [base + 512], [16]) == [0]
+    assert store.batch_get_into(["two"], [out + 1024], [16]) == [16]
+    assert dev.mem[65536 + 1024:65536 + 1040] == dev.mem[512:528]
+    assert store.get_into_ranges([out], [["two"]], [[[100]]], [[[4]]], [[[8]]]) == [[[8]]]
+    assert dev.mem[65536 + 100:65536 + 108] == dev.mem[516:524]
+    assert store.batch_put_session_start(["sess"], [32]) == [0]
+    assert store.batch_put_from_multi_buffer_ranges(["sess"], [[base, base + 100]], [[16, 16]],
+                                                    [[0, 16]]) == [32]
+    assert store.batch_put_session_end(["sess"]) == [0]
+    assert store.get("sess") == bytes(dev.mem[0:16]) + bytes(dev.mem[100:116])
+    assert store.batch_get_session_start(["sess"]) == [0]
+    assert store.batch_get_into_multi_buffer_ranges(["sess"], [[out + 2048]], [[8]],
+                                                    [[20]]) == [8]
+    assert store.batch_get_session_end(["sess"]) == 0
+    assert dev.mem[65536 + 2048:65536 + 2056] == dev.mem[104:112]
+    assert store.get_tensor_into("one", out, 256) is None  # not a tensor over host memory
+    assert store.put_tensor_from("one-t", base, 256) == -600  # its header is not read
+    # a copy the runtime fails: nothing is stored
+    monkeypatch.setattr(dev, "copy", lambda d, s, n: False)
+    assert store.put_from("broken", base, 64) == -1 and store.is_exist("broken") == 0
+    assert store.get_into("one", out, 256) == -1
+    assert store.unregister_buffer(base) == 0
+    assert store.put_from("after", base, 64) == -600
 
 
 def test_upsert_tensor_and_put_with_metadata(store):
@@ -663,6 +767,11 @@ def test_upsert_tensor_and_put_with_metadata(store):
     # a header and data in two buffers, stored as one object
     meta = np.frombuffer(b"HEAD", dtype=np.uint8).copy()
     data = np.arange(16, dtype=np.uint8)
+    # memory not registered is never read
+    assert store.put_from_with_metadata("pm", data.ctypes.data, meta.ctypes.data, 16, 4) == -600
+    assert store.put_from_with_metadata("pm", 0x1000, 0x2000, 16, 4) == -600
+    assert store.register_buffer(meta.ctypes.data, meta.nbytes) == 0
+    assert store.register_buffer(data.ctypes.data, data.nbytes) == 0
     assert store.put_from_with_metadata("pm", data.ctypes.data, meta.ctypes.data, 16, 4) == 0
     assert store.get("pm") == b"HEAD" + bytes(range(16))
     assert store.put_from_with_metadata("pm", data.ctypes.data, meta.ctypes.data, 16, 4) == 0

@@ -34,7 +34,9 @@ of the daemon (a default-tenant key that begins with the reserved prefix
 is stored escaped, out of every tenant's way).
 Pointers passed as ints must lie inside memory given to
 ``register_buffer()`` (or handed out by ``MooncakeHostMemAllocator``);
-others are refused with -600, never dereferenced.
+others are refused with -600, never dereferenced.  GPU memory given to
+``register_buffer()`` is copied by the CUDA runtime the process has loaded
+(``cudaMemcpy``) into reservations and out of views of the daemon's memory.
 """
 
 from __future__ import annotations
@@ -386,6 +388,63 @@ def _per_key(code: Any):
     return lambda keys, *a, **kw: [code] * len(keys)
 
 
+class _CudaCopies:
+    """Device memory, through the CUDA runtime the process has loaded (a
+    CUDA build of torch loads it; nothing is loaded here for it): whether
+    an address is device memory, and copies between it and host memory
+    (``cudaMemcpy``, ``cudaMemcpyDefault``).  Without a CUDA runtime no
+    address is device memory."""
+
+    class _Attributes(ctypes.Structure):  # cudaPointerAttributes (CUDA >= 11)
+        _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
+                    ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p)]
+
+    def __init__(self) -> None:
+        self._lib: Any = None
+        self._tried = False
+
+    def _cudart(self) -> Any:
+        if not self._tried:
+            self._tried = True
+            path = None
+            try:
+                with open("/proc/self/maps") as maps:
+                    for line in maps:
+                        if "libcudart" in line:
+                            path = line.split()[-1]
+                            break
+            except OSError:
+                pass
+            if path:
+                try:
+                    lib = ctypes.CDLL(path)
+                    lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                               ctypes.c_size_t, ctypes.c_int]
+                    lib.cudaPointerGetAttributes.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+                    self._lib = lib
+                except (OSError, AttributeError):
+                    self._lib = None
+        return self._lib
+
+    def is_device(self, ptr: int) -> bool:
+        lib = self._cudart()
+        if lib is None:
+            return False
+        attr = self._Attributes()
+        if lib.cudaPointerGetAttributes(ctypes.byref(attr), ctypes.c_void_p(ptr)) != 0:
+            lib.cudaGetLastError()  # (an address CUDA does not know)
+            return False
+        return attr.type in (2, 3)  # cudaMemoryTypeDevice, cudaMemoryTypeManaged
+
+    def copy(self, dst: int, src: int, size: int) -> bool:
+        lib = self._cudart()
+        return lib is not None and lib.cudaMemcpy(ctypes.c_void_p(dst), ctypes.c_void_p(src),
+                                                  size, 4) == 0
+
+
+_device = _CudaCopies()
+
+
 def _acquire_client(sock: Optional[str]) -> "_kvcache.Client":
     key = (os.getpid(), _kvcache.socket_path(sock))
     with _lock:
@@ -459,6 +518,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         self._put_sessions: Dict[str, _kvcache.Reservation] = {}
         self._get_sessions: Dict[str, _kvcache.View] = {}
         self._registered: Dict[int, int] = {}  # pointer: size
+        self._device: Dict[int, int] = {}  # device memory registered: pointer: size
         self._ns = ""  # the tenant's key prefix ("" for the default tenant)
         self._told_unset = False  # a call before setup() was logged
 
@@ -543,6 +603,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         for p in self._registered:
             self._client.unregister_memory(p)
         self._registered.clear()
+        self._device.clear()
         client, self._client = self._client, None
         _release_client(client)
         return 0
@@ -671,12 +732,115 @@ class MooncakeDistributedStore(TensorParallelIO):
         r = c.register_memory(buffer_ptr, size)
         if r == 0:
             self._registered[buffer_ptr] = size
+        elif r == -errno.EFAULT and size > 0 and _device.is_device(buffer_ptr) and \
+                _device.is_device(buffer_ptr + size - 1):
+            # a GPU's memory (vLLM's KV cache): copied by the CUDA runtime
+            # into and out of the daemon's memory
+            self._device[buffer_ptr] = size
+            return 0
         return mooncake_code(r)
 
     def _get_pyclient_capsule(self) -> Any:
         """A capsule for EngramStore (named as Mooncake's), or None before
         setup."""
         return _capsule_of(self, _CAPSULE_NAME)
+
+    def _on_device(self, ptrs: Sequence[Any], sizes: Sequence[Any]) -> bool:
+        """Every piece lies in device memory given to register_buffer()."""
+        return bool(self._device) and len(ptrs) == len(sizes) and all(
+            isinstance(p, int) and isinstance(n, int) and n >= 0 and
+            any(b <= p and p + n <= b + m for b, m in self._device.items())
+            for p, n in zip(ptrs, sizes))
+
+    def _put_pieces(self, keys: Sequence[str], all_ptrs, all_sizes,
+                    opts: Dict[str, Any]) -> List[int]:
+        """Put each key from its pieces: 0 or -errno each.  Keys whose
+        pieces are device memory are reserved, copied into by the CUDA
+        runtime and committed; the others are one batch the library
+        copies."""
+        c = self._c()
+        dev = [self._on_device(p, n) for p, n in zip(all_ptrs, all_sizes)]
+        out = [0] * len(keys)
+        host = [i for i, d in enumerate(dev) if not d]
+        if host:
+            res = c.batch_put_from_multi_buffers([self._k(keys[i]) for i in host],
+                                                 [all_ptrs[i] for i in host],
+                                                 [all_sizes[i] for i in host], **opts)
+            for i, r in zip(host, res):
+                out[i] = r
+        for i in (i for i, d in enumerate(dev) if d):
+            out[i] = self._device_put(c, self._k(keys[i]), all_ptrs[i], all_sizes[i], opts)
+        return out
+
+    @staticmethod
+    def _device_put(c, key: str, ptrs, sizes, opts: Dict[str, Any]) -> int:
+        try:
+            res = c.reserve(key, sum(sizes), **opts)
+        except OSError as e:
+            return -(e.errno or errno.EIO)
+        off = 0
+        for p, n in zip(ptrs, sizes):
+            if not _device.copy(res.ptr + off, p, n):
+                res.abort()
+                return -errno.EIO
+            off += n
+        return res.commit()
+
+    def _get_pieces(self, keys: Sequence[str], all_ptrs, all_sizes) -> List[int]:
+        """Each key into its pieces: its length or -errno each (device
+        memory: acquired, copied out by the CUDA runtime, released)."""
+        c = self._c()
+        dev = [self._on_device(p, n) for p, n in zip(all_ptrs, all_sizes)]
+        out = [0] * len(keys)
+        host = [i for i, d in enumerate(dev) if not d]
+        if host:
+            res = c.batch_get_into_multi_buffers([self._k(keys[i]) for i in host],
+                                                 [all_ptrs[i] for i in host],
+                                                 [all_sizes[i] for i in host])
+            for i, r in zip(host, res):
+                out[i] = r
+        for i in (i for i, d in enumerate(dev) if d):
+            out[i] = self._device_get(c, self._k(keys[i]), all_ptrs[i], all_sizes[i])
+        return out
+
+    @staticmethod
+    def _device_get(c, key: str, ptrs, sizes) -> int:
+        try:
+            view = c.acquire(key)
+        except OSError as e:
+            return -(e.errno or errno.EIO)
+        if view is None:
+            return -errno.ENOENT
+        with view:
+            if view.size > sum(sizes):
+                return -errno.ENOBUFS
+            off = 0
+            for p, n in zip(ptrs, sizes):
+                n = min(n, view.size - off)
+                if n <= 0:
+                    break
+                if not _device.copy(p, view.ptr + off, n):
+                    return -errno.EIO
+                off += n
+            return view.size
+
+    def _copy_to(self, obj: Any, offset: int, ptr: int, size: int) -> int:
+        """A session's write_from, or the CUDA runtime's copy from device
+        memory registered here."""
+        if self._on_device([ptr], [size]):
+            if offset < 0 or offset + size > obj.size:
+                raise ValueError("outside the object")
+            return size if _device.copy(obj.ptr + offset, ptr, size) else -errno.EIO
+        return obj.write_from(offset, ptr, size)
+
+    def _copy_from(self, obj: Any, offset: int, ptr: int, size: int) -> int:
+        """A session's read_into, or the CUDA runtime's copy to device
+        memory registered here."""
+        if self._on_device([ptr], [size]):
+            if offset < 0 or offset + size > obj.size:
+                raise ValueError("outside the object")
+            return size if _device.copy(ptr, obj.ptr + offset, size) else -errno.EIO
+        return obj.read_into(offset, ptr, size)
 
     def _find_registered(self, ptr: int, size: int) -> bool:
         """[ptr, ptr + size) lies in memory registered or allocated here."""
@@ -686,6 +850,8 @@ class MooncakeDistributedStore(TensorParallelIO):
 
     @_unset(INVALID_PARAMS)
     def unregister_buffer(self, buffer_ptr: int) -> int:
+        if self._device.pop(buffer_ptr, None) is not None:
+            return 0
         if buffer_ptr in self._registered:
             del self._registered[buffer_ptr]
             return mooncake_code(self._c().unregister_memory(buffer_ptr))
@@ -698,7 +864,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         if buf is not None:  # the daemon copies
             r = c.put_from(self._k(key), buf, off, size, **opts)
         else:
-            r = c.batch_put_from_multi_buffers([self._k(key)], [[ptr]], [[size]], **opts)[0]
+            r = self._put_pieces([key], [[ptr]], [[size]], opts)[0]
         return mooncake_code(r) if replace else _put_code(r)
 
     @_unset(INVALID_PARAMS)
@@ -720,14 +886,13 @@ class MooncakeDistributedStore(TensorParallelIO):
                                        metadata_size) < 0 or not buffer_ptr or \
                 (metadata_size and not metadata_buffer_ptr):
             return INVALID_PARAMS
-        parts = [(ctypes.c_ubyte * size).from_address(buffer_ptr)]
-        sizes = [size]
+        ptrs, sizes = [buffer_ptr], [size]
         if metadata_size:
-            parts.insert(0, (ctypes.c_ubyte * metadata_size).from_address(metadata_buffer_ptr))
+            ptrs.insert(0, metadata_buffer_ptr)
             sizes.insert(0, metadata_size)
-        res = self._c().batch_put_from_multi_buffers([self._k(key)], [parts], [sizes],
-                                                     **_put_opts(config))
-        return _put_code(res[0])
+        # the library copies from registered memory only, device memory
+        # registered here goes through the CUDA runtime, others are refused
+        return _put_code(self._put_pieces([key], [ptrs], [sizes], _put_opts(config))[0])
 
     @_unset(INVALID_PARAMS)
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
@@ -738,7 +903,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         if buf is not None:
             r = c.get_into(self._k(key), buf, off, size)
         else:
-            r = c.batch_get_into_multi_buffers([self._k(key)], [[buffer_ptr]], [[size]])[0]
+            r = self._get_pieces([key], [[buffer_ptr]], [[size]])[0]
         return mooncake_code(r)
 
     @_unset(_per_key(INVALID_PARAMS))
@@ -752,9 +917,8 @@ class MooncakeDistributedStore(TensorParallelIO):
     def batch_upsert_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                           sizes: Sequence[int],
                           config: Optional[ReplicateConfig] = None) -> List[int]:
-        res = self._c().batch_put_from_multi_buffers(
-            self._ks(keys), [[p] for p in buffer_ptrs], [[s] for s in sizes],
-            **_put_opts(config, replace=True))
+        res = self._put_pieces(keys, [[p] for p in buffer_ptrs], [[s] for s in sizes],
+                               _put_opts(config, replace=True))
         return [mooncake_code(r) for r in res]
 
     @_unset(_per_key(INVALID_PARAMS))
@@ -801,9 +965,14 @@ class MooncakeDistributedStore(TensorParallelIO):
                     for d, o, n in zip(dst, src, size):
                         if d < 0 or o < 0 or n < 0 or o + n > view.size:
                             res.append(INVALID_PARAMS)
-                            continue
-                        ctypes.memmove(ptr + d, view.ptr + o, n)
-                        res.append(n)
+                        elif self._on_device([ptr + d], [n]):
+                            res.append(n if _device.copy(ptr + d, view.ptr + o, n)
+                                       else mooncake_code(-errno.EIO))
+                        elif not self._find_registered(ptr + d, n):
+                            res.append(INVALID_PARAMS)  # never written to
+                        else:
+                            ctypes.memmove(ptr + d, view.ptr + o, n)
+                            res.append(n)
                     per_key.append(res)
             out.append(per_key)
         return out
@@ -816,8 +985,7 @@ class MooncakeDistributedStore(TensorParallelIO):
             return []
         if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
             return [INVALID_PARAMS] * len(keys)
-        res = self._client.batch_put_from_multi_buffers(self._ks(keys), all_buffer_ptrs,
-                                                        all_sizes, **_put_opts(config))
+        res = self._put_pieces(keys, all_buffer_ptrs, all_sizes, _put_opts(config))
         return [_put_code(r) for r in res]
 
     def batch_get_into_multi_buffers(self, keys: Sequence[str],
@@ -828,8 +996,7 @@ class MooncakeDistributedStore(TensorParallelIO):
             return []
         if not (len(keys) == len(all_buffer_ptrs) == len(all_sizes)):
             return [INVALID_PARAMS] * len(keys)
-        res = self._client.batch_get_into_multi_buffers(self._ks(keys), all_buffer_ptrs,
-                                                        all_sizes)
+        res = self._get_pieces(keys, all_buffer_ptrs, all_sizes)
         return [mooncake_code(r) for r in res]
 
     # ---- sessions: reserve ... commit, acquire ... release ----
@@ -855,7 +1022,7 @@ class MooncakeDistributedStore(TensorParallelIO):
                                            all_dst_offsets: Sequence[Sequence[int]]) -> List[int]:
         """The bytes written per key (as Mooncake), or an error code."""
         return _ranges(self._put_sessions, keys, all_buffer_ptrs, all_sizes, all_dst_offsets,
-                       lambda r, o, p, s: r.write_from(o, p, s))
+                       self._copy_to)
 
     @_unset([])
     def batch_put_session_end(self, keys: Sequence[str]) -> List[int]:
@@ -897,7 +1064,7 @@ class MooncakeDistributedStore(TensorParallelIO):
                                            all_sizes: Sequence[Sequence[int]],
                                            all_src_offsets: Sequence[Sequence[int]]) -> List[int]:
         return _ranges(self._get_sessions, keys, all_buffer_ptrs, all_sizes, all_src_offsets,
-                       lambda v, o, p, s: v.read_into(o, p, s))
+                       self._copy_from)
 
     @_unset(-1)
     def batch_get_session_end(self, keys: Sequence[str]) -> int:
@@ -981,8 +1148,8 @@ class MooncakeDistributedStore(TensorParallelIO):
         if self._client is None:
             return None
         n = self.get_into(key, buffer_ptr, size)
-        if n <= 0:
-            return None
+        if n <= 0 or self._on_device([buffer_ptr], [n]):
+            return None  # (a tensor over device memory: get_tensor_into_cuda)
         import ctypes
         return _tensor_from((ctypes.c_char * n).from_address(buffer_ptr), n)
 
@@ -992,7 +1159,8 @@ class MooncakeDistributedStore(TensorParallelIO):
             return [INVALID_PARAMS] * len(keys)
         import ctypes
         res = self.batch_get_into(keys, buffer_ptrs, sizes)
-        return [_tensor_from((ctypes.c_char * n).from_address(p), n) if n > 0 else None
+        return [_tensor_from((ctypes.c_char * n).from_address(p), n)
+                if n > 0 and not self._on_device([p], [n]) else None
                 for p, n in zip(buffer_ptrs, res)]
 
     def _tp_put(self, keys, tensors, config, tp_size, split_dim, replace=False) -> List[int]:
@@ -1076,9 +1244,11 @@ class MooncakeDistributedStore(TensorParallelIO):
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
 
     # ---- tensors already laid out as Mooncake stores them ----
-    @staticmethod
-    def _tensor_buffer_ok(buffer_ptr: int, size: int) -> bool:
-        if not buffer_ptr or size < _TENSOR_META_SIZE:
+    def _tensor_buffer_ok(self, buffer_ptr: int, size: int) -> bool:
+        """A tensor as Mooncake stores it, in host memory registered here
+        (its header is read; other memory is never touched)."""
+        if not buffer_ptr or size < _TENSOR_META_SIZE or \
+                not self._find_registered(buffer_ptr, size):
             return False
         import ctypes
         return _parse_meta((ctypes.c_char * size).from_address(buffer_ptr), size) is not None
@@ -1114,7 +1284,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         return self._tensors_from_buffers(self.batch_upsert_from, keys, buffer_ptrs, sizes)
 
     def _tensor_at(self, buffer_ptr: int, size: int) -> Any:
-        if not buffer_ptr or size <= 0:
+        if not buffer_ptr or size <= 0 or not self._find_registered(buffer_ptr, size):
             return None
         import ctypes
         return _tensor_from((ctypes.c_char * size).from_address(buffer_ptr), size)

@@ -58,6 +58,8 @@ transcription of vLLM's scheduler and model runner calls, and
 from __future__ import annotations
 
 import enum
+import importlib
+import importlib.util
 import logging
 import math
 import os
@@ -66,7 +68,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import _kvcache
 from .engine import BlockStore, HeadSplitStore, KVLayout
@@ -74,14 +76,44 @@ from .keys import KeySpec
 
 log = logging.getLogger("kvcache.vllm")
 
-try:  # the real base classes, when vLLM is there
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
-        KVConnectorBase_V1,
-        KVConnectorMetadata,
-        KVConnectorRole,
-    )
+# vLLM's names, where its newest layout keeps them (vllm/backends/...)
+# and where it kept them before (vllm/distributed/..., re-exported there)
+_V1 = ("vllm.backends.distributed.kv_transfer.kv_connector.v1.",
+       "vllm.distributed.kv_transfer.kv_connector.v1.")
+_EVENTS = ("vllm.backends.distributed.kv_events", "vllm.distributed.kv_events")
+
+
+def _from_vllm(modules: Sequence[str], *names: str) -> Optional[List[Any]]:
+    """names from the first of modules that has them all, or None."""
+    for m in modules:
+        try:
+            mod = importlib.import_module(m)
+        except ImportError:
+            continue
+        if all(hasattr(mod, n) for n in names):
+            return [getattr(mod, n) for n in names]
+    return None
+
+
+def _vllm_installed() -> bool:
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+_base = _from_vllm([v + "base" for v in _V1], "KVConnectorBase_V1", "KVConnectorMetadata",
+                   "KVConnectorRole")
+if _base is None and _vllm_installed():
+    # a stand-in base would be loaded by vLLM and fail there (its workers
+    # assert the connector is a KVConnectorBase): say so now
+    raise ImportError("kvcache.vllm: vLLM is installed, but its KV connector base class is "
+                      "in neither %s: a vLLM this adapter does not know"
+                      % " nor ".join(v + "base" for v in _V1))
+if _base is not None:  # the real base classes, when vLLM is there
+    KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole = _base
     HAVE_VLLM = True
-except ImportError:  # the same shape, for use and tests without vLLM
+else:  # the same shape, for use and tests without vLLM
     HAVE_VLLM = False
 
     class KVConnectorRole(enum.Enum):  # type: ignore[no-redef]
@@ -92,6 +124,10 @@ except ImportError:  # the same shape, for use and tests without vLLM
         pass
 
     class KVConnectorBase_V1:  # type: ignore[no-redef]  # noqa: N801
+        """vLLM's base class as its scheduler and workers use it, with its
+        defaults (vllm/backends/distributed/kv_transfer/kv_connector/v1/
+        base.py @055e47c2)."""
+
         def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None):
             self._connector_metadata = None
             self._vllm_config = vllm_config
@@ -119,28 +155,50 @@ except ImportError:  # the same shape, for use and tests without vLLM
         def role(self) -> Any:
             return self._role
 
-try:
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA  # type: ignore
-except ImportError:
+        # called on every connector, with these defaults
+        supports_divergent_local_hybrid_hits = False
+
+        def bind_gpu_block_pool(self, block_pool: Any) -> None:
+            return None
+
+        def on_new_request(self, request: Any) -> None:
+            return None
+
+        def has_pending_push_work(self) -> bool:
+            return False
+
+        def reset_cache(self) -> Optional[bool]:
+            return None
+
+        def get_finished_count(self) -> Optional[int]:
+            return None
+
+        def set_host_xfer_buffer_ops(self, copy_operation: Any) -> None:
+            return None
+
+        def build_connector_worker_meta(self) -> Any:
+            return None
+
+_got = _from_vllm([v + "base" for v in _V1], "SupportsHMA")
+if _got is not None:
+    (SupportsHMA,) = _got
+else:
     class SupportsHMA:  # type: ignore[no-redef]
         pass
 
-try:
-    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (  # type: ignore
-        KVConnectorStats,
-    )
-except ImportError:
+_got = _from_vllm([v + "metrics" for v in _V1], "KVConnectorStats")
+if _got is not None:
+    (KVConnectorStats,) = _got
+else:
     @dataclass
     class KVConnectorStats:  # type: ignore[no-redef]
         data: Dict[str, Any] = field(default_factory=dict)
 
-try:
-    from vllm.distributed.kv_events import (  # type: ignore
-        BlockStored,
-        KVConnectorKVEvents,
-        KVEventAggregator,
-    )
-except ImportError:
+_got = _from_vllm(_EVENTS, "BlockStored", "KVConnectorKVEvents", "KVEventAggregator")
+MEDIUM_CPU = (_from_vllm(_EVENTS, "MEDIUM_CPU") or ["CPU"])[0]  # host memory
+if _got is not None:
+    BlockStored, KVConnectorKVEvents, KVEventAggregator = _got
+else:
     from collections import Counter
 
     class BlockStored:  # type: ignore[no-redef]
@@ -228,10 +286,11 @@ def retention_interval() -> Optional[int]:
     """vLLM's ``VLLM_PREFIX_CACHE_RETENTION_INTERVAL`` (tokens; None when
     unset), read as vLLM-Ascend's pool scheduler reads it: from vllm.envs,
     else (no vLLM) from the environment."""
-    try:
-        import vllm.envs as envs  # type: ignore
-        value = getattr(envs, "VLLM_PREFIX_CACHE_RETENTION_INTERVAL", None)
-    except ImportError:
+    if _vllm_installed():  # (a vLLM that does not know it: None)
+        envs = _from_vllm(("vllm.foundation.system.envs", "vllm.envs"),
+                          "VLLM_PREFIX_CACHE_RETENTION_INTERVAL")
+        value = envs[0] if envs else None
+    else:
         raw = os.environ.get("VLLM_PREFIX_CACHE_RETENTION_INTERVAL", "")
         try:
             value = int(raw) if raw else None
@@ -965,7 +1024,7 @@ class KvcacheConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
                     self._stored_events.append(BlockStored(
                         block_hashes=list(job.hashes[:lead]), parent_block_hash=job.parent,
                         token_ids=job.token_ids[:lead * self.block_size],
-                        block_size=self.block_size, lora_id=None, medium="cpu",
+                        block_size=self.block_size, lora_id=None, medium=MEDIUM_CPU,
                         lora_name=None))
             self._done_sending.add(job.req_id)
 

@@ -497,3 +497,57 @@ def test_repins_after_the_daemon_restarts(monkeypatch):
     pid = int(up.stdout.split('"pid": ')[1].split(",")[0])
     stop_pid(pid)
     log.close()
+
+
+_FAKE_BASE = '''
+class KVConnectorRole:
+    SCHEDULER, WORKER = 0, 1
+class KVConnectorMetadata:
+    pass
+class KVConnectorBase_V1:
+    def __init__(self, vllm_config, role, kv_cache_config):
+        self._vllm_config = vllm_config
+class SupportsHMA:
+    pass
+'''
+
+
+def _import_with(tmp_path, files):
+    """kvcache.vllm imported in a fresh interpreter beside a vLLM of these
+    modules: what it took, or its error."""
+    import subprocess
+    import sys
+    import kvcache
+    for path, text in files.items():
+        f = tmp_path / path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    for d in [p for p in tmp_path.rglob("*") if p.is_dir()]:
+        (d / "__init__.py").touch()
+    code = ("import kvcache.vllm as v; print(v.HAVE_VLLM, v.KVConnectorBase_V1.__module__, "
+            "v.KVConnectorStats.__module__, v.MEDIUM_CPU)")
+    env = dict(os.environ, PYTHONPATH="%s:%s" % (
+        tmp_path, os.path.dirname(os.path.dirname(kvcache.__file__))))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "error: " + r.stderr.strip().splitlines()[-1]
+
+
+def test_vllm_layouts(tmp_path):
+    """vLLM's newest layout keeps its KV connector classes under
+    vllm/backends/distributed (055e47c2; the old modules re-export them):
+    the adapter takes them from there, or from the old place; a vLLM with
+    neither is an error at import, not a stand-in base class vLLM's
+    workers would refuse."""
+    new = "vllm/backends/distributed/kv_transfer/kv_connector/v1/"
+    got = _import_with(tmp_path / "new", {
+        new + "base.py": _FAKE_BASE,
+        new + "metrics.py": "class KVConnectorStats:\n    pass\n",
+        "vllm/backends/distributed/kv_events.py": "MEDIUM_CPU = 'CPU'\n"})
+    assert got == ("True vllm.backends.distributed.kv_transfer.kv_connector.v1.base "
+                   "vllm.backends.distributed.kv_transfer.kv_connector.v1.metrics CPU")
+    old = "vllm/distributed/kv_transfer/kv_connector/v1/"
+    got = _import_with(tmp_path / "old", {old + "base.py": _FAKE_BASE})
+    assert got.startswith("True vllm.distributed.kv_transfer.kv_connector.v1.base ")
+    got = _import_with(tmp_path / "none", {"vllm/other.py": ""})
+    assert got.startswith("error: ImportError: kvcache.vllm: vLLM is installed, but its KV "
+                          "connector base class is in neither")

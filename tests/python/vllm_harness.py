@@ -417,11 +417,13 @@ class Worker:
         if not so.has_sync_kv_loads:
             c.start_load_kv(SimpleNamespace(attn_metadata={}))
         c.wait_for_save()
+        worker_meta = c.build_connector_worker_meta()  # (055e47c2)
         sending, recving = c.get_finished(so.finished_req_ids)
         out = SimpleNamespace(finished_sending=sending, finished_recving=recving,
                               invalid_block_ids=c.get_block_ids_with_load_errors(),
                               kv_connector_stats=c.get_kv_connector_stats(),
-                              kv_cache_events=c.get_kv_connector_kv_cache_events())
+                              kv_cache_events=c.get_kv_connector_kv_cache_events(),
+                              kv_connector_worker_meta=worker_meta)
         c.clear_connector_metadata()
         return out
 
@@ -505,6 +507,7 @@ class Engine:
             vc.cache_config.block_size * vc.parallel_config.decode_context_parallel_size
         self.policy = vc.kv_transfer_config.kv_load_failure_policy
         self.connector = create_connector(cfg, "scheduler")
+        self.connector.bind_gpu_block_pool(SimpleNamespace(blocks=cfg.kv_cache.num_blocks))
         tp, pp = vc.parallel_config.tensor_parallel_size, vc.parallel_config.pipeline_parallel_size
         self.workers = [Worker(cfg, r, **worker_kw) for r in range(tp * pp)]
         self.aggregator = KVOutputAggregator(len(self.workers))
@@ -530,6 +533,7 @@ class Engine:
         req = Request(rid, prompt, max_tokens, block_hasher(self.hash_block_size, salt))
         self.requests[rid] = req
         self.waiting.append(req)
+        self.connector.on_new_request(req)  # (055e47c2: add_request tells the connector)
         return req
 
     def abort(self, rid: str) -> None:

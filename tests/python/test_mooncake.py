@@ -244,9 +244,53 @@ def test_host_allocator(store, daemon):
     assert store.get("alloc") == b"from-allocator"
     assert store.get_into("alloc", p + 4096, 1000) == 14
     assert ctypes.string_at(p + 4096, 14) == b"from-allocator"
+    # SGLang's Mooncake backend (mooncake_store.py @7bfc299a) keeps its
+    # host KV pool in such memory and moves pages with the batch calls
+    ctypes.memmove(p + 8192, bytes(range(256)) * 32, 8192)
+    assert store.batch_put_from(["al-0", "al-1"], [p + 8192, p + 12288], [4096, 4096]) == [0, 0]
+    assert store.batch_put_from_multi_buffers(["al-2"], [[p + 8192, p + 9000]],
+                                              [[50, 60]]) == [0]
+    assert store.get("al-1") == ctypes.string_at(p + 12288, 4096)
+    assert store.batch_is_exist(["al-0", "al-1", "al-2"]) == [1, 1, 1]
+    assert store.batch_get_into(["al-0", "al-1", "al-none"], [p + 65536, p + 69632, p + 73728],
+                                [4096, 4096, 64]) == [4096, 4096, -704]
+    assert ctypes.string_at(p + 65536, 8192) == ctypes.string_at(p + 8192, 8192)
+    assert store.batch_get_into_multi_buffers(["al-2", "al-0"], [[p + 98304, p + 98354],
+                                                                 [p + 102400]],
+                                              [[50, 60], [100]]) == [110, -600]
+    assert ctypes.string_at(p + 98304, 110) == \
+        ctypes.string_at(p + 8192, 50) + ctypes.string_at(p + 9000, 60)
+    assert store.batch_put_from(["al-past"], [p + (1 << 20) - 10], [100]) == [-600]
     assert alloc.free(p) == 0
     assert alloc.free(p) == -600
     alloc.close()
+
+
+def test_dummy_client_memory_pool(store, daemon, caplog):
+    """LMCache's dummy-client mode (mooncakestore_connector.py @a9222b33):
+    setup_dummy, its CPU cache from alloc_from_mem_pool, registered, puts
+    from and gets into it.  A real client's answer is 0, as Mooncake's; a
+    setup that finds no daemon says why (engines ignore its answer)."""
+    import ctypes
+    d = MooncakeDistributedStore()
+    assert d.alloc_from_mem_pool(4096) == 0  # not set up
+    assert d.setup_dummy(1 << 30, 1 << 26, daemon) == 0
+    p = d.alloc_from_mem_pool(1 << 20)
+    assert p and d.register_buffer(p, 1 << 20) == 0
+    ctypes.memmove(p, bytes(range(256)) * 16, 4096)
+    assert d.put_from("dummy-0", p, 4096, mc.ReplicateConfig()) == 0
+    assert d.batch_put_from(["dummy-1"], [p + 1024], [2048], mc.ReplicateConfig()) == [0]
+    assert d.batch_get_into(["dummy-0", "dummy-1"], [p + 8192, p + 16384], [4096, 2048]) == \
+        [4096, 2048]
+    assert ctypes.string_at(p + 8192, 4096) == ctypes.string_at(p, 4096)
+    assert ctypes.string_at(p + 16384, 2048) == ctypes.string_at(p + 1024, 2048)
+    assert store.alloc_from_mem_pool(4096) == 0  # a real client's answer
+    assert d.remove("dummy-0", force=True) == 0 and d.remove("dummy-1", force=True) == 0
+    assert d.close() == 0
+    assert d.put_from("dummy-2", p, 16) == -600  # its memory went with it
+    lost = MooncakeDistributedStore()
+    assert lost.setup({"ipc_socket_path": daemon + ".none"}) == -1
+    assert "no kvcached answers at %s.none" % daemon in caplog.text
 
 
 def test_shim_import(daemon):

@@ -521,6 +521,8 @@ class MooncakeDistributedStore(TensorParallelIO):
         self._device: Dict[int, int] = {}  # device memory registered: pointer: size
         self._ns = ""  # the tenant's key prefix ("" for the default tenant)
         self._told_unset = False  # a call before setup() was logged
+        self._dummy = False  # set up with setup_dummy()
+        self._pool: List[int] = []  # alloc_from_mem_pool()'s memory
 
     def _k(self, key: str) -> str:
         """The daemon's name of key, in this store's tenant."""
@@ -565,7 +567,12 @@ class MooncakeDistributedStore(TensorParallelIO):
             return 0
         try:
             self._client = _acquire_client(sock)
-        except OSError:
+        except OSError as e:
+            # engines often ignore setup()'s answer: say why, once, here
+            logging.getLogger("kvcache").error(
+                "MooncakeDistributedStore.setup: no kvcached answers at %s (%s); start it "
+                "(kvcached --config mooncake.json) or set $KVCACHE_SOCKET",
+                _kvcache.socket_path(sock), e.strerror or e)
             return -1
         return 0
 
@@ -574,7 +581,9 @@ class MooncakeDistributedStore(TensorParallelIO):
         """Mooncake's dummy client talks to a local real client; here that is
         kvcached, at ``server_address`` when it names a socket file."""
         sock = server_address if server_address.startswith("/") else None
-        return self.setup({"socket": sock} if sock else {})
+        r = self.setup({"socket": sock} if sock else {})
+        self._dummy = self._dummy or r == 0
+        return r
 
     def init_all(self, protocol: str = "tcp", device_name: str = "",
                  mount_segment_size: int = 0, **kw: Any) -> int:
@@ -604,6 +613,13 @@ class MooncakeDistributedStore(TensorParallelIO):
             self._client.unregister_memory(p)
         self._registered.clear()
         self._device.clear()
+        with _lock:
+            for p in self._pool:
+                buf = _allocations(self._client).pop(p, None)
+                if buf is not None:
+                    buf.free()
+        self._pool.clear()
+        self._dummy = False
         client, self._client = self._client, None
         _release_client(client)
         return 0
@@ -752,23 +768,52 @@ class MooncakeDistributedStore(TensorParallelIO):
             any(b <= p and p + n <= b + m for b, m in self._device.items())
             for p, n in zip(ptrs, sizes))
 
+    def _kinds(self, all_ptrs, all_sizes) -> List[Any]:
+        """Per key, where its pieces are: "device" (device memory registered
+        here), the (Buffer, offset, length) pieces when every one lies in
+        memory the allocator handed out (the daemon copies), or None (host
+        memory the library copies, registered or refused)."""
+        c = self._c()
+        out: List[Any] = []
+        for ptrs, sizes in zip(all_ptrs, all_sizes):
+            if self._on_device(ptrs, sizes):
+                out.append("device")
+                continue
+            iov = []
+            if len(ptrs) == len(sizes) and _allocations(c):
+                for p, n in zip(ptrs, sizes):
+                    if not (isinstance(p, int) and isinstance(n, int) and n >= 0):
+                        break
+                    buf, off = _find_allocation(c, p, n)
+                    if buf is None:
+                        break
+                    iov.append((buf, off, n))
+            out.append(iov if iov and len(iov) == len(ptrs) else None)
+        return out
+
     def _put_pieces(self, keys: Sequence[str], all_ptrs, all_sizes,
                     opts: Dict[str, Any]) -> List[int]:
-        """Put each key from its pieces: 0 or -errno each.  Keys whose
-        pieces are device memory are reserved, copied into by the CUDA
-        runtime and committed; the others are one batch the library
-        copies."""
+        """Put each key from its pieces: 0 or -errno each.  Pieces in
+        allocator memory are copied by the daemon, pieces in device memory
+        reserved, copied into by the CUDA runtime and committed, the others
+        copied by the library: one batch of each kind."""
         c = self._c()
-        dev = [self._on_device(p, n) for p, n in zip(all_ptrs, all_sizes)]
+        kinds = self._kinds(all_ptrs, all_sizes)
         out = [0] * len(keys)
-        host = [i for i, d in enumerate(dev) if not d]
+        host = [i for i, k in enumerate(kinds) if k is None]
         if host:
             res = c.batch_put_from_multi_buffers([self._k(keys[i]) for i in host],
                                                  [all_ptrs[i] for i in host],
                                                  [all_sizes[i] for i in host], **opts)
             for i, r in zip(host, res):
                 out[i] = r
-        for i in (i for i, d in enumerate(dev) if d):
+        shared = [i for i, k in enumerate(kinds) if isinstance(k, list)]
+        if shared:
+            res = c.batch_put_from([self._k(keys[i]) for i in shared],
+                                   [kinds[i] for i in shared], **opts)
+            for i, r in zip(shared, res):
+                out[i] = r
+        for i in (i for i, k in enumerate(kinds) if k == "device"):
             out[i] = self._device_put(c, self._k(keys[i]), all_ptrs[i], all_sizes[i], opts)
         return out
 
@@ -787,19 +832,26 @@ class MooncakeDistributedStore(TensorParallelIO):
         return res.commit()
 
     def _get_pieces(self, keys: Sequence[str], all_ptrs, all_sizes) -> List[int]:
-        """Each key into its pieces: its length or -errno each (device
-        memory: acquired, copied out by the CUDA runtime, released)."""
+        """Each key into its pieces: its length or -errno each (allocator
+        memory: the daemon copies; device memory: acquired, copied out by
+        the CUDA runtime, released)."""
         c = self._c()
-        dev = [self._on_device(p, n) for p, n in zip(all_ptrs, all_sizes)]
+        kinds = self._kinds(all_ptrs, all_sizes)
         out = [0] * len(keys)
-        host = [i for i, d in enumerate(dev) if not d]
+        host = [i for i, k in enumerate(kinds) if k is None]
         if host:
             res = c.batch_get_into_multi_buffers([self._k(keys[i]) for i in host],
                                                  [all_ptrs[i] for i in host],
                                                  [all_sizes[i] for i in host])
             for i, r in zip(host, res):
                 out[i] = r
-        for i in (i for i, d in enumerate(dev) if d):
+        shared = [i for i, k in enumerate(kinds) if isinstance(k, list)]
+        if shared:
+            res = c.batch_get_into([self._k(keys[i]) for i in shared],
+                                   [kinds[i] for i in shared])
+            for i, r in zip(shared, res):
+                out[i] = r
+        for i in (i for i, k in enumerate(kinds) if k == "device"):
             out[i] = self._device_get(c, self._k(keys[i]), all_ptrs[i], all_sizes[i])
         return out
 
@@ -858,13 +910,7 @@ class MooncakeDistributedStore(TensorParallelIO):
         return 0 if _find_allocation(self._c(), buffer_ptr, 1)[0] is not None else INVALID_PARAMS
 
     def _put_from(self, key, ptr, size, config, replace) -> int:
-        c = self._c()
-        buf, off = _find_allocation(c, ptr, size)
-        opts = _put_opts(config, replace)
-        if buf is not None:  # the daemon copies
-            r = c.put_from(self._k(key), buf, off, size, **opts)
-        else:
-            r = self._put_pieces([key], [[ptr]], [[size]], opts)[0]
+        r = self._put_pieces([key], [[ptr]], [[size]], _put_opts(config, replace))[0]
         return mooncake_code(r) if replace else _put_code(r)
 
     @_unset(INVALID_PARAMS)
@@ -898,13 +944,7 @@ class MooncakeDistributedStore(TensorParallelIO):
     def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Bytes read, or <0 (-704 miss, -600 when size is smaller than the
         object or the memory is not registered)."""
-        c = self._c()
-        buf, off = _find_allocation(c, buffer_ptr, size)
-        if buf is not None:
-            r = c.get_into(self._k(key), buf, off, size)
-        else:
-            r = self._get_pieces([key], [[buffer_ptr]], [[size]])[0]
-        return mooncake_code(r)
+        return mooncake_code(self._get_pieces([key], [[buffer_ptr]], [[size]])[0])
 
     @_unset(_per_key(INVALID_PARAMS))
     def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
@@ -1343,9 +1383,23 @@ class MooncakeDistributedStore(TensorParallelIO):
         return [INVALID_PARAMS] * len(keys)
 
     def alloc_from_mem_pool(self, size: int) -> int:
-        """0, as Mooncake's real (not dummy) client answers: memory to put
-        from comes from ``register_buffer`` or ``BufferHandle``."""
-        return 0
+        """Set up with ``setup_dummy()``: memory shared with the daemon, as
+        a dummy client's comes from its real client's pool (LMCache's dummy
+        mode stages its CPU cache there), freed at ``close()``; the daemon
+        copies puts from and gets into it.  Otherwise 0, as Mooncake's real
+        client answers."""
+        if self._client is None or not self._dummy or size <= 0:
+            return 0
+        try:
+            buf = self._client.buffer_alloc(size)
+        except OSError as e:
+            logging.getLogger("kvcache").error(
+                "MooncakeDistributedStore.alloc_from_mem_pool(%d): %s", size, e)
+            return 0
+        with _lock:
+            _allocations(self._client)[buf.ptr] = buf
+        self._pool.append(buf.ptr)
+        return buf.ptr
 
     def get_offload_rpc_read_count(self) -> int:
         return 0

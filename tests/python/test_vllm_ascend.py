@@ -120,7 +120,8 @@ def test_ascend_pd_keys(daemon):
 
 
 @pytest.mark.parametrize("prefill_tp,decode_tp,layerwise,ascend", [
-    (4, 2, False, True), (2, 4, False, True), (1, 4, True, False), (4, 1, False, False)])
+    (4, 2, False, True), (2, 4, False, True), (1, 4, True, False), (4, 1, False, False),
+    (4, 1, True, False)])
 def test_prefill_and_decode_of_other_tp_sizes(daemon, prefill_tp, decode_tp, layerwise, ascend):
     """A prefill and a decode of different TP sizes (vLLM-Ascend's
     prefill_tp_size / decode_tp_size): the keys go by the larger TP, and a
@@ -130,7 +131,7 @@ def test_prefill_and_decode_of_other_tp_sizes(daemon, prefill_tp, decode_tp, lay
     prefill = vh.Engine(vh.config(daemon, connector=name, role="kv_producer", tp=prefill_tp,
                                   decode_tp_size=decode_tp, use_layerwise=layerwise),
                         ascend=ascend)
-    salt = 60 + prefill_tp * 5 + decode_tp
+    salt = 60 + prefill_tp * 5 + decode_tp + 40 * layerwise
     prefill.run_one("p", tokens(salt))
     assert prefill.stat("save_blocks") == 3 * prefill_tp  # the workers' stats add up
     decode = vh.Engine(vh.config(daemon, connector=name, role="kv_consumer", tp=decode_tp,

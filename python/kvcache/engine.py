@@ -494,11 +494,11 @@ class HeadSplitStore:
 
     def begin_save(self, hashes, block_ids, parent=None) -> "_GroupedLayers":
         return _GroupedLayers([p.begin_save(hashes, block_ids, parent) for p in self.parts],
-                              "save_layer", self._merge_saves)
+                              self._merge_saves)
 
     def begin_load(self, hashes, block_ids) -> "_GroupedLayers":
         return _GroupedLayers([p.begin_load(hashes, block_ids) for p in self.parts],
-                              "load_layer", self._merge_loads)
+                              self._merge_loads)
 
     @staticmethod
     def _merge_saves(per_group: List[List[int]]) -> List[int]:
@@ -508,8 +508,8 @@ class HeadSplitStore:
 class _GroupedLayers:
     """Layer-by-layer saves or loads of every head group of the blocks."""
 
-    def __init__(self, parts, step: str, merge):
-        self.parts, self.step, self.merge = parts, step, merge
+    def __init__(self, parts, merge):
+        self.parts, self.merge = parts, merge
 
     def save_layer(self, layer: int) -> None:
         for p in self.parts:

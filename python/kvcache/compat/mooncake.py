@@ -473,6 +473,16 @@ def _release_client(client: "_kvcache.Client") -> None:
                 return
 
 
+def _free_allocation(client, ptr: int) -> bool:
+    """Give back the allocator memory at ptr: False when there is none."""
+    with _lock:
+        buf = _allocations(client).pop(ptr, None)
+    if buf is None:
+        return False
+    buf.free()
+    return True
+
+
 def _find_allocation(client, ptr: int, size: int):
     """The allocator Buffer holding [ptr, ptr + size), and the offset."""
     for base, buf in list(_allocations(client).items()):
@@ -613,11 +623,8 @@ class MooncakeDistributedStore(TensorParallelIO):
             self._client.unregister_memory(p)
         self._registered.clear()
         self._device.clear()
-        with _lock:
-            for p in self._pool:
-                buf = _allocations(self._client).pop(p, None)
-                if buf is not None:
-                    buf.free()
+        for p in self._pool:
+            _free_allocation(self._client, p)
         self._pool.clear()
         self._dummy = False
         client, self._client = self._client, None
@@ -791,31 +798,41 @@ class MooncakeDistributedStore(TensorParallelIO):
             out.append(iov if iov and len(iov) == len(ptrs) else None)
         return out
 
-    def _put_pieces(self, keys: Sequence[str], all_ptrs, all_sizes,
-                    opts: Dict[str, Any]) -> List[int]:
-        """Put each key from its pieces: 0 or -errno each.  Pieces in
-        allocator memory are copied by the daemon, pieces in device memory
-        reserved, copied into by the CUDA runtime and committed, the others
-        copied by the library: one batch of each kind."""
-        c = self._c()
+    def _pieces(self, keys: Sequence[str], all_ptrs, all_sizes, library, daemon,
+                device) -> List[int]:
+        """Each key by where its pieces are (``_kinds``): one
+        ``library(keys, ptrs, sizes)`` for host memory, one ``daemon(keys,
+        iovs)`` for allocator memory, ``device(key, ptrs, sizes)`` for each
+        key in device memory; a result per key."""
         kinds = self._kinds(all_ptrs, all_sizes)
         out = [0] * len(keys)
-        host = [i for i, k in enumerate(kinds) if k is None]
-        if host:
-            res = c.batch_put_from_multi_buffers([self._k(keys[i]) for i in host],
-                                                 [all_ptrs[i] for i in host],
-                                                 [all_sizes[i] for i in host], **opts)
-            for i, r in zip(host, res):
+        lib = [i for i, k in enumerate(kinds) if k is None]
+        if lib:
+            res = library([self._k(keys[i]) for i in lib], [all_ptrs[i] for i in lib],
+                          [all_sizes[i] for i in lib])
+            for i, r in zip(lib, res):
                 out[i] = r
         shared = [i for i, k in enumerate(kinds) if isinstance(k, list)]
         if shared:
-            res = c.batch_put_from([self._k(keys[i]) for i in shared],
-                                   [kinds[i] for i in shared], **opts)
+            res = daemon([self._k(keys[i]) for i in shared], [kinds[i] for i in shared])
             for i, r in zip(shared, res):
                 out[i] = r
         for i in (i for i, k in enumerate(kinds) if k == "device"):
-            out[i] = self._device_put(c, self._k(keys[i]), all_ptrs[i], all_sizes[i], opts)
+            out[i] = device(self._k(keys[i]), all_ptrs[i], all_sizes[i])
         return out
+
+    def _put_pieces(self, keys: Sequence[str], all_ptrs, all_sizes,
+                    opts: Dict[str, Any]) -> List[int]:
+        """Put each key from its pieces: 0 or -errno each.  Allocator
+        memory is copied by the daemon; device memory is reserved, copied
+        into by the CUDA runtime and committed; the rest is copied by the
+        library."""
+        c = self._c()
+        return self._pieces(
+            keys, all_ptrs, all_sizes,
+            lambda k, p, n: c.batch_put_from_multi_buffers(k, p, n, **opts),
+            lambda k, iov: c.batch_put_from(k, iov, **opts),
+            lambda k, p, n: self._device_put(c, k, p, n, opts))
 
     @staticmethod
     def _device_put(c, key: str, ptrs, sizes, opts: Dict[str, Any]) -> int:
@@ -836,24 +853,8 @@ class MooncakeDistributedStore(TensorParallelIO):
         memory: the daemon copies; device memory: acquired, copied out by
         the CUDA runtime, released)."""
         c = self._c()
-        kinds = self._kinds(all_ptrs, all_sizes)
-        out = [0] * len(keys)
-        host = [i for i, k in enumerate(kinds) if k is None]
-        if host:
-            res = c.batch_get_into_multi_buffers([self._k(keys[i]) for i in host],
-                                                 [all_ptrs[i] for i in host],
-                                                 [all_sizes[i] for i in host])
-            for i, r in zip(host, res):
-                out[i] = r
-        shared = [i for i, k in enumerate(kinds) if isinstance(k, list)]
-        if shared:
-            res = c.batch_get_into([self._k(keys[i]) for i in shared],
-                                   [kinds[i] for i in shared])
-            for i, r in zip(shared, res):
-                out[i] = r
-        for i in (i for i, k in enumerate(kinds) if k == "device"):
-            out[i] = self._device_get(c, self._k(keys[i]), all_ptrs[i], all_sizes[i])
-        return out
+        return self._pieces(keys, all_ptrs, all_sizes, c.batch_get_into_multi_buffers,
+                            c.batch_get_into, lambda k, p, n: self._device_get(c, k, p, n))
 
     @staticmethod
     def _device_get(c, key: str, ptrs, sizes) -> int:
@@ -1596,12 +1597,7 @@ class MooncakeHostMemAllocator:
         return buf.ptr
 
     def free(self, ptr: int) -> int:
-        with _lock:
-            buf = _allocations(self._client).pop(ptr, None)
-        if buf is None:
-            return INVALID_PARAMS
-        buf.free()
-        return 0
+        return 0 if _free_allocation(self._client, ptr) else INVALID_PARAMS
 
     def close(self) -> None:
         with _lock:

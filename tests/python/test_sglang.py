@@ -332,12 +332,17 @@ def test_hybrid_controller_mamba(daemon):
 
 
 def test_hybrid_controller_two_states(daemon):
-    """A Mamba state and an SWA window of two pages: the prefix loaded is one
-    both can end.  The least of the pools' longest ends (what the backend
-    answered before) was not one: that prefetch was thrown away whole."""
-    specs = [sh.SideSpec("mamba", sh.TRAILING), sh.SideSpec("swa", sh.TRAILING, window=2)]
-    a = sh.HybridController(_hybrid_ranks(daemon, 300, side=("mamba", "swa")), PAGE, specs)
-    b = sh.HybridController(_hybrid_ranks(daemon, 400, side=("mamba", "swa")), PAGE, specs)
+    """A Mamba state and SWA windows: the prefix loaded is one both can end.
+    With two-page windows; then with one-page windows whose longest ends
+    differ, where the least of the pools' longest ends (what the backend
+    answered before) has no state, and that prefetch was thrown away whole."""
+    def controllers(seed, window):
+        specs = [sh.SideSpec("mamba", sh.TRAILING),
+                 sh.SideSpec("swa", sh.TRAILING, window=window)]
+        return [sh.HybridController(_hybrid_ranks(daemon, s, side=("mamba", "swa")), PAGE,
+                                    specs) for s in (seed, seed + 100)]
+
+    a, b = controllers(300, 2)
     hashes = sh.page_hashes(list(range(6 * PAGE)), PAGE, "6b" * 32)
     # nodes of pages 1-2 and 3-4 (1-based): states at 2 and 4, SWA windows
     # of pages 1-2 and 3-4
@@ -363,9 +368,7 @@ def test_hybrid_controller_two_states(daemon):
     _close(a, b)
     # one-page windows: states end pages 1 and 3, SWA windows pages 1 and 2;
     # the least of the longest ends, 2, has no state
-    specs = [sh.SideSpec("mamba", sh.TRAILING), sh.SideSpec("swa", sh.TRAILING)]
-    a = sh.HybridController(_hybrid_ranks(daemon, 700, side=("mamba", "swa")), PAGE, specs)
-    b = sh.HybridController(_hybrid_ranks(daemon, 800, side=("mamba", "swa")), PAGE, specs)
+    a, b = controllers(700, 1)
     hashes = sh.page_hashes(list(range(3 * PAGE)), PAGE, "8d" * 32)
     for n, (lo, hi) in enumerate(((0, 1), (1, 3))):
         assert a.backup(hashes[lo:hi], [{

@@ -35,10 +35,13 @@ static void sh(const char *fmt, ...)
 		die(0, "failed: %s", cmd);
 }
 
-/* Stop every process started here (daemons_up(), iperf3); the hosts stay. */
+/* Stop every process started here (daemons_up(), iperf3); the hosts stay.
+ * Newest first: the nodes go before their master, which they would
+ * otherwise log as lost into the middle of what this prints. */
 static void daemons_down(void)
 {
-	for (unsigned i = 0; i < n_kids; i++)
+	fflush(stdout);
+	for (unsigned i = n_kids; i-- > 0;)
 		if (kids[i] > 0) {
 			kill(kids[i], SIGTERM);
 			waitpid(kids[i], NULL, 0);

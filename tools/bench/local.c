@@ -142,6 +142,7 @@ int run_local(void)
 	struct result res[64], peer_res[2][64];
 	size_t n_res = 0, n_peer[2] = { 0, 0 };
 	char sock[200];
+	double prefault_s = 0;
 	struct kvc_client *c;
 	struct counters k;
 	uint64_t max_size = 0;
@@ -164,8 +165,12 @@ int run_local(void)
 	bench_setup();
 	if (arg_socket)
 		snprintf(sock, sizeof(sock), "%s", arg_socket);
-	else /* no leases: each cell removes what it read before the next */
+	else { /* no leases: each cell removes what it read before the next */
 		start_daemon(sock, sizeof(sock), "2GiB", "0");
+		/* a daemon that has run a while: its prefault (an idle-priority
+		 * thread on these CPUs) is not measured with the cells */
+		prefault_s = wait_prefault(sock);
+	}
 	r = kvc_connect(sock, &c);
 	if (r < 0)
 		die(r, "cannot reach kvcached at %s", sock);
@@ -180,6 +185,9 @@ int run_local(void)
 		       "%.1f s per cell, one client thread\n",
 		       st->version, st->pid, (double) st->tiers[0].capacity / (1 << 30),
 		       st->hugepages ? "2 MiB" : "4 KiB", arg_duration);
+		if (!arg_socket)
+			printf("(the daemon faulted its tiers in first, which took %.1f s)\n",
+			       prefault_s);
 		printf("sys/op c|d: system calls per operation in the bench | in the server%s\n",
 		       k.self < 0 ? " (n/a: no raw_syscalls tracepoint)" : "");
 		print_header();

@@ -104,17 +104,18 @@ static inline void cpu_relax(void)
 #endif
 }
 
-void loop_helper_thread(const char *name, bool yield)
+void loop_helper_thread(const char *name, enum loop_helper how)
 {
 	struct sched_param sp = { 0 };
 	char full[16];
 
 	snprintf(full, sizeof(full), "kvc-%s", name);
 	pthread_setname_np(pthread_self(), full);
-	if (!yield)
+	if (how == LOOP_HELPER_NORMAL)
 		return;
 	/* lowering one's own policy needs no privilege; failing is harmless */
-	pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+	pthread_setschedparam(pthread_self(), how == LOOP_HELPER_IDLE ? SCHED_IDLE : SCHED_BATCH,
+			      &sp);
 }
 
 void loop_mm_pause(void)

@@ -83,13 +83,25 @@ enum loop_client {
 void loop_client_turn(struct loop *l, enum loop_client what, const void *who);
 void loop_quit(struct loop *l);
 
+/* How a helper thread is scheduled. */
+enum loop_helper {
+	LOOP_HELPER_NORMAL, /* as any thread: work someone waits on */
+	/* SCHED_BATCH: waking it never preempts the loop, for bulk work
+	 * nobody waits on closely (on a machine with few cores the loop's
+	 * turns were seen stretched by milliseconds by helpers it had just
+	 * woken) */
+	LOOP_HELPER_BATCH,
+	/* SCHED_IDLE: only CPU time nothing else wants, for work done ahead
+	 * that nobody waits on at all (faulting memory in, checksums taken
+	 * ahead): anything that wakes takes its CPU at once, where a batch
+	 * thread keeps it until its slice ends */
+	LOOP_HELPER_IDLE,
+};
+
 /* Called first by each helper thread (disk worker, data threads,
  * prefault...): names it for ps/top/perf ("kvc-" + name, at most 15
- * characters in all).  With yield, it becomes SCHED_BATCH, so that waking
- * it never preempts the loop: for bulk work nobody waits on closely (on a
- * machine with few cores the loop's turns were seen stretched by
- * milliseconds by helpers it had just woken). */
-void loop_helper_thread(const char *name, bool yield);
+ * characters in all) and sets how it is scheduled. */
+void loop_helper_thread(const char *name, enum loop_helper how);
 
 /* A helper that takes the address space's lock step after step (munmap,
  * MADV_POPULATE_WRITE) pauses between steps with this: a thread that takes

@@ -2,7 +2,6 @@
 /* Helper threads that run the loop's work and hand it back (worker.h). */
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -44,13 +43,13 @@ struct worker {
 
 static void thread_start(struct worker *wk)
 {
-	loop_helper_thread(wk->name, wk->sched == WORKER_BATCH);
-	if (wk->sched == WORKER_IDLE) {
-		/* only idle CPU time: lowering one's own policy needs no privilege */
-		struct sched_param sp = { 0 };
+	static const enum loop_helper how[] = {
+		[WORKER_NORMAL] = LOOP_HELPER_NORMAL,
+		[WORKER_BATCH] = LOOP_HELPER_BATCH,
+		[WORKER_IDLE] = LOOP_HELPER_IDLE,
+	};
 
-		pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
-	}
+	loop_helper_thread(wk->name, how[wk->sched]);
 }
 
 static void *worker_main(void *arg)

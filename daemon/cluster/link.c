@@ -308,7 +308,7 @@ static void *resolve_main(void *arg)
 {
 	struct resolve_req *q = arg;
 
-	loop_helper_thread("resolve", true);
+	loop_helper_thread("resolve", LOOP_HELPER_BATCH);
 	q->res = net_resolve(&q->addr, false, &q->sa);
 	__atomic_store_n(&q->done, true, __ATOMIC_RELEASE);
 	resolve_put(q);

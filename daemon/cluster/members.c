@@ -97,7 +97,7 @@ static void *members_main(void *arg)
 	usec_t renew_at = 0;
 	int r;
 
-	loop_helper_thread("members", false);
+	loop_helper_thread("members", LOOP_HELPER_NORMAL);
 	while (!handoff_thread_stopping(&ms->t)) {
 		struct member_list *l;
 		usec_t now = mono_us();

@@ -52,7 +52,7 @@ static void *follow_main(void *arg)
 {
 	struct view_follower *f = arg;
 
-	loop_helper_thread("view", true);
+	loop_helper_thread("view", LOOP_HELPER_BATCH);
 	while (!handoff_thread_stopping(&f->t)) {
 		int64_t at;
 		struct master_view *v = read_view(f, &at);

@@ -113,7 +113,7 @@ static void *ha_main(void *arg)
 	bool leading = false;
 	int r;
 
-	loop_helper_thread("ha", false);
+	loop_helper_thread("ha", LOOP_HELPER_NORMAL);
 	while (!handoff_thread_stopping(&h->t)) {
 		if (!leading) {
 			if (campaign(h, e, &lease, &term) == 1) {

@@ -3,10 +3,12 @@
  * brings it forward, so a stream of later deadlines arming a shared timer
  * never postpones what it already had to do; the loop's sleep counter; when
  * it spins and when it sleeps; when it moves off its clients' CPU; a
- * control socket served while it spins.  No daemon process. */
+ * control socket served while it spins; the policies helper threads take.
+ * No daemon process. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -425,6 +427,49 @@ static void test_control_while_spinning(void)
 	close(z.efd);
 }
 
+/* A helper thread's name and policy: work done ahead (the tiers'
+ * prefault, a new buffer's) takes only CPU time nobody else wants. */
+struct helper_probe {
+	enum loop_helper how;
+	int before, after; /* its policy */
+	char name[16];
+};
+
+static void *helper_main(void *arg)
+{
+	struct helper_probe *h = arg;
+
+	h->before = sched_getscheduler(0);
+	loop_helper_thread("probe", h->how);
+	h->after = sched_getscheduler(0);
+	if (pthread_getname_np(pthread_self(), h->name, sizeof(h->name)) != 0)
+		h->name[0] = '\0';
+	return NULL;
+}
+
+static void test_helper_policies(void)
+{
+	static const struct {
+		enum loop_helper how;
+		int policy;
+	} want[] = {
+		{ LOOP_HELPER_NORMAL, SCHED_OTHER },
+		{ LOOP_HELPER_BATCH, SCHED_BATCH },
+		{ LOOP_HELPER_IDLE, SCHED_IDLE },
+	};
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		struct helper_probe h = { .how = want[i].how };
+		pthread_t th;
+
+		CHECK_EQ(pthread_create(&th, NULL, helper_main, &h), 0);
+		pthread_join(th, NULL);
+		CHECK_EQ(h.before, SCHED_OTHER);
+		CHECK_EQ(h.after, want[i].policy);
+		CHECK(strcmp(h.name, "kvc-probe") == 0);
+	}
+}
+
 int main(void)
 {
 	struct loop *l;
@@ -481,5 +526,6 @@ int main(void)
 	test_spin_cap();
 	test_step_aside();
 	test_control_while_spinning();
+	test_helper_policies();
 	return 0;
 }

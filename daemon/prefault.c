@@ -24,15 +24,16 @@
  * into a 4 KiB-page segment at a thirtieth of the speed a touched page
  * gives, the host's own mapping of each page being made on its first real
  * access.  On by default (--prefault auto): the tiers' memory is
- * committed at start (RSS = their size), a second or so of one idle-
- * priority thread per GiB of 4 KiB pages.  SCHED_IDLE, not SCHED_BATCH: a
- * batch thread kept its CPU until its slice ended while a client or the
- * loop waited, and halved a busy client's rate while the prefault ran.
+ * committed at start (RSS = their size), a second or so of one low-
+ * priority thread per GiB of 4 KiB pages.  At nice 19: as SCHED_BATCH it
+ * kept a CPU until its slice ended while a client waited (a busy client
+ * of a daemon just started had half its rate and 1 MiB gets at p99 3-5
+ * ms meanwhile); as SCHED_IDLE it stopped where others kept the CPUs
+ * busy, and clients met the untouched pages first.  docs/performance.rst
  */
 /* A hugepage a step, then a pause: before Linux 6.4 each fault holds the
  * address space's lock for reading, and the mapper's mmap() waits for a
- * writer's turn.  (A fault takes microseconds; an idle thread preempted
- * inside one would hold the lock until it ran again.) */
+ * writer's turn. */
 #define PREFAULT_STEP (2u << 20)
 
 #define PREFAULT_MAX_TIERS 8
@@ -56,7 +57,7 @@ static void *prefault_main(void *arg)
 	struct prefault *pf = arg;
 	uint64_t before = 0; /* the tiers done */
 
-	loop_helper_thread("prefault", LOOP_HELPER_IDLE);
+	loop_helper_thread("prefault", LOOP_HELPER_LOW);
 	for (unsigned i = 0; i < pf->n; i++) {
 		usec_t t0 = mono_us();
 		uint64_t off, size = pf->mem[i].size;

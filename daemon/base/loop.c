@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -111,11 +112,12 @@ void loop_helper_thread(const char *name, enum loop_helper how)
 
 	snprintf(full, sizeof(full), "kvc-%s", name);
 	pthread_setname_np(pthread_self(), full);
-	if (how == LOOP_HELPER_NORMAL)
-		return;
-	/* lowering one's own policy needs no privilege; failing is harmless */
-	pthread_setschedparam(pthread_self(), how == LOOP_HELPER_IDLE ? SCHED_IDLE : SCHED_BATCH,
-			      &sp);
+	/* lowering one's own priority needs no privilege; failing is harmless */
+	if (how == LOOP_HELPER_LOW)
+		(void) setpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid), 19); /* this thread */
+	else if (how != LOOP_HELPER_NORMAL)
+		pthread_setschedparam(pthread_self(),
+				      how == LOOP_HELPER_IDLE ? SCHED_IDLE : SCHED_BATCH, &sp);
 }
 
 void loop_mm_pause(void)

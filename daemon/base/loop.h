@@ -91,10 +91,14 @@ enum loop_helper {
 	 * turns were seen stretched by milliseconds by helpers it had just
 	 * woken) */
 	LOOP_HELPER_BATCH,
-	/* SCHED_IDLE: only CPU time nothing else wants, for work done ahead
-	 * that nobody waits on at all (faulting memory in, checksums taken
-	 * ahead): anything that wakes takes its CPU at once, where a batch
-	 * thread keeps it until its slice ends */
+	/* nice 19: work done ahead that clients would otherwise do themselves
+	 * (faulting memory in).  A thread that wakes takes the CPU from it,
+	 * where a batch thread keeps it until its slice ends, yet it moves on
+	 * where others keep the CPUs busy (as SCHED_IDLE it waits for an idle
+	 * CPU, and clients meet the untouched pages first) */
+	LOOP_HELPER_LOW,
+	/* SCHED_IDLE: only CPU time nothing else wants, for work that is
+	 * worth doing only then (checksums taken ahead) */
 	LOOP_HELPER_IDLE,
 };
 

@@ -143,7 +143,7 @@ static void *warm_main(void *arg)
 	uint8_t *base = b->seg.base;
 	uint64_t off, counted = 0;
 
-	loop_helper_thread("warm", LOOP_HELPER_IDLE);
+	loop_helper_thread("warm", LOOP_HELPER_LOW);
 	for (off = 0; off < b->seg.size; off += 4096) {
 		if ((off & ((8u << 20) - 1)) == 0) {
 			if (__atomic_load_n(&b->warm_stop, __ATOMIC_RELAXED))

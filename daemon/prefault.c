@@ -29,7 +29,7 @@
  * kept a CPU until its slice ended while a client waited (a busy client
  * of a daemon just started had half its rate and 1 MiB gets at p99 3-5
  * ms meanwhile); as SCHED_IDLE it stopped where others kept the CPUs
- * busy, and clients met the untouched pages first.  docs/performance.rst
+ * busy, and clients met the untouched pages first (docs/performance.rst).
  */
 /* A hugepage a step, then a pause: before Linux 6.4 each fault holds the
  * address space's lock for reading, and the mapper's mmap() waits for a

@@ -167,8 +167,8 @@ int run_local(void)
 		snprintf(sock, sizeof(sock), "%s", arg_socket);
 	else { /* no leases: each cell removes what it read before the next */
 		start_daemon(sock, sizeof(sock), "2GiB", "0");
-		/* a daemon that has run a while: its prefault (an idle-priority
-		 * thread on these CPUs) is not measured with the cells */
+		/* a daemon that has run a while: its prefault (a low-priority
+		 * thread, on these same CPUs) is not measured with the cells */
 		prefault_s = wait_prefault(sock);
 	}
 	r = kvc_connect(sock, &c);

@@ -68,7 +68,7 @@ int mapper_start(struct loop *loop, struct mapper **ret)
 
 	if (!m)
 		return -ENOMEM;
-	r = worker_new(loop, "map", 1, WORKER_BATCH, &m->wk);
+	r = worker_new(loop, "map", 1, LOOP_HELPER_BATCH, &m->wk);
 	if (r < 0) {
 		free(m);
 		return r;

@@ -21,7 +21,7 @@ struct worker_thread {
 struct worker {
 	struct loop *loop;
 	char name[16];
-	enum worker_sched sched;
+	enum loop_helper sched;
 	bool stop;         /* atomic */
 	size_t pending;    /* atomic */
 	unsigned next;     /* the thread the next piece goes to (atomic) */
@@ -43,13 +43,7 @@ struct worker {
 
 static void thread_start(struct worker *wk)
 {
-	static const enum loop_helper how[] = {
-		[WORKER_NORMAL] = LOOP_HELPER_NORMAL,
-		[WORKER_BATCH] = LOOP_HELPER_BATCH,
-		[WORKER_IDLE] = LOOP_HELPER_IDLE,
-	};
-
-	loop_helper_thread(wk->name, how[wk->sched]);
+	loop_helper_thread(wk->name, wk->sched);
 }
 
 static void *worker_main(void *arg)
@@ -203,7 +197,7 @@ void worker_set_after(struct worker *wk, void (*after)(void *data), void *data)
 }
 
 static int worker_make(struct loop *loop, const char *name, unsigned n_threads,
-		       enum worker_sched sched, const struct worker_choice *ch, void *data,
+		       enum loop_helper sched, const struct worker_choice *ch, void *data,
 		       struct worker **ret)
 {
 	struct worker *wk;
@@ -246,14 +240,14 @@ static int worker_make(struct loop *loop, const char *name, unsigned n_threads,
 	return 0;
 }
 
-int worker_new(struct loop *loop, const char *name, unsigned n_threads, enum worker_sched sched,
+int worker_new(struct loop *loop, const char *name, unsigned n_threads, enum loop_helper sched,
 	       struct worker **ret)
 {
 	return worker_make(loop, name, n_threads, sched, NULL, NULL, ret);
 }
 
 int worker_new_shared(struct loop *loop, const char *name, unsigned n_threads,
-		      enum worker_sched sched, const struct worker_choice *ch, void *data,
+		      enum loop_helper sched, const struct worker_choice *ch, void *data,
 		      struct worker **ret)
 {
 	if (!ch || !ch->take || !ch->run) {

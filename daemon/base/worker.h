@@ -17,16 +17,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-struct loop;
-struct worker;
+#include "loop.h"
 
-/* How its threads are scheduled: as any thread; as batch work (a helper
- * the loop wakes for bulk work); or on CPU time nobody else wants. */
-enum worker_sched {
-	WORKER_NORMAL,
-	WORKER_BATCH,
-	WORKER_IDLE,
-};
+struct worker;
 
 struct work {
 	struct work *next;             /* the worker's */
@@ -34,10 +27,10 @@ struct work {
 	void (*done)(struct work *w);  /* on the loop afterwards; NULL: none */
 };
 
-/* n_threads threads named kvc-<name>, scheduled as sched says, whose
+/* n_threads threads named kvc-<name>, scheduled as sched says (loop.h), whose
  * done() calls run on loop's turns (NULL: no loop, and no work may have a
  * done()).  0 or -errno. */
-int worker_new(struct loop *loop, const char *name, unsigned n_threads, enum worker_sched sched,
+int worker_new(struct loop *loop, const char *name, unsigned n_threads, enum loop_helper sched,
 	       struct worker **ret);
 /* What was submitted still runs; then the threads end, and the done() of
  * what finished runs here (the loop's thread, which no longer turns).
@@ -84,7 +77,7 @@ struct worker_choice {
 /* Like worker_new(), with one queue the threads choose from as ch says
  * (data: its first argument). */
 int worker_new_shared(struct loop *loop, const char *name, unsigned n_threads,
-		      enum worker_sched sched, const struct worker_choice *ch, void *data,
+		      enum loop_helper sched, const struct worker_choice *ch, void *data,
 		      struct worker **ret);
 /* On a thread of a shared worker, in ch->run(): w has ended. */
 void worker_hand_back(struct worker *wk, struct work *w);

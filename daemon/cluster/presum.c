@@ -231,7 +231,7 @@ int presum_new(struct store *st, const struct config *cfg, uint64_t min_len,
 		p->jobs[i].next = p->free_jobs;
 		p->free_jobs = &p->jobs[i];
 	}
-	r = worker_new(p->loop, "sum", 1, WORKER_IDLE, &p->wk);
+	r = worker_new(p->loop, "sum", 1, LOOP_HELPER_IDLE, &p->wk);
 	if (r < 0) {
 		presum_free(p);
 		*ret = NULL;

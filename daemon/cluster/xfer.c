@@ -497,10 +497,10 @@ int xfer_init(struct node *n)
 		x->q[i] = (struct xqueue) { .n = n, .qi = i };
 	/* a thread per stream and queue, and one more fetching for the
 	 * peers another one is not holding up */
-	r = worker_new_shared(n->loop, "fetch", streams + 1, WORKER_NORMAL, &xfer_choice, &x->q[0],
+	r = worker_new_shared(n->loop, "fetch", streams + 1, LOOP_HELPER_NORMAL, &xfer_choice, &x->q[0],
 			      &x->q[0].wk);
 	if (r == 0)
-		r = worker_new_shared(n->loop, "serve", streams, WORKER_NORMAL, &xfer_choice,
+		r = worker_new_shared(n->loop, "serve", streams, LOOP_HELPER_NORMAL, &xfer_choice,
 				      &x->q[1], &x->q[1].wk);
 	if (r == 0)
 		loop_set_spin_cap(n->loop, xfer_busy, x);

@@ -498,7 +498,7 @@ static int recover(struct disk *k)
 	k->rec_found = f;
 	k->rec_n = n;
 	k->recovering = true;
-	r = worker_new(NULL, "recover", 1, WORKER_BATCH, &k->rec_wk); /* no done() */
+	r = worker_new(NULL, "recover", 1, LOOP_HELPER_BATCH, &k->rec_wk); /* no done() */
 	if (r == 0) {
 		k->rec_work = (struct work) { .run = recover_run };
 		r = worker_submit(k->rec_wk, &k->rec_work);
@@ -610,7 +610,7 @@ int disk_new(struct store *st, struct disk **ret)
 	r = recover(k);
 	if (r < 0)
 		return r;
-	r = worker_new(store_loop(st), "disk", 1, WORKER_BATCH, &k->wk);
+	r = worker_new(store_loop(st), "disk", 1, LOOP_HELPER_BATCH, &k->wk);
 	if (r < 0)
 		return r;
 	worker_set_after(k->wk, submit_after, k);

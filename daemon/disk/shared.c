@@ -1787,7 +1787,7 @@ int shared_new(struct store *st, struct shared **ret)
 		clock_gettime(CLOCK_REALTIME, &t);
 		sh->tag = XXH3_64bits_withSeed(&t, sizeof(t), (uint64_t) getpid());
 	}
-	r = worker_new_shared(sh->loop, "shared", THREADS, WORKER_NORMAL, &one_queue, sh, &sh->wk);
+	r = worker_new_shared(sh->loop, "shared", THREADS, LOOP_HELPER_NORMAL, &one_queue, sh, &sh->wk);
 	if (r == 0)
 		r = loop_add_timer(sh->loop, on_timer, sh, &sh->timer);
 	if (r < 0) {

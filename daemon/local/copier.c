@@ -138,7 +138,7 @@ int copier_init(struct server *sv)
 		return -ENOMEM;
 	sv->copier = cp;
 	holder_init(&sv->copy_h, sv->st, NULL);
-	return worker_new(sv->loop, "copy", 1, WORKER_NORMAL, &cp->wk);
+	return worker_new(sv->loop, "copy", 1, LOOP_HELPER_NORMAL, &cp->wk);
 }
 
 /* After every session is gone: the thread finishes what it was given, and

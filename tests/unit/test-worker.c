@@ -93,7 +93,7 @@ static void test_worker(void)
 	unsigned n_threads = 0;
 
 	CHECK_EQ(loop_new(0, &the_loop), 0);
-	CHECK_EQ(worker_new(the_loop, "test", 2, WORKER_NORMAL, &wk), 0);
+	CHECK_EQ(worker_new(the_loop, "test", 2, LOOP_HELPER_NORMAL, &wk), 0);
 	for (unsigned i = 0; i < N; i++) {
 		jobs[i] = (struct job) { .id = i };
 		jobs[i].work = (struct work) { .run = job_run, .done = job_done };
@@ -125,7 +125,7 @@ static void test_worker(void)
 
 	/* one thread: in the order given; worker_free() runs what is queued
 	 * and the done() of all of it, without a loop turn */
-	CHECK_EQ(worker_new(the_loop, "test", 1, WORKER_BATCH, &wk), 0);
+	CHECK_EQ(worker_new(the_loop, "test", 1, LOOP_HELPER_BATCH, &wk), 0);
 	for (unsigned i = 0; i < N; i++) {
 		jobs[i] = (struct job) { .id = i };
 		jobs[i].work = (struct work) { .run = ordered_run, .done = ordered_done };
@@ -321,11 +321,11 @@ static void test_shared(void)
 
 	memset(&sh, 0, sizeof(sh));
 	CHECK_EQ(loop_new(0, &the_loop), 0);
-	CHECK_EQ(worker_new_shared(the_loop, "shared", 0, WORKER_NORMAL, &sh_choice, NULL, &sh.wk),
+	CHECK_EQ(worker_new_shared(the_loop, "shared", 0, LOOP_HELPER_NORMAL, &sh_choice, NULL, &sh.wk),
 		 -EINVAL);
-	CHECK_EQ(worker_new_shared(the_loop, "shared", 3, WORKER_NORMAL, NULL, NULL, &sh.wk),
+	CHECK_EQ(worker_new_shared(the_loop, "shared", 3, LOOP_HELPER_NORMAL, NULL, NULL, &sh.wk),
 		 -EINVAL);
-	CHECK_EQ(worker_new_shared(the_loop, "shared", 3, WORKER_NORMAL, &sh_choice, NULL, &sh.wk),
+	CHECK_EQ(worker_new_shared(the_loop, "shared", 3, LOOP_HELPER_NORMAL, &sh_choice, NULL, &sh.wk),
 		 0);
 	for (unsigned i = 0; i < SHARED_N; i++) {
 		/* peer 0's jobs first, so they would take every thread */
@@ -349,7 +349,7 @@ static void test_shared(void)
 	 * is dropped by worker_free_dropping() */
 	sh.ran_seq = 0;
 	sh.others_done = 0;
-	CHECK_EQ(worker_new_shared(the_loop, "shared", 1, WORKER_NORMAL, &sh_choice, NULL, &sh.wk),
+	CHECK_EQ(worker_new_shared(the_loop, "shared", 1, LOOP_HELPER_NORMAL, &sh_choice, NULL, &sh.wk),
 		 0);
 	for (unsigned i = 0; i < 20; i++) {
 		jobs[i] = (struct sjob) { .peer = 1 + i % 2, .id = 100 + i };

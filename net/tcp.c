@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,26 @@ void net_tune(int fd, int idle_s)
 /* "auto" switches from BBR to cubic on paths shorter than this (us). */
 #define AUTO_RTT_MAX_US 1000
 
+/* The other end is on this host's loopback: a short path, whatever the
+ * handshake took (on a busy host a loopback handshake took over 1 ms). */
+static bool peer_loopback(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getpeername(fd, (struct sockaddr *) &ss, &len) < 0)
+		return false;
+	if (ss.ss_family == AF_INET)
+		return (ntohl(((struct sockaddr_in *) &ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss.ss_family == AF_INET6) {
+		const struct in6_addr *a = &((struct sockaddr_in6 *) &ss)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
 int net_congestion(int fd, const char *name)
 {
 	char now[16] = "";
@@ -235,7 +256,7 @@ int net_congestion(int fd, const char *name)
 		/* a path as long as a millisecond (the handshake's round trip;
 		 * 0 before one) keeps BBR, which copes with its losses where
 		 * cubic stalls for whole timeouts */
-		if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+		if (!peer_loopback(fd) && getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
 		    ti.tcpi_rtt >= AUTO_RTT_MAX_US)
 			return 0;
 		name = "cubic";

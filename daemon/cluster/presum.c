@@ -7,12 +7,16 @@
  * sender's hash was a fifth of a 16 MiB fetch (fetched a second time,
  * with the checksum known, 16 MiB values moved 18-21% faster).
  *
- * The loop queues each object it publishes (a bounded ring; an object
- * that does not fit is hashed as it is sent, as before) and hands a few at
- * a time to the thread, each with a view so that its bytes cannot move or
- * be freed while they are read.  That view does not refuse a removal
- * (object_readers()): the object goes, and its bytes when the hash is
- * done.  Being hashed is no use of the object, so it goes back where its
+ * The loop queues each object it publishes (a ring with a place for as
+ * many such objects as the memory tier holds, so that a burst of puts
+ * does not overflow it; an object that does not fit is hashed as it is
+ * sent) and hands them to the thread a batch at a time (one hand-off each
+ * way for up to JOB_MAX objects: one an object kept the thread at a few
+ * hundred MB/s on 64 KiB objects, and a prefill's burst of per-layer
+ * objects overflowed a ring of 4096), each with a view so that its bytes
+ * cannot move or be freed while they are read.  That view does not
+ * refuse a removal (object_readers()): the object goes, and its bytes
+ * when the hash is done.  Being hashed is no use of the object, so it goes back where its
  * last use puts it.  The thread runs under SCHED_IDLE: it takes only CPU
  * time nobody else wants, and on a busy node objects simply wait, or are
  * hashed as they are sent.
@@ -29,19 +33,21 @@
 
 #define LOG_TOPIC "presum"
 
-#define RING 4096                  /* objects waiting */
-/* Handed to the thread at once: IN_FLIGHT objects, of at most an eighth
- * of the dram tier or IN_FLIGHT_BYTES together (one object at least).
- * That is what a thread at idle priority keeps from eviction while others
- * have the CPU. */
+/* Places for objects waiting: one for each object of at least min_len
+ * the memory tier can hold, at least RING_MIN and at most RING_MAX (8
+ * MiB of pointers, touched only as far as they are used). */
+#define RING_MIN 4096u
+#define RING_MAX (1u << 20)
+/* Handed to the thread at once: IN_FLIGHT jobs of at most JOB_MAX objects
+ * each, of at most an eighth of the dram tier or IN_FLIGHT_BYTES together
+ * (one object at least).  That is what a thread at idle priority keeps
+ * from eviction while others have the CPU. */
 #define IN_FLIGHT 2
+#define JOB_MAX 64
 #define IN_FLIGHT_BYTES (32u << 20)
 
-struct sum_job {
-	struct work work;          /* on the thread, then back on the loop */
-	struct presum *p;
-	struct sum_job *next;      /* p->free_jobs */
-	struct object *o;          /* NULL once it went meanwhile */
+struct sum_item {
+	struct object *o;
 	const uint8_t *bytes;
 	uint64_t len;
 	uint64_t sum;
@@ -49,15 +55,25 @@ struct sum_job {
 	bool failed;
 };
 
+struct sum_job {
+	struct work work;          /* on the thread, then back on the loop */
+	struct presum *p;
+	struct sum_job *next;      /* p->free_jobs */
+	unsigned n;
+	uint64_t bytes;
+	struct sum_item items[JOB_MAX];
+};
+
 struct presum {
 	struct store *st;
 	struct loop *loop;
 	struct store_listener listener;
 	uint64_t min_len;
-	struct object *ring[RING]; /* NULL: went while it waited */
+	struct object **ring;      /* ring_size places; NULL: went while it waited */
+	unsigned ring_size;
 	unsigned head, count;      /* oldest at head */
 	struct sum_job jobs[IN_FLIGHT], *free_jobs;
-	unsigned in_flight;
+	unsigned in_flight;        /* objects */
 	uint64_t in_flight_bytes;
 	struct worker *wk;         /* one thread, at idle priority */
 	bool stop;
@@ -66,22 +82,26 @@ struct presum {
 	unsigned delay_ms;         /* tests: KVCACHE_TEST_SUMS_AHEAD_DELAY_MS (the thread's) */
 };
 
-/* The thread: one object's hash. */
+/* The thread: a job's hashes. */
 static void sum_run(struct work *w)
 {
 	struct sum_job *j = (struct sum_job *) w;
 	struct presum *p = j->p;
-	struct csum *h = csum_new();
 
-	if (p->delay_ms) { /* the first one only */
+	if (p->delay_ms) { /* the first job only */
 		usleep(p->delay_ms * (useconds_t) USEC_PER_MSEC);
 		p->delay_ms = 0;
 	}
-	j->failed = !h;
-	if (h) {
-		csum_update(h, j->bytes, j->len);
-		j->sum = csum_digest(h);
-		csum_free(h);
+	for (unsigned i = 0; i < j->n; i++) {
+		struct sum_item *it = &j->items[i];
+		struct csum *h = csum_new();
+
+		it->failed = !h;
+		if (h) {
+			csum_update(h, it->bytes, it->len);
+			it->sum = csum_digest(h);
+			csum_free(h);
+		}
 	}
 }
 
@@ -93,61 +113,83 @@ static bool wanted(const struct object *o)
 	       !(o->flags & (OBJ_SUMMED | OBJ_SUMMING | OBJ_DEAD));
 }
 
-/* Loop: hand objects to the thread while there is room. */
-static void pump(struct presum *p)
+/* Loop: the objects at the ring's head that fit into job j, at most
+ * JOB_MAX and cap bytes in flight with those already handed over (one
+ * object at least when nothing is); how many. */
+static unsigned fill(struct presum *p, struct sum_job *j, uint64_t cap)
 {
 	struct store *st = p->st;
-	uint64_t cap = store_tier_capacity(store_tier(st, 0)) / 8;
 
-	if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
-		return;
-	if (cap > IN_FLIGHT_BYTES)
-		cap = IN_FLIGHT_BYTES;
-	while (p->count && p->free_jobs) {
+	j->n = 0;
+	j->bytes = 0;
+	while (p->count && j->n < JOB_MAX) {
 		struct object *o = p->ring[p->head];
-		struct sum_job *j;
+		struct sum_item *it;
 
-		if (o && wanted(o) && p->in_flight && p->in_flight_bytes + o->len > cap)
+		if (o && wanted(o) && (p->in_flight || j->n) &&
+		    p->in_flight_bytes + j->bytes + o->len > cap)
 			break; /* its turn comes when one in flight is done */
 		p->ring[p->head] = NULL;
-		p->head = (p->head + 1) % RING;
+		p->head = (p->head + 1) % p->ring_size;
 		p->count--;
 		if (!o)
 			continue;
 		o->flags &= ~OBJ_SUM_QUEUED;
 		if (!wanted(o))
 			continue;
-		j = p->free_jobs;
-		p->free_jobs = j->next;
-		*j = (struct sum_job) {
-			.work = { .run = sum_run, .done = sum_done },
-			.p = p,
+		it = &j->items[j->n++];
+		*it = (struct sum_item) {
 			.o = o,
 			.bytes = store_object_ptr(o),
 			.len = o->len,
 			.used = store_sum_hold(st, o),
 		};
-		p->in_flight++;
-		p->in_flight_bytes += o->len;
+		j->bytes += o->len;
+	}
+	return j->n;
+}
+
+/* Loop: hand objects to the thread while there is room. */
+static void pump(struct presum *p)
+{
+	uint64_t cap = store_tier_capacity(store_tier(p->st, 0)) / 8;
+
+	if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED))
+		return;
+	if (cap > IN_FLIGHT_BYTES)
+		cap = IN_FLIGHT_BYTES;
+	while (p->count && p->free_jobs) {
+		struct sum_job *j = p->free_jobs;
+
+		if (!fill(p, j, cap))
+			break;
+		p->free_jobs = j->next;
+		j->work = (struct work) { .run = sum_run, .done = sum_done };
+		j->p = p;
+		p->in_flight += j->n;
+		p->in_flight_bytes += j->bytes;
 		worker_submit(p->wk, &j->work); /* oldest first: its one thread keeps the order */
 	}
 }
 
-/* Loop: a hash ended. */
+/* Loop: a job's hashes ended. */
 static void sum_done(struct work *w)
 {
 	struct sum_job *j = (struct sum_job *) w;
 	struct presum *p = j->p;
-	struct store *st = p->st;
-	struct object *o = j->o;
 
-	p->in_flight--;
-	p->in_flight_bytes -= j->len;
-	if (!j->failed && !(o->flags & OBJ_DEAD)) {
-		p->summed++;
-		p->summed_bytes += j->len;
+	for (unsigned i = 0; i < j->n; i++) {
+		struct sum_item *it = &j->items[i];
+
+		if (!it->failed && !(it->o->flags & OBJ_DEAD)) {
+			p->summed++;
+			p->summed_bytes += it->len;
+		}
+		store_sum_release(p->st, it->o, !it->failed, it->sum, it->used);
 	}
-	store_sum_release(st, o, !j->failed, j->sum, j->used);
+	p->in_flight -= j->n;
+	p->in_flight_bytes -= j->bytes;
+	j->n = 0;
 	j->next = p->free_jobs;
 	p->free_jobs = j;
 	pump(p);
@@ -159,11 +201,11 @@ static void on_published(void *data, struct object *o)
 
 	if (p->off || o->len < p->min_len || !wanted(o) || (o->flags & OBJ_SUM_QUEUED))
 		return;
-	if (p->count == RING) {
+	if (p->count == p->ring_size) {
 		p->skipped++; /* hashed as it is sent, if it ever is */
 		return;
 	}
-	o->sum_slot = (p->head + p->count) % RING;
+	o->sum_slot = (p->head + p->count) % p->ring_size;
 	p->ring[o->sum_slot] = o;
 	p->count++;
 	o->flags |= OBJ_SUM_QUEUED;
@@ -178,7 +220,7 @@ void presum_forget(struct presum *p, struct object *o)
 	if (!p || !(o->flags & OBJ_SUM_QUEUED))
 		return;
 	o->flags &= ~OBJ_SUM_QUEUED;
-	if (o->sum_slot < RING && p->ring[o->sum_slot] == o)
+	if (o->sum_slot < p->ring_size && p->ring[o->sum_slot] == o)
 		p->ring[o->sum_slot] = NULL; /* its place stays: pump() steps over it */
 }
 
@@ -207,6 +249,7 @@ int presum_new(struct store *st, const struct config *cfg, uint64_t min_len,
 {
 	const struct test_hooks *t = &cfg->test;
 	struct presum *p = calloc(1, sizeof(*p));
+	uint64_t places;
 	int r;
 
 	*ret = NULL;
@@ -215,6 +258,13 @@ int presum_new(struct store *st, const struct config *cfg, uint64_t min_len,
 	p->st = st;
 	p->loop = store_loop(st);
 	p->min_len = min_len;
+	places = store_tier_capacity(store_tier(st, 0)) / (min_len ? min_len : 1);
+	p->ring_size = places < RING_MIN ? RING_MIN : places > RING_MAX ? RING_MAX : (unsigned) places;
+	p->ring = calloc(p->ring_size, sizeof(*p->ring));
+	if (!p->ring) {
+		free(p);
+		return -ENOMEM;
+	}
 	store_add_listener(st, &p->listener, &presum_events, p);
 	*ret = p;
 	if (t->no_sums_ahead) {
@@ -250,10 +300,11 @@ void presum_free(struct presum *p)
 	__atomic_store_n(&p->stop, true, __ATOMIC_RELEASE);
 	worker_free(p->wk);
 	for (unsigned i = 0; i < p->count; i++) {
-		struct object *o = p->ring[(p->head + i) % RING];
+		struct object *o = p->ring[(p->head + i) % p->ring_size];
 
 		if (o)
 			o->flags &= ~OBJ_SUM_QUEUED;
 	}
+	free(p->ring);
 	free(p);
 }

@@ -11,6 +11,9 @@
  * batch answered by one directory question and then from what B
  * remembers: every key is found, every time.
  *
+ * cluster-client A_SOCKET B_SOCKET put-burst: 6000 values of 64 KiB put
+ * through A, 500 a request.
+ *
  * cluster-client A_SOCKET B_SOCKET put-many | put-batched | find-many: MANY
  * keys put through A (one a request, or 500 a request); then, asked from B,
  * all of them held somewhere (within 10 s: the directory hears of them in
@@ -122,6 +125,40 @@ static int put_many(struct kvc_client *a)
 		snprintf(key, sizeof(key), "many/%d", i);
 		CHECK_EQ(kvc_put(a, key, &x, 1, NULL), 0);
 	}
+	return 0;
+}
+
+/* BURST values of 64 KiB put through A 500 a request, as a prefill stores
+ * a prompt's per-layer objects: A queues every one for its checksum taken
+ * ahead (test-cluster.sh sums-ahead) */
+#define BURST 6000
+
+static int put_burst(struct kvc_client *a)
+{
+	enum { AT_ONCE = 500, LEN64 = 64 << 10 };
+	static char names[AT_ONCE][32];
+	const char *keys[AT_ONCE];
+	struct kvc_iovec io[AT_ONCE];
+	const struct kvc_iovec *iop[AT_ONCE];
+	size_t n_iov[AT_ONCE];
+	int res[AT_ONCE];
+	uint8_t *v = malloc((size_t) AT_ONCE * LEN64);
+
+	CHECK(v);
+	for (int i = 0; i < BURST; i += AT_ONCE) {
+		for (int k = 0; k < AT_ONCE; k++) {
+			snprintf(names[k], sizeof(names[k]), "burst/%d", i + k);
+			keys[k] = names[k];
+			io[k] = (struct kvc_iovec) { v + (size_t) k * LEN64, LEN64 };
+			fill(io[k].base, LEN64, i + k);
+			iop[k] = &io[k];
+			n_iov[k] = 1;
+		}
+		CHECK_EQ(kvc_batch_put(a, AT_ONCE, keys, iop, n_iov, NULL, res), AT_ONCE);
+		for (int k = 0; k < AT_ONCE; k++)
+			CHECK_EQ(res[k], 0);
+	}
+	free(v);
 	return 0;
 }
 
@@ -653,6 +690,7 @@ int main(int argc, char **argv)
 		int r = strcmp(argv[3], "lookups") == 0	  ? lookups(a, b)
 			: strcmp(argv[3], "put-many") == 0  ? put_many(a)
 			: strcmp(argv[3], "put-batched") == 0 ? put_batched(a)
+			: strcmp(argv[3], "put-burst") == 0 ? put_burst(a)
 			: strcmp(argv[3], "get-many-async") == 0 ? get_many_async(argv[2], false)
 			: strcmp(argv[3], "exists-many-async") == 0 ? get_many_async(argv[2], true)
 			: strcmp(argv[3], "get-many-stalled") == 0 ? get_many_stalled(argv[2])

@@ -1652,6 +1652,22 @@ sums-ahead)
 	until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where fill12 | grep -qx A"
 	ctl B get fill12 "$dir/f.b" && cmp "$dir/v1" "$dir/f.b" || fail "fill12 on B"
 	ctl B get v5 "$dir/v5.b" && cmp "$dir/v2" "$dir/v5.b" || fail "v5 on B"
+	kill "$pid_A"; wait "$pid_A" 2>/dev/null || true
+	# a burst of puts (a prefill's per-layer objects: 6000 of 64 KiB) made
+	# while the thread is held up waits its turn whole, none skipped, and
+	# each is hashed right (B checks the kept sums of a job's first, last
+	# and next objects)
+	start_node_env KVCACHE_TEST_SUMS_AHEAD_DELAY_MS=3000 A --dram-size 512MB
+	"$KVCACHE_CLUSTER_CLIENT" "$dir/A.sock" "$dir/B.sock" put-burst || fail "put-burst"
+	until_stat A sums_ahead 6000
+	[ "$(stat_of A sums_ahead_skipped)" = 0 ] || { ctl A stats >&2; fail "skipped"; }
+	for k in 0 62 63 64 65 5999; do
+		until_ok sh -c "'$KVCACHECTL' -s '$dir/B.sock' where burst/$k | grep -qx A"
+		ctl A get "burst/$k" "$dir/burst.a" && ctl B get "burst/$k" "$dir/burst.b" &&
+			cmp "$dir/burst.a" "$dir/burst.b" || fail "burst/$k on B"
+	done
+	[ "$(stat_of A remote_served_summed)" = 6 ] || { ctl A stats >&2; fail "burst served"; }
+	[ "$(stat_of B remote_corrupt)" = 1 ] || { ctl B stats >&2; fail "burst refused"; } # v4's
 	;;
 recovered-published)
 	# a restarted node's records reach the directory even when its join's

@@ -505,5 +505,11 @@ int run_engine(void)
 	report("engine B, other, registered", &s, lookup, data, warm, fresh, link);
 	printf("  (the daemon faulted each registered cache in %.1f s after it was made, "
 	       "before the loads)\n", buffer_warm_s);
+	check(kvc_connect(sock, &c), "connect");
+	printf("node A served %" PRIu64 " object(s), %" PRIu64 " with a checksum known before "
+	       "(%" PRIu64 " taken ahead in the background, %" PRIu64 " left to be hashed as "
+	       "sent)\n", counter(c, "remote_served"), counter(c, "remote_served_summed"),
+	       counter(c, "sums_ahead"), counter(c, "sums_ahead_skipped"));
+	kvc_disconnect(c);
 	return 0;
 }

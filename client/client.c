@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -355,18 +357,19 @@ out:
  * of a mapping it has not touched before, even when another process
  * filled the memory long ago (a fault per 4 KiB page, and in a VM an exit
  * to the host as well): a fresh engine's first loads ran at a tenth of a
- * copy once warm.  A library thread, at idle priority, touches every page
+ * copy once warm.  A library thread, at nice 19, touches every page
  * of the daemon's segments once after connect -- an atomic add of 0, a
  * write fault that changes no byte, even under a concurrent writer -- so
  * the engine pays it off its critical path.  KVCACHE_WARM=0 turns it off.
  *
  * It touches only while the client is quiet: a slice at a time, when it
  * waits for nothing (every tag free) and submitted nothing in the last
- * WARM_QUIET_NS (its submission ring's tail did not move).  Idle priority
- * is not enough where the CPUs are the limit: a fresh client's fetches
- * from another node ran at two thirds of their speed while its warming
- * took the moments the daemons' threads were waiting for it.  An engine connects long before it loads
- * (it loads its model first), so its warming is over by its first request.
+ * WARM_QUIET_NS (its submission ring's tail did not move).  A low
+ * priority is not enough where the CPUs are the limit: a fresh client's
+ * fetches from another node ran at two thirds of their speed while its
+ * warming took the moments the daemons' threads were waiting for it.  An
+ * engine connects long before it loads (it loads its model first), so its
+ * warming is over by its first request.
  */
 #define WARM_SLICE (2u << 20)
 #define WARM_QUIET_NS 2000000
@@ -397,10 +400,11 @@ static bool warm_wait_quiet(struct kvc_client *c, uint32_t *seen)
 static void *warm_main(void *arg)
 {
 	struct kvc_client *c = arg;
-	struct sched_param sp = { 0 };
 	uint32_t seen = warm_sq_tail(c);
 
-	pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+	/* nice 19, not SCHED_IDLE: an idle thread waits for an idle CPU, and
+	 * beside CPU-bound neighbours it warmed nothing (docs/performance.rst) */
+	(void) setpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid), 19);
 	for (size_t i = 0; i < c->n_segs; i++) {
 		uint8_t *base = c->segs[i].base;
 		uint64_t step = c->segs[i].hugepages ? 2u << 20 : 4096;

@@ -37,18 +37,20 @@
 #define PREFAULT_STEP (2u << 20)
 
 #define PREFAULT_MAX_TIERS 8
+#define PREFAULT_MAX_REGIONS (PREFAULT_MAX_TIERS + 1) /* and the catalog */
 
 struct prefault_mem {
 	uint8_t *base;
 	uint64_t size;
 	const char *name;
+	bool catalog;      /* progress: store_note_catalog_prefaulted() */
 };
 
 struct prefault {
 	pthread_t th;
 	struct store *st;
 	bool stop; /* atomic */
-	struct prefault_mem mem[PREFAULT_MAX_TIERS];
+	struct prefault_mem mem[PREFAULT_MAX_REGIONS];
 	unsigned n;
 };
 
@@ -69,14 +71,19 @@ static void *prefault_main(void *arg)
 
 			for (uint64_t p = 0; p < n; p += 4096)
 				__atomic_fetch_or(base + off + p, 0, __ATOMIC_RELAXED);
-			store_note_prefaulted(pf->st, before + off + n);
+			if (pf->mem[i].catalog)
+				store_note_catalog_prefaulted(pf->st, off + n);
+			else
+				store_note_prefaulted(pf->st, before + off + n);
 			loop_mm_pause();
 		}
 		if (off >= size)
-			log_info("%s tier: %llu MiB faulted in (%llu ms)", pf->mem[i].name,
+			log_info("%s%s: %llu MiB faulted in (%llu ms)", pf->mem[i].name,
+				 pf->mem[i].catalog ? "" : " tier",
 				 (unsigned long long) (size >> 20),
 				 (unsigned long long) ((mono_us() - t0) / USEC_PER_MSEC));
-		before += size;
+		if (!pf->mem[i].catalog)
+			before += size;
 	}
 	return NULL;
 }
@@ -92,8 +99,17 @@ int prefault_start(struct store *st, struct prefault **ret)
 	if (!pf)
 		return 0; /* only slower */
 	pf->st = st;
-	/* the memory tiers come first, in segment order */
-	for (unsigned i = 0; i < store_tier_count(st) && pf->n < PREFAULT_MAX_TIERS; i++) {
+	/* the start of the catalog first (a few MiB: the loop writes an entry
+	 * there at every commit, and would fault its pages in one by one),
+	 * then the memory tiers, in segment order */
+	{
+		uint64_t size;
+		uint8_t *base = store_catalog_memory(st, &size);
+
+		if (base)
+			pf->mem[pf->n++] = (struct prefault_mem) { base, size, "catalog", true };
+	}
+	for (unsigned i = 0; i < store_tier_count(st) && pf->n < PREFAULT_MAX_REGIONS; i++) {
 		const struct tier *t = store_tier(st, i);
 		uint64_t size;
 		uint8_t *base = store_tier_memory(t, &size);

@@ -223,6 +223,13 @@ unsigned store_wake_puts(struct store *st);
 uint64_t store_prefaulted(const struct store *st);
 /* The thread faulting them in (daemon/prefault.c) says how far it got. */
 void store_note_prefaulted(struct store *st, uint64_t bytes);
+/* The part of the catalog (the daemon's record of the objects in memory,
+ * written by the loop at every commit) to fault in before the tiers, from
+ * its start, where its entries are made first: NULL if there is none.
+ * Its progress, and how far it got. */
+uint8_t *store_catalog_memory(const struct store *st, uint64_t *ret_size);
+uint64_t store_catalog_prefaulted(const struct store *st);
+void store_note_catalog_prefaulted(struct store *st, uint64_t bytes);
 /* Where an extent's bytes are in this daemon's memory (the segment and
  * offset a client is told). */
 uint8_t *store_extent_ptr(const struct store *st, const struct extent *x);

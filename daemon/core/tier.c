@@ -163,6 +163,33 @@ void store_note_prefaulted(struct store *st, uint64_t bytes)
 	__atomic_store_n(&st->prefaulted, bytes, __ATOMIC_RELAXED);
 }
 
+/* The catalog is sized for the smallest objects (a sixteenth of the
+ * tiers); an entry of some 128-256 bytes for each object of 32 KiB and up
+ * takes at most a 128th of them.  Past that it is touched as it fills. */
+#define CATALOG_AHEAD_SHARE 128
+
+uint8_t *store_catalog_memory(const struct store *st, uint64_t *ret_size)
+{
+	uint64_t memory = 0;
+
+	for (unsigned i = 0; i < st->n_tiers; i++)
+		memory += st->tiers[i].seg.size;
+	memory /= CATALOG_AHEAD_SHARE;
+	*ret_size = st->cat.fd < 0 || !st->cat.base ? 0
+		    : st->cat.size < memory ? st->cat.size : memory;
+	return *ret_size ? st->cat.base : NULL;
+}
+
+uint64_t store_catalog_prefaulted(const struct store *st)
+{
+	return __atomic_load_n(&st->cat_prefaulted, __ATOMIC_RELAXED);
+}
+
+void store_note_catalog_prefaulted(struct store *st, uint64_t bytes)
+{
+	__atomic_store_n(&st->cat_prefaulted, bytes, __ATOMIC_RELAXED);
+}
+
 uint8_t *store_tier_memory(const struct tier *t, uint64_t *ret_size)
 {
 	*ret_size = t->seg.size;

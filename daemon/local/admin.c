@@ -269,6 +269,7 @@ void server_export(struct server *sv, server_export_fn fn, void *u)
 		{ "shared_through_dropped", x->shared_through_dropped },
 		{ "leases_broken", x->leases_broken },
 		{ "prefaulted_bytes", store_prefaulted(sv->st) },
+		{ "catalog_prefaulted_bytes", store_catalog_prefaulted(sv->st) },
 		{ "buffer_prefaulted_bytes", buffer_warmed_bytes(sv) },
 		{ "spill_waits", sv->stats.spill_waits },
 		{ "copies_offloaded", sv->stats.copies_offloaded },

@@ -21,6 +21,7 @@ struct store {
 	uint64_t generation; /* segments of this run (the Welcome carries it) */
 	bool hugepages;
 	uint64_t prefaulted;       /* bytes of the memory tiers faulted in (atomic) */
+	uint64_t cat_prefaulted;   /* bytes of the catalog faulted in (atomic) */
 	bool numa_bound;           /* the memory tiers are bound to numa_node */
 	unsigned numa_node;
 

@@ -16,10 +16,10 @@
  * objects overflowed a ring of 4096), each with a view so that its bytes
  * cannot move or be freed while they are read.  That view does not
  * refuse a removal (object_readers()): the object goes, and its bytes
- * when the hash is done.  Being hashed is no use of the object, so it goes back where its
- * last use puts it.  The thread runs under SCHED_IDLE: it takes only CPU
- * time nobody else wants, and on a busy node objects simply wait, or are
- * hashed as they are sent.
+ * when the hash is done.  Being hashed is no use of the object, so it
+ * goes back where its last use puts it.  The thread runs under
+ * SCHED_IDLE: it takes only CPU time nobody else wants, and on a busy
+ * node objects simply wait, or are hashed as they are sent.
  */
 #include <errno.h>
 #include <stdlib.h>

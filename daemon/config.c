@@ -205,8 +205,9 @@ static const struct opt_def opts[] = {
 	{ "hugepages", NULL, 0, T_HUGEPAGES, FIELD(hugepages), 0, 0, false, false, "MODE",
 	  "auto|on|off: 2 MiB pages for shared segments (default auto)" },
 	{ "prefault", NULL, 0, T_HUGEPAGES, FIELD(prefault), 0, 0, false, false, "MODE",
-	  "auto|on|off: fault the memory tiers in on a background\n"
-	  "thread at start, so that the first bytes stored in a\n"
+	  "auto|on|off: fault the memory tiers (and the start of\n"
+	  "the catalog) in on a background thread at start, so\n"
+	  "that the first bytes stored in a\n"
 	  "page do not pay for clearing it; commits the tiers'\n"
 	  "memory at start (default auto = on; off: as used)" },
 	{ "config", NULL, 0, T_CONFIG, 0, 0, 0, 0, false, false, "FILE",

@@ -164,8 +164,6 @@ static void pump(struct presum *p)
 		if (!fill(p, j, cap))
 			break;
 		p->free_jobs = j->next;
-		j->work = (struct work) { .run = sum_run, .done = sum_done };
-		j->p = p;
 		p->in_flight += j->n;
 		p->in_flight_bytes += j->bytes;
 		worker_submit(p->wk, &j->work); /* oldest first: its one thread keeps the order */
@@ -189,7 +187,6 @@ static void sum_done(struct work *w)
 	}
 	p->in_flight -= j->n;
 	p->in_flight_bytes -= j->bytes;
-	j->n = 0;
 	j->next = p->free_jobs;
 	p->free_jobs = j;
 	pump(p);
@@ -278,6 +275,8 @@ int presum_new(struct store *st, const struct config *cfg, uint64_t min_len,
 			 p->delay_ms);
 	}
 	for (unsigned i = 0; i < IN_FLIGHT; i++) {
+		p->jobs[i].work = (struct work) { .run = sum_run, .done = sum_done };
+		p->jobs[i].p = p;
 		p->jobs[i].next = p->free_jobs;
 		p->free_jobs = &p->jobs[i];
 	}

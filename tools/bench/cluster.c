@@ -13,6 +13,7 @@
 #include <sched.h>
 
 #include "bench.h"
+#include "blocking.h"
 #include "checksum.h"
 #include "net.h"
 
@@ -200,20 +201,6 @@ static int move_value(int c, uint8_t *buf, uint64_t size, bool sum, bool send, u
 	return full_io(c, &got, sizeof(got), false) < 0 || got != d ? -1 : 0;
 }
 
-/* The checksum of len bytes at p, in one pass. */
-static uint64_t sum_of(const uint8_t *p, uint64_t len)
-{
-	struct csum *h = csum_new();
-	uint64_t d;
-
-	if (!h)
-		return 0;
-	csum_update(h, p, len);
-	d = csum_digest(h);
-	csum_free(h);
-	return d;
-}
-
 /* An ask's flag: send the checksum known before, not one taken as sent. */
 #define ASK_KNOWN (UINT64_C(1) << 63)
 
@@ -289,9 +276,8 @@ static double plain_tcp(uint64_t size, uint64_t n, bool sum, bool copy, unsigned
 				/* its checksum taken before, as a node's (every
 				 * place holds the same bytes) */
 				want &= ~ASK_KNOWN;
-				if (!known)
-					known = sum_of(v, want);
-				if (full_io(c, v, want, true) < 0 ||
+				if ((!known && blk_sum(v, want, &known) < 0) ||
+				    full_io(c, v, want, true) < 0 ||
 				    full_io(c, &known, sizeof(known), true) < 0)
 					break;
 			} else if (move_value(c, v, want, sum, true, NULL) < 0) {

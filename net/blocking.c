@@ -138,19 +138,31 @@ void blk_set_poll_window(usec_t us)
 #define POLL_MAX_US 20000
 
 /* Poll for up to len bytes into p until poll_window_us pass without any,
- * POLL_MAX_US pass in all or deadline comes: the bytes taken, or
- * -errno (-EAGAIN: none came). */
-static ssize_t recv_polled(int fd, uint8_t *p, size_t len, usec_t deadline)
+ * POLL_MAX_US pass in all or deadline comes: the bytes taken, or -errno
+ * (-EAGAIN: none came).  With extra (*extra_len bytes of room), the same
+ * system calls take what came after p's bytes there too, once p is full;
+ * *extra_len says how much. */
+static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint8_t *extra, size_t *extra_len,
+			   usec_t deadline)
 {
 	uint64_t start = mono_us(), last = start;
-	size_t got = 0;
+	size_t got = 0, room = extra ? *extra_len : 0;
 
+	if (extra)
+		*extra_len = 0;
 	while (got < len) {
-		ssize_t n = recv(fd, p + got, len - got, MSG_DONTWAIT);
+		struct iovec iov[2] = { { p + got, len - got }, { extra, room } };
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = room ? 2 : 1 };
+		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
 		uint64_t now;
 
 		if (n > 0) {
-			got += (size_t) n;
+			if ((size_t) n > len - got) {
+				*extra_len = (size_t) n - (len - got);
+				got = len;
+			} else {
+				got += (size_t) n;
+			}
 			last = mono_us();
 			continue;
 		}
@@ -169,12 +181,15 @@ static ssize_t recv_polled(int fd, uint8_t *p, size_t len, usec_t deadline)
 	return got ? (ssize_t) got : -EAGAIN;
 }
 
-int blk_recv(int fd, void *buf, size_t len, usec_t deadline)
+/* blk_recv(), and with extra as recv_polled(): what comes along while it
+ * polls (a thread that sleeps reads p's bytes alone). */
+static int recv_ahead(int fd, uint8_t *p, size_t len, uint8_t *extra, size_t *extra_len,
+		      usec_t deadline)
 {
-	uint8_t *p = buf;
-
+	if (extra)
+		*extra_len = poll_window_us ? *extra_len : 0;
 	if (poll_window_us && len) {
-		ssize_t n = recv_polled(fd, p, len, deadline);
+		ssize_t n = recv_polled(fd, p, len, extra, extra_len, deadline);
 
 		if (n < 0 && n != -EAGAIN)
 			return (int) n;
@@ -204,6 +219,52 @@ int blk_recv(int fd, void *buf, size_t len, usec_t deadline)
 		return -errno;
 	}
 	return 0;
+}
+
+int blk_recv(int fd, void *buf, size_t len, usec_t deadline)
+{
+	return recv_ahead(fd, buf, len, NULL, NULL, deadline);
+}
+
+int blk_rx_need(int fd, struct blk_rx *rx, size_t n, usec_t deadline, const uint8_t **ret)
+{
+	size_t held = blk_rx_held(rx), extra;
+	int r;
+
+	if (n > BLK_RX_CAP)
+		return -EPROTO;
+	extra = BLK_RX_CAP - n;
+	if (held < n) {
+		memmove(rx->buf, rx->buf + rx->off, held);
+		rx->off = 0;
+		r = recv_ahead(fd, rx->buf + held, n - held, rx->buf + n, &extra, deadline);
+		if (r < 0)
+			return r;
+		rx->end = n + extra;
+	}
+	*ret = rx->buf + rx->off;
+	return 0;
+}
+
+/* len bytes into p: what rx holds first, then from fd, reading ahead
+ * into rx (NULL: blk_recv()). */
+static int recv_rx(int fd, struct blk_rx *rx, uint8_t *p, size_t len, usec_t deadline)
+{
+	size_t k, extra = BLK_RX_CAP;
+	int r;
+
+	if (!rx)
+		return blk_recv(fd, p, len, deadline);
+	k = blk_rx_held(rx) < len ? blk_rx_held(rx) : len;
+	memcpy(p, rx->buf + rx->off, k);
+	rx->off += k;
+	if (k == len)
+		return 0;
+	rx->off = rx->end = 0;
+	r = recv_ahead(fd, p + k, len - k, rx->buf, &extra, deadline);
+	if (r == 0)
+		rx->end = extra;
+	return r;
 }
 
 struct blk_pace blk_pace(usec_t idle, usec_t deadline, uint64_t len)
@@ -238,24 +299,37 @@ int blk_sum(const uint8_t *p, uint64_t len, uint64_t *ret_sum)
 int blk_recv_checked(int fd, uint8_t *dst, uint64_t len, const struct blk_pace *pace,
 			uint64_t *ret_sum, uint64_t *progress, uint64_t word0)
 {
+	return blk_recv_checked_rx(fd, NULL, dst, len, pace, ret_sum, progress, word0);
+}
+
+int blk_recv_checked_rx(int fd, struct blk_rx *rx, uint8_t *dst, uint64_t len,
+			const struct blk_pace *pace, uint64_t *ret_sum, uint64_t *progress,
+			uint64_t word0)
+{
 	struct csum *h = csum_new();
 	uint64_t want;
 	uint8_t tail[8];
+	const uint8_t *t = tail;
 	int r = h ? 0 : -ENOMEM;
 
 	for (uint64_t off = 0; r == 0 && off < len; off += BLK_CHUNK) {
 		size_t n = len - off < BLK_CHUNK ? (size_t) (len - off) : BLK_CHUNK;
 
-		r = blk_recv(fd, dst + off, n, blk_pace_next(pace));
+		r = recv_rx(fd, rx, dst + off, n, blk_pace_next(pace));
 		if (r == 0 && progress)
 			__atomic_store_n(progress, word0 + off + n, __ATOMIC_RELEASE);
 		if (r == 0)
 			csum_update(h, dst + off, n);
 	}
-	if (r == 0)
+	if (r == 0 && rx) {
+		r = blk_rx_need(fd, rx, sizeof(tail), blk_pace_next(pace), &t);
+		if (r == 0)
+			blk_rx_take(rx, sizeof(tail));
+	} else if (r == 0) {
 		r = blk_recv(fd, tail, sizeof(tail), blk_pace_next(pace));
+	}
 	if (r == 0) {
-		memcpy(&want, tail, sizeof(want));
+		memcpy(&want, t, sizeof(want));
 		if (csum_digest(h) != le64toh(want))
 			r = -EBADMSG;
 		else

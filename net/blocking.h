@@ -61,6 +61,46 @@ int blk_sum(const uint8_t *p, uint64_t len, uint64_t *ret_sum);
  * count sees the bytes). */
 int blk_recv_checked(int fd, uint8_t *dst, uint64_t len, const struct blk_pace *pace,
 		     uint64_t *ret_sum, uint64_t *progress, uint64_t word0);
+/*
+ * What a connection that carries answers one after another has read past
+ * the one it was reading: the end of a value, its checksum and the next
+ * answer's frame then come in with one system call instead of three.  A
+ * few hundred bytes: the next value's first bytes that come along are
+ * copied once more, out of here.
+ */
+#define BLK_RX_CAP 256u
+
+struct blk_rx {
+	uint8_t buf[BLK_RX_CAP];
+	size_t off, end;
+};
+
+static inline void blk_rx_init(struct blk_rx *rx)
+{
+	rx->off = rx->end = 0;
+}
+
+/* Bytes read and not yet taken (a connection is in step with none). */
+static inline size_t blk_rx_held(const struct blk_rx *rx)
+{
+	return rx->end - rx->off;
+}
+
+/* At least n bytes (at most BLK_RX_CAP) held in rx, at *ret; the caller
+ * takes them with blk_rx_take(). */
+int blk_rx_need(int fd, struct blk_rx *rx, size_t n, usec_t deadline, const uint8_t **ret);
+
+static inline void blk_rx_take(struct blk_rx *rx, size_t n)
+{
+	rx->off += n;
+}
+
+/* blk_recv_checked() on a connection that may have read ahead into rx:
+ * what rx holds first, and whatever comes along after the checksum into
+ * rx. */
+int blk_recv_checked_rx(int fd, struct blk_rx *rx, uint8_t *dst, uint64_t len,
+			const struct blk_pace *pace, uint64_t *ret_sum, uint64_t *progress,
+			uint64_t word0);
 /* len bytes of src and their checksum: known, taken before (nothing to
  * hash), or computed into *ret_sum; corrupt (tests) flips the first byte. */
 int blk_send_checked(int fd, const uint8_t *src, uint64_t len, const struct blk_pace *pace,

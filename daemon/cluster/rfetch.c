@@ -172,31 +172,30 @@ static uint64_t *stream_attempt(struct rfetch *rf)
 }
 
 static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
-		    usec_t deadline);
+		    usec_t deadline, bool *in_step);
 
 /* One fetch from one holder, on a data thread: on a kept connection if
  * there is one (once more on a new one if it went stale), else a new one. */
 static int fetch_from(struct rfetch *rf, const char *address, usec_t deadline)
 {
 	struct xfer *x = rf->n->xfer;
-	bool rd = false;
+	bool rd = false, in_step;
 	int fd = xfer_idle_take(x, address, &rd), r;
 
 	if (fd >= 0) {
-		r = fetch_on(rf, fd, rd, address, deadline);
-		if (r == 0 || r == -ENOENT) {
+		r = fetch_on(rf, fd, rd, address, deadline, &in_step);
+		if (in_step)
 			xfer_idle_put(x, address, fd, rd);
-			return r;
-		}
-		close(fd);
-		if (r != -ECONNRESET && r != -EPIPE)
+		else
+			close(fd);
+		if (r == 0 || r == -ENOENT || (r != -ECONNRESET && r != -EPIPE))
 			return r;
 	}
 	r = xfer_open_conn(rf->n, address, deadline, &fd, &rd);
 	if (r < 0)
 		return r;
-	r = fetch_on(rf, fd, rd, address, deadline);
-	if (r == 0 || r == -ENOENT)
+	r = fetch_on(rf, fd, rd, address, deadline, &in_step);
+	if (in_step)
 		xfer_idle_put(x, address, fd, rd);
 	else
 		close(fd);
@@ -252,26 +251,30 @@ static Kvc__Peer__Fetch fetch_msg(const struct rfetch *rf, bool rdma)
 /* The holder's answer to the Fetch of rf with seq, and the bytes: 0,
  * -ENOENT or -EIO (cleanly, the connection is still usable), or another
  * error (it is not). */
-static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, const char *address,
-			usec_t deadline)
+static int fetch_answer(struct rfetch *rf, int fd, struct blk_rx *rx, uint32_t seq, bool rdma,
+			const char *address, usec_t deadline)
 {
 	struct object *o = rf->o;
 	Kvc__Peer__FetchResp *resp;
 	ProtobufCMessage *m;
 	struct peer_hdr h;
-	uint8_t hdr[PEER_HDR_SIZE], small[256];
-	int r = blk_recv(fd, hdr, sizeof(hdr), deadline);
+	const uint8_t *p;
+	int r = blk_rx_need(fd, rx, PEER_HDR_SIZE, deadline, &p);
 
 	if (r < 0)
 		return r;
 	rf->t_answer = mono_us();
-	r = peer_hdr_decode(hdr, sizeof(small), &h);
+	r = peer_hdr_decode(p, BLK_RX_CAP - PEER_HDR_SIZE, &h);
 	if (r == 0 && (h.type != PEER_FETCH_RESP || h.seq != seq))
 		r = -EPROTO;
-	if (r == 0)
-		r = blk_recv(fd, small, h.len, deadline);
-	if (r == 0)
-		r = peer_msg_decode(h.type, small, h.len, &m);
+	if (r == 0) {
+		blk_rx_take(rx, PEER_HDR_SIZE);
+		r = blk_rx_need(fd, rx, h.len, deadline, &p);
+	}
+	if (r == 0) {
+		r = peer_msg_decode(h.type, p, h.len, &m);
+		blk_rx_take(rx, h.len);
+	}
 	if (r < 0)
 		return r;
 	resp = (Kvc__Peer__FetchResp *) m;
@@ -296,7 +299,8 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 
 		uint64_t *word = stream_attempt(rf);
 
-		r = blk_recv_checked(fd, rf->dst, o->len, &pace, &rf->sum, word, rf->word0);
+		r = blk_recv_checked_rx(fd, rx, rf->dst, o->len, &pace, &rf->sum, word,
+					rf->word0);
 	}
 	if (r == 0) {
 		rf->summed = true;
@@ -306,19 +310,23 @@ static int fetch_answer(struct rfetch *rf, int fd, uint32_t seq, bool rdma, cons
 	return r;
 }
 
-/* The exchange on a connected fd: 0, -ENOENT (cleanly, the connection is
- * still usable), or another error (it is not). */
+/* The exchange on a connected fd: 0, -ENOENT (cleanly), or another error.
+ * *in_step: the connection may carry the next exchange. */
 static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
-		    usec_t deadline)
+		    usec_t deadline, bool *in_step)
 {
 	Kvc__Peer__Fetch q = fetch_msg(rf, rdma);
+	struct blk_rx rx;
 	int r;
 
+	blk_rx_init(&rx);
 	rf->t_asked = mono_us();
 	r = xfer_send_msg(fd, PEER_FETCH, &q.base, deadline);
 
 	if (r == 0)
-		r = fetch_answer(rf, fd, 1, rdma, address, deadline);
+		r = fetch_answer(rf, fd, &rx, 1, rdma, address, deadline);
+	/* (bytes past the answer: the holder is out of step) */
+	*in_step = (r == 0 || r == -ENOENT) && !blk_rx_held(&rx);
 	return r;
 }
 
@@ -393,6 +401,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, usec_t m
 	size_t len = 0;
 	bool rd = false, kept;
 	int fd, r = 0;
+	struct blk_rx rx;
 
 	usec_t timeout = n->timeout, now = mono_us(), asked;
 	unsigned live = 0;
@@ -443,6 +452,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, usec_t m
 		kept = false;
 	}
 	free(frames);
+	blk_rx_init(&rx);
 	if (r == 0) {
 		__atomic_fetch_add(&n->fetches.c.fetch_ahead, k - 1, __ATOMIC_RELAXED);
 		for (; done < k; done++) {
@@ -450,7 +460,7 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, usec_t m
 			struct rfetch *rf = j->owner;
 
 			rf->tried = 0;
-			r = fetch_answer(rf, fd, done + 1, false, address,
+			r = fetch_answer(rf, fd, &rx, done + 1, false, address,
 					 fetch_deadline(rf, moved));
 			j->res = r;
 			if (r == 0 || r == -ENOENT || r == -EIO)
@@ -466,7 +476,8 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, usec_t m
 			xfer_hand_back(n, j);
 		}
 	}
-	if (fd >= 0 && r == 0)
+	/* (bytes past the last answer: the holder is out of step) */
+	if (fd >= 0 && r == 0 && !blk_rx_held(&rx))
 		xfer_idle_put(x, address, fd, rd);
 	else if (fd >= 0)
 		close(fd);

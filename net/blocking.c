@@ -139,17 +139,14 @@ void blk_set_poll_window(usec_t us)
 
 /* Poll for up to len bytes into p until poll_window_us pass without any,
  * POLL_MAX_US pass in all or deadline comes: the bytes taken, or -errno
- * (-EAGAIN: none came).  With extra (*extra_len bytes of room), the same
- * system calls take what came after p's bytes there too, once p is full;
- * *extra_len says how much. */
-static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint8_t *extra, size_t *extra_len,
-			   usec_t deadline)
+ * (-EAGAIN: none came).  The same system calls take what comes after p's
+ * bytes into the room bytes at extra; *came says how many. */
+static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint8_t *extra, size_t room,
+			   size_t *came, usec_t deadline)
 {
 	uint64_t start = mono_us(), last = start;
-	size_t got = 0, room = extra ? *extra_len : 0;
+	size_t got = 0;
 
-	if (extra)
-		*extra_len = 0;
 	while (got < len) {
 		struct iovec iov[2] = { { p + got, len - got }, { extra, room } };
 		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = room ? 2 : 1 };
@@ -158,7 +155,7 @@ static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint8_t *extra, size_
 
 		if (n > 0) {
 			if ((size_t) n > len - got) {
-				*extra_len = (size_t) n - (len - got);
+				*came = (size_t) n - (len - got);
 				got = len;
 			} else {
 				got += (size_t) n;
@@ -181,15 +178,14 @@ static ssize_t recv_polled(int fd, uint8_t *p, size_t len, uint8_t *extra, size_
 	return got ? (ssize_t) got : -EAGAIN;
 }
 
-/* blk_recv(), and with extra as recv_polled(): what comes along while it
- * polls (a thread that sleeps reads p's bytes alone). */
-static int recv_ahead(int fd, uint8_t *p, size_t len, uint8_t *extra, size_t *extra_len,
-		      usec_t deadline)
+/* blk_recv(), and as recv_polled() what comes along into extra while it
+ * polls (a thread that sleeps reads p's bytes alone); *came: how many. */
+static int recv_ahead(int fd, uint8_t *p, size_t len, uint8_t *extra, size_t room,
+		      size_t *came, usec_t deadline)
 {
-	if (extra)
-		*extra_len = poll_window_us ? *extra_len : 0;
+	*came = 0;
 	if (poll_window_us && len) {
-		ssize_t n = recv_polled(fd, p, len, extra, extra_len, deadline);
+		ssize_t n = recv_polled(fd, p, len, extra, room, came, deadline);
 
 		if (n < 0 && n != -EAGAIN)
 			return (int) n;
@@ -223,24 +219,26 @@ static int recv_ahead(int fd, uint8_t *p, size_t len, uint8_t *extra, size_t *ex
 
 int blk_recv(int fd, void *buf, size_t len, usec_t deadline)
 {
-	return recv_ahead(fd, buf, len, NULL, NULL, deadline);
+	size_t came;
+
+	return recv_ahead(fd, buf, len, NULL, 0, &came, deadline);
 }
 
 int blk_rx_need(int fd, struct blk_rx *rx, size_t n, usec_t deadline, const uint8_t **ret)
 {
-	size_t held = blk_rx_held(rx), extra;
+	size_t held = blk_rx_held(rx), came;
 	int r;
 
 	if (n > BLK_RX_CAP)
 		return -EPROTO;
-	extra = BLK_RX_CAP - n;
 	if (held < n) {
 		memmove(rx->buf, rx->buf + rx->off, held);
 		rx->off = 0;
-		r = recv_ahead(fd, rx->buf + held, n - held, rx->buf + n, &extra, deadline);
+		r = recv_ahead(fd, rx->buf + held, n - held, rx->buf + n, BLK_RX_CAP - n, &came,
+			       deadline);
 		if (r < 0)
 			return r;
-		rx->end = n + extra;
+		rx->end = n + came;
 	}
 	*ret = rx->buf + rx->off;
 	return 0;
@@ -250,7 +248,7 @@ int blk_rx_need(int fd, struct blk_rx *rx, size_t n, usec_t deadline, const uint
  * into rx (NULL: blk_recv()). */
 static int recv_rx(int fd, struct blk_rx *rx, uint8_t *p, size_t len, usec_t deadline)
 {
-	size_t k, extra = BLK_RX_CAP;
+	size_t k, came;
 	int r;
 
 	if (!rx)
@@ -261,9 +259,9 @@ static int recv_rx(int fd, struct blk_rx *rx, uint8_t *p, size_t len, usec_t dea
 	if (k == len)
 		return 0;
 	rx->off = rx->end = 0;
-	r = recv_ahead(fd, p + k, len - k, rx->buf, &extra, deadline);
+	r = recv_ahead(fd, p + k, len - k, rx->buf, BLK_RX_CAP, &came, deadline);
 	if (r == 0)
-		rx->end = extra;
+		rx->end = came;
 	return r;
 }
 

@@ -26,7 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checksum.h"
+#include "blocking.h"
 #include "worker.h"
 #include "log.h"
 #include "presum.h"
@@ -94,14 +94,8 @@ static void sum_run(struct work *w)
 	}
 	for (unsigned i = 0; i < j->n; i++) {
 		struct sum_item *it = &j->items[i];
-		struct csum *h = csum_new();
 
-		it->failed = !h;
-		if (h) {
-			csum_update(h, it->bytes, it->len);
-			it->sum = csum_digest(h);
-			csum_free(h);
-		}
+		it->failed = blk_sum(it->bytes, it->len, &it->sum) < 0;
 	}
 }
 

@@ -188,7 +188,7 @@ static int fetch_from(struct rfetch *rf, const char *address, usec_t deadline)
 			xfer_idle_put(x, address, fd, rd);
 		else
 			close(fd);
-		if (r == 0 || r == -ENOENT || (r != -ECONNRESET && r != -EPIPE))
+		if (r != -ECONNRESET && r != -EPIPE) /* else stale: once more */
 			return r;
 	}
 	r = xfer_open_conn(rf->n, address, deadline, &fd, &rd);

@@ -52,12 +52,16 @@ until_ok() {
 
 start_master() { # start_master PORT [FLAGS...]: sets master_pid, master_port
 	p=$1; shift
+	# the masters share one log: this one's port is on a line after those
+	# there before it started
+	seen=$(grep -c "listening on" "$dir/master.log" 2>/dev/null || true)
 	"$KVCACHE_MASTER" --port "$p" --log-level info "$@" 2>>"$dir/master.log" &
 	master_pid=$!
 	pids="$pids $master_pid"
 	i=0
-	until master_port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' "$dir/master.log" |
-		tail -1) && [ -n "$master_port" ] && [ "$master_port" != 0 ]; do
+	until master_port=$(grep "listening on" "$dir/master.log" | tail -n +$((${seen:-0} + 1)) |
+		sed -n 's/.*listening on [^ ]*:\([0-9]*\) .*/\1/p' | tail -1) &&
+		[ -n "$master_port" ] && [ "$master_port" != 0 ]; do
 		i=$((i + 1)); [ $i -lt 200 ] || fail "master did not start"; sleep 0.05
 	done
 }

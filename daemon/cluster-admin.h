@@ -46,4 +46,9 @@ struct cluster_admin {
 	int (*push)(void *be, const char *key, size_t len, const char *target);
 	/* the cluster as this node sees it; -errno */
 	int (*describe)(void *be, struct cluster_view *ret);
+	/* before a describe that shows the members' loads: 0 when what this
+	 * node knows is fresh, or -EINPROGRESS with *ret to wait on (the
+	 * masters are asked now; describe when it is done, without asking
+	 * again).  NULL: describe at once */
+	int (*refresh)(void *be, struct fetch **ret);
 };

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Frame layer between daemons and masters (docs/peer-protocol.rst).
+ * Frame layer between daemons and masters (docs/cluster.rst).
  *
  * Unlike the local socket these frames cross machines: the 16-byte header
  * is little-endian whatever the host, carries no file descriptors, and

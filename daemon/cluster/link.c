@@ -185,6 +185,8 @@ static int on_frame(struct link *k, const struct peer_hdr *h, const uint8_t *pay
 			kvc__peer__members__free_unpacked(k->members, NULL);
 		k->members = ms;
 		k->heard = loop_now(n->loop);
+		if (n->links.heard)
+			n->links.heard(n, k);
 		return 0; /* kept */
 	}
 	case PEER_DROP:
@@ -539,9 +541,13 @@ bool link_flush(struct link *k)
 	ProtobufCBinaryData *wk;
 	size_t off = 0, budget = FLUSH_ENTRIES; /* entries per turn */
 	bool did = false;
+	Kvc__Peer__NodeLoad load;
 
 	if (!k->q_len || k->state != L_UP)
 		return false;
+	/* the load goes with the updates that change it: the master's view of
+	 * it is not a heartbeat old (kvcachectl cluster) */
+	fill_load(k->n, &load);
 	if (!k->fa && !(k->fa = malloc(sizeof(*k->fa))))
 		return false; /* sent in a later turn */
 	ev = k->fa->ev;
@@ -584,9 +590,11 @@ bool link_flush(struct link *k)
 		}
 		if (publish) {
 			p.entries = ep;
+			p.load = &load;
 			r = pconn_send(&k->pc, PEER_PUBLISH, ++k->seq, &p.base);
 		} else {
 			w.keys = wk;
+			w.load = &load;
 			r = pconn_send(&k->pc, PEER_WITHDRAW, ++k->seq, &w.base);
 		}
 		if (r < 0) {

@@ -85,6 +85,7 @@ struct link {
 	bool resync;
 	uint64_t cursor;
 	Kvc__Peer__Members *members; /* the last answer */
+	bool loads_asked;            /* a heartbeat out for kvcachectl cluster */
 };
 
 /* The links of one node, and what they hand on: a master's answer to a
@@ -97,6 +98,7 @@ struct links {
 				const Kvc__Peer__LookupResp *r);
 	void (*dropped)(struct node *n, const Kvc__Peer__Drop *d);
 	void (*lost)(struct node *n, struct link *k);
+	void (*heard)(struct node *n, struct link *k); /* a member list came */
 	struct peer_arena answers; /* a lookup's answer, decoded (on_frame) */
 	struct {
 		uint64_t master_drops;        /* links to a master that went down */

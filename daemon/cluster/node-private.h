@@ -15,6 +15,7 @@
 #include "peer-conn.h"
 #include "rdma.h"
 #include "dircache.h"
+#include "fetch.h"
 #include "presum.h"
 #include "link.h"
 #include "rfetch.h"
@@ -104,6 +105,13 @@ struct node {
 	struct peer_stats pstats;      /* peers.c's */
 	struct drop_walk drops[MAX_DROP_WALKS];
 	unsigned n_drops;
+	/* kvcachectl cluster waiting for the masters' member lists, asked
+	 * for at once (be_refresh()) */
+	struct {
+		struct fetch f;
+		bool waiting;
+		usec_t deadline;
+	} loads;
 };
 
 /* The figures of the peer at addr (a new entry the first time; NULL when

@@ -65,6 +65,70 @@ static bool node_poll(void *u)
 	return did;
 }
 
+/*
+ * kvcachectl cluster: the other members' loads as the masters know them
+ * now.  Each heartbeat's answer carries them, but a node heartbeats every
+ * third of the TTL, so the list it last heard is seconds old: a node that
+ * had just stored 292 blocks showed 0 on its neighbour.  A node's
+ * directory updates carry its load (link_flush()), and a cluster request
+ * sends a heartbeat to each master and waits for the answers (one round
+ * trip; at most --remote-timeout-ms), joining those already asked for.
+ */
+
+static void loads_over(struct node *n)
+{
+	for (unsigned i = 0; i < n->links.n; i++)
+		n->links.l[i].loads_asked = false;
+	n->loads.waiting = false;
+	fetch_wake(&n->loads.f, 0); /* each asks again, and is answered */
+}
+
+/* k's answer came, or k is gone. */
+static void loads_heard(struct node *n, struct link *k)
+{
+	if (!k->loads_asked)
+		return;
+	k->loads_asked = false;
+	for (unsigned i = 0; i < n->links.n; i++)
+		if (n->links.l[i].loads_asked)
+			return;
+	loads_over(n);
+}
+
+static void link_lost(struct node *n, struct link *k)
+{
+	remote_link_lost(n, k);
+	loads_heard(n, k);
+}
+
+static int be_refresh(void *be, struct fetch **ret)
+{
+	struct node *n = be;
+	usec_t now = loop_now(n->loop);
+
+	for (unsigned i = 0; i < n->links.n && !n->loads.waiting; i++) {
+		struct link *k = &n->links.l[i];
+
+		if (k->state != L_UP || k->loads_asked)
+			continue;
+		if (link_heartbeat(k) < 0)
+			continue; /* the timer's heartbeat finds the link broken */
+		loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
+		k->loads_asked = true;
+	}
+	for (unsigned i = 0; i < n->links.n && !n->loads.waiting; i++)
+		if (n->links.l[i].loads_asked) {
+			n->loads.waiting = true;
+			n->loads.f.far = true;
+			n->loads.deadline = now + n->timeout;
+			loop_timer_arm_by(n->timer, n->loads.deadline);
+		}
+	if (!n->loads.waiting)
+		return 0;
+	*ret = &n->loads.f;
+	return -EINPROGRESS;
+}
+
 static void node_timer(struct loop_source *s, void *u)
 {
 	struct node *n = u;
@@ -105,6 +169,10 @@ static void node_timer(struct loop_source *s, void *u)
 			next = k->hb_at;
 	}
 	remote_expire(n, now);
+	if (n->loads.waiting && now >= n->loads.deadline)
+		loads_over(n); /* a master that did not answer: as last heard */
+	else if (n->loads.waiting && n->loads.deadline < next)
+		next = n->loads.deadline;
 	if ((n->fetches.n_rfetches || n->fetches.n_backlog || n->dc.n_queries) &&
 	    now + 50 * USEC_PER_MSEC < next)
 		next = now + 50 * USEC_PER_MSEC;
@@ -455,6 +523,7 @@ const struct cluster_admin *node_admin(struct node *n)
 		.holders = remote_holders,
 		.push = remote_push,
 		.describe = be_describe,
+		.refresh = be_refresh,
 	};
 	return &n->admin;
 }
@@ -674,7 +743,8 @@ int node_new(struct store *st, const struct config *cfg, struct node **ret, char
 	n->st = st;
 	n->links.lookup_answered = remote_located;
 	n->links.dropped = on_drop;
-	n->links.lost = remote_link_lost;
+	n->links.lost = link_lost;
+	n->links.heard = loads_heard;
 	peer_arena_init(&n->links.answers);
 	n->cfg = cfg;
 	n->loop = store_loop(st);

@@ -287,6 +287,20 @@ static int op_where(struct session *s, uint32_t seq, const ProtobufCBinaryData *
 	return n ? 0 : -ENOENT;
 }
 
+/* The cluster as this node sees it, the members' loads asked of the
+ * masters first (the session waits for them, see parked_done()); with
+ * settle, at once. */
+static int op_cluster(struct session *s, uint32_t seq, struct reply *rep, bool settle)
+{
+	const struct cluster_admin *a = s->sv->admin;
+	const ProtobufCBinaryData none = { .len = 0, .data = (uint8_t *) "" };
+	struct fetch *pending = NULL;
+
+	if (!settle && a && a->refresh && a->refresh(a->be, &pending) == -EINPROGRESS && pending)
+		return park(s, KVC__OP__OP_CLUSTER, seq, &none, pending);
+	return admin_cluster(s, rep);
+}
+
 static int op_keys(struct session *s, const Kvc__KeysReq *kq, bool prefix, struct reply *rep)
 {
 	uint8_t *present = NULL;
@@ -431,7 +445,11 @@ static void handle_request(struct session *s, const struct wire_hdr *h, const ui
 		r = admin_stats(s, &rep);
 		break;
 	case KVC__OP__OP_CLUSTER:
-		r = admin_cluster(s, &rep);
+		r = op_cluster(s, h->seq, &rep, false);
+		if (r == -EINPROGRESS) {
+			kvc__request__free_unpacked(q, NULL);
+			return;
+		}
 		break;
 	case KVC__OP__OP_PUSH: {
 		char k[WIRE_MAX_KEY + 1];
@@ -592,6 +610,9 @@ static void parked_done(struct waiter *w, int res)
 		/* the directory answered (or did not in time): reply now */
 		r = op_where(s, s->parked.seq, &key, &rep, true);
 		send_reply(s, s->parked.seq, KVC__OP__OP_WHERE, r, &rep);
+	} else if (s->parked.op == KVC__OP__OP_CLUSTER) {
+		r = op_cluster(s, s->parked.seq, &rep, true);
+		send_reply(s, s->parked.seq, KVC__OP__OP_CLUSTER, r, &rep);
 	} else {
 		if (res == 0) {
 			r = op_acquire(s, s->parked.seq, &key, &rep);

@@ -671,6 +671,7 @@ static void on_publish(struct mconn *c, const Kvc__Peer__Publish *p)
 	struct master *m = c->m;
 	struct ref me = { (uint32_t) c->node, m->nodes[c->node].gen };
 
+	set_load(&m->nodes[c->node], p->load);
 	for (size_t i = 0; i < p->n_entries; i++) {
 		const Kvc__Peer__Entry *x = p->entries[i];
 		struct dentry *e = dir_add(&m->dir, x->key.data, x->key.len);
@@ -725,6 +726,7 @@ static void on_withdraw(struct mconn *c, const Kvc__Peer__Withdraw *w)
 {
 	struct master *m = c->m;
 
+	set_load(&m->nodes[c->node], w->load);
 	for (size_t i = 0; i < w->n_keys; i++) {
 		struct dentry *e = dir_find(&m->dir, w->keys[i].data, w->keys[i].len);
 

@@ -231,6 +231,33 @@ own = [n for n in v["nodes"] if n["id"] == "A"]
 sys.exit(0 if own and own[0]["objects"] == 2 and own[0]["used"] > 0 else 1)' ||
 		fail "--json cluster: A's own row is not its load"
 	;;
+loads-fresh)
+	# heartbeats every 20 s: what B shows of A's load must come from A's
+	# directory updates and a heartbeat B sends when asked, not the timer's
+	start_master 0 --client_ttl 60
+	start_node A
+	start_node B
+	until_ok member B A up
+	for i in 1 2 3 4 5; do printf 'v%s' "$i" | ctl A put "fresh/$i" - || fail "put on A"; done
+	ctl B --json cluster | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+a = [n for n in v["nodes"] if n["id"] == "A"]
+sys.exit(0 if a and a[0]["objects"] == 5 and a[0]["used"] > 0 else 1)' ||
+		fail "B's cluster view: A's load is not what A holds: $(ctl B cluster)"
+	ctl A rm fresh/1 || fail "remove on A"
+	ctl B --json cluster | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+a = [n for n in v["nodes"] if n["id"] == "A"]
+sys.exit(0 if a and a[0]["objects"] == 4 else 1)' ||
+		fail "B's cluster view: A's load after a removal: $(ctl B cluster)"
+	# a master that stops answering: the request is answered anyway, with
+	# what B heard last, by --remote-timeout-ms
+	kill -STOP "$master_pid"
+	ctl B cluster | grep -Eq "^A +[^ ]+ +up " || fail "no answer with the master stopped"
+	kill -CONT "$master_pid"
+	;;
 master-restart)
 	start_master 0 --client_ttl 2
 	start_node A

@@ -640,13 +640,25 @@ class MooncakeDistributedStore(TensorParallelIO):
         if ":" in self._hostname:
             return self._hostname
         if self._client is not None:
-            try:
-                me = self._client.cluster().get("self")
-                if me:
-                    return str(me)
-            except (OSError, ValueError, AttributeError):
-                pass
+            me = self._cluster_self(self._client)
+            if me:
+                return me
         return "%s:0" % self._hostname
+
+    def _cluster_self(self, c) -> str:
+        """c's node id in the cluster ("" outside one), asked once per
+        client: a cluster request waits for the masters' answers (their
+        members' loads), up to the daemon's --remote-timeout-ms when one
+        hangs, and the id does not change while c is connected."""
+        seen = getattr(self, "_self_seen", None)
+        if seen is not None and seen[0] is c:
+            return seen[1]
+        try:
+            me = str(c.cluster().get("self") or "")
+        except (OSError, ValueError, AttributeError):
+            return ""
+        self._self_seen = (c, me)
+        return me
 
     def health_check(self) -> int:
         """0 healthy, 1 not set up, 2 the daemon does not answer."""
@@ -1441,10 +1453,7 @@ class MooncakeDistributedStore(TensorParallelIO):
     # ---- replicas, tasks and segments ----
     def _self_id(self, c) -> str:
         """This node's id in the cluster (the name ``where`` gives it)."""
-        try:
-            return str(c.cluster().get("self") or self.get_hostname())
-        except (OSError, ValueError, AttributeError):
-            return self.get_hostname()
+        return self._cluster_self(c) or self.get_hostname()
 
     def _replicas(self, c, me: str, key: str) -> List[ReplicaDescriptor]:
         k = self._k(key)

@@ -104,25 +104,22 @@ static void link_lost(struct node *n, struct link *k)
 static int be_refresh(void *be, struct fetch **ret)
 {
 	struct node *n = be;
-	usec_t now = loop_now(n->loop);
+	bool asked = false;
 
 	for (unsigned i = 0; i < n->links.n && !n->loads.waiting; i++) {
 		struct link *k = &n->links.l[i];
 
-		if (k->state != L_UP || k->loads_asked)
-			continue;
-		if (link_heartbeat(k) < 0)
-			continue; /* the timer's heartbeat finds the link broken */
+		if (k->state != L_UP || link_heartbeat(k) < 0)
+			continue; /* (a broken link: the timer's heartbeat finds it) */
 		loop_set_io_events(k->src, EPOLLIN | (pconn_wants_write(&k->pc) ? EPOLLOUT : 0));
-		k->loads_asked = true;
+		k->loads_asked = asked = true;
 	}
-	for (unsigned i = 0; i < n->links.n && !n->loads.waiting; i++)
-		if (n->links.l[i].loads_asked) {
-			n->loads.waiting = true;
-			n->loads.f.far = true;
-			n->loads.deadline = now + n->timeout;
-			loop_timer_arm_by(n->timer, n->loads.deadline);
-		}
+	if (asked) {
+		n->loads.waiting = true;
+		n->loads.f.far = true;
+		n->loads.deadline = loop_now(n->loop) + n->timeout;
+		loop_timer_arm_by(n->timer, n->loads.deadline);
+	}
 	if (!n->loads.waiting)
 		return 0;
 	*ret = &n->loads.f;

@@ -174,6 +174,16 @@ static uint64_t *stream_attempt(struct rfetch *rf)
 static int fetch_on(struct rfetch *rf, int fd, bool rdma, const char *address,
 		    usec_t deadline, bool *in_step);
 
+/* A connection done with: kept for the next exchange when in step, else
+ * closed. */
+static void conn_done(struct xfer *x, const char *address, int fd, bool rd, bool in_step)
+{
+	if (in_step)
+		xfer_idle_put(x, address, fd, rd);
+	else
+		close(fd);
+}
+
 /* One fetch from one holder, on a data thread: on a kept connection if
  * there is one (once more on a new one if it went stale), else a new one. */
 static int fetch_from(struct rfetch *rf, const char *address, usec_t deadline)
@@ -184,10 +194,7 @@ static int fetch_from(struct rfetch *rf, const char *address, usec_t deadline)
 
 	if (fd >= 0) {
 		r = fetch_on(rf, fd, rd, address, deadline, &in_step);
-		if (in_step)
-			xfer_idle_put(x, address, fd, rd);
-		else
-			close(fd);
+		conn_done(x, address, fd, rd, in_step);
 		if (r != -ECONNRESET && r != -EPIPE) /* else stale: once more */
 			return r;
 	}
@@ -195,10 +202,7 @@ static int fetch_from(struct rfetch *rf, const char *address, usec_t deadline)
 	if (r < 0)
 		return r;
 	r = fetch_on(rf, fd, rd, address, deadline, &in_step);
-	if (in_step)
-		xfer_idle_put(x, address, fd, rd);
-	else
-		close(fd);
+	conn_done(x, address, fd, rd, in_step);
 	return r;
 }
 
@@ -477,10 +481,8 @@ static void run_fetches(struct node *n, struct xjob **jobs, unsigned k, usec_t m
 		}
 	}
 	/* (bytes past the last answer: the holder is out of step) */
-	if (fd >= 0 && r == 0 && !blk_rx_held(&rx))
-		xfer_idle_put(x, address, fd, rd);
-	else if (fd >= 0)
-		close(fd);
+	if (fd >= 0)
+		conn_done(x, address, fd, rd, r == 0 && !blk_rx_held(&rx));
 	if (done < k && (r == -ETIMEDOUT || r == -EBADMSG)) {
 		/* no second try for this one; the holder is not answering
 		 * the ones behind it in time either after a timeout */
